@@ -1,0 +1,225 @@
+"""Typed, validated run configuration.
+
+One model, :class:`RunConfig`, is the single source of truth for run parameters: the CLI builds it
+from flags, the Airflow DAG builds its Params (JSON schema, titles, descriptions) from
+:meth:`RunConfig.param_schema`, and every stage reads it. Errors name the field and the rule
+(:class:`ConfigError`), never a traceback.
+
+Rules that void the privacy guarantee are refused here (epsilon <= 0, delta outside (0, 1),
+Delta < 1, eta outside (0, 1)); the data-dependent rule ``delta < 1/n_users`` is checked by
+:meth:`RunConfig.check_against_users` once ingest has counted users (the count itself is not
+released: only the pass/fail decision is used to stop the run).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+__all__ = ["RunConfig", "ConfigError", "STAGES"]
+
+#: Stages that spend privacy budget, in run order. ``stage_budget`` splits (epsilon, delta) among
+#: the ones that are enabled.
+STAGES = ("dpne", "bayes", "synth")
+
+_MEMORY_RE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|KiB|MB|MiB|GB|GiB|TB|TiB)\s*$", re.IGNORECASE)
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+
+
+class ConfigError(ValueError):
+    """A run parameter is invalid. ``str()`` is one readable line per problem."""
+
+
+class RunConfig(BaseModel):
+    """Everything a run needs. Field descriptions become the Airflow trigger-form help text."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # -- data --------------------------------------------------------------------------------
+    dataset: str = Field(
+        "default", title="Dataset name",
+        description="Key of the privacy ledger: runs on the same dataset share its lifetime budget.",
+    )
+    input: str = Field(
+        ..., title="Input path",
+        description="JSONL, CSV or Parquet file (.gz accepted), or a directory of .txt files (one user per file).",
+    )
+    input_format: Literal["auto", "jsonl", "csv", "parquet", "textdir"] = Field(
+        "auto", title="Input format", description="'auto' picks from the file name or directory.",
+    )
+    user_field: str = Field("user_id", title="User-id field", description="Column/key holding the user id.")
+    text_field: str = Field("text", title="Text field", description="Column/key holding the text.")
+    public: str | None = Field(
+        None, title="Public corpus",
+        description="Plain-text public corpus (one sentence per line, .gz accepted) used as a prior.",
+    )
+    out: str = Field(..., title="Output directory", description="Releases go to OUT/runs/RUN_ID; OUT/latest points to the newest.")
+    warehouse: str = Field(
+        ".dpngram/warehouse.duckdb", title="Warehouse database",
+        description="DuckDB file holding private working tables (never published) and the privacy ledger.",
+    )
+    run_id: str | None = Field(None, title="Run id", description="Defaults to a timestamped id.")
+
+    # -- tokenizer ---------------------------------------------------------------------------
+    lowercase: bool = Field(True, title="Lower-case tokens", description="Fold case after NFKC normalisation.")
+
+    # -- privacy ------------------------------------------------------------------------------
+    epsilon: float = Field(4.0, gt=0, le=100, title="Epsilon", description="Total privacy loss of the run (epsilon > 0).")
+    delta: float = Field(
+        1e-7, gt=0, lt=1, title="Delta",
+        description="Total failure probability of the run; must also be below 1/number of users.",
+    )
+    stage_budget: dict[str, float] = Field(
+        default_factory=lambda: {"dpne": 1.0},
+        title="Budget split",
+        description="Fractions of (epsilon, delta) per stage (dpne, bayes, synth); must sum to at most 1.",
+    )
+    lifetime_epsilon: float | None = Field(
+        None, gt=0, title="Lifetime epsilon",
+        description="Refuse the run if the dataset's recorded spend plus this run would exceed it.",
+    )
+    lifetime_delta: float | None = Field(None, gt=0, lt=1, title="Lifetime delta")
+
+    # -- DPSU / DPNE -------------------------------------------------------------------------
+    max_n: int = Field(5, ge=1, le=12, title="T (longest n-gram)", description="Extract k-grams for k = 1..T.")
+    max_contribution: int = Field(
+        100, ge=1, le=100_000, title="Delta0 (per-user contribution)",
+        description="Each user contributes at most this many distinct items per level.",
+    )
+    eta: float = Field(0.01, gt=0, lt=1, title="eta", description="Tolerated fraction of spurious k-grams.")
+    sigma_decay: float = Field(1.0, gt=0, le=10, title="sigma decay c", description="sigma_k = c * sigma_{k-1}.")
+    pruning: Literal["both", "single"] = Field("both", title="Pruning rule", description="Valid k-grams: both-side or single-side.")
+    dpne_variant: Literal["auto", "exact", "scalable"] = Field(
+        "auto", title="DPNE variant", description="exact materialises V_k; scalable samples it; auto picks by size.",
+    )
+    exact_max_valid: int = Field(
+        5_000_000, ge=1, title="Exact-variant limit",
+        description="With dpne_variant=auto, use the exact variant when |V_k| is at most this.",
+    )
+
+    # -- engine ------------------------------------------------------------------------------
+    memory_limit: str = Field("4GB", title="DuckDB memory limit", description="e.g. 4GB; larger work spills to disk.")
+    threads: int | None = Field(None, ge=1, le=256, title="DuckDB threads")
+
+    # -- validators ---------------------------------------------------------------------------
+    @field_validator("dataset")
+    @classmethod
+    def _dataset_name(cls, value: str) -> str:
+        if not _NAME_RE.match(value):
+            raise ValueError("must be 1-64 characters of letters, digits, '_', '.', '-'")
+        return value
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.:+\-]{0,127}$", value):
+            raise ValueError("must be 1-128 characters of letters, digits, '_', '.', ':', '+', '-'")
+        return value
+
+    @field_validator("memory_limit")
+    @classmethod
+    def _memory(cls, value: str) -> str:
+        if not _MEMORY_RE.match(value):
+            raise ValueError("must look like '4GB' or '512MB'")
+        return value.replace(" ", "")
+
+    @field_validator("stage_budget")
+    @classmethod
+    def _budget(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(STAGES))
+        if unknown:
+            raise ValueError(f"unknown stage(s) {unknown}; known: {list(STAGES)}")
+        if any(not (0 < f <= 1) for f in value.values()):
+            raise ValueError("every fraction must be in (0, 1]")
+        if sum(value.values()) > 1 + 1e-9:
+            raise ValueError(f"fractions sum to {sum(value.values()):.4g} > 1")
+        return value
+
+    @model_validator(mode="after")
+    def _lifetime(self) -> RunConfig:
+        if self.lifetime_epsilon is not None and self.lifetime_epsilon < self.epsilon:
+            raise ValueError(f"lifetime_epsilon ({self.lifetime_epsilon}) is below this run's epsilon ({self.epsilon})")
+        if self.lifetime_delta is not None and self.lifetime_delta < self.delta:
+            raise ValueError(f"lifetime_delta ({self.lifetime_delta}) is below this run's delta ({self.delta})")
+        return self
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def build(cls, **values: Any) -> RunConfig:
+        """Validate ``values`` (None means 'use the default'), raising :class:`ConfigError`."""
+        cleaned = {k: v for k, v in values.items() if v is not None}
+        try:
+            return cls(**cleaned)
+        except ValidationError as err:
+            raise ConfigError(format_errors(err)) from None
+
+    def stage_share(self, stage: str) -> tuple[float, float]:
+        """(epsilon, delta) allotted to ``stage`` by ``stage_budget``."""
+        fraction = self.stage_budget.get(stage, 0.0)
+        if fraction <= 0:
+            raise ConfigError(f"stage_budget: stage '{stage}' has no budget (set stage_budget.{stage})")
+        return self.epsilon * fraction, self.delta * fraction
+
+    def check_against_users(self, n_users: int) -> None:
+        """Refuse parameters that void the guarantee for a dataset of ``n_users`` users."""
+        if n_users > 0 and self.delta >= 1.0 / n_users:
+            raise ConfigError(
+                f"delta: must be < 1/number of users for a meaningful guarantee (got {self.delta:g}; "
+                f"the input has too few users for it — lower delta)"
+            )
+
+    def resolved_paths(self) -> dict[str, Path]:
+        return {"input": Path(self.input), "out": Path(self.out), "warehouse": Path(self.warehouse)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True)
+
+    @classmethod
+    def param_schema(cls) -> dict[str, dict[str, Any]]:
+        """JSON-schema fragments per field (type, bounds, enum, title, description, default),
+        in the form Airflow ``Param(default, **schema)`` takes."""
+        schema = cls.model_json_schema()
+        out: dict[str, dict[str, Any]] = {}
+        for name, prop in schema["properties"].items():
+            frag: dict[str, Any] = {}
+            if "anyOf" in prop:  # Optional[...]: allow null
+                types = [p.get("type") for p in prop["anyOf"] if p.get("type")]
+                frag["type"] = types
+                for p in prop["anyOf"]:
+                    for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+                        if key in p:
+                            frag[key] = p[key]
+            else:
+                for key in ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+                    if key in prop:
+                        frag[key] = prop[key]
+                if "additionalProperties" in prop:
+                    frag["additionalProperties"] = prop["additionalProperties"]
+            frag["title"] = prop.get("title", name)
+            if "description" in prop:
+                frag["description"] = prop["description"]
+            field = cls.model_fields[name]
+            if not field.is_required():
+                frag["default"] = field.get_default(call_default_factory=True)
+            out[name] = frag
+        return out
+
+
+def format_errors(err: ValidationError) -> str:
+    """One line per problem: ``field: rule (got value)``."""
+    lines = []
+    for problem in err.errors():
+        where = ".".join(str(p) for p in problem["loc"]) or "config"
+        message = problem["msg"].removeprefix("Value error, ")
+        if problem["type"] == "extra_forbidden":
+            message = "unknown parameter"
+        elif problem["type"] == "missing":
+            message = "is required"
+        got = problem.get("input")
+        shown = "" if problem["type"] in ("missing",) or isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"{where}: {message}{shown}")
+    return "; ".join(lines)

@@ -1,0 +1,191 @@
+"""DuckDB warehouse, the SQL loader, and atomic publication of releases.
+
+* :class:`Warehouse` opens the warehouse database file with bounded memory
+  (``memory_limit``, ``temp_directory`` for spilling, ``preserve_insertion_order=false``). Private
+  working tables of a run live in its own schema (:meth:`Warehouse.run_schema`); only DP outputs
+  are ever copied out of it. One writer at a time: DuckDB locks the file for a read-write
+  connection, so Airflow tasks that open it run in a one-slot pool.
+* SQL lives in ``sql/*.sql``. :func:`load_sql` reads a file; identifiers (schema and table names)
+  are substituted with ``{name}`` placeholders after validation, values are bound as ``$name``
+  parameters, never formatted in.
+* :class:`Release` stages a run's outputs under ``OUT/runs/RUN_ID.staging`` and publishes them by
+  one ``rename`` to ``OUT/runs/RUN_ID`` followed by an atomic swap of the ``OUT/latest`` symlink,
+  so a failed run never leaves a partial release and the previous one stays ``latest``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+__all__ = ["Warehouse", "Release", "load_sql", "SQL_DIR", "safe_identifier", "write_json_atomic"]
+
+SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+def safe_identifier(name: str) -> str:
+    """Validate a schema/table identifier before it is substituted into SQL text."""
+    if not _IDENT_RE.match(name):
+        raise ValueError(f"not a safe SQL identifier: {name!r}")
+    return name
+
+
+def load_sql(name: str, **identifiers: str) -> str:
+    """Text of ``sql/NAME.sql`` with ``{identifier}`` placeholders filled (validated names only)."""
+    path = SQL_DIR / f"{name}.sql"
+    text = path.read_text(encoding="utf-8")
+    return text.format(**{k: safe_identifier(v) for k, v in identifiers.items()}) if identifiers else text
+
+
+def run_schema_name(run_id: str) -> str:
+    """Schema holding one run's private working tables."""
+    cleaned = re.sub(r"[^A-Za-z0-9_]", "_", run_id)[:50]
+    return safe_identifier(f"run_{cleaned}")
+
+
+class Warehouse:
+    """A DuckDB connection to the warehouse file with the project's resource settings."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        memory_limit: str = "4GB",
+        threads: int | None = None,
+        temp_directory: str | os.PathLike[str] | None = None,
+        read_only: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        if str(path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        spill = Path(temp_directory) if temp_directory else self.path.with_name(self.path.name + ".tmp")
+        config: dict[str, Any] = {
+            "memory_limit": memory_limit,
+            "preserve_insertion_order": False,
+        }
+        if str(path) != ":memory:":
+            spill.mkdir(parents=True, exist_ok=True)
+            config["temp_directory"] = str(spill)
+        if threads:
+            config["threads"] = threads
+        try:
+            self.con = duckdb.connect(str(path), read_only=read_only, config=config)
+        except duckdb.IOException as err:
+            raise RuntimeError(
+                f"cannot open the warehouse {path}: {str(err).splitlines()[0]} "
+                "(another process may hold it open for writing)"
+            ) from None
+
+    # -- SQL ----------------------------------------------------------------------------------
+    def run_sql(self, name: str, params: dict[str, Any] | None = None, **identifiers: str) -> None:
+        """Execute every statement of ``sql/NAME.sql``."""
+        self.con.execute(load_sql(name, **identifiers), params or {})
+
+    def query(self, name: str, params: dict[str, Any] | None = None, **identifiers: str) -> duckdb.DuckDBPyConnection:
+        """Execute ``sql/NAME.sql`` (one statement) and return the cursor to fetch from."""
+        return self.con.execute(load_sql(name, **identifiers), params or {})
+
+    def scalar(self, sql: str, params: dict[str, Any] | list[Any] | None = None) -> Any:
+        row = self.con.execute(sql, params or []).fetchone()
+        return None if row is None else row[0]
+
+    def table_exists(self, schema: str, table: str) -> bool:
+        return bool(
+            self.scalar(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
+                [schema, table],
+            )
+        )
+
+    # -- run schemas --------------------------------------------------------------------------
+    def run_schema(self, run_id: str) -> str:
+        schema = run_schema_name(run_id)
+        self.con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        return schema
+
+    def drop_run_schema(self, run_id: str) -> None:
+        self.con.execute(f"DROP SCHEMA IF EXISTS {run_schema_name(run_id)} CASCADE")
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Warehouse:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    """Write JSON via a temporary file and rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(payload, fh, indent=2, sort_keys=True, default=str)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+class Release:
+    """The output directory of one run: staged, then published atomically."""
+
+    def __init__(self, out_dir: str | os.PathLike[str], run_id: str) -> None:
+        self.out_dir = Path(out_dir)
+        self.run_id = run_id
+        self.runs = self.out_dir / "runs"
+        self.final = self.runs / run_id
+        self.staging = self.runs / f"{run_id}.staging"
+
+    @property
+    def published(self) -> bool:
+        return self.final.is_dir()
+
+    @property
+    def root(self) -> Path:
+        """Where this run's files are now: the staging dir until published, then the final one."""
+        return self.final if self.published else self.staging
+
+    def path(self, *parts: str) -> Path:
+        """A path inside the (staging) release; parent directories are created."""
+        target = self.root.joinpath(*parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target
+
+    @contextmanager
+    def writing(self, *parts: str) -> Iterator[Path]:
+        """Yield a temporary path; on success it is renamed to ``parts`` (never half-written)."""
+        target = self.path(*parts)
+        tmp = target.with_name(f".{target.name}.partial")
+        if tmp.exists():
+            tmp.unlink()
+        yield tmp
+        os.replace(tmp, target)
+
+    def publish(self) -> Path:
+        """Rename staging -> runs/RUN_ID and point ``latest`` at it. Idempotent."""
+        if not self.published:
+            if not self.staging.is_dir():
+                raise FileNotFoundError(f"nothing staged for run {self.run_id} in {self.staging}")
+            os.replace(self.staging, self.final)
+        link = self.out_dir / "latest"
+        tmp_link = self.out_dir / f".latest.{os.getpid()}"
+        if tmp_link.is_symlink() or tmp_link.exists():
+            tmp_link.unlink()
+        tmp_link.symlink_to(Path("runs") / self.run_id)
+        os.replace(tmp_link, link)
+        return self.final
+
+    def discard(self) -> None:
+        """Remove an unpublished staging directory (e.g. after a failed validation)."""
+        if self.staging.is_dir():
+            shutil.rmtree(self.staging)
