@@ -1,0 +1,85 @@
+# dpngram — the two commands: `make demo` and `make test`. Each does the whole set-up first
+# (idempotent: a second run skips finished steps in seconds).
+#
+#   make setup        venv with dpngram[dev] pinned by constraints-3.11.txt, Debian build packages,
+#                     KenLM lmplz/build_binary in a per-machine cache shared by all clones
+#   make test         setup, then the test suite (pytest, 2 workers)
+#   make demo         setup, then `dpngram demo`
+#   make bench        setup, then every benchmarks/*_bench.py
+#   make lint         ruff check
+#   make constraints  re-freeze constraints-3.11.txt from the venv
+#   make clean        remove .venv and runtime state (keeps the KenLM cache)
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+.DELETE_ON_ERROR:
+
+VENV        := .venv
+PY          := $(VENV)/bin/python
+CONSTRAINTS := constraints-3.11.txt
+STAMP       := $(VENV)/.installed
+
+# KenLM tools: built from the same sdist as the Python module, with the same max order
+# (lm/kenlm_bin.py mirrors this path).
+KENLM_VERSION   := 0.3.0
+KENLM_MAX_ORDER := 6
+CACHE_HOME      := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)
+KENLM_PREFIX    := $(CACHE_HOME)/dpngram/kenlm-$(KENLM_VERSION)-order$(KENLM_MAX_ORDER)
+KENLM_BIN       := $(KENLM_PREFIX)/bin
+KENLM_TOOLS     := $(KENLM_BIN)/lmplz $(KENLM_BIN)/build_binary
+
+export DPNGRAM_KENLM_BIN := $(KENLM_BIN)
+export KENLM_VERSION KENLM_MAX_ORDER KENLM_PREFIX
+
+# Tests run on 2 workers; a test file stays on one worker (--dist loadfile), so per-file fixtures
+# (Airflow homes, DuckDB files) are never shared across processes. Override with PYTEST_ARGS=...
+PYTEST_ARGS ?= -n 2 --dist loadfile --timeout 1200
+
+.PHONY: help setup test demo bench lint constraints clean
+
+help:
+	@sed -n 's/^#   make /  make /p' $(MAKEFILE_LIST)
+
+# `make -s print-KENLM_BIN` shows a variable (used by tests/test_setup.py).
+print-%:
+	@echo '$($*)'
+
+setup: $(STAMP) $(KENLM_TOOLS)
+
+$(STAMP): pyproject.toml $(CONSTRAINTS)
+	bash scripts/make_venv.sh $(VENV) $(CONSTRAINTS)
+
+# No file prerequisites: the cache is shared by clones with different checkout times; only the
+# tools' existence matters. The venv provides the pip used to download the sdist.
+$(KENLM_TOOLS): | $(STAMP)
+	bash scripts/system_deps.sh
+	KENLM_PIP_PYTHON=$(PY) bash scripts/build_kenlm.sh
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: setup
+	$(VENV)/bin/dpngram demo
+
+# Every benchmark runs (with no arguments) even if an earlier one fails; the failures are listed.
+bench: setup
+	@shopt -s nullglob; benches=(benchmarks/*_bench.py); failed=(); \
+	if [ $${#benches[@]} -eq 0 ]; then echo "no benchmarks/*_bench.py scripts yet"; exit 0; fi; \
+	for b in "$${benches[@]}"; do echo "== $$b"; $(PY) "$$b" || failed+=("$$b"); done; \
+	if [ $${#failed[@]} -gt 0 ]; then echo "failed benchmarks: $${failed[*]}" >&2; exit 1; fi
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+constraints: $(STAMP)
+	@{ sed -n '/^#/p' $(CONSTRAINTS); \
+	   $(VENV)/bin/uv pip freeze --python $(PY) --exclude-editable | grep -v -i '^dpngram[=@ ]'; \
+	 } > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
+	@echo "re-froze $(CONSTRAINTS): $$(grep -c -v '^#' $(CONSTRAINTS)) pins"
+
+clean:
+	rm -rf $(VENV) .airflow .dpngram demo-output benchmarks/.data .pytest_cache .ruff_cache \
+	       dpngram.egg-info build dist
+	find . -name __pycache__ -type d -prune -not -path './.git/*' -exec rm -rf {} +
