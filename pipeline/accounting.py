@@ -103,7 +103,11 @@ def gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> fl
 
 def compose_gaussian_sigmas(sigmas: Iterable[float]) -> float:
     """Noise of the single Gaussian mechanism equivalent to composing sensitivity-1 Gaussians."""
-    inv = sum(1.0 / (s * s) for s in sigmas)
+    inv = 0.0
+    for s in sigmas:
+        if not s > 0:  # also refuses nan
+            raise ValueError(f"every sigma must be > 0 (got {s!r})")
+        inv += 1.0 / (s * s)
     if inv <= 0:
         raise ValueError("need at least one sigma")
     return 1.0 / math.sqrt(inv)
@@ -174,6 +178,8 @@ class PrivacyEvent:
     def __post_init__(self) -> None:
         if self.mechanism == "gaussian" and not (self.sigma and self.sigma > 0):
             raise ValueError("a gaussian event needs sigma > 0")
+        if not (self.sensitivity > 0 and math.isfinite(self.sensitivity)):
+            raise ValueError(f"a privacy event needs a finite sensitivity > 0 (got {self.sensitivity!r})")
         if self.mechanism == "laplace" and self.epsilon <= 0:
             raise ValueError("a laplace event needs epsilon > 0")
         if self.delta < 0 or self.delta >= 1 or self.epsilon < 0 or self.count < 1:
@@ -273,7 +279,9 @@ def _prv_epsilon(sigma: float | None, laplace: Sequence[PrivacyEvent], delta: fl
         prvs.append(GaussianMechanism(noise_multiplier=sigma))
         counts.append(1)
     for event in laplace:
-        prvs.append(LaplaceMechanism(mu=1.0 / event.epsilon))  # Laplace scale b = 1/eps at sensitivity 1
+        # prv-accountant's ``mu`` is the bound of the privacy-loss variable's support, i.e. the
+        # mechanism's pure epsilon (= sensitivity / scale), NOT the Laplace scale.
+        prvs.append(LaplaceMechanism(mu=event.epsilon))
         counts.append(event.count)
     try:
         accountant = PRVAccountant(

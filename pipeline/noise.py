@@ -31,6 +31,7 @@ is explicitly *not* for DP noise, so that every generator in the code base is cr
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import secrets
 import sys
@@ -123,11 +124,13 @@ class NoiseSource:
 
     def gaussian_on_grid(self, sigma: float, size: int, grid: float) -> np.ndarray:
         """Gaussian noise for released values: ``grid * DiscreteGaussian(sigma / grid)``."""
+        _check_scale("sigma", sigma)
         _check_scale("grid", grid)
         return grid * self.discrete_gaussian(sigma / grid, size).astype(np.float64)
 
     def laplace_on_grid(self, scale: float, size: int, grid: float) -> np.ndarray:
         """Laplace noise for released values: ``grid * DiscreteLaplace(scale / grid)``."""
+        _check_scale("scale", scale)
         _check_scale("grid", grid)
         return grid * self.discrete_laplace(scale / grid, size).astype(np.float64)
 
@@ -174,5 +177,9 @@ def simulation_rng(seed: int | None = None) -> np.random.Generator:
 
 
 def _check_scale(name: str, value: float) -> None:
-    if not (isinstance(value, (int, float, np.floating)) and math.isfinite(value) and value > 0):
+    # numbers.Real covers int, float and numpy's integer and floating scalars; bool is refused
+    # because True/False as a noise scale is always a caller's mistake.
+    if isinstance(value, bool) or not (
+        isinstance(value, numbers.Real) and math.isfinite(value) and value > 0
+    ):
         raise ValueError(f"{name} must be a finite number > 0 (got {value!r})")

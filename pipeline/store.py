@@ -85,6 +85,8 @@ class Warehouse:
                 f"cannot open the warehouse {path}: {str(err).splitlines()[0]} "
                 "(another process may hold it open for writing)"
             ) from None
+        # DuckDB's progress bar writes to stdout (a session-level option); stages report their own.
+        self.con.execute("SET enable_progress_bar = false")
 
     # -- SQL ----------------------------------------------------------------------------------
     def run_sql(self, name: str, params: dict[str, Any] | None = None, **identifiers: str) -> None:
@@ -96,8 +98,8 @@ class Warehouse:
         return self.con.execute(load_sql(name, **identifiers), params or {})
 
     def scalar(self, sql: str, params: dict[str, Any] | list[Any] | None = None) -> Any:
-        row = self.con.execute(sql, params or []).fetchone()
-        return None if row is None else row[0]
+        rows = self.con.execute(sql, params or []).fetchall()  # fetchall: leave no result open
+        return rows[0][0] if rows else None
 
     def table_exists(self, schema: str, table: str) -> bool:
         return bool(
@@ -133,6 +135,7 @@ def write_json_atomic(path: Path, payload: Any) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         json.dump(payload, fh, indent=2, sort_keys=True, default=str)
         fh.write("\n")
+    os.chmod(tmp, 0o644)  # mkstemp creates 0600; releases are read by other users
     os.replace(tmp, path)
 
 
