@@ -1,0 +1,20 @@
+-- Ingest: (re)create the run's private input tables. Re-running ingest starts from scratch, and
+-- ingest_stats (written last) doubles as the "ingest finished" marker, so it is dropped first.
+CREATE OR REPLACE TABLE {schema}.raw_text (
+    user_id  VARCHAR NOT NULL,
+    doc_id   BIGINT  NOT NULL,   -- unique per input record: line/record/row number, or file index
+    text     VARCHAR NOT NULL    -- the text as read (before normalisation)
+);
+CREATE OR REPLACE TABLE {schema}.sentences (
+    user_id  VARCHAR   NOT NULL,
+    doc_id   BIGINT    NOT NULL,
+    sent_id  INTEGER   NOT NULL, -- 0-based sentence index within the document
+    tokens   VARCHAR[] NOT NULL  -- never empty; n-grams never cross a sentence
+);
+CREATE OR REPLACE TABLE {schema}.quarantine (
+    source   VARCHAR NOT NULL,   -- input file (or file inside a text directory)
+    line_no  BIGINT,             -- 1-based line/row where the record starts; NULL for whole files
+    reason   VARCHAR NOT NULL,
+    raw      VARCHAR             -- the offending record, truncated (private: never leaves the schema)
+);
+DROP TABLE IF EXISTS {schema}.ingest_stats;

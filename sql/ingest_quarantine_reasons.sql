@@ -1,0 +1,4 @@
+SELECT reason, count(*) AS n_rows
+FROM {schema}.quarantine
+GROUP BY reason
+ORDER BY reason;

@@ -1,0 +1,1 @@
+SELECT metric, value FROM {schema}.ingest_stats ORDER BY metric;
