@@ -101,6 +101,40 @@ class RunConfig(BaseModel):
         description="With dpne_variant=auto, use the exact variant when |V_k| is at most this.",
     )
 
+    # -- Bayesian trigram distribution (pipeline/bayes.py, Ramadan et al.) --------------------
+    bayes_vocab_size: int = Field(
+        50_000, ge=1, le=5_000_000, title="Bayes: |V| cap",
+        description="Trigram vocabulary V = public trigrams + DPNE-released trigrams, capped at this size by public count.",
+    )
+    bayes_clip_count: int = Field(
+        1, ge=1, le=1000, title="Bayes: C (per-user count clamp)",
+        description="Each user's count of a trigram is clamped to C (the paper uses 1 or 10).",
+    )
+    bayes_max_trigrams: int = Field(
+        64, ge=1, le=100_000, title="Bayes: W (trigrams per user)",
+        description="Each user contributes at most W distinct trigrams (a random subset).",
+    )
+    bayes_S: float | Literal["auto"] = Field(
+        "auto", title="Bayes: S (decay slope)",
+        description="w = min(1, S N / C); a number > 0, or 'auto' to choose it on public data "
+        "(zero privacy cost).",
+    )
+    bayes_rho: float | Literal["auto"] = Field(
+        "auto", title="Bayes: rho (private weight)",
+        description="mu_ps = rho w x + (1 - rho) mu_p; a number in (0, 1), or 'auto' to choose it on "
+        "public data.",
+    )
+    bayes_log_clip: float = Field(
+        4.0, gt=0, le=50, title="Bayes: L (clip on the mean log-count)",
+        description="Public clip on the centring constant mean(log(1 + c)); makes the sensitivity bound "
+        "data-independent.",
+    )
+    bayes_calibration: Literal["global", "brute-force-NOT-DP"] = Field(
+        "global", title="Bayes: noise calibration",
+        description="'global': data-independent sensitivity bound (DP). 'brute-force-NOT-DP': the paper's "
+        "data-dependent brute force, NOT differentially private, for comparison only.",
+    )
+
     # -- engine ------------------------------------------------------------------------------
     memory_limit: str = Field("4GB", title="DuckDB memory limit", description="e.g. 4GB; larger work spills to disk.")
     threads: int | None = Field(None, ge=1, le=256, title="DuckDB threads")
@@ -137,6 +171,20 @@ class RunConfig(BaseModel):
             raise ValueError("every fraction must be in (0, 1]")
         if sum(value.values()) > 1 + 1e-9:
             raise ValueError(f"fractions sum to {sum(value.values()):.4g} > 1")
+        return value
+
+    @field_validator("bayes_S")
+    @classmethod
+    def _bayes_s(cls, value: float | str) -> float | str:
+        if value != "auto" and not (0 < float(value) <= 1e4):
+            raise ValueError("must be 'auto' or a number in (0, 10000]")
+        return value
+
+    @field_validator("bayes_rho")
+    @classmethod
+    def _bayes_rho(cls, value: float | str) -> float | str:
+        if value != "auto" and not (0 < float(value) < 1):
+            raise ValueError("must be 'auto' or a number in (0, 1)")
         return value
 
     @model_validator(mode="after")

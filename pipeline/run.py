@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 import secrets
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +28,11 @@ from pipeline.accounting import Accountant, Ledger, PrivacyEvent
 from pipeline.config import ConfigError, RunConfig
 from pipeline.store import Release, Warehouse, run_schema_name, write_json_atomic
 
-__all__ = ["RunContext", "new_run_id", "prepare", "spend_once", "record_part", "read_parts", "StageResult"]
+__all__ = [
+    "RunContext", "new_run_id", "prepare", "spend_once", "record_part", "read_parts", "StageResult",
+    "run_id_from", "public_summary", "read_timings", "stage_timer", "publish_run", "release_plan",
+    "run_release",
+]
 
 PARTS_DIR = "report.parts"  # per-stage report fragments, merged into report.json by pipeline.report
 
@@ -145,28 +150,34 @@ def spend_once(
             stage_eps, stage_delta = _stage_share(ctx.config, stage)
             earlier = _earlier_sibling_events(ctx, stage)
             summary = _summary(events, stage_delta)
-            if earlier:  # sub-stage (e.g. one DPNE level): charge only the increment of the composition
+            # What the ledger is charged. A sub-stage (e.g. one DPNE level) is charged only the
+            # increment of its parent's composed epsilon, so the ledger sum over the parent's
+            # sub-stages telescopes to the exact composition; the parent's delta is charged once,
+            # by its first sub-stage.
+            parent_total = summary["epsilon"]
+            charged_epsilon, charged_delta = summary["epsilon"], stage_delta if events else 0.0
+            if earlier:
                 before = _summary(earlier, stage_delta)["epsilon"]
-                total = _summary(earlier + list(events), stage_delta)
-                summary = {**summary, "parent_total_epsilon": total["epsilon"],
-                           "incremental_epsilon": total["epsilon"] - before}
+                parent_total = _summary(earlier + list(events), stage_delta)["epsilon"]
+                charged_epsilon, charged_delta = max(0.0, parent_total - before), 0.0
+            summary = {**summary, "parent_total_epsilon": parent_total,
+                       "charged_epsilon": charged_epsilon, "charged_delta": charged_delta}
             fragment = {
                 **result.report,
                 "privacy": {**summary, "budget_epsilon": stage_eps, "budget_delta": stage_delta},
                 "outputs": outputs,
                 "seconds": round(time.perf_counter() - started, 3),
             }
-            if summary["epsilon"] > stage_eps * (1 + 1e-6):
+            if parent_total > stage_eps * (1 + 1e-6):
                 raise RuntimeError(
-                    f"stage {stage} spent epsilon={summary['epsilon']:.6g} > its budget {stage_eps:.6g}; "
+                    f"stage {stage} brings its stage's epsilon to {parent_total:.6g} > its budget {stage_eps:.6g}; "
                     "refusing to commit (this is a bug in the stage's calibration)"
                 )
             write_json_atomic(marker, fragment)
         privacy = fragment["privacy"]
-        charged = privacy.get("incremental_epsilon", privacy["epsilon"])
-        charged_delta = privacy.get("budget_delta", 0.0) if "." not in stage or not privacy.get(
-            "incremental_epsilon") else 0.0
-        Ledger(wh.con).record(ctx.config.dataset, ctx.run_id, stage, charged, charged_delta, events)
+        Ledger(wh.con).record(
+            ctx.config.dataset, ctx.run_id, stage, privacy["charged_epsilon"], privacy["charged_delta"], events
+        )
     return {"stage": stage, "reused": reused, "epsilon": privacy["epsilon"], "outputs": outputs}
 
 
@@ -189,3 +200,127 @@ def _earlier_sibling_events(ctx: RunContext, stage: str) -> list[PrivacyEvent]:
         if name != stage and name.split(".", 1)[0] == parent and "privacy" in fragment:
             events.extend(PrivacyEvent(**e) for e in fragment["privacy"].get("events", []))
     return events
+
+
+# ----------------------------------------------------------------------------------------------
+# Orchestration helpers shared by the CLI and the Airflow DAG (appended; see pipeline/cli.py and
+# dags/dpngram_release.py)
+# ----------------------------------------------------------------------------------------------
+TIMINGS_DIR = "report.timings"  # wall-clock seconds per stage, merged into report.json
+
+#: Keys of a stage's return value that may go to logs and Airflow XCom: identifiers, paths, row
+#: counts of released tables and epsilon/delta. Anything else a stage returns is dropped.
+PUBLIC_SUMMARY_KEYS = ("stage", "k", "method", "run_id", "released_rows", "epsilon", "delta", "paths",
+                       "outputs", "skipped", "reused", "ok", "success", "path")
+
+
+def run_id_from(external_id: str) -> str:
+    """A run id usable as a directory and schema name from an external id (e.g. Airflow's
+    ``manual__2026-01-01T00:00:00+00:00`` -> ``manual__2026-01-01T00_00_00_00_00``)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.\-]", "_", external_id).strip("._-")[:128]
+    if not cleaned:
+        raise ConfigError(f"run_id: cannot derive a run id from {external_id!r}")
+    return cleaned
+
+
+def public_summary(result: dict[str, Any] | None) -> dict[str, Any]:
+    """The part of a stage's return value that is safe for XCom/logs (:data:`PUBLIC_SUMMARY_KEYS`)."""
+    return {k: v for k, v in (result or {}).items() if k in PUBLIC_SUMMARY_KEYS}
+
+
+def read_timings(ctx: RunContext) -> dict[str, float]:
+    timings_dir = ctx.release.root / TIMINGS_DIR
+    if not timings_dir.is_dir():
+        return {}
+    out = {}
+    for path in sorted(timings_dir.glob("*.json"), key=lambda p: p.stat().st_mtime):
+        out[path.stem] = float(json.loads(path.read_text(encoding="utf-8"))["seconds"])
+    return out
+
+
+@contextmanager
+def stage_timer(ctx: RunContext, stage: str) -> Iterator[None]:
+    """Record the wall-clock time of a stage in the staged release (only when it succeeds)."""
+    started = time.perf_counter()
+    yield
+    write_json_atomic(ctx.release.path(TIMINGS_DIR, f"{stage}.json"),
+                      {"seconds": round(time.perf_counter() - started, 3)})
+
+
+def publish_run(ctx: RunContext) -> Path:
+    """Publish the staged release (atomic rename, then swap ``OUT/latest``).
+
+    Refused unless the run passed validation (report part 'validation' with success) and its
+    report was written: a run that failed anywhere before stays staged and unpublished, and
+    ``latest`` keeps pointing at the previous release."""
+    release = ctx.release
+    if release.published:
+        return release.publish()  # idempotent: a retried publish re-points latest
+    validation = read_parts(ctx).get("validation")
+    if not validation or validation.get("success") is not True:
+        raise RuntimeError(
+            f"run {ctx.run_id} has not passed validation; refusing to publish (staged in {release.staging})"
+        )
+    if not (release.staging / "report.json").is_file():
+        raise RuntimeError(f"run {ctx.run_id} has no report.json; write the report before publishing")
+    return release.publish()
+
+
+StageFn = Callable[[RunContext], dict[str, Any]]
+
+
+def release_plan(config: RunConfig, baseline: str | None = None, baseline_k: int | None = None,
+                 ingest_progress: Callable[[int], None] | None = None) -> list[tuple[str, StageFn]]:
+    """The stages of a full release, in order, after :func:`prepare` (the same order as the
+    Airflow DAG's tasks): ingest, vocabulary, DPNE levels 2..T, merge, validate, report.
+    With ``baseline`` ('dpsu-all' | 'dpsu-even' | 'dpsu-single'), one DPSU baseline replaces the
+    vocabulary and the levels (DPNE §3.1.2)."""
+    from pipeline import dpne, dpsu, ingest, report, validate
+
+    plan: list[tuple[str, StageFn]] = [("ingest", lambda ctx: ingest.run_ingest(ctx, ingest_progress))]
+    if baseline is None:
+        plan.append(("vocabulary", dpsu.run_vocabulary))
+        for k in range(2, config.max_n + 1):
+            plan.append((f"dpne_level_{k}", lambda ctx, k=k: dpne.run_level(ctx, k)))
+        if config.max_n >= 2:
+            plan.append(("kgrams", dpne.finalize_kgrams))
+    else:
+        plan.append((f"baseline_{baseline}", lambda ctx: dpne.run_baseline(ctx, baseline, baseline_k)))
+    if "bayes" in config.stage_budget:
+        from pipeline import bayes
+
+        plan.append(("bayes", bayes.run_bayes))
+    plan.append(("validate", validate.validate_run))
+    plan.append(("report", lambda ctx: {"path": str(report.write_report(ctx))}))
+    return plan
+
+
+def run_release(
+    config: RunConfig,
+    *,
+    baseline: str | None = None,
+    baseline_k: int | None = None,
+    on_stage: Callable[[str, str, dict[str, Any]], None] | None = None,
+    ingest_progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Run a whole release in this process: prepare, every stage of :func:`release_plan`, publish.
+
+    ``on_stage(name, event, summary)`` is called with event 'start' and 'done' (summary: the
+    stage's :func:`public_summary`). Any exception propagates; nothing is published unless every
+    stage (including validation) succeeded. Returns run_id, the release path and the summaries."""
+    config = prepare(config)
+    ctx = RunContext(config)
+    summaries: dict[str, dict[str, Any]] = {}
+    for name, fn in release_plan(config, baseline, baseline_k, ingest_progress):
+        if on_stage:
+            on_stage(name, "start", {})
+        with stage_timer(ctx, name):
+            summaries[name] = public_summary(fn(ctx))
+        if on_stage:
+            on_stage(name, "done", summaries[name])
+    if on_stage:
+        on_stage("publish", "start", {})
+    path = publish_run(ctx)
+    if on_stage:
+        on_stage("publish", "done", {"path": str(path)})
+    return {"run_id": ctx.run_id, "release": str(path), "stages": summaries}

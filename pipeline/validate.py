@@ -1,0 +1,587 @@
+"""Great Expectations (GX 1.x) validation of a run: private ingest tables and every released table.
+
+Suites are defined in code and registered by name in :data:`SUITES` (:func:`register_suite`), so a
+later stage adds its own suite next to its code without touching this module's runner. A suite
+turns the run into one or more :class:`Batch` es: a pandas frame plus the expectations to check on
+it. Two kinds of frames keep memory bounded however large the tables are:
+
+* a bounded random sample (at most 200,000 rows, ``sql/validate_sample.sql``) for row-level
+  expectations (non-null, lengths, ranges, exact column set);
+* a one-row frame of whole-table violation counts computed in DuckDB SQL
+  (``sql/validate_*_aggregates.sql``), validated as ``count == 0`` expectations. Downward closure
+  of the DPNE output (DPNE paper §2, pruning with valid k-grams), token counts, vocabulary
+  membership and uniqueness are checked this way over the whole table.
+
+PRIVACY. Suites on the run's private tables (``private=True``; the ingest suite) are validated
+with ``result_format="BOOLEAN_ONLY"``: their results, ``validation/results.json`` and the
+published Data Docs hold pass/fail only, never a sampled value or a count of the private input;
+their aggregate frame holds 0/1 violation flags, not counts. The GX batch fingerprint (an MD5 of the
+validated frame) is removed from every stored result before Data Docs are built. Suites on
+released tables (public data) use ``SUMMARY``.
+
+GX notes (measured on the project machines): ``import great_expectations`` takes ~6 s, so it is
+imported inside :func:`validate_run`; an ephemeral context is used; only pandas frames are
+validated (polars frames are not accepted; the GX SQL datasource fails on DuckDB); Data Docs are
+built in GX's temp directory and copied into ``validation/data_docs/`` of the release.
+
+A failed expectation raises :class:`ValidationFailed` after the results and Data Docs are written
+to the staged release, so the run is inspectable but never published
+(:func:`pipeline.run.publish_run` refuses a run whose 'validation' part did not pass).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+
+from pipeline.run import RunContext, read_parts, record_part
+from pipeline.store import load_sql, write_json_atomic
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pipeline.store import Warehouse
+
+__all__ = [
+    "Expect",
+    "Batch",
+    "Suite",
+    "Sources",
+    "SUITES",
+    "ValidationFailed",
+    "register_suite",
+    "validate_run",
+    "VOCABULARY_PATH",
+    "KGRAMS_PATH",
+    "RESULTS_PATH",
+    "DATA_DOCS_DIR",
+]
+
+log = logging.getLogger(__name__)
+
+VOCABULARY_PATH = "released/vocabulary.parquet"
+KGRAMS_PATH = "released/kgrams.parquet"
+RESULTS_PATH = "validation/results.json"
+DATA_DOCS_DIR = "validation/data_docs"
+PART = "validation"
+
+_PRIVATE_FORMAT = "BOOLEAN_ONLY"
+_PUBLIC_FORMAT = "SUMMARY"
+
+
+class ValidationFailed(RuntimeError):
+    """At least one expectation failed. ``str()``: a header line, then one line per failure
+    (``suite: expectation on column``); ``failures`` holds the same lines."""
+
+    def __init__(self, failures: list[str]) -> None:
+        self.failures = list(failures)
+        header = f"validation failed ({len(failures)} expectation(s)); the release was not published:"
+        super().__init__("\n".join([header, *(f"  - {line}" for line in failures)]))
+
+
+@dataclass(frozen=True)
+class Expect:
+    """One expectation: a GX 1.x expectation class name and its keyword arguments."""
+
+    type: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def snake_name(self) -> str:
+        return re.sub(r"(?<!^)(?=[A-Z])", "_", self.type).lower()
+
+
+def zero(column: str) -> Expect:
+    """The one-row aggregate frame's ``column`` (a violation count or flag) must be 0."""
+    return Expect("ExpectColumnValuesToBeBetween", {"column": column, "min_value": 0, "max_value": 0})
+
+
+@dataclass
+class Batch:
+    """A frame to validate under the GX suite ``suite`` (e.g. ``released.kgrams.rows``).
+
+    ``problem`` marks a batch that could not be built (missing file, missing column): it is
+    reported as a failure without running GX."""
+
+    suite: str
+    frame: pd.DataFrame | None
+    expectations: list[Expect]
+    private: bool
+    problem: str | None = None
+
+
+class Sources:
+    """What suites read: the run's private schema (read-only warehouse connection, opened on
+    first use) and the released parquet files (views ``released_<name>`` in an in-memory DuckDB)."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self._warehouse: Warehouse | None = None
+        self._warehouse_cm: Any = None
+        self.public = duckdb.connect(":memory:")
+
+    @property
+    def warehouse(self) -> Warehouse:
+        if self._warehouse is None:
+            self._warehouse_cm = self.ctx.warehouse(read_only=True)
+            self._warehouse = self._warehouse_cm.__enter__()
+        return self._warehouse
+
+    def released(self, relative: str) -> Path:
+        return self.ctx.release.root / relative
+
+    def released_view(self, name: str, relative: str) -> str | None:
+        """Create view ``released_<name>`` over a released parquet file; None if it is missing."""
+        path = self.released(relative)
+        if not path.is_file():
+            return None
+        view = f"released_{name}"
+        self.public.read_parquet(str(path)).create_view(view, replace=True)
+        return view
+
+    def columns(self, view: str) -> list[str]:
+        return [d[0] for d in self.public.execute(f"SELECT * FROM {view} LIMIT 0").description]
+
+    def close(self) -> None:
+        if self._warehouse_cm is not None:
+            self._warehouse_cm.__exit__(None, None, None)
+        self.public.close()
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A named group of batches. ``applies(ctx)`` says whether the run produced what it checks."""
+
+    name: str
+    private: bool
+    applies: Callable[[RunContext], bool]
+    batches: Callable[[Sources], list[Batch]]
+
+
+#: Registry of every suite, by name, in registration order.
+SUITES: dict[str, Suite] = {}
+
+
+def register_suite(
+    name: str, *, private: bool, applies: Callable[[RunContext], bool]
+) -> Callable[[Callable[[Sources], list[Batch]]], Callable[[Sources], list[Batch]]]:
+    """Decorator: register ``fn(sources) -> list[Batch]`` as suite ``name``.
+
+    ``private=True`` for suites reading the run's private tables (validated BOOLEAN_ONLY)."""
+
+    def wrap(fn: Callable[[Sources], list[Batch]]) -> Callable[[Sources], list[Batch]]:
+        SUITES[name] = Suite(name, private, applies, fn)
+        return fn
+
+    return wrap
+
+
+def _released_or_promised(relative: str) -> Callable[[RunContext], bool]:
+    """A released-table suite applies when the file exists or some stage lists it as an output
+    (then a missing file is a failure)."""
+
+    def applies(ctx: RunContext) -> bool:
+        if (ctx.release.root / relative).is_file():
+            return True
+        return any(relative in (part.get("outputs") or []) for part in read_parts(ctx).values())
+
+    return applies
+
+
+def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | None = None) -> pd.DataFrame:
+    return con.execute(sql, params or {}).df()
+
+
+# ----------------------------------------------------------------------------------------------
+# Suites
+# ----------------------------------------------------------------------------------------------
+def _ingest_done(ctx: RunContext) -> bool:
+    return "ingest" in read_parts(ctx)
+
+
+@register_suite("ingest", private=True, applies=_ingest_done)
+def ingest_suite(src: Sources) -> list[Batch]:
+    """Private ingest tables: sampled row checks on ``tokens`` and whole-table consistency flags
+    (read = loaded + quarantined; every document has a sentence, every sentence a document; no
+    empty sentence or blank user id). PRIVATE: BOOLEAN_ONLY results."""
+    wh = src.warehouse
+    schema = src.ctx.schema
+    missing = [
+        t for t in ("sentences", "raw_text", "quarantine", "ingest_stats") if not wh.table_exists(schema, t)
+    ]
+    if missing:
+        return [Batch("ingest", None, [], True, problem=f"private tables missing: {', '.join(missing)}")]
+    sample = _frame(wh.con, load_sql("validate_ingest_sample", schema=schema))
+    aggregates = _frame(wh.con, load_sql("validate_ingest_aggregates", schema=schema))
+    rows = [
+        Expect(
+            "ExpectTableColumnsToMatchSet", {"column_set": ["user_id", "token", "pos"], "exact_match": True}
+        ),
+        Expect("ExpectColumnValuesToNotBeNull", {"column": "user_id"}),
+        Expect("ExpectColumnValueLengthsToBeBetween", {"column": "user_id", "min_value": 1}),
+        Expect("ExpectColumnValuesToNotBeNull", {"column": "token"}),
+        Expect("ExpectColumnValueLengthsToBeBetween", {"column": "token", "min_value": 1}),
+        Expect("ExpectColumnValuesToNotMatchRegex", {"column": "token", "regex": r"\s"}),
+        Expect("ExpectColumnValuesToNotBeNull", {"column": "pos"}),
+        Expect("ExpectColumnValuesToBeBetween", {"column": "pos", "min_value": 0}),
+    ]
+    return [
+        Batch("ingest.tokens_sample", sample, rows, True),
+        Batch("ingest.consistency", aggregates, [zero(c) for c in aggregates.columns], True),
+    ]
+
+
+@register_suite("released.vocabulary", private=False, applies=_released_or_promised(VOCABULARY_PATH))
+def vocabulary_suite(src: Sources) -> list[Batch]:
+    """Released vocabulary S_1: exactly one column ``token``; tokens non-null, non-empty,
+    without whitespace (k-grams are space-joined) and unique."""
+    view = src.released_view("vocabulary", VOCABULARY_PATH)
+    if view is None:
+        return [Batch("released.vocabulary", None, [], False, problem=f"{VOCABULARY_PATH} is missing")]
+    rows = [
+        Expect("ExpectTableColumnsToMatchSet", {"column_set": ["token"], "exact_match": True}),
+        Expect("ExpectColumnValuesToNotBeNull", {"column": "token"}),
+        Expect("ExpectColumnValueLengthsToBeBetween", {"column": "token", "min_value": 1}),
+        Expect("ExpectColumnValuesToNotMatchRegex", {"column": "token", "regex": r"\s"}),
+        Expect("ExpectColumnValuesToBeUnique", {"column": "token"}),
+    ]
+    batches = [
+        Batch(
+            "released.vocabulary.rows",
+            _frame(src.public, load_sql("validate_sample", source=view)),
+            rows,
+            False,
+        )
+    ]
+    if "token" in src.columns(view):
+        aggregates = _frame(src.public, load_sql("validate_vocabulary_aggregates"))
+        batches.append(
+            Batch("released.vocabulary.table", aggregates, [zero(c) for c in aggregates.columns], False)
+        )
+    return batches
+
+
+def _kgrams_expected(ctx: RunContext) -> bool:
+    """k-grams are expected once any DPNE level k >= 2 ran (or the merged file exists)."""
+    if (ctx.release.root / KGRAMS_PATH).is_file():
+        return True
+    return any(re.fullmatch(r"dpne\.k\d+", name) and name != "dpne.k1" for name in read_parts(ctx))
+
+
+@register_suite("released.kgrams", private=False, applies=_kgrams_expected)
+def kgrams_suite(src: Sources) -> list[Batch]:
+    """Released k-grams (DPNE levels k = 2..T): exactly the columns ``k`` (integer in 2..T) and
+    ``ngram`` (k tokens joined by single spaces); ngrams unique; every token in the vocabulary;
+    downward closed under the run's pruning rule (DPNE §2: both (k-1)-subgrams, or the prefix for
+    single-side pruning, released at level k-1)."""
+    config = src.ctx.config
+    view = src.released_view("kgrams", KGRAMS_PATH)
+    if view is None:
+        return [Batch("released.kgrams", None, [], False, problem=f"{KGRAMS_PATH} is missing")]
+    rows = [
+        Expect("ExpectTableColumnsToMatchSet", {"column_set": ["k", "ngram"], "exact_match": True}),
+        Expect("ExpectColumnValuesToNotBeNull", {"column": "k"}),
+        Expect(
+            "ExpectColumnValuesToBeInTypeList",
+            {
+                "column": "k",
+                "type_list": ["int8", "int16", "int32", "int64", "Int8", "Int16", "Int32", "Int64"],
+            },
+        ),
+        Expect("ExpectColumnValuesToBeBetween", {"column": "k", "min_value": 2, "max_value": config.max_n}),
+        Expect("ExpectColumnValuesToNotBeNull", {"column": "ngram"}),
+        Expect("ExpectColumnValuesToBeUnique", {"column": "ngram"}),
+    ]
+    batches = [
+        Batch(
+            "released.kgrams.rows", _frame(src.public, load_sql("validate_sample", source=view)), rows, False
+        )
+    ]
+    columns = set(src.columns(view))
+    if {"k", "ngram"} <= columns:
+        vocab = src.released_view("vocabulary", VOCABULARY_PATH)
+        if vocab is None:
+            batches.append(
+                Batch(
+                    "released.kgrams.table",
+                    None,
+                    [],
+                    False,
+                    problem=f"{VOCABULARY_PATH} is missing (needed for closure checks)",
+                )
+            )
+        else:
+            aggregates = _frame(
+                src.public, load_sql("validate_kgrams_aggregates"), {"both_sides": config.pruning == "both"}
+            )
+            batches.append(
+                Batch("released.kgrams.table", aggregates, [zero(c) for c in aggregates.columns], False)
+            )
+    return batches
+
+
+TRIGRAM_DIST_PATH = "released/trigram_dist.parquet"
+
+
+@register_suite("released.trigram_dist", private=False, applies=_released_or_promised(TRIGRAM_DIST_PATH))
+def trigram_dist_suite(src: Sources) -> list[Batch]:
+    """Released Bayesian trigram distribution (pipeline/bayes.py): exactly the columns w1, w2, w3,
+    prob; no nulls; prob in [0, 1] summing to 1 (within 1e-6); unique trigrams; every token in the
+    released vocabulary or a marker (<s> first, </s> last, <unk>)."""
+    view = src.released_view("trigram_dist", TRIGRAM_DIST_PATH)
+    if view is None:
+        return [Batch("released.trigram_dist", None, [], False, problem=f"{TRIGRAM_DIST_PATH} is missing")]
+    rows = [
+        Expect(
+            "ExpectTableColumnsToMatchSet", {"column_set": ["w1", "w2", "w3", "prob"], "exact_match": True}
+        ),
+        *(Expect("ExpectColumnValuesToNotBeNull", {"column": c}) for c in ("w1", "w2", "w3", "prob")),
+        Expect("ExpectColumnValuesToBeBetween", {"column": "prob", "min_value": 0, "max_value": 1}),
+    ]
+    batches = [
+        Batch(
+            "released.trigram_dist.rows",
+            _frame(src.public, load_sql("validate_sample", source=view)),
+            rows,
+            False,
+        )
+    ]
+    if {"w1", "w2", "w3", "prob"} <= set(src.columns(view)):
+        if src.released_view("vocabulary", VOCABULARY_PATH) is None:
+            batches.append(Batch("released.trigram_dist.table", None, [], False,
+                                 problem=f"{VOCABULARY_PATH} is missing (needed for the token check)"))
+        else:
+            aggregates = _frame(src.public, load_sql("bayes_validate_aggregates"), {"sum_tolerance": 1e-6})
+            batches.append(
+                Batch("released.trigram_dist.table", aggregates, [zero(c) for c in aggregates.columns], False)
+            )
+    return batches
+
+
+def _baseline_files(ctx: RunContext) -> list[Path]:
+    return sorted((ctx.release.root / "released").glob("baseline_*.parquet"))
+
+
+@register_suite("released.baselines", private=False, applies=lambda ctx: bool(_baseline_files(ctx)))
+def baseline_suite(src: Sources) -> list[Batch]:
+    """Released DPSU baselines (DPNE §3.1.2; ``released/baseline_<method>.parquet``): exactly the
+    columns ``k`` (1..T) and ``ngram`` (k space-joined tokens), unique. Not downward closed."""
+    config = src.ctx.config
+    batches = []
+    for path in _baseline_files(src.ctx):
+        name = path.stem  # baseline_<method>
+        view = src.released_view(
+            re.sub(r"[^A-Za-z0-9_]", "_", name), path.relative_to(src.ctx.release.root).as_posix()
+        )
+        assert view is not None
+        rows = [
+            Expect("ExpectTableColumnsToMatchSet", {"column_set": ["k", "ngram"], "exact_match": True}),
+            Expect("ExpectColumnValuesToNotBeNull", {"column": "k"}),
+            Expect(
+                "ExpectColumnValuesToBeBetween", {"column": "k", "min_value": 1, "max_value": config.max_n}
+            ),
+            Expect("ExpectColumnValuesToNotBeNull", {"column": "ngram"}),
+            Expect("ExpectColumnValuesToBeUnique", {"column": "ngram"}),
+        ]
+        suite = f"released.{name}"
+        batches.append(
+            Batch(f"{suite}.rows", _frame(src.public, load_sql("validate_sample", source=view)), rows, False)
+        )
+        if {"k", "ngram"} <= set(src.columns(view)):
+            aggregates = _frame(src.public, load_sql("validate_baseline_aggregates", source=view))
+            batches.append(Batch(f"{suite}.table", aggregates, [zero(c) for c in aggregates.columns], False))
+    return batches
+
+
+# ----------------------------------------------------------------------------------------------
+# Runner
+# ----------------------------------------------------------------------------------------------
+def validate_run(ctx: RunContext, suites: list[str] | None = None) -> dict[str, Any]:
+    """Run every applicable registered suite (or the named ``suites``) on the run.
+
+    Writes ``validation/results.json`` and ``validation/data_docs/`` into the staged release,
+    records report part 'validation', and raises :class:`ValidationFailed` if any expectation
+    failed. Returns the part (suite names, pass/fail, counts of expectations; no data values)."""
+    started = time.perf_counter()
+    names = list(SUITES) if suites is None else suites
+    unknown = [n for n in names if n not in SUITES]
+    if unknown:
+        raise ValueError(f"unknown validation suite(s) {unknown}; known: {list(SUITES)}")
+    chosen = [SUITES[n] for n in names if SUITES[n].applies(ctx)]
+    if not chosen:
+        raise ValidationFailed([f"no validation suite applies to run {ctx.run_id} (nothing was released?)"])
+
+    sources = Sources(ctx)
+    try:
+        batches = [batch for suite in chosen for batch in suite.batches(sources)]
+    finally:
+        sources.close()
+
+    with _gx_context() as (gx, context, docs_dir):
+        results = [_run_batch(gx, context, batch) for batch in batches]
+        _scrub_fingerprints(context)
+        context.build_data_docs()
+        target = ctx.release.path(DATA_DOCS_DIR)
+        _replace_tree(docs_dir, target)
+
+    failures = [f"{r['suite']}: {line}" for r in results for line in r["failures"]]
+    write_json_atomic(ctx.release.path(RESULTS_PATH), {"success": not failures, "suites": results})
+    part = {
+        "success": not failures,
+        "suites": [
+            {k: r[k] for k in ("suite", "private", "success", "evaluated", "failed", "failures")}
+            for r in results
+        ],
+        "suites_run": [s.name for s in chosen],
+        "results": RESULTS_PATH,
+        "data_docs": f"{DATA_DOCS_DIR}/index.html",
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    record_part(ctx, PART, part)
+    if failures:
+        raise ValidationFailed(failures)
+    return part
+
+
+@contextmanager
+def _gx_context() -> Iterator[tuple[Any, Any, Path]]:
+    """An ephemeral GX context with progress bars off; yields (gx module, context, docs dir)."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import great_expectations as gx
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        # GX sets this module's logger to INFO on import; its only INFO line names a temp dir.
+        logging.getLogger("great_expectations.data_context.types.base").setLevel(logging.WARNING)
+        context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+    docs_dir = Path(context.variables.data_docs_sites["local_site"]["store_backend"]["base_directory"])
+    try:
+        yield gx, context, docs_dir
+    finally:
+        if docs_dir.is_dir() and docs_dir.is_relative_to(tempfile.gettempdir()):
+            shutil.rmtree(docs_dir, ignore_errors=True)
+
+
+def _run_batch(gx: Any, context: Any, batch: Batch) -> dict[str, Any]:
+    """Validate one batch; a dict with per-expectation results and one line per failure."""
+    out: dict[str, Any] = {"suite": batch.suite, "private": batch.private}
+    if batch.problem is not None:
+        return {
+            **out,
+            "success": False,
+            "evaluated": 0,
+            "failed": 1,
+            "failures": [batch.problem],
+            "expectations": [],
+        }
+    assert batch.frame is not None
+    source = context.data_sources.add_or_update_pandas(name=f"dpngram.{batch.suite}")
+    asset = source.add_dataframe_asset(name=batch.suite)
+    definition = asset.add_batch_definition_whole_dataframe(name="whole")
+    suite = context.suites.add(gx.ExpectationSuite(name=batch.suite))
+    for expect in batch.expectations:
+        suite.add_expectation(getattr(gx.expectations, expect.type)(**expect.kwargs))
+    validation = context.validation_definitions.add(
+        gx.ValidationDefinition(name=batch.suite, data=definition, suite=suite)
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = validation.run(
+            batch_parameters={"dataframe": batch.frame},
+            result_format=_PRIVATE_FORMAT if batch.private else _PUBLIC_FORMAT,
+        )
+    expectations, failures = [], []
+    for item in result.results:
+        kwargs = {k: v for k, v in item.expectation_config.kwargs.items() if k != "batch_id"}
+        entry: dict[str, Any] = {
+            "expectation": item.expectation_config.type,
+            "kwargs": kwargs,
+            "success": bool(item.success),
+        }
+        if not batch.private:
+            entry["result"] = _jsonable(item.result)
+        if item.exception_info and item.exception_info.get("raised_exception"):
+            entry["error"] = "the expectation raised an error (see Data Docs)"
+        expectations.append(entry)
+        if not item.success:
+            failures.append(_describe(item.expectation_config.type, kwargs))
+    return {
+        **out,
+        "success": bool(result.success),
+        "evaluated": len(expectations),
+        "failed": len(failures),
+        "failures": failures,
+        "expectations": expectations,
+    }
+
+
+def _describe(expectation: str, kwargs: dict[str, Any]) -> str:
+    """``expect_x on column c (bounds)``: names only, no data values."""
+    where = kwargs.get("column") or kwargs.get("column_list") or kwargs.get("column_set")
+    text = expectation
+    if where is not None:
+        text += f" on {'column' if 'column' in kwargs else 'columns'} {where}"
+    bounds = {k: _plain(kwargs[k]) for k in ("min_value", "max_value") if kwargs.get(k) is not None}
+    if "min_value" in bounds and bounds.get("min_value") == bounds.get("max_value"):
+        text += f" (expected {bounds['min_value']})"
+    elif bounds:
+        text += " (" + ", ".join(f"{k}={v}" for k, v in bounds.items()) + ")"
+    return text
+
+
+def _plain(value: Any) -> Any:
+    """GX stores bounds as floats: show 0.0 as 0."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _scrub_fingerprints(context: Any) -> None:
+    """Drop the batch fingerprint (an MD5 of the validated frame) from every stored result, so
+    Data Docs carry nothing computed from private rows."""
+    store = context.validation_results_store
+    for key in store.list_keys():
+        stored = store.get(key)
+        markers = stored.meta.get("batch_markers") or {}
+        if "pandas_data_fingerprint" in markers:
+            markers.pop("pandas_data_fingerprint")
+            store.set(key, stored)
+
+
+def _replace_tree(source: Path, target: Path) -> None:
+    """Copy ``source`` to ``target`` via a sibling temp dir and renames (never half a tree)."""
+    tmp = target.with_name(f".{target.name}.partial")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    shutil.copytree(source, tmp)
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(tmp, target)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, bool)) or value is None:
+        return value
+    if isinstance(value, float):
+        return value if value == value else None  # NaN -> null
+    try:
+        return value.item()  # numpy scalars
+    except AttributeError:
+        return str(value)

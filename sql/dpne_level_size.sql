@@ -1,0 +1,2 @@
+-- |S_k| (a released, DP count).
+SELECT count(*) FROM {schema}.{level}

@@ -1,0 +1,19 @@
+-- Level-1 occurrences: one row per token position whose token is in S_1. Tokens outside S_1 have
+-- no row, so they break n-grams. loc = sentence_no * $sentence_stride + position: consecutive
+-- inside a sentence, with a gap between sentences, so "next position" is the single-column join
+-- loc + 1 and an n-gram can never cross a sentence boundary. Positions at or beyond the stride
+-- (sentences longer than $sentence_stride - 1 tokens) are dropped.
+CREATE OR REPLACE TABLE {schema}.{target} AS
+WITH numbered AS (
+    SELECT u.uid, s.tokens, row_number() OVER () AS sentence_no
+    FROM {schema}.sentences AS s
+    JOIN {schema}.{users} AS u ON u.user_id = s.user_id
+),
+positions AS (
+    SELECT uid, sentence_no, tokens, unnest(generate_series(1, len(tokens))) AS pos
+    FROM numbered
+)
+SELECT p.uid, p.sentence_no * $sentence_stride + p.pos AS loc, v.gid
+FROM positions AS p
+JOIN {schema}.{vocabulary} AS v ON v.ngram = p.tokens[p.pos]
+WHERE p.pos < $sentence_stride

@@ -1,0 +1,9 @@
+-- DPSU input for the vocabulary (DPNE Alg. 1 line 1; supplement Alg. 5): one row per
+-- (user, distinct token). Tokens never cross sentences; NULL tokens are ignored.
+CREATE OR REPLACE VIEW {schema}.{target} AS
+SELECT DISTINCT user_id, token AS item
+FROM (
+    SELECT user_id, unnest(tokens) AS token
+    FROM {schema}.sentences
+) AS sentence_tokens
+WHERE token IS NOT NULL AND user_id IS NOT NULL

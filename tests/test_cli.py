@@ -1,0 +1,316 @@
+"""The dpngram command line: a whole run end to end, errors as one line, the ledger, budgets."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.cli import build_parser, config_from_args, main
+from pipeline.config import RunConfig
+from pipeline.run import run_id_from
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "zyzzyvaquux"
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory) -> dict[str, Path]:
+    from pipeline.sample import write_sample
+
+    return write_sample(tmp_path_factory.mktemp("sample"), n_users=200, seed=7, public_sentences=200)
+
+
+@pytest.fixture(scope="module")
+def finished_run(sample, tmp_path_factory):
+    """One `dpngram run --json` (T = 2) shared by the tests that inspect its results."""
+    base = tmp_path_factory.mktemp("run")
+    args = [
+        "run",
+        "--input",
+        str(sample["users"]),
+        "--out",
+        str(base / "out"),
+        "--warehouse",
+        str(base / "wh.duckdb"),
+        "--dataset",
+        "clitest",
+        "--max-n",
+        "2",
+        "--epsilon",
+        "2",
+        "--lifetime-epsilon",
+        "3",
+        "--run-id",
+        "first",
+        "--json",
+        "--quiet",
+    ]
+    return base, args
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def first_result(finished_run):
+    base, args = finished_run
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=600
+    )
+    return base, proc
+
+
+def test_run_end_to_end_publishes_a_release(first_result):
+    base, proc = first_result
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout)
+    release = Path(summary["release"])
+    assert release == (base / "out" / "runs" / "first").resolve()
+    assert (base / "out" / "latest").resolve() == release
+    for name in (
+        "report.json",
+        "report.html",
+        "released/vocabulary.parquet",
+        "released/kgrams.parquet",
+        "validation/results.json",
+        "validation/data_docs/index.html",
+    ):
+        assert (release / name).is_file(), name
+    report = json.loads((release / "report.json").read_text())
+    assert summary["epsilon_total"] == pytest.approx(report["privacy"]["total"]["epsilon"])
+    assert summary["epsilon_total"] <= 2.0 * (1 + 1e-6)
+    assert summary["validation_passed"] is True
+    assert set(summary["ngrams_per_k"]) <= {"1", "2"}
+    assert summary["ngrams_per_k"] == report["released"]["ngrams_per_k"]
+    assert "Traceback" not in proc.stderr
+
+
+def test_ledger_shows_the_runs_spend(first_result, capsys):
+    base, proc = first_result
+    assert proc.returncode == 0
+    code, out, _ = run_cli(
+        capsys, "ledger", "--dataset", "clitest", "--warehouse", str(base / "wh.duckdb"), "--json"
+    )
+    assert code == 0
+    history = json.loads(out)
+    assert {e["run_id"] for e in history["entries"]} == {"first"}
+    report = json.loads((base / "out" / "runs" / "first" / "report.json").read_text())
+    assert history["total"]["epsilon"] == pytest.approx(report["privacy"]["total"]["epsilon"], rel=1e-9)
+    code, out, _ = run_cli(capsys, "ledger", "--dataset", "clitest", "--warehouse", str(base / "wh.duckdb"))
+    assert code == 0 and "first" in out and "total" in out
+
+
+def test_second_run_over_the_lifetime_budget_is_refused_before_ingest(first_result, sample, capsys):
+    base, proc = first_result
+    assert proc.returncode == 0
+    code, out, err = run_cli(
+        capsys,
+        "run",
+        "--input",
+        str(sample["users"]),
+        "--out",
+        str(base / "out"),
+        "--warehouse",
+        str(base / "wh.duckdb"),
+        "--dataset",
+        "clitest",
+        "--max-n",
+        "2",
+        "--epsilon",
+        "2",
+        "--lifetime-epsilon",
+        "3",
+        "--run-id",
+        "second",
+        "--quiet",
+    )
+    assert code == 2
+    assert err.startswith("dpngram: error: ") and "lifetime" in err and len(err.strip().splitlines()) == 1
+    assert not (base / "out" / "runs" / "second.staging").exists()  # refused before anything was staged
+    assert (base / "out" / "latest").resolve().name == "first"
+
+
+def test_missing_input_is_one_line_exit_2_without_traceback(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.cli",
+            "run",
+            "--input",
+            str(tmp_path / "nope.jsonl"),
+            "--out",
+            str(tmp_path / "out"),
+            "--warehouse",
+            str(tmp_path / "wh.duckdb"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines == [f"dpngram: error: input {tmp_path / 'nope.jsonl'} does not exist"]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "field"),
+    [
+        ("--epsilon", "-1", "epsilon"),
+        ("--delta", "1.5", "delta"),
+        ("--eta", "1", "eta"),
+        ("--max-contribution", "0", "max_contribution"),
+        ("--stage-budget", "dpne=0.8,bayes=0.5", "stage_budget"),
+    ],
+)
+def test_bad_parameter_names_the_field(tmp_path, capsys, flag, value, field):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"user_id": "u", "text": "hi"}\n')
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "--input",
+        str(src),
+        "--out",
+        str(tmp_path / "out"),
+        "--warehouse",
+        str(tmp_path / "wh.duckdb"),
+        flag,
+        value,
+    )
+    assert code == 2
+    assert err.startswith(f"dpngram: error: {field}: ") and len(err.strip().splitlines()) == 1
+
+
+def test_every_config_field_is_a_flag():
+    parser = build_parser()
+    for command in ("run", "baseline"):
+        extra = ["--method", "dpsu-all"] if command == "baseline" else []
+        args = parser.parse_args(
+            [
+                command,
+                *extra,
+                "--input",
+                "x",
+                "--out",
+                "y",
+                "--max-n",
+                "3",
+                "--no-lowercase",
+                "--stage-budget",
+                "dpne=0.5,bayes=0.25",
+                "--pruning",
+                "single",
+            ]
+        )
+        assert set(RunConfig.model_fields) <= set(vars(args)), command
+        config = config_from_args(args)
+        assert (config.max_n, config.lowercase, config.pruning) == (3, False, "single")
+        assert config.stage_budget == {"dpne": 0.5, "bayes": 0.25}
+        assert (
+            config.epsilon == RunConfig.model_fields["epsilon"].default
+        )  # unset flags keep RunConfig's defaults
+
+
+def test_ingest_prints_the_operator_summary_but_no_raw_text(tmp_path, capsys):
+    lines = [json.dumps({"user_id": f"u{i}", "text": f"Hello there number {i}. Fine day."}) for i in range(5)]
+    lines += [f"{{broken json {SECRET}", json.dumps({"user_id": "", "text": f"{SECRET} again"}), ""]
+    src = tmp_path / "in.jsonl.gz"
+    with gzip.open(src, "wt", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
+    code, out, err = run_cli(
+        capsys,
+        "ingest",
+        "--input",
+        str(src),
+        "--warehouse",
+        str(tmp_path / "wh.duckdb"),
+        "--out",
+        str(tmp_path / "out"),
+        "--delta",
+        "1e-3",
+        "--quiet",
+    )
+    assert code == 0, err
+    assert "malformed_json" in out and "empty_user_id" in out and "rows quarantined" in out
+    assert SECRET not in out + err
+
+
+def test_unexpected_errors_are_one_line_and_database_messages_withheld(tmp_path, capsys, monkeypatch):
+    import duckdb
+
+    from pipeline import run as run_module
+
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"user_id": "u", "text": "hi"}\n')
+
+    def boom(config, **kwargs):
+        raise duckdb.ConversionException(f"Could not convert string '{SECRET}' to INT32")
+
+    monkeypatch.setattr(run_module, "run_release", boom)
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "--input",
+        str(src),
+        "--out",
+        str(tmp_path / "out"),
+        "--warehouse",
+        str(tmp_path / "wh.duckdb"),
+    )
+    assert code == 1
+    assert SECRET not in err and "--debug" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(duckdb.ConversionException):
+        main(["run", "--input", str(src), "--out", str(tmp_path / "out"), "--debug"])
+
+
+def test_validation_failure_exits_1_with_failure_lines(tmp_path, capsys, monkeypatch):
+    from pipeline import run as run_module
+    from pipeline.validate import ValidationFailed
+
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"user_id": "u", "text": "hi"}\n')
+
+    def failing(config, **kwargs):
+        raise ValidationFailed(
+            [
+                "released.kgrams.table: expect_column_values_to_be_between on column "
+                "not_downward_closed (expected 0)"
+            ]
+        )
+
+    monkeypatch.setattr(run_module, "run_release", failing)
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "--input",
+        str(src),
+        "--out",
+        str(tmp_path / "out"),
+        "--warehouse",
+        str(tmp_path / "wh.duckdb"),
+    )
+    assert code == 1
+    assert "not_downward_closed" in err and "not published" in err and "Traceback" not in err
+
+
+def test_sample_command_writes_the_corpus(tmp_path, capsys):
+    code, out, _ = run_cli(capsys, "sample", "--out", str(tmp_path / "s"), "--users", "20", "--seed", "3")
+    assert code == 0
+    assert (tmp_path / "s" / "users.jsonl.gz").is_file() and (tmp_path / "s" / "public.txt.gz").is_file()
+    assert "users.jsonl.gz" in out
+
+
+def test_airflow_style_run_ids_work_on_the_command_line():
+    assert RunConfig.build(input="x", out="y", run_id=run_id_from("manual__2026-01-01T00:00:00+00:00")).run_id

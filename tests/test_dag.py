@@ -1,0 +1,183 @@
+"""The Airflow DAG: imports cleanly, Params mirror RunConfig, and `airflow dags test` publishes a release.
+
+Airflow runs in subprocesses with a temporary AIRFLOW_HOME (SQLite metadata DB migrated once per
+session), so this process's Airflow configuration is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import RunConfig
+from pipeline.demo import airflow_env
+from pipeline.run import PUBLIC_SUMMARY_KEYS
+
+pytestmark = pytest.mark.airflow
+
+ROOT = Path(__file__).resolve().parent.parent
+DAG_ID = "dpngram_release"
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+
+
+@pytest.fixture(scope="session")
+def airflow(tmp_path_factory) -> dict:
+    """A migrated Airflow home shared by the session's Airflow tests."""
+    base = tmp_path_factory.mktemp("airflow")
+    paths = {
+        "airflow_home": base / "home",
+        "dags": ROOT / "dags",
+        "state": base / "state",
+        "out": base / "default-out",
+    }
+    env = airflow_env(paths)
+    proc = subprocess.run([AIRFLOW, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"env": env, "base": base, "db": paths["airflow_home"] / "airflow.db"}
+
+
+@pytest.fixture(scope="session")
+def sample(tmp_path_factory) -> dict[str, Path]:
+    from pipeline.sample import write_sample
+
+    return write_sample(tmp_path_factory.mktemp("dag-sample"), n_users=300, seed=11, public_sentences=300)
+
+
+def dags_test(airflow: dict, conf: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [AIRFLOW, "dags", "test", DAG_ID, "-c", json.dumps(conf)],
+        env=airflow["env"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def test_dag_imports_and_params_mirror_run_config(airflow):
+    script = textwrap.dedent("""
+        import json, os
+        from airflow.dag_processing.dagbag import DagBag
+        bag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+        dag = bag.dags.get("dpngram_release")
+        out = {"errors": {k: str(v)[:500] for k, v in bag.import_errors.items()}, "found": dag is not None}
+        if dag is not None:
+            out["params"] = {name: {"schema": dag.params.get_param(name).schema,
+                                    "description": dag.params.get_param(name).description,
+                                    "default": dag.params.get_param(name).value}
+                             for name in dag.params.keys()}
+            out["tasks"] = {t.task_id: {"pool": t.pool,
+                                        "trigger_rule": getattr(t.trigger_rule, "value", str(t.trigger_rule)),
+                                        "upstream": sorted(t.upstream_task_ids)} for t in dag.tasks}
+            out["schedule"] = dag.schedule
+            out["catchup"] = dag.catchup
+        print("RESULT" + json.dumps(out, default=str))
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        env=airflow["env"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=airflow["base"],
+    )
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")), None)
+    assert line, proc.stdout[-2000:] + proc.stderr[-3000:]
+    info = json.loads(line[len("RESULT") :])
+    assert info["errors"] == {} and info["found"]
+    assert info["schedule"] is None and info["catchup"] is False
+
+    schema = RunConfig.param_schema()
+    params = info["params"]
+    assert set(params) == set(RunConfig.model_fields) - {"run_id"}  # run_id comes from the Airflow run
+    for name, param in params.items():
+        for key in ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "title"):
+            assert param["schema"].get(key) == schema[name].get(key), (name, key)
+        assert param["description"] == schema[name].get("description"), name
+    assert params["epsilon"]["default"] == RunConfig.model_fields["epsilon"].default
+    for name in ("input", "public", "out", "warehouse"):
+        assert Path(params[name]["default"]).is_absolute(), name
+
+    tasks = info["tasks"]
+    max_t = schema["max_n"]["maximum"]
+    levels = [f"dpne_level_{k}" for k in range(2, max_t + 1)]
+    order = ["prepare", "ingest", "vocabulary", *levels, "kgrams", "bayes", "validate", "report", "publish"]
+    assert set(tasks) == set(order)
+    for upstream, task in zip(order, order[1:], strict=False):
+        assert tasks[task]["upstream"] == [upstream], task
+    relaxed = {*levels, "kgrams", "bayes", "validate"}  # run after skipped tasks, never after a failure
+    for name in order:
+        assert tasks[name]["trigger_rule"] == ("none_failed" if name in relaxed else "all_success"), name
+    assert all(tasks[t]["pool"] == "dpngram_warehouse" for t in order[:-1])
+
+
+def test_dags_test_publishes_a_release(airflow, sample):
+    out = airflow["base"] / "out"
+    conf = {
+        "input": str(sample["users"]),
+        "public": str(sample["public"]),
+        "out": str(out),
+        "warehouse": str(airflow["base"] / "wh.duckdb"),
+        "max_n": 3,
+        "dataset": "dagtest",
+    }
+    proc = dags_test(airflow, conf)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+    release = (out / "latest").resolve()
+    assert release.parent == out / "runs" and release.name.startswith("manual__")
+    for name in (
+        "report.json",
+        "report.html",
+        "released/vocabulary.parquet",
+        "released/kgrams.parquet",
+        "validation/data_docs/index.html",
+    ):
+        assert (release / name).is_file(), name
+    report = json.loads((release / "report.json").read_text())
+    assert report["run_id"] == release.name
+    assert report["parameters"]["max_n"] == 3 and report["validation"]["success"] is True
+    assert set(report["released"]["ngrams_per_k"]) <= {"1", "2", "3"}
+    assert report["privacy"]["total"]["epsilon"] <= report["parameters"]["epsilon"] * (1 + 1e-6)
+
+    with sqlite3.connect(airflow["db"]) as db:
+        run_ids = [r[0] for r in db.execute("SELECT run_id FROM dag_run WHERE dag_id = ?", (DAG_ID,))]
+        assert len(run_ids) == 1
+        states = dict(
+            db.execute(
+                "SELECT task_id, state FROM task_instance WHERE dag_id = ? AND run_id = ?",
+                (DAG_ID, run_ids[0]),
+            )
+        )
+        xcoms = db.execute(
+            "SELECT task_id, value FROM xcom WHERE dag_id = ? AND run_id = ?", (DAG_ID, run_ids[0])
+        ).fetchall()
+    assert states["dpne_level_3"] == "success"
+    # levels beyond T, and the bayes stage (this conf gives it no budget share), are skipped
+    assert {t for t, s in states.items() if s == "skipped"} == {f"dpne_level_{k}" for k in range(4, 13)} | {"bayes"}
+    assert {t for t, s in states.items() if s == "success"} >= {"prepare", "validate", "report", "publish"}
+    # XCom carries only paths, released row counts, epsilon/delta and identifiers.
+    assert xcoms
+    for task_id, value in xcoms:
+        payload = json.loads(value)
+        assert isinstance(payload, dict), task_id
+        assert set(payload) <= set(PUBLIC_SUMMARY_KEYS), (task_id, payload)
+
+
+def test_invalid_conf_fails_the_dag_test(airflow, sample):
+    out = airflow["base"] / "out-invalid"
+    conf = {
+        "input": str(sample["users"]),
+        "out": str(out),
+        "warehouse": str(airflow["base"] / "wh2.duckdb"),
+        "epsilon": -1,
+    }
+    proc = dags_test(airflow, conf)
+    assert proc.returncode != 0
+    assert "epsilon" in proc.stdout + proc.stderr
+    assert not (out / "latest").exists()

@@ -1,0 +1,272 @@
+"""Run orchestration: spend_once's retry rule, prepare's budget check, atomic publication."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline import run as run_module
+from pipeline.accounting import Accountant, BudgetError, Ledger, PrivacyEvent, gaussian_sigma
+from pipeline.config import ConfigError, RunConfig
+from pipeline.run import (
+    PUBLIC_SUMMARY_KEYS,
+    RunContext,
+    StageResult,
+    prepare,
+    public_summary,
+    publish_run,
+    read_parts,
+    read_timings,
+    record_part,
+    run_id_from,
+    run_release,
+    spend_once,
+    stage_timer,
+)
+
+
+def make_config(tmp_path: Path, **overrides) -> RunConfig:
+    values = {
+        "input": str(tmp_path / "in.jsonl"),
+        "out": str(tmp_path / "out"),
+        "warehouse": str(tmp_path / "wh.duckdb"),
+        "dataset": "runtest",
+        **overrides,
+    }
+    return RunConfig.build(**values)
+
+
+def ledger_entries(ctx: RunContext) -> list[dict]:
+    with ctx.warehouse() as wh:
+        return Ledger(wh.con).entries(ctx.config.dataset)
+
+
+class CountingStage:
+    """A fake privacy-spending stage: writes one output file, reports one Gaussian event."""
+
+    def __init__(self, ctx: RunContext, stage: str, sigma: float, output: str = "released/out.json") -> None:
+        self.ctx, self.stage, self.sigma, self.output = ctx, stage, sigma, output
+        self.calls = 0
+
+    def __call__(self, wh) -> StageResult:
+        self.calls += 1
+        with self.ctx.release.writing(self.output) as tmp:
+            tmp.write_text(json.dumps({"draw": self.calls}))
+        return StageResult(
+            events=[PrivacyEvent(stage=self.stage, mechanism="gaussian", sigma=self.sigma)],
+            report={"calls": self.calls},
+        )
+
+
+def test_outputs_and_marker_are_persisted_before_the_ledger_commit(tmp_path, monkeypatch):
+    ctx = RunContext(prepare(make_config(tmp_path)))
+    stage = CountingStage(ctx, "dpne", sigma=gaussian_sigma(1.0, 1e-7))
+    seen = {}
+    original = Ledger.record
+
+    def spy(self, dataset, run_id, name, epsilon, delta, events):
+        seen["output"] = (ctx.release.root / stage.output).exists()
+        seen["marker"] = (ctx.release.root / "report.parts" / "dpne.json").exists()
+        return original(self, dataset, run_id, name, epsilon, delta, events)
+
+    monkeypatch.setattr(Ledger, "record", spy)
+    spend_once(ctx, "dpne", [stage.output], stage)
+    assert seen == {"output": True, "marker": True}
+
+
+def test_retry_reuses_outputs_without_new_noise_or_second_charge(tmp_path):
+    ctx = RunContext(prepare(make_config(tmp_path)))
+    stage = CountingStage(ctx, "dpne", sigma=gaussian_sigma(2.0, 1e-7))
+    first = spend_once(ctx, "dpne", [stage.output], stage)
+    second = spend_once(ctx, "dpne", [stage.output], stage)
+    assert stage.calls == 1  # no second noise draw
+    assert first["reused"] is False and second["reused"] is True
+    assert second["epsilon"] == first["epsilon"]
+    assert json.loads((ctx.release.root / stage.output).read_text()) == {"draw": 1}
+    entries = ledger_entries(ctx)
+    assert len(entries) == 1 and entries[0]["epsilon"] == pytest.approx(first["epsilon"])
+
+
+def test_crash_after_outputs_but_before_commit_is_recovered_by_the_retry(tmp_path, monkeypatch):
+    ctx = RunContext(prepare(make_config(tmp_path)))
+    stage = CountingStage(ctx, "dpne", sigma=gaussian_sigma(1.0, 1e-7))
+
+    def crash(*args, **kwargs):
+        raise OSError("simulated crash before the ledger commit")
+
+    monkeypatch.setattr(Ledger, "record", crash)
+    with pytest.raises(OSError):
+        spend_once(ctx, "dpne", [stage.output], stage)
+    monkeypatch.undo()
+    assert ledger_entries(ctx) == []
+    result = spend_once(ctx, "dpne", [stage.output], stage)  # the retry
+    assert stage.calls == 1 and result["reused"] is True
+    assert len(ledger_entries(ctx)) == 1  # charged exactly once, for the noise drawn once
+
+
+def test_stage_that_does_not_write_its_outputs_is_not_charged(tmp_path):
+    ctx = RunContext(prepare(make_config(tmp_path)))
+
+    def lazy(wh):
+        return StageResult(events=[PrivacyEvent(stage="dpne", mechanism="gaussian", sigma=3.0)], report={})
+
+    with pytest.raises(RuntimeError, match="did not write"):
+        spend_once(ctx, "dpne", ["released/missing.parquet"], lazy)
+    assert ledger_entries(ctx) == []
+    assert "dpne" not in read_parts(ctx)
+
+
+def test_sub_stages_are_charged_the_increment_of_the_composition(tmp_path):
+    config = make_config(tmp_path, epsilon=10.0, delta=1e-6)
+    ctx = RunContext(prepare(config))
+    sigmas = [2.0, 2.5, 3.0]
+    for k, sigma in enumerate(sigmas, start=1):
+        stage = CountingStage(ctx, f"dpne.k{k}", sigma, output=f"released/k{k}.json")
+        spend_once(ctx, f"dpne.k{k}", [stage.output], stage)
+    entries = ledger_entries(ctx)
+    events = [PrivacyEvent(stage="dpne", mechanism="gaussian", sigma=s) for s in sigmas]
+    composed = Accountant(events).total_epsilon(config.delta)
+    assert sum(e["epsilon"] for e in entries) == pytest.approx(composed, rel=1e-9)
+    assert composed < sum(
+        Accountant([e]).total_epsilon(config.delta) for e in events
+    )  # not basic composition
+    assert sum(e["delta"] for e in entries) == pytest.approx(config.delta)  # the parent's delta, charged once
+
+
+def test_overspending_stage_is_refused_before_commit(tmp_path):
+    ctx = RunContext(prepare(make_config(tmp_path, epsilon=0.5)))
+    stage = CountingStage(ctx, "dpne", sigma=gaussian_sigma(2.0, 1e-7))  # calibrated for eps 2 > 0.5
+    with pytest.raises(RuntimeError, match="budget"):
+        spend_once(ctx, "dpne", [stage.output], stage)
+    assert ledger_entries(ctx) == []
+
+
+# -- prepare -------------------------------------------------------------------------------------
+def test_prepare_fixes_run_id_and_stages_parameters(tmp_path):
+    config = prepare(make_config(tmp_path))
+    assert config.run_id
+    parts = read_parts(RunContext(config))
+    assert parts["parameters"]["run_id"] == config.run_id
+    assert parts["parameters"]["parameters"]["epsilon"] == config.epsilon
+
+
+def test_prepare_refuses_a_run_over_the_lifetime_budget_before_staging(tmp_path):
+    first = RunContext(prepare(make_config(tmp_path, epsilon=1.0, delta=1e-7, lifetime_epsilon=1.5)))
+    stage = CountingStage(first, "dpne", sigma=gaussian_sigma(1.0, 1e-7))
+    spend_once(first, "dpne", [stage.output], stage)
+    second = make_config(tmp_path, epsilon=1.0, delta=1e-7, lifetime_epsilon=1.5, run_id="second")
+    with pytest.raises(BudgetError, match="lifetime"):
+        prepare(second)
+    assert not RunContext(second).release.staging.exists()
+    # A retried prepare of the first run does not count its own spend twice.
+    prepare(first.config)
+
+
+def test_prepare_refuses_a_published_run_id(tmp_path):
+    ctx = RunContext(prepare(make_config(tmp_path, run_id="once")))
+    _pass_validation_and_report(ctx)
+    publish_run(ctx)
+    with pytest.raises(ConfigError, match="already published"):
+        prepare(ctx.config)
+
+
+# -- publication ---------------------------------------------------------------------------------
+def _pass_validation_and_report(ctx: RunContext) -> None:
+    record_part(ctx, "validation", {"success": True})
+    ctx.release.path("report.json").write_text("{}")
+
+
+def test_publish_requires_validation_and_report(tmp_path):
+    ctx = RunContext(prepare(make_config(tmp_path, run_id="r1")))
+    with pytest.raises(RuntimeError, match="validation"):
+        publish_run(ctx)
+    record_part(ctx, "validation", {"success": False})
+    with pytest.raises(RuntimeError, match="validation"):
+        publish_run(ctx)
+    record_part(ctx, "validation", {"success": True})
+    with pytest.raises(RuntimeError, match="report"):
+        publish_run(ctx)
+    ctx.release.path("report.json").write_text("{}")
+    final = publish_run(ctx)
+    assert final == ctx.release.final and final.is_dir() and not ctx.release.staging.exists()
+    assert (Path(ctx.config.out) / "latest").resolve() == final.resolve()
+    assert publish_run(ctx) == final  # idempotent (a retried publish task)
+
+
+def _fake_plan(fail_at: str | None):
+    def plan(config, baseline=None, baseline_k=None, ingest_progress=None):
+        def stage(name):
+            def fn(ctx):
+                if name == fail_at:
+                    raise RuntimeError(f"stage {name} failed")
+                if name == "validate":
+                    record_part(ctx, "validation", {"success": True})
+                if name == "report":
+                    ctx.release.path("report.json").write_text(json.dumps({"run_id": ctx.run_id}))
+                with ctx.release.writing("released", f"{name}.txt") as tmp:
+                    tmp.write_text(name)
+                return {"stage": name, "secret_count": 42, "released_rows": 1}
+
+            return fn
+
+        return [(n, stage(n)) for n in ("ingest", "vocabulary", "validate", "report")]
+
+    return plan
+
+
+def test_failed_run_leaves_latest_on_the_previous_release(tmp_path, monkeypatch):
+    events = []
+    monkeypatch.setattr(run_module, "release_plan", _fake_plan(None))
+    ok = run_release(make_config(tmp_path, run_id="good"), on_stage=lambda *a: events.append(a[:2]))
+    latest = Path(tmp_path / "out" / "latest")
+    assert latest.resolve() == Path(ok["release"]).resolve()
+    assert ("publish", "done") in events
+    assert all("secret_count" not in s for s in ok["stages"].values())  # only public summary keys
+    assert set(read_timings(RunContext(make_config(tmp_path, run_id="good")))) == {
+        "ingest",
+        "vocabulary",
+        "validate",
+        "report",
+    }
+
+    for failing in ("vocabulary", "report"):
+        monkeypatch.setattr(run_module, "release_plan", _fake_plan(failing))
+        bad = make_config(tmp_path, run_id=f"bad-{failing}")
+        with pytest.raises(RuntimeError, match=f"stage {failing} failed"):
+            run_release(bad)
+        assert latest.resolve() == Path(ok["release"]).resolve()  # the previous release stays latest
+        assert not RunContext(bad).release.final.exists()  # nothing half-published
+        assert RunContext(bad).release.staging.is_dir()  # kept for inspection
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def test_run_id_from_airflow_ids():
+    rid = run_id_from("manual__2026-11-21T21:29:09.606192+00:00")
+    assert rid == "manual__2026-11-21T21_29_09.606192_00_00"
+    assert RunConfig.build(input="x", out="y", run_id=rid).run_id == rid
+    assert run_id_from("scheduled__2026-01-01T00:00:00+00:00") != run_id_from(
+        "scheduled__2026-01-02T00:00:00+00:00"
+    )
+    with pytest.raises(ConfigError):
+        run_id_from(":::")
+
+
+def test_public_summary_keeps_only_public_keys():
+    summary = public_summary(
+        {"stage": "dpne.k2", "released_rows": 10, "epsilon": 1.0, "n_valid": 123, "users": 7, "paths": ["a"]}
+    )
+    assert summary == {"stage": "dpne.k2", "released_rows": 10, "epsilon": 1.0, "paths": ["a"]}
+    assert set(summary) <= set(PUBLIC_SUMMARY_KEYS)
+    assert public_summary(None) == {}
+
+
+def test_stage_timer_records_only_successful_stages(tmp_path):
+    ctx = RunContext(prepare(make_config(tmp_path)))
+    with stage_timer(ctx, "fast"):
+        pass
+    with pytest.raises(ValueError), stage_timer(ctx, "broken"):
+        raise ValueError("boom")
+    timings = read_timings(ctx)
+    assert set(timings) == {"fast"} and timings["fast"] >= 0

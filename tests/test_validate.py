@@ -1,0 +1,209 @@
+"""Great Expectations harness: suites pass on good tables and fail, readably, on bad ones."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.config import RunConfig
+from pipeline.run import RunContext, read_parts, record_part
+from pipeline.validate import (
+    DATA_DOCS_DIR,
+    KGRAMS_PATH,
+    RESULTS_PATH,
+    SUITES,
+    VOCABULARY_PATH,
+    ValidationFailed,
+    validate_run,
+)
+
+RELEASED = ["released.vocabulary", "released.kgrams"]
+VOCAB = ["a", "b", "c", "d"]
+GOOD_KGRAMS = [(2, "a b"), (2, "b c"), (2, "c d"), (3, "a b c"), (3, "b c d")]
+
+
+def make_ctx(tmp_path: Path, **overrides) -> RunContext:
+    values = {
+        "input": str(tmp_path / "input.jsonl"),
+        "out": str(tmp_path / "out"),
+        "warehouse": str(tmp_path / "wh.duckdb"),
+        "run_id": "validate-test",
+        "max_n": 3,
+        **overrides,
+    }
+    return RunContext(RunConfig.build(**values))
+
+
+def write_release(ctx: RunContext, vocab=VOCAB, kgrams=GOOD_KGRAMS, extra: dict | None = None) -> None:
+    vocab_path = ctx.release.path(VOCABULARY_PATH)
+    pq.write_table(pa.table({"token": pa.array(vocab, pa.string())}), vocab_path)
+    columns = {
+        "k": pa.array([k for k, _ in kgrams], pa.int32()),
+        "ngram": pa.array([g for _, g in kgrams], pa.string()),
+    }
+    columns.update(extra or {})
+    pq.write_table(pa.table(columns), ctx.release.path(KGRAMS_PATH))
+
+
+def failures_of(ctx: RunContext, **kw) -> list[str]:
+    with pytest.raises(ValidationFailed) as info:
+        validate_run(ctx, **kw)
+    message = str(info.value)
+    assert "Traceback" not in message
+    assert len(message.splitlines()) == len(info.value.failures) + 1  # header + one line per failure
+    return info.value.failures
+
+
+def test_registry_holds_the_built_in_suites():
+    assert {"ingest", "released.vocabulary", "released.kgrams"} <= set(SUITES)
+    assert SUITES["ingest"].private and not SUITES["released.kgrams"].private
+
+
+def test_good_release_passes_and_writes_results_and_docs(tmp_path):
+    ctx = make_ctx(tmp_path)
+    write_release(ctx)
+    part = validate_run(ctx, suites=RELEASED)
+    assert part["success"] is True
+    assert part["suites_run"] == RELEASED
+    assert {s["suite"] for s in part["suites"]} == {
+        "released.vocabulary.rows",
+        "released.vocabulary.table",
+        "released.kgrams.rows",
+        "released.kgrams.table",
+    }
+    assert all(s["failed"] == 0 and s["evaluated"] > 0 for s in part["suites"])
+    results = json.loads((ctx.release.root / RESULTS_PATH).read_text())
+    assert results["success"] is True
+    assert (ctx.release.root / DATA_DOCS_DIR / "index.html").is_file()
+    assert read_parts(ctx)["validation"]["success"] is True
+
+
+def test_downward_closure_violation_fails_with_one_readable_line(tmp_path):
+    ctx = make_ctx(tmp_path)
+    # "c d a": its suffix "d a" was never released at level 2 (its prefix "c d" was).
+    write_release(ctx, kgrams=[*GOOD_KGRAMS, (3, "c d a")])
+    failures = failures_of(ctx, suites=RELEASED)
+    assert failures == [
+        "released.kgrams.table: expect_column_values_to_be_between on column not_downward_closed (expected 0)"
+    ]
+    assert read_parts(ctx)["validation"]["success"] is False
+    assert (ctx.release.root / DATA_DOCS_DIR / "index.html").is_file()  # inspectable, not published
+
+
+def test_single_side_pruning_needs_only_the_prefix(tmp_path):
+    ctx = make_ctx(tmp_path, pruning="single")
+    write_release(ctx, kgrams=[*GOOD_KGRAMS, (3, "c d a")])
+    assert validate_run(ctx, suites=RELEASED)["success"] is True
+    # ... but a missing prefix still fails: "d a b" has prefix "d a", not released.
+    ctx2 = make_ctx(tmp_path / "2", pruning="single")
+    write_release(ctx2, kgrams=[*GOOD_KGRAMS, (3, "d a b")])
+    assert any("not_downward_closed" in f for f in failures_of(ctx2, suites=RELEASED))
+
+
+def test_extra_column_fails(tmp_path):
+    ctx = make_ctx(tmp_path)
+    write_release(ctx, extra={"count": pa.array([5] * len(GOOD_KGRAMS), pa.int64())})
+    failures = failures_of(ctx, suites=RELEASED)
+    assert failures == ["released.kgrams.rows: expect_table_columns_to_match_set on columns ['k', 'ngram']"]
+
+
+def test_token_outside_vocabulary_fails(tmp_path):
+    ctx = make_ctx(tmp_path)
+    write_release(ctx, kgrams=[*GOOD_KGRAMS, (2, "d zebra")])
+    failures = failures_of(ctx, suites=RELEASED)
+    assert (
+        "released.kgrams.table: expect_column_values_to_be_between on column tokens_outside_vocabulary "
+        "(expected 0)" in failures
+    )
+    # "zebra" is not a released 1-gram either, so the 2-gram is not downward closed.
+    assert any("not_downward_closed" in f for f in failures)
+
+
+def test_wrong_k_duplicates_and_range(tmp_path):
+    ctx = make_ctx(tmp_path)
+    write_release(ctx, vocab=[*VOCAB, "a"], kgrams=[*GOOD_KGRAMS, (3, "a b"), (2, "a b"), (4, "a b c d")])
+    failures = "\n".join(failures_of(ctx, suites=RELEASED))
+    for name in (
+        "duplicate_tokens",
+        "duplicate_ngrams",
+        "wrong_token_count",
+        "expect_column_values_to_be_between on column k (min_value=2, max_value=3)",
+        "expect_column_values_to_be_unique on column ngram",
+        "expect_column_values_to_be_unique on column token",
+    ):
+        assert name in failures, name
+
+
+def test_promised_but_missing_file_fails(tmp_path):
+    ctx = make_ctx(tmp_path)
+    pq.write_table(pa.table({"token": pa.array(VOCAB)}), ctx.release.path(VOCABULARY_PATH))
+    record_part(ctx, "dpne.k2", {"outputs": [KGRAMS_PATH]})
+    assert failures_of(ctx, suites=RELEASED) == [f"released.kgrams: {KGRAMS_PATH} is missing"]
+
+
+def test_suites_not_applicable_are_skipped(tmp_path):
+    ctx = make_ctx(tmp_path)
+    pq.write_table(pa.table({"token": pa.array(VOCAB)}), ctx.release.path(VOCABULARY_PATH))
+    part = validate_run(ctx)  # no ingest part, no kgrams promised: only the vocabulary suite runs
+    assert part["suites_run"] == ["released.vocabulary"]
+
+
+# -- private ingest suite ----------------------------------------------------------------------
+SECRET = "zyzzyvaquux"
+
+
+def ingested_ctx(tmp_path: Path) -> RunContext:
+    from pipeline.ingest import run_ingest
+
+    lines = [
+        json.dumps({"user_id": f"u{i}", "text": f"The {SECRET} said hello. Then it left {i}."})
+        for i in range(30)
+    ]
+    lines += ["not json at all", json.dumps({"user_id": "u99", "text": "   "})]
+    src = tmp_path / "input.jsonl"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ctx = make_ctx(tmp_path, delta=1e-3)
+    run_ingest(ctx)
+    return ctx
+
+
+def test_ingest_suite_passes_and_publishes_no_private_values(tmp_path):
+    ctx = ingested_ctx(tmp_path)
+    part = validate_run(ctx, suites=["ingest"])
+    assert part["success"] is True
+    assert {s["suite"] for s in part["suites"]} == {"ingest.tokens_sample", "ingest.consistency"}
+    results = json.loads((ctx.release.root / RESULTS_PATH).read_text())
+    for suite in results["suites"]:
+        assert suite["private"] is True
+        assert all("result" not in e for e in suite["expectations"])  # BOOLEAN_ONLY: pass/fail only
+    published = [p for p in (ctx.release.root / "validation").rglob("*") if p.is_file()]
+    assert any(p.name == "index.html" for p in published)
+    for path in published:
+        if path.suffix in (".html", ".json"):
+            body = path.read_text(encoding="utf-8", errors="replace")
+            assert SECRET not in body and "u17" not in body, path
+            assert "pandas_data_fingerprint" not in body, path
+
+
+def test_ingest_suite_detects_broken_row_identity(tmp_path):
+    ctx = ingested_ctx(tmp_path)
+    with ctx.warehouse() as wh:
+        wh.con.execute(
+            f"DELETE FROM {ctx.schema}.quarantine"
+        )  # a row read but neither loaded nor quarantined
+        wh.con.execute(f"DELETE FROM {ctx.schema}.sentences WHERE user_id = 'u3'")
+    failures = failures_of(ctx, suites=["ingest"])
+    expect = "ingest.consistency: expect_column_values_to_be_between on column"
+    assert failures == [
+        f"{expect} read_identity_broken (expected 0)",
+        f"{expect} document_without_sentence (expected 0)",
+    ]
+
+
+def test_nothing_to_validate_is_a_failure(tmp_path):
+    ctx = make_ctx(tmp_path)
+    assert failures_of(ctx) == [f"no validation suite applies to run {ctx.run_id} (nothing was released?)"]
