@@ -1,0 +1,251 @@
+"""KL(private ‖ released) vs ε for BayesianDP, the §4.2 Laplace baselines and the public-only
+distribution (Ramadan et al., Figure 1), on SOTU (private, one pseudo-user per 5 sentences) with
+Brown as the public prior.
+
+    python benchmarks/bayes_bench.py [--vocab 50000] [--reps 3] [--W 32] [--C 1]
+
+Writes benchmarks/results/bayes_<stamp>.json (machine, date, parameters, per-ε results) and a PNG.
+The KL is computed from the exact private counts on V: evaluation only, never released. The
+private data are ingested with the pipeline's ingest (same tokenizer); V = the top-|V| Brown
+trigrams (no DPNE run here, so no <unk> mapping and no released trigrams in V).
+
+Methods: ``bayesian`` (default stage: public tuning of (S, ρ), data-independent sensitivity),
+``bayesian-oracle-NOT-DP`` ((S, ρ) chosen by the private KL: an upper bound on what tuning can
+reach), ``bayesian-bruteforce-NOT-DP`` (public-tuned (S, ρ), noise calibrated to the paper's
+brute-force sensitivity), ``laplace``, ``laplace-public``, ``public-only`` (softmax(μ_p)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pipeline import bayes  # noqa: E402
+from pipeline.config import RunConfig  # noqa: E402
+from pipeline.ingest import run_ingest  # noqa: E402
+from pipeline.noise import NoiseSource  # noqa: E402
+from pipeline.run import RunContext, prepare  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data"
+EPSILONS = (0.1, 0.2, 0.5, 1.0, 2.0, 4.0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--private", default=str(DATA / "sotu_users.jsonl.gz"))
+    ap.add_argument("--public", default=str(DATA / "brown_public.txt.gz"))
+    ap.add_argument("--vocab", type=int, default=50_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--W", type=int, default=64)
+    ap.add_argument("--C", type=int, default=1)
+    ap.add_argument("--log-clip", type=float, default=4.0)
+    ap.add_argument("--delta", type=float, default=1e-6)
+    ap.add_argument("--epsilons", default=",".join(str(e) for e in EPSILONS))
+    args = ap.parse_args()
+    epsilons = [float(e) for e in args.epsilons.split(",")]
+    started = time.perf_counter()
+
+    with tempfile.TemporaryDirectory(prefix="bayes-bench-") as tmp:
+        config = RunConfig.build(
+            input=args.private,
+            public=args.public,
+            out=f"{tmp}/out",
+            warehouse=f"{tmp}/wh.duckdb",
+            epsilon=1.0,
+            delta=args.delta,
+            memory_limit="4GB",
+            stage_budget={"bayes": 1.0},
+        )
+        ctx = RunContext(prepare(config))
+        run_ingest(ctx)
+        noise = NoiseSource.secure()
+        with ctx.warehouse() as wh:
+            inputs = bayes.prepare_inputs(
+                wh,
+                ctx.schema,
+                public_path=args.public,
+                vocabulary=None,
+                released=bayes.released_trigrams(None),
+                C=args.C,
+                W=args.W,
+                vocab_size=args.vocab,
+                salt=noise.salt(),
+            )
+            exact = bayes.exact_counts_for_evaluation(wh, ctx.schema, bayes.PRIVATE_OCCURRENCES, inputs.size)
+            prep_seconds = time.perf_counter() - started
+            hp = {"C": args.C, "log_clip": args.log_clip}
+            mu_p = bayes.prior_mean(inputs.public)
+            public_kl = bayes.kl_divergence(exact, bayes.softmax(mu_p))
+            rows = []
+            for eps in epsilons:
+                tuned = bayes.tune_on_public(
+                    wh, inputs, epsilon=eps, delta=args.delta, C=args.C, W=args.W, log_clip=args.log_clip
+                )
+                res: dict[str, list[float]] = {
+                    m: []
+                    for m in (
+                        "bayesian",
+                        "bayesian-oracle-NOT-DP",
+                        "bayesian-bruteforce-NOT-DP",
+                        "laplace",
+                        "laplace-public",
+                    )
+                }
+
+                def draw(S: float, rho: float, sensitivity: float | None = None, eps: float = eps) -> float:
+                    bound = sensitivity or bayes.sensitivity_bound(
+                        W=args.W, S=S, rho=rho, vocab_size=inputs.size, **hp
+                    )
+                    cal = bayes.calibrate(eps, args.delta, bound, inputs.size)
+                    mu = bayes.posterior_mean(
+                        inputs.total_count, inputs.users, inputs.public, S=S, rho=rho, **hp
+                    )
+                    return bayes.kl_divergence(exact, bayes.softmax(bayes.release_logits(mu, cal, noise)))
+
+                # oracle: best grid point by one private-KL draw each (NOT DP), then fresh draws
+                oracle = min(((S, r) for S in bayes.S_GRID for r in bayes.RHO_GRID), key=lambda p: draw(*p))
+                brute = bayes.bruteforce_sensitivity_not_dp(wh, inputs, S=tuned.S, rho=tuned.rho, **hp)
+                for _ in range(args.reps):
+                    res["bayesian"].append(draw(tuned.S, tuned.rho))
+                    res["bayesian-oracle-NOT-DP"].append(draw(*oracle))
+                    res["bayesian-bruteforce-NOT-DP"].append(draw(tuned.S, tuned.rho, brute))
+                    noisy, scale = bayes.laplace_noisy_counts(
+                        inputs.total_count, epsilon=eps, C=args.C, W=args.W, noise=noise
+                    )
+                    res["laplace"].append(bayes.kl_divergence(exact, bayes.laplace_distribution(noisy)))
+                    res["laplace-public"].append(
+                        bayes.kl_divergence(
+                            exact, bayes.laplace_public_distribution(noisy, inputs.public, scale)
+                        )
+                    )
+                bound = bayes.sensitivity_bound(
+                    W=args.W, S=tuned.S, rho=tuned.rho, vocab_size=inputs.size, **hp
+                )
+                row = {
+                    "epsilon": eps,
+                    "S": tuned.S,
+                    "rho": tuned.rho,
+                    "oracle_S": oracle[0],
+                    "oracle_rho": oracle[1],
+                    "sensitivity_bound": bound,
+                    "bruteforce_sensitivity_NOT_DP": brute,
+                    "sigma": bayes.calibrate(eps, args.delta, bound, inputs.size).sigma,
+                    "public-only": public_kl,
+                    **{
+                        m: {"mean": float(np.mean(v)), "std": float(np.std(v)), "runs": v}
+                        for m, v in res.items()
+                    },
+                }
+                rows.append(row)
+                print(
+                    f"eps={eps:<4} S={tuned.S:<6} rho={tuned.rho:<5} bayes={row['bayesian']['mean']:.4f} "
+                    f"oracle={row['bayesian-oracle-NOT-DP']['mean']:.4f} "
+                    f"brute={row['bayesian-bruteforce-NOT-DP']['mean']:.4f} "
+                    f"laplace={row['laplace']['mean']:.4f} lap+pub={row['laplace-public']['mean']:.4f} "
+                    f"public={public_kl:.4f}",
+                    flush=True,
+                )
+            private_mean_log = float(np.log1p(inputs.total_count).mean())  # evaluation only
+            covered = float(exact.sum())
+
+    print()
+    names = ("Bayes", "oracle*", "brute*", "Laplace", "Lap+pub", "public")
+    header = f"{'eps':>5} | " + " | ".join(f"{n:>8}" for n in names)
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{r['epsilon']:>5} | {r['bayesian']['mean']:8.4f} | "
+            f"{r['bayesian-oracle-NOT-DP']['mean']:8.4f} | "
+            f"{r['bayesian-bruteforce-NOT-DP']['mean']:8.4f} | {r['laplace']['mean']:8.4f} | "
+            f"{r['laplace-public']['mean']:8.4f} | {r['public-only']:8.4f}"
+        )
+    print("* NOT DP (comparison only)")
+
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    out_dir = ROOT / "benchmarks" / "results"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "benchmark": "bayes_kl_vs_epsilon",
+        "date": dt.datetime.now(dt.UTC).isoformat(),
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "load_average": os.getloadavg(),
+        },
+        "parameters": {
+            "private": Path(args.private).name,
+            "public": Path(args.public).name,
+            "vocab_cap": args.vocab,
+            "vocab_size": inputs.size,
+            "W": args.W,
+            "C": args.C,
+            "log_clip": args.log_clip,
+            "delta": args.delta,
+            "reps": args.reps,
+            "S_grid": bayes.S_GRID,
+            "rho_grid": bayes.RHO_GRID,
+        },
+        "evaluation_only_private_facts": {
+            "mean_log_count_on_V": private_mean_log,
+            "private_tokens_on_V": covered,
+        },
+        "prep_seconds": round(prep_seconds, 1),
+        "seconds": round(time.perf_counter() - started, 1),
+        "results": rows,
+    }
+    path = out_dir / f"bayes_{stamp}.json"
+    path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    _plot(rows, out_dir / f"bayes_{stamp}.png", inputs.size)
+    print(f"results: {path}")
+
+
+def _plot(rows: list[dict], path: Path, vocab: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    eps = [r["epsilon"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for method, style in (
+        ("bayesian", "o-"),
+        ("laplace", "s-"),
+        ("laplace-public", "^-"),
+        ("bayesian-oracle-NOT-DP", "o:"),
+        ("bayesian-bruteforce-NOT-DP", "x:"),
+    ):
+        ax.errorbar(
+            eps,
+            [r[method]["mean"] for r in rows],
+            yerr=[r[method]["std"] for r in rows],
+            fmt=style,
+            label=method,
+            capsize=2,
+        )
+    ax.plot(eps, [r["public-only"] for r in rows], "k--", label="public-only")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("epsilon")
+    ax.set_ylabel("KL(private || released)")
+    ax.set_title(f"SOTU (private) + Brown (public), |V| = {vocab}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    main()
