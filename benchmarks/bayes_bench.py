@@ -4,7 +4,8 @@ Brown as the public prior.
 
     python benchmarks/bayes_bench.py [--vocab 50000] [--reps 3] [--W 32] [--C 1]
 
-Writes benchmarks/results/bayes_<stamp>.json (machine, date, parameters, per-ε results) and a PNG.
+Writes benchmarks/results/bayes_w<W>.json (machine, date, parameters, per-ε results) and a PNG
+(stable names: a rerun replaces the previous result for the same W).
 The KL is computed from the exact private counts on V: evaluation only, never released. The
 private data are ingested with the pipeline's ingest (same tokenizer); V = the top-|V| Brown
 trigrams (no DPNE run here, so no <unk> mapping and no released trigrams in V).
@@ -207,9 +208,9 @@ def main() -> None:
         "seconds": round(time.perf_counter() - started, 1),
         "results": rows,
     }
-    path = out_dir / f"bayes_{stamp}.json"
+    path = out_dir / f"bayes_w{args.W}.json"
     path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    _plot(rows, out_dir / f"bayes_{stamp}.png", inputs.size)
+    _plot(rows, out_dir / f"bayes_w{args.W}.png", inputs.size)
     print(f"results: {path}")
 
 
