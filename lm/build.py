@@ -1,0 +1,489 @@
+"""Language-model stage ``lm``: a KenLM model built ONLY from the run's released DP artifacts.
+
+Post-processing of DP outputs (no privacy spend, no access to the run's private schema): it reads
+``released/trigram_dist.parquet`` (θ, Ramadan et al. Algorithm 1), ``released/vocabulary.parquet``
+(DPSU), ``released/kgrams.parquet`` (DPNE), ``released/synthetic_sequences.parquet`` (Chen et al.,
+when present) and optionally the public corpus. Two routes (docs/lm.md):
+
+* route A (``arpa``): top-order pseudo-counts M·θ + λ·public counts + κ per released k-gram of the
+  model's order, smoothed by interpolated modified Kneser-Ney on fractional counts
+  (:mod:`lm.arpa`), written as ARPA and compiled with ``build_binary``;
+* route B (``lmplz``): ``lmplz`` on the synthetic sequences of the Chen et al. stage when present,
+  else on sentences sampled from θ (a trigram Markov chain; non-private randomness, post-processing).
+
+Outputs: ``model/model.arpa``, ``model/model.binary``, ``model/MODEL_CARD.md``, report part ``lm``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+
+from lm.arpa import BOS, EOS, UNK, ArpaError, kneser_ney, read_arpa, write_arpa
+from lm.kenlm_bin import KENLM_MAX_ORDER, kenlm_binary
+from pipeline.config import ConfigError, RunConfig
+from pipeline.noise import simulation_rng
+
+__all__ = [
+    "STAGE",
+    "MODEL_ARPA",
+    "MODEL_BINARY",
+    "MODEL_CARD",
+    "ROUTES",
+    "DEFAULT_ROUTE",
+    "lm_enabled",
+    "ReleasedInputs",
+    "load_inputs",
+    "public_ngram_counts",
+    "route_a_counts",
+    "build_route_a",
+    "sample_from_theta",
+    "build_route_b",
+    "run_lmplz",
+    "compile_binary",
+    "run_lm",
+]
+
+log = logging.getLogger(__name__)
+
+STAGE = "lm"
+MODEL_ARPA = "model/model.arpa"
+MODEL_BINARY = "model/model.binary"
+MODEL_CARD = "model/MODEL_CARD.md"
+VOCABULARY_PATH = "released/vocabulary.parquet"
+KGRAMS_PATH = "released/kgrams.parquet"
+TRIGRAM_DIST_PATH = "released/trigram_dist.parquet"
+SYNTHETIC_PATH = "released/synthetic_sequences.parquet"
+ROUTES = ("arpa", "lmplz")
+#: Route used by lm_route='auto' when no evaluation text is given: the one that measured better in
+#: benchmarks/lm_bench.py (docs/lm.md, "Benchmark").
+DEFAULT_ROUTE = "arpa"
+MAX_SENTENCE_TOKENS = 200
+PUBLIC_BATCH_SENTENCES = 100_000
+
+
+def lm_enabled(config: RunConfig) -> bool:
+    """The stage runs unless lm_route='off', when some stage releases θ or synthetic sequences."""
+    return config.lm_route != "off" and ("bayes" in config.stage_budget or "synth" in config.stage_budget)
+
+
+class ReleasedInputs:
+    """The DP artifacts the stage may read (paths in the staged release; files may be absent)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def _path(self, relative: str) -> Path | None:
+        p = self.root / relative
+        return p if p.is_file() else None
+
+    def vocabulary(self) -> list[str]:
+        p = self._path(VOCABULARY_PATH)
+        return [] if p is None else [t for t in pq.read_table(p, columns=["token"])["token"].to_pylist() if t]
+
+    def kgrams(self, k: int) -> pl.DataFrame:
+        p = self._path(KGRAMS_PATH)
+        if p is None:
+            return pl.DataFrame(schema={"ngram": pl.String})
+        return pl.read_parquet(p, columns=["k", "ngram"]).filter(pl.col("k") == k).select("ngram")
+
+    def theta(self) -> pl.DataFrame | None:
+        p = self._path(TRIGRAM_DIST_PATH)
+        return None if p is None else pl.read_parquet(p, columns=["w1", "w2", "w3", "prob"])
+
+    def synthetic(self) -> Path | None:
+        return self._path(SYNTHETIC_PATH)
+
+
+def load_inputs(root: Path) -> ReleasedInputs:
+    return ReleasedInputs(root)
+
+
+# ----------------------------------------------------------------------------------------------
+# Route A
+# ----------------------------------------------------------------------------------------------
+def _sentence_batches(path: str | os.PathLike[str], lowercase: bool) -> Iterator[list[list[str]]]:
+    from pipeline.ingest import read_public_corpus
+
+    batch: list[list[str]] = []
+    for sentence in read_public_corpus(path, lowercase):
+        batch.append(sentence)
+        if len(batch) >= PUBLIC_BATCH_SENTENCES:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def ngrams_of_sentences(sentences: pl.Series, order: int, vocabulary: set[str] | None) -> pl.DataFrame:
+    """(ngram, count) of sentences (a list[str] series) with one <s> and one </s> per sentence,
+    tokens outside ``vocabulary`` mapped to <unk> (None: no mapping); order-n grams with <s> only
+    first: a sentence of m tokens gives m + 1 - (n - 2) n-grams for n >= 2 (same convention as
+    sql/bayes_occurrences.sql for n = 3)."""
+    frame = pl.DataFrame({"toks": sentences}).filter(pl.col("toks").list.len() > 0)
+    frame = frame.with_row_index("sid").explode("toks")
+    if vocabulary is not None:
+        vocab = pl.Series("v", sorted(vocabulary), dtype=pl.String)
+        frame = frame.with_columns(
+            toks=pl.when(pl.col("toks").is_in(vocab.implode())).then(pl.col("toks")).otherwise(pl.lit(UNK))
+        )
+    padded = (
+        frame.group_by("sid", maintain_order=True)
+        .agg(pl.col("toks"))
+        .select(toks=pl.concat_list(pl.lit(BOS), pl.col("toks"), pl.lit(EOS)))
+    )
+    width = max(order, 2)
+    grams = (
+        padded.with_columns(start=pl.int_ranges(0, pl.col("toks").list.len() - width + 1))
+        .explode("start")
+        .drop_nulls("start")
+        .select(ngram=pl.col("toks").list.slice(pl.col("start") + (width - order), order).list.join(" "))
+    )
+    if order == 1:  # unigrams: every predicted token (not <s>)
+        grams = grams.filter(pl.col("ngram") != BOS)
+    return grams.group_by("ngram").agg(count=pl.len().cast(pl.Float64))
+
+
+def public_ngram_counts(
+    path: str | os.PathLike[str], order: int, vocabulary: set[str], lowercase: bool
+) -> pl.DataFrame:
+    """Top-order counts of the public corpus (tokenised like private text, <unk> mapping with the DP
+    vocabulary). Streams the corpus in batches; only the aggregated counts are kept."""
+    total: pl.DataFrame | None = None
+    for batch in _sentence_batches(path, lowercase):
+        counts = ngrams_of_sentences(pl.Series("toks", batch, dtype=pl.List(pl.String)), order, vocabulary)
+        total = (
+            counts
+            if total is None
+            else pl.concat([total, counts]).group_by("ngram").agg(pl.col("count").sum())
+        )
+    return total if total is not None else pl.DataFrame(schema={"ngram": pl.String, "count": pl.Float64})
+
+
+def _theta_top(theta: pl.DataFrame, order: int) -> pl.DataFrame:
+    from lm.arpa import raw_marginals
+
+    tri = theta.select(
+        ngram=pl.concat_str(["w1", "w2", "w3"], separator=" "), count=pl.col("prob").cast(pl.Float64)
+    )
+    return tri if order == 3 else raw_marginals(tri, 3)[order]
+
+
+def route_a_counts(inputs: ReleasedInputs, config: RunConfig) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """Top-order pseudo-counts for route A: M·θ (or its order-n marginal) + λ·public counts + κ per
+    released k-gram of the model's order. Returns (ngram, count) and a public description."""
+    order = config.lm_order
+    if order > 3:
+        raise ConfigError(
+            f"lm_order: route 'arpa' builds at most order 3 from the trigram distribution (got {order}); "
+            "use lm_route='lmplz' for higher orders"
+        )
+    vocabulary = set(inputs.vocabulary())
+    parts: list[pl.DataFrame] = []
+    sources: dict[str, Any] = {}
+    theta = inputs.theta()
+    if theta is not None and theta.height:
+        parts.append(_theta_top(theta, order).with_columns(pl.col("count") * config.lm_theta_tokens))
+        sources["trigram_dist"] = {"pseudo_occurrences_M": config.lm_theta_tokens}
+    if config.public and config.lm_public_weight > 0:
+        pub = public_ngram_counts(config.public, order, vocabulary, config.lowercase)
+        parts.append(pub.with_columns(pl.col("count") * config.lm_public_weight))
+        sources["public_corpus"] = {"weight_lambda": config.lm_public_weight}
+    if config.lm_kgram_count > 0 and order >= 2:
+        grams = inputs.kgrams(order)
+        if grams.height:
+            parts.append(grams.with_columns(count=pl.lit(float(config.lm_kgram_count))))
+            sources["kgrams"] = {"pseudo_count_kappa": config.lm_kgram_count}
+    if not parts:
+        raise ConfigError(
+            "lm_route: route 'arpa' needs released/trigram_dist.parquet, a public corpus or released k-grams"
+        )
+    top = pl.concat(parts).group_by("ngram").agg(pl.col("count").sum())
+    return top, sources
+
+
+def build_route_a(inputs: ReleasedInputs, config: RunConfig, arpa_path: Path) -> dict[str, Any]:
+    """Route A: pseudo-counts -> interpolated modified KN on fractional counts -> ARPA file."""
+    top, sources = route_a_counts(inputs, config)
+    vocabulary = inputs.vocabulary()
+    model = kneser_ney(top, config.lm_order, vocabulary)
+    counts = write_arpa(model, arpa_path)
+    return {
+        "route": "arpa",
+        "sources": sources,
+        "counts": counts,
+        "smoothing": "interpolated modified Kneser-Ney on fractional pseudo-counts",
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Route B
+# ----------------------------------------------------------------------------------------------
+def sample_from_theta(theta: pl.DataFrame, n_sentences: int, seed: int) -> Iterator[list[str]]:
+    """Sentences from the trigram Markov chain of θ: the first trigram from θ(<s>, ·, ·), then
+    w3 ~ θ(w1, w2, ·); a context without continuation in V backs off to Σ_{w1} θ(w1, w2, ·); a
+    sentence ends at </s>, when neither exists, or after MAX_SENTENCE_TOKENS. Non-private
+    randomness (``simulation_rng``): θ is a DP output and sampling is post-processing."""
+    rng = simulation_rng(seed)
+    tokens = pl.concat([theta["w1"], theta["w2"], theta["w3"]]).unique().sort()
+    index = {t: i for i, t in enumerate(tokens.to_list())}
+    vocab = tokens.to_list()
+    size = len(vocab)
+    w1 = np.array([index[t] for t in theta["w1"].to_list()], dtype=np.int64)
+    w2 = np.array([index[t] for t in theta["w2"].to_list()], dtype=np.int64)
+    w3 = np.array([index[t] for t in theta["w3"].to_list()], dtype=np.int64)
+    prob = theta["prob"].to_numpy().astype(np.float64)
+
+    def table(keys: np.ndarray, nxt: np.ndarray, p: np.ndarray):
+        order = np.lexsort((nxt, keys))
+        keys, nxt, p = keys[order], nxt[order], p[order]
+        cum = np.cumsum(p)
+        uniq, start = np.unique(keys, return_index=True)
+        end = np.append(start[1:], keys.size)
+        before = np.where(start > 0, cum[start - 1], 0.0)
+        return uniq, start, end, before, cum, nxt, cum[end - 1] - before
+
+    tri = table(w1 * size + w2, w3, prob)
+    bi = table(w2, w3, prob)
+    bos, eos = index.get(BOS), index.get(EOS)
+    if bos is None:
+        return
+    starts = w1 == bos
+    if not starts.any():
+        return
+    first_p = prob[starts] / prob[starts].sum()
+    first_cum = np.cumsum(first_p)
+
+    def draw(tab, keys: np.ndarray):
+        uniq, start, end, before, cum, nxt, mass = tab
+        pos = np.searchsorted(uniq, keys)
+        pos_c = np.minimum(pos, uniq.size - 1)
+        found = (pos < uniq.size) & (uniq[pos_c] == keys) & (mass[pos_c] > 0)
+        u = rng.random(keys.size)
+        target = before[pos_c] + u * mass[pos_c]
+        idx = np.clip(np.searchsorted(cum, target, side="right"), start[pos_c], end[pos_c] - 1)
+        return np.where(found, nxt[idx], -1)
+
+    batch = 50_000
+    done = 0
+    while done < n_sentences:
+        m = min(batch, n_sentences - done)
+        pick = np.minimum(
+            np.searchsorted(first_cum, rng.random(m) * first_cum[-1], side="right"), first_cum.size - 1
+        )
+        a, b = w2[starts][pick], w3[starts][pick]
+        seqs = [[x] for x in a.tolist()]
+        active = b != eos
+        for i, y in enumerate(b.tolist()):
+            if y != eos:
+                seqs[i].append(y)
+        prev2, prev1 = a.copy(), b.copy()
+        for _ in range(MAX_SENTENCE_TOKENS):
+            ids = np.flatnonzero(active)
+            if ids.size == 0:
+                break
+            nxt = draw(tri, prev2[ids] * size + prev1[ids])
+            missing = nxt < 0
+            if missing.any():
+                nxt[missing] = draw(bi, prev1[ids][missing])
+            for i, w in zip(ids.tolist(), nxt.tolist(), strict=True):
+                if w < 0 or w == eos:
+                    active[i] = False
+                else:
+                    seqs[i].append(w)
+            prev2[ids], prev1[ids] = prev1[ids], np.where(nxt < 0, eos, nxt)
+        for s in seqs:
+            yield [vocab[i] for i in s]
+        done += m
+
+
+def run_lmplz(text: Path, arpa: Path, order: int, memory: str, tmp: Path) -> None:
+    """lmplz with explicit -S, --discount_fallback (small corpora) and --skip_symbols (a literal
+    <unk> in the text is whitespace; lmplz estimates <unk> itself)."""
+    cmd = [
+        str(kenlm_binary("lmplz")),
+        "-o",
+        str(order),
+        "-S",
+        memory,
+        "-T",
+        str(tmp),
+        "--discount_fallback",
+        "--skip_symbols",
+        "--text",
+        str(text),
+        "--arpa",
+        str(arpa),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        raise RuntimeError(f"lmplz failed (exit {done.returncode}): {tail}")
+
+
+def build_route_b(inputs: ReleasedInputs, config: RunConfig, arpa_path: Path, seed: int) -> dict[str, Any]:
+    """Route B: lmplz on the released synthetic sequences (Chen et al.), else on θ samples."""
+    order = config.lm_order
+    with tempfile.TemporaryDirectory(prefix="dpngram-lm-") as tmpdir:
+        tmp = Path(tmpdir)
+        text = tmp / "corpus.txt"
+        synthetic = inputs.synthetic()
+        lines = 0
+        with open(text, "w", encoding="utf-8") as fh:
+            if synthetic is not None:
+                source = "synthetic_sequences"
+                for batch in pq.ParquetFile(synthetic).iter_batches(columns=["text"], batch_size=65_536):
+                    for value in batch.column(0).to_pylist():
+                        if value and value.strip():
+                            fh.write(value.replace("\n", " ").strip() + "\n")
+                            lines += 1
+            else:
+                theta = inputs.theta()
+                if theta is None:
+                    raise ConfigError(
+                        "lm_route: route 'lmplz' needs released/synthetic_sequences.parquet "
+                        "or released/trigram_dist.parquet"
+                    )
+                source = "samples_from_trigram_dist"
+                for sentence in sample_from_theta(theta, config.lm_sample_sentences, seed):
+                    fh.write(" ".join(sentence) + "\n")
+                    lines += 1
+        if lines == 0:
+            raise ConfigError("lm_route: route 'lmplz' has no text to train on (empty synthetic corpus)")
+        run_lmplz(text, arpa_path, order, config.lm_memory, tmp)
+    declared, _ = read_arpa(arpa_path)
+    return {
+        "route": "lmplz",
+        "sources": {source: {"sentences": lines}},
+        "counts": declared,
+        "smoothing": "lmplz modified Kneser-Ney (--discount_fallback)",
+    }
+
+
+def compile_binary(arpa: Path, binary: Path) -> None:
+    """``build_binary`` (probing structure) into ``binary`` atomically."""
+    tmp = binary.with_name(binary.name + ".tmp")
+    done = subprocess.run(
+        [str(kenlm_binary("build_binary")), str(arpa), str(tmp)], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        raise RuntimeError(f"build_binary failed (exit {done.returncode}): {tail}")
+    os.replace(tmp, binary)
+
+
+# ----------------------------------------------------------------------------------------------
+# The stage
+# ----------------------------------------------------------------------------------------------
+def _seed(run_id: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"lm:{run_id}".encode()).digest()[:8], "big")
+
+
+def _build(route: str, inputs: ReleasedInputs, config: RunConfig, arpa: Path, seed: int) -> dict[str, Any]:
+    if route == "arpa":
+        return build_route_a(inputs, config, arpa)
+    return build_route_b(inputs, config, arpa, seed)
+
+
+def run_lm(ctx: Any) -> dict[str, Any]:
+    """Stage ``lm`` (after validate, before report): build the model from released files only,
+    compile it, check it (GX suite ``model.arpa``), evaluate it on public / user-supplied text,
+    write the model card and report part ``lm``. Returns a public summary (paths, counts)."""
+    from lm.evaluate import evaluate_file
+    from lm.model_card import write_model_card
+    from pipeline.run import record_part
+
+    config: RunConfig = ctx.config
+    if config.lm_order > KENLM_MAX_ORDER:
+        raise ConfigError(
+            f"lm_order: at most {KENLM_MAX_ORDER} (KenLM's compiled limit; got {config.lm_order})"
+        )
+    started = time.perf_counter()
+    release = ctx.release
+    inputs = ReleasedInputs(release.root)
+    arpa = release.path(MODEL_ARPA)
+    binary = release.path(MODEL_BINARY)
+    seed = _seed(ctx.run_id)
+    eval_text = config.lm_eval_text or config.public
+    eval_kind = "user-supplied" if config.lm_eval_text else ("public corpus" if config.public else None)
+
+    candidates: dict[str, dict[str, Any]] = {}
+    if config.lm_route in ROUTES:
+        route = config.lm_route
+    elif config.lm_eval_text:  # auto with evaluation text: build both, keep the better one
+        for r in ROUTES:
+            trial = arpa.with_name(f"candidate_{r}.arpa")
+            try:
+                info = _build(r, inputs, config, trial, seed)
+            except ConfigError as err:
+                candidates[r] = {"error": str(err)}
+                continue
+            compile_binary(trial, trial.with_suffix(".binary"))
+            metrics = evaluate_file(trial.with_suffix(".binary"), config.lm_eval_text, config.lowercase)
+            candidates[r] = {"perplexity": metrics["perplexity"], "info": info}
+        usable = {r: c for r, c in candidates.items() if "perplexity" in c}
+        if not usable:
+            raise ConfigError("lm_route: neither route can be built from this run's released files")
+        route = min(usable, key=lambda r: usable[r]["perplexity"])
+    else:
+        route = DEFAULT_ROUTE
+
+    if route in candidates and "info" in candidates[route]:
+        info = candidates[route]["info"]
+        os.replace(arpa.with_name(f"candidate_{route}.arpa"), arpa)
+    else:
+        info = _build(route, inputs, config, arpa, seed)
+    for r in ROUTES:
+        for suffix in (".arpa", ".binary"):
+            arpa.with_name(f"candidate_{r}{suffix}").unlink(missing_ok=True)
+    compile_binary(arpa, binary)
+
+    from pipeline.validate import validate_model
+
+    check = validate_model(ctx, MODEL_ARPA)
+    metrics = evaluate_file(binary, eval_text, config.lowercase) if eval_text else None
+    build_seconds = round(time.perf_counter() - started, 3)
+    part = {
+        "route": route,
+        "route_selection": (
+            "configured"
+            if config.lm_route in ROUTES
+            else "auto: lowest perplexity on the evaluation text"
+            if candidates
+            else f"auto: default route '{DEFAULT_ROUTE}' (benchmarks/lm_bench.py)"
+        ),
+        "candidates": {r: {k: v for k, v in c.items() if k != "info"} for r, c in candidates.items()},
+        "order": config.lm_order,
+        "counts": {str(n): c for n, c in info["counts"].items()},
+        "vocabulary_size": int(info["counts"].get(1, 0)),
+        "smoothing": info["smoothing"],
+        "sources": info["sources"],
+        "paths": {"arpa": MODEL_ARPA, "binary": MODEL_BINARY, "card": MODEL_CARD},
+        "validation": check,
+        "metrics": {"text": eval_kind, **metrics} if metrics else None,
+        "seconds": build_seconds,
+        "privacy_spend": "none: post-processing of released DP outputs only",
+    }
+    record_part(ctx, STAGE, part)
+    write_model_card(ctx, part)
+    if not check.get("success"):
+        raise ArpaError("model.arpa failed its validation suite (see report part 'lm')")
+    log.info("lm: route %s, order %d, counts %s", route, config.lm_order, part["counts"])
+    return {
+        "stage": STAGE,
+        "method": route,
+        "paths": [MODEL_ARPA, MODEL_BINARY, MODEL_CARD],
+        "released_rows": sum(info["counts"].values()),
+        "epsilon": 0.0,
+    }

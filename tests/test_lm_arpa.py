@@ -1,0 +1,171 @@
+"""ARPA writer (lm/arpa.py): Kneser-Ney on expected counts gives normalised conditional
+distributions, the ARPA validity rules are enforced, and KenLM's build_binary accepts the file."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import subprocess
+from collections import Counter
+
+import polars as pl
+import pytest
+
+from lm.arpa import (
+    BOS,
+    EOS,
+    UNK,
+    ArpaError,
+    ArpaModel,
+    check_model,
+    kneser_ney,
+    raw_marginals,
+    read_arpa,
+    write_arpa,
+)
+from lm.kenlm_bin import kenlm_binary
+
+SENTENCES = [["a", "b", "c"], ["a", "b"], ["b", "c", "a", "b"], ["c"], ["a", "a", "a", "c", "b"]]
+VOCAB = ["a", "b", "c", "d"]
+
+
+def counts(sentences, n, weight=1.0):
+    c = Counter()
+    for s in sentences:
+        p = [BOS, *s, EOS]
+        for i in range(len(p) - n + 1):
+            c[" ".join(p[i : i + n])] += weight
+    return c
+
+
+def frame(c: Counter) -> pl.DataFrame:
+    return pl.DataFrame({"ngram": list(c), "count": [float(v) for v in c.values()]})
+
+
+def lookup(model: ArpaModel):
+    tables = {
+        n: dict(zip(t["ngram"], zip(t["logprob"], t["backoff"], strict=True), strict=True))
+        for n, t in model.tables.items()
+    }
+
+    def logp(context: tuple[str, ...], word: str) -> float:
+        """ARPA backoff semantics: log10 p(word | context)."""
+        for start in range(len(context) + 1):
+            h = context[start:]
+            n = len(h) + 1
+            if n > model.order:
+                continue
+            key = " ".join((*h, word))
+            if key in tables[n]:
+                return tables[n][key][0] + sum(
+                    (tables[len(context[s:])].get(" ".join(context[s:]), (0.0, 0.0))[1] or 0.0)
+                    for s in range(0, start)
+                    if len(context[s:]) < model.order
+                )
+        raise AssertionError(word)
+
+    return tables, logp
+
+
+def test_raw_marginals_recover_lower_order_counts_exactly():
+    tri = counts(SENTENCES, 3)
+    raw = raw_marginals(frame(tri), 3)
+    assert dict(zip(raw[2]["ngram"], raw[2]["count"], strict=True)) == pytest.approx(
+        dict(counts(SENTENCES, 2))
+    )
+    uni = {k: v for k, v in counts(SENTENCES, 1).items() if k != BOS}
+    got = {k: v for k, v in zip(raw[1]["ngram"], raw[1]["count"], strict=True) if v > 0}
+    assert got == pytest.approx(uni)
+
+
+@pytest.mark.parametrize("scale", [0.01, 1.0, 37.5])
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_every_context_sums_to_one(order, scale):
+    model = kneser_ney(frame(counts(SENTENCES, order, scale)), order, VOCAB)
+    check_model(model)
+    tables, logp = lookup(model)
+    predicted = [w for w in tables[1] if w != BOS]
+    assert set(predicted) == {*VOCAB, EOS, UNK}
+    contexts = {()} | {tuple(g.split(" ")) for n in range(1, order) for g in tables[n]}
+    contexts |= {("d", "a"), ("c", "c")}  # unseen contexts back off
+    for h in contexts:
+        if EOS in h or len(h) >= order:
+            continue
+        total = sum(10 ** logp(h, w) for w in predicted)
+        assert total == pytest.approx(1.0, abs=1e-9), h
+
+
+def test_written_arpa_is_valid_for_kenlm_and_scores_match(tmp_path):
+    import kenlm
+
+    model = kneser_ney(frame(counts(SENTENCES, 3, 2.0)), 3, VOCAB)
+    arpa = tmp_path / "m.arpa"
+    declared = write_arpa(model, arpa)
+    read_declared, back = read_arpa(arpa)
+    assert read_declared == declared == {n: t.height for n, t in back.tables.items()}
+    assert back.tables[3]["backoff"].null_count() == back.tables[3].height
+    assert all((t["logprob"] <= 0).all() for t in back.tables.values())
+    binary = tmp_path / "m.binary"
+    subprocess.run(
+        [str(kenlm_binary("build_binary")), str(arpa), str(binary)], check=True, capture_output=True
+    )
+    k = kenlm.Model(str(binary))
+    _, logp = lookup(model)
+    for sentence in (["a", "b", "c"], ["d", "a", "zzz"], ["c", "c", "c"]):
+        ours = 0.0
+        hist = (BOS,)
+        for w in [*sentence, EOS]:
+            word = w if w in VOCAB or w == EOS else UNK
+            ours += logp(hist[-2:], word)
+            hist = (*hist, word)
+        assert k.score(" ".join(sentence), bos=True, eos=True) == pytest.approx(ours, abs=1e-4)
+    # conditional distributions of the compiled model sum to 1 (float32 storage: 1e-5)
+    for context in ([], ["a"], ["a", "b"], ["d", "c"]):
+        state = kenlm.State()
+        k.BeginSentenceWrite(state)
+        for w in context:
+            nxt = kenlm.State()
+            k.BaseScore(state, w, nxt)
+            state = nxt
+        total = sum(10 ** k.BaseScore(state, w, kenlm.State()) for w in [*VOCAB, EOS, UNK])
+        assert total == pytest.approx(1.0, abs=1e-5)
+
+
+def test_rule_violations_are_refused(tmp_path):
+    good = kneser_ney(frame(counts(SENTENCES, 3)), 3, VOCAB)
+
+    def broken(n, fn):
+        tables = dict(good.tables)
+        tables[n] = fn(tables[n])
+        return ArpaModel(tables)
+
+    cases = {
+        "context": broken(2, lambda t: t.filter(pl.col("ngram") != "a b")),
+        "top order has no backoff": broken(3, lambda t: t.with_columns(backoff=pl.lit(-0.1))),
+        "<= 0": broken(
+            1,
+            lambda t: t.with_columns(
+                logprob=pl.when(pl.col("ngram") == "a").then(0.5).otherwise(pl.col("logprob"))
+            ),
+        ),
+        "<unk> is missing": broken(1, lambda t: t.filter(pl.col("ngram") != UNK)),
+        "duplicate": broken(3, lambda t: pl.concat([t, t.head(1)])),
+    }
+    for message, model in cases.items():
+        with pytest.raises(ArpaError, match=message):
+            write_arpa(model, tmp_path / "bad.arpa")
+    assert not (tmp_path / "bad.arpa").exists()
+    with pytest.raises(ArpaError, match="exactly 3 tokens"):
+        kneser_ney(pl.DataFrame({"ngram": ["a b"], "count": [1.0]}), 3)
+    with pytest.raises(ArpaError, match=">= 0"):
+        kneser_ney(pl.DataFrame({"ngram": ["a b c"], "count": [-1.0]}), 3)
+
+
+def test_fractional_counts_closure_adds_missing_contexts():
+    # a lone trigram whose prefix never occurs as a suffix: the closure must add "x y" and "x"
+    model = kneser_ney(pl.DataFrame({"ngram": ["x y z", "<s> a b"], "count": [0.3, 5.0]}), 3, ["q"])
+    check_model(model)
+    assert "x y" in model.tables[2]["ngram"].to_list()
+    assert {"q", "x", "y", "z"} <= set(model.tables[1]["ngram"].to_list())
+    assert not any(math.isnan(v) for t in model.tables.values() for v in t["logprob"])
+    assert list(itertools.chain(model.tables)) == [1, 2, 3]
