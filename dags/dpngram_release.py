@@ -5,7 +5,7 @@ run's Params plus the run id, and calls one pipeline function (``pipeline/`` kno
 Airflow). Tasks::
 
     prepare -> ingest -> vocabulary -> dpne_level_2 -> ... -> dpne_level_12 -> kgrams
-            -> bayes -> validate -> report -> publish
+            -> bayes -> synth -> validate -> lm -> report -> publish
 
 * ``prepare`` checks the dataset's lifetime budget before any data is read and fixes
   ``run_id`` = the Airflow run id made safe for paths (:func:`pipeline.run.run_id_from`).
@@ -177,6 +177,20 @@ def dpngram_release() -> None:
             return public_summary(run_bayes(ctx))
 
     @task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
+    def synth(**context: Any) -> dict[str, Any]:
+        """Chen et al. n-gram tree + synthetic sequences (skipped without a 'synth' budget)."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        ctx = _ctx(context)
+        if "synth" not in ctx.config.stage_budget:
+            raise AirflowSkipException("stage_budget has no 'synth' share")
+        from pipeline.run import public_summary, stage_timer
+        from pipeline.synth import run_synth
+
+        with stage_timer(ctx, "synth"):
+            return public_summary(run_synth(ctx))
+
+    @task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
     def validate(**context: Any) -> dict[str, Any]:
         """Great Expectations suites; a failure stops the run before publish."""
         from pipeline.run import stage_timer
@@ -186,7 +200,24 @@ def dpngram_release() -> None:
         with stage_timer(ctx, "validate"):
             return {"success": validate_run(ctx)["success"]}
 
-    @task(pool=POOL, multiple_outputs=False)
+    @task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
+    def lm(**context: Any) -> dict[str, Any]:
+        """KenLM language model from the released DP artifacts only (post-processing, no spend);
+        skipped when lm_route is 'off' or no stage releases a trigram distribution/synthetic text."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from lm.build import lm_enabled
+
+        ctx = _ctx(context)
+        if not lm_enabled(ctx.config):
+            raise AirflowSkipException("language model not enabled for this run (lm_route / stage_budget)")
+        from lm.build import run_lm
+        from pipeline.run import public_summary, stage_timer
+
+        with stage_timer(ctx, "lm"):
+            return public_summary(run_lm(ctx))
+
+    @task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
     def report(**context: Any) -> dict[str, Any]:
         from pipeline.report import write_report
         from pipeline.run import stage_timer
@@ -205,7 +236,7 @@ def dpngram_release() -> None:
 
     chain = [prepare(), ingest(), vocabulary()]
     chain += [level(k) for k in range(2, MAX_LEVEL + 1)]
-    chain += [kgrams(), bayes(), validate(), report(), publish()]
+    chain += [kgrams(), bayes(), synth(), validate(), lm(), report(), publish()]
     for upstream, downstream in zip(chain, chain[1:], strict=False):
         upstream >> downstream
 

@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 from pipeline.accounting import PrivacyEvent, gaussian_sigma, laplace_scale
 from pipeline.config import ConfigError
 from pipeline.noise import NoiseSource, simulation_rng
-from pipeline.run import RunContext, StageResult, read_parts, spend_once
+from pipeline.run import RunContext, StageResult, read_parts, released_summary, spend_once
 from pipeline.store import Warehouse, load_sql
 
 __all__ = [
@@ -847,14 +847,7 @@ def run_bayes_baseline(ctx: RunContext, method: str, *, noise: NoiseSource | Non
 
 
 def _summary(ctx: RunContext, result: dict[str, Any]) -> dict[str, Any]:
-    path = ctx.release.root / TRIGRAM_DIST_PATH
-    return {
-        "stage": STAGE,
-        "released_rows": pq.ParquetFile(path).metadata.num_rows,
-        "epsilon": result["epsilon"],
-        "reused": result["reused"],
-        "paths": [str(path)],
-    }
+    return released_summary(ctx, STAGE, result, [TRIGRAM_DIST_PATH])
 
 
 def _check_positive(**values: float) -> None:

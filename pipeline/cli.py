@@ -9,6 +9,7 @@ Sub-commands::
     dpngram baseline --method dpsu-all|dpsu-even|dpsu-single [--k K] --input PATH --out DIR [...]
     dpngram ledger   --dataset NAME [--warehouse PATH]       privacy spend history of a dataset
     dpngram demo                                             sample corpus + Airflow `dags test` run
+    dpngram evaluate --model PATH --text FILE [--json]       perplexity / OOV rate of a KenLM model
 
 Every :class:`pipeline.config.RunConfig` field is a flag of ``run``/``baseline``/``ingest``
 (generated from ``RunConfig.model_fields``, so flags never drift from the configuration).
@@ -396,6 +397,21 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Perplexity (with and without OOVs) and OOV rate of a KenLM model on a text file."""
+    from lm.evaluate import evaluate_file
+
+    result = evaluate_file(args.model, args.text, lowercase=not args.keep_case)
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        print(f"sentences {result['sentences']}  tokens {result['tokens']}  order {result['order']}")
+        print(f"perplexity (OOVs as <unk>)  {result['perplexity']:.3f}")
+        print(f"perplexity without OOVs     {result['perplexity_without_oov']:.3f}")
+        print(f"OOV rate                    {result['oov_rate']:.4f}")
+    return EXIT_OK
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from pipeline.demo import run_demo
 
@@ -455,6 +471,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the history as JSON")
     p.set_defaults(func=cmd_ledger)
 
+    p = sub.add_parser("evaluate", parents=[common], help="perplexity of a KenLM model on a text file")
+    p.add_argument("--model", required=True, metavar="PATH", help="model.binary or model.arpa")
+    p.add_argument("--text", required=True, metavar="FILE", help="plain text (.gz accepted)")
+    p.add_argument("--keep-case", action="store_true", help="do not lower-case (a run with lowercase=False)")
+    p.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    p.set_defaults(func=cmd_evaluate)
+
     p = sub.add_parser(
         "demo",
         parents=[common],
@@ -471,10 +494,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _expected_errors() -> tuple[type[BaseException], ...]:
+    from lm.arpa import ArpaError
     from pipeline.accounting import BudgetError
     from pipeline.ingest import IngestError
 
-    return (ConfigError, IngestError, BudgetError, FileNotFoundError)
+    return (ConfigError, IngestError, BudgetError, FileNotFoundError, ArpaError)
 
 
 def _error(message: str) -> None:

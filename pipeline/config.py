@@ -135,6 +135,55 @@ class RunConfig(BaseModel):
         "data-dependent brute force, NOT differentially private, for comparison only.",
     )
 
+    # -- language model (lm/, issue 6: KenLM model from the DP artifacts only) ----------------
+    lm_route: Literal["auto", "arpa", "lmplz", "off"] = Field(
+        "auto", title="LM: route",
+        description="'arpa': ARPA written from the released statistics (Kneser-Ney on pseudo-counts); "
+        "'lmplz': lmplz on synthetic/sampled text; 'auto': the better one on lm_eval_text if given, "
+        "else the benchmark's winner; 'off': no model.",
+    )
+    lm_order: int = Field(
+        3, ge=1, le=6, title="LM: order", description="N-gram order (route arpa: at most 3)."
+    )
+    lm_theta_tokens: float = Field(
+        30_000.0, ge=0, le=1e12, title="LM: M (pseudo-occurrences of the trigram distribution)",
+        description="Route arpa: the trigram distribution counts as M trigram occurrences (M * prob).",
+    )
+    lm_public_weight: float = Field(
+        1.0, ge=0, le=1e6, title="LM: lambda (public-count weight)",
+        description="Route arpa: public-corpus n-gram counts are added with this weight (0: not used).",
+    )
+    lm_kgram_count: float = Field(
+        1.0, ge=0, le=1e9, title="LM: kappa (pseudo-count per released k-gram)",
+        description="Route arpa: each DPNE-released k-gram of the model's order adds this pseudo-count.",
+    )
+    lm_sample_sentences: int = Field(
+        200_000, ge=1, le=100_000_000, title="LM: sentences sampled from theta",
+        description="Route lmplz without a synthetic corpus: sentences sampled from the trigram "
+        "distribution.",
+    )
+    lm_memory: str = Field("1G", title="LM: lmplz memory (-S)", description="e.g. 1G or 512M.")
+    lm_eval_text: str | None = Field(
+        None, title="LM: evaluation text",
+        description="Plain-text file the model card's metrics (and lm_route='auto') use; default: the "
+        "public corpus.",
+    )
+
+    # -- synthetic sequences (pipeline/synth.py, Chen et al. 2012 variable-length n-grams) ----
+    synth_n_max: int = Field(
+        5, ge=1, le=10, title="Synth: n_max (tree height)",
+        description="Largest n-gram size explored by the exploration tree (Chen et al. Algorithm 1).",
+    )
+    synth_l_max: int = Field(
+        20, ge=1, le=1000, title="Synth: l_max (items per user)",
+        description="Each user's token stream (sentences joined with '&') is truncated to l_max items; "
+        "the Laplace sensitivity is l_max.",
+    )
+    synth_allocation: Literal["adaptive", "uniform"] = Field(
+        "adaptive", title="Synth: budget allocation",
+        description="'adaptive': Markov-estimated per-node budgets (paper §4.3.2); 'uniform': epsilon/n_max per level.",
+    )
+
     # -- engine ------------------------------------------------------------------------------
     memory_limit: str = Field("4GB", title="DuckDB memory limit", description="e.g. 4GB; larger work spills to disk.")
     threads: int | None = Field(None, ge=1, le=256, title="DuckDB threads")
@@ -186,6 +235,13 @@ class RunConfig(BaseModel):
         if value != "auto" and not (0 < float(value) < 1):
             raise ValueError("must be 'auto' or a number in (0, 1)")
         return value
+
+    @field_validator("lm_memory")
+    @classmethod
+    def _lm_memory(cls, value: str) -> str:
+        if not re.match(r"^\d+[KMGT%]?$", value.strip()):
+            raise ValueError("must look like '1G', '512M' or '10%' (lmplz -S)")
+        return value.strip()
 
     @model_validator(mode="after")
     def _lifetime(self) -> RunConfig:

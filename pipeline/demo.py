@@ -187,8 +187,9 @@ def run_demo(
         "public": str(sample["public"]),
         "out": str(paths["out"]),
         "warehouse": str(paths["warehouse"]),
-        # DPNE k-grams plus the Bayesian trigram distribution with the sample's public corpus as prior
-        "stage_budget": {"dpne": 0.6, "bayes": 0.4},
+        # Every stage: DPNE k-grams, the Bayesian trigram distribution (the sample's public corpus
+        # as prior) and Chen et al. synthetic sequences; the LM is built from their outputs.
+        "stage_budget": {"dpne": 0.5, "bayes": 0.3, "synth": 0.2},
     }
     if max_n is not None:
         conf["max_n"] = max_n
@@ -216,6 +217,7 @@ def _print_outputs(console: Any, release: Path) -> None:
     ]
     models = sorted(p for pattern in ("*.binary", "*.arpa", "*.arpa.gz") for p in release.rglob(pattern))
     rows += [("model", p) for p in models]
+    rows.append(("model card", release / "model" / "MODEL_CARD.md"))
     for name, path in rows:
         if path.exists():
             console.print(f"  {name:<12} {path}")

@@ -56,7 +56,15 @@ from pipeline.dpsu import (
     write_keys_parquet,
 )
 from pipeline.noise import NoiseSource
-from pipeline.run import PARTS_DIR, RunContext, StageResult, read_parts, record_part, spend_once
+from pipeline.run import (
+    PARTS_DIR,
+    RunContext,
+    StageResult,
+    read_parts,
+    record_part,
+    released_summary,
+    spend_once,
+)
 from pipeline.store import Warehouse, load_sql
 
 __all__ = [
@@ -694,15 +702,7 @@ def run_level(
         )
 
     result = spend_once(ctx, stage, [output], compute)
-    path = ctx.release.root / output
-    return {
-        "stage": stage,
-        "k": k,
-        "released_rows": _file_rows(path),
-        "epsilon": result["epsilon"],
-        "reused": result["reused"],
-        "paths": [str(path)],
-    }
+    return released_summary(ctx, stage, result, [output], k=k)
 
 
 def _export_level(wh: Warehouse, ctx: RunContext, k: int) -> None:
@@ -867,12 +867,4 @@ def run_baseline(
         return StageResult(events=events, report={"method": method, "k": k, "runs": per_length})
 
     result = spend_once(ctx, "dpne", [output], compute)
-    path = ctx.release.root / output
-    return {
-        "stage": "dpne",
-        "method": method,
-        "released_rows": _file_rows(path),
-        "epsilon": result["epsilon"],
-        "reused": result["reused"],
-        "paths": [str(path)],
-    }
+    return released_summary(ctx, "dpne", result, [output], method=method)

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 
 from pipeline.accounting import PrivacyEvent, dpne_sigmas, dpsu_threshold
 from pipeline.noise import NoiseSource
-from pipeline.run import RunContext, StageResult, spend_once
+from pipeline.run import RunContext, StageResult, released_summary, spend_once
 from pipeline.store import Warehouse, load_sql, safe_identifier
 
 __all__ = [
@@ -230,11 +230,4 @@ def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict
         return StageResult(events=params.events(VOCABULARY_STAGE), report=report)
 
     result = spend_once(ctx, VOCABULARY_STAGE, [VOCABULARY_PATH], compute)
-    path = ctx.release.root / VOCABULARY_PATH
-    return {
-        "stage": VOCABULARY_STAGE,
-        "released_rows": pq.ParquetFile(path).metadata.num_rows,
-        "epsilon": result["epsilon"],
-        "reused": result["reused"],
-        "paths": [str(path)],
-    }
+    return released_summary(ctx, VOCABULARY_STAGE, result, [VOCABULARY_PATH])

@@ -175,6 +175,7 @@ def write_report(ctx: RunContext) -> Path:
         "timings_seconds": _timings(parts, read_timings(ctx)),
         "noise": _noise_mode(parts),
         "validation": _validation_summary(parts.get("validation")),
+        "model": parts.get("lm"),  # language model (lm/): paths, order, counts per order, metrics
         "stages": {name: part for name, part in parts.items() if name not in _KNOWN_PARTS},
     }
     plots = _plots(root, per_k, privacy)

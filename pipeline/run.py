@@ -30,7 +30,7 @@ from pipeline.store import Release, Warehouse, run_schema_name, write_json_atomi
 
 __all__ = [
     "RunContext", "new_run_id", "prepare", "spend_once", "record_part", "read_parts", "StageResult",
-    "run_id_from", "public_summary", "read_timings", "stage_timer", "publish_run", "release_plan",
+    "run_id_from", "public_summary", "released_summary", "read_timings", "stage_timer", "publish_run", "release_plan",
     "run_release",
 ]
 
@@ -155,7 +155,13 @@ def spend_once(
             # sub-stages telescopes to the exact composition; the parent's delta is charged once,
             # by its first sub-stage.
             parent_total = summary["epsilon"]
-            charged_epsilon, charged_delta = summary["epsilon"], stage_delta if events else 0.0
+            # A stage whose events are all pure-epsilon (Laplace) is charged (sum of epsilons, 0):
+            # its composed epsilon at delta > 0 may be smaller, but that one needs the delta.
+            uses_delta = any(e.mechanism != "laplace" for e in events)
+            if uses_delta or not events:
+                charged_epsilon, charged_delta = summary["epsilon"], stage_delta if events else 0.0
+            else:
+                charged_epsilon, charged_delta = sum(e.epsilon * e.count for e in events), 0.0
             if earlier:
                 before = _summary(earlier, stage_delta)["epsilon"]
                 parent_total = _summary(earlier + list(events), stage_delta)["epsilon"]
@@ -179,6 +185,25 @@ def spend_once(
             ctx.config.dataset, ctx.run_id, stage, privacy["charged_epsilon"], privacy["charged_delta"], events
         )
     return {"stage": stage, "reused": reused, "epsilon": privacy["epsilon"], "outputs": outputs}
+
+
+def released_summary(
+    ctx: RunContext, stage: str, spent: dict[str, Any], outputs: list[str], **extra: Any
+) -> dict[str, Any]:
+    """The public summary of a privacy-spending stage after :func:`spend_once`: released row
+    count of its first output (a released table, so the count is public), epsilon, reuse flag and
+    paths. ``extra`` adds public identifiers such as ``k`` or ``method``."""
+    import pyarrow.parquet as pq
+
+    paths = [ctx.release.root / o for o in outputs]
+    return {
+        "stage": stage,
+        **extra,
+        "released_rows": pq.ParquetFile(paths[0]).metadata.num_rows,
+        "epsilon": spent["epsilon"],
+        "reused": spent["reused"],
+        "paths": [str(p) for p in paths],
+    }
 
 
 def _stage_share(config: RunConfig, stage: str) -> tuple[float, float]:
@@ -290,7 +315,17 @@ def release_plan(config: RunConfig, baseline: str | None = None, baseline_k: int
         from pipeline import bayes
 
         plan.append(("bayes", bayes.run_bayes))
+    if "synth" in config.stage_budget:
+        from pipeline import synth
+
+        plan.append(("synth", synth.run_synth))
     plan.append(("validate", validate.validate_run))
+    from lm.build import lm_enabled
+
+    if lm_enabled(config):  # language model from the released DP artifacts (post-processing)
+        from lm.build import run_lm
+
+        plan.append(("lm", run_lm))
     plan.append(("report", lambda ctx: {"path": str(report.write_report(ctx))}))
     return plan
 

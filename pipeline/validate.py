@@ -63,6 +63,7 @@ __all__ = [
     "ValidationFailed",
     "register_suite",
     "validate_run",
+    "validate_model",
     "VOCABULARY_PATH",
     "KGRAMS_PATH",
     "RESULTS_PATH",
@@ -403,6 +404,141 @@ def baseline_suite(src: Sources) -> list[Batch]:
             aggregates = _frame(src.public, load_sql("validate_baseline_aggregates", source=view))
             batches.append(Batch(f"{suite}.table", aggregates, [zero(c) for c in aggregates.columns], False))
     return batches
+
+
+
+SYNTH_SEQUENCES_PATH = "released/synthetic_sequences.parquet"
+SYNTH_COUNTS_PATH = "released/ngram_counts_noisy.parquet"
+
+
+@register_suite(
+    "released.synth", private=False,
+    applies=lambda ctx: any(_released_or_promised(p)(ctx) for p in (SYNTH_SEQUENCES_PATH, SYNTH_COUNTS_PATH)),
+)
+def synth_suite(src: Sources) -> list[Batch]:
+    """Synthetic sequences and noisy variable-length n-gram counts (pipeline/synth.py, Chen et al.
+    2012): exact column sets; no nulls; non-empty sequences; every token in the item universe I
+    (released vocabulary or <unk>; '&' only as an n-gram's last item); noisy counts >= 0 after
+    consistency; unique keys (``sql/synth_validate_aggregates.sql``)."""
+    seq_view = src.released_view("synthetic_sequences", SYNTH_SEQUENCES_PATH)
+    counts_view = src.released_view("ngram_counts_noisy", SYNTH_COUNTS_PATH)
+    missing = [p for p, v in ((SYNTH_SEQUENCES_PATH, seq_view), (SYNTH_COUNTS_PATH, counts_view)) if v is None]
+    if missing:
+        return [Batch("released.synth", None, [], False, problem=f"{', '.join(missing)} missing")]
+    batches = [
+        Batch(
+            "released.synth.sequences.rows",
+            _frame(src.public, load_sql("validate_sample", source=seq_view)),
+            [
+                Expect("ExpectTableColumnsToMatchSet", {"column_set": ["seq_id", "text"], "exact_match": True}),
+                Expect("ExpectColumnValuesToNotBeNull", {"column": "text"}),
+                Expect("ExpectColumnValueLengthsToBeBetween", {"column": "text", "min_value": 1}),
+            ],
+            False,
+        ),
+        Batch(
+            "released.synth.counts.rows",
+            _frame(src.public, load_sql("validate_sample", source=counts_view)),
+            [
+                Expect("ExpectTableColumnsToMatchSet", {"column_set": ["ngram", "noisy_count"], "exact_match": True}),
+                Expect("ExpectColumnValuesToNotBeNull", {"column": "ngram"}),
+                Expect("ExpectColumnValuesToBeBetween", {"column": "noisy_count", "min_value": 0}),
+            ],
+            False,
+        ),
+    ]
+    if {"seq_id", "text"} <= set(src.columns(seq_view)) and {"ngram", "noisy_count"} <= set(src.columns(counts_view)):
+        if src.released_view("vocabulary", VOCABULARY_PATH) is None:
+            batches.append(Batch("released.synth.table", None, [], False,
+                                 problem=f"{VOCABULARY_PATH} is missing (needed for the token check)"))
+        else:
+            aggregates = _frame(src.public, load_sql("synth_validate_aggregates"))
+            batches.append(Batch("released.synth.table", aggregates, [zero(c) for c in aggregates.columns], False))
+    return batches
+
+
+MODEL_ARPA_PATH = "model/model.arpa"
+MODEL_RESULTS_PATH = "validation/model_results.json"
+MODEL_SAMPLE_ROWS = 200_000
+
+
+@register_suite(
+    "model.arpa", private=False, applies=lambda ctx: (ctx.release.root / MODEL_ARPA_PATH).is_file()
+)
+def model_arpa_suite(src: Sources) -> list[Batch]:
+    """The language model's ARPA file (lm/, issue 6), parsed into a table (order, ngram, logprob,
+    backoff): row-level checks on an evenly spaced sample (log10 probabilities <= 0, no nulls),
+    and whole-file aggregates that must be 0 (per order: rows differ from the \\data\\ count;
+    positive log-probabilities; backoff present on the top order; missing contexts/suffixes;
+    missing <s>, </s>, <unk>). Post-processing of DP outputs only: public."""
+    import pandas as pd
+    import polars as pl
+
+    from lm.arpa import ArpaError, check_model, read_arpa
+
+    path = src.released(MODEL_ARPA_PATH)
+    if not path.is_file():
+        return [Batch("model.arpa", None, [], False, problem=f"{MODEL_ARPA_PATH} is missing")]
+    try:
+        declared, model = read_arpa(path)
+    except ArpaError as err:
+        return [Batch("model.arpa", None, [], False, problem=f"{MODEL_ARPA_PATH} is malformed: {err}")]
+    frames = [t.with_columns(order=pl.lit(n, pl.Int32)) for n, t in model.tables.items()]
+    rows = pl.concat(frames) if frames else pl.DataFrame(
+        schema={"ngram": pl.String, "logprob": pl.Float64, "backoff": pl.Float64, "order": pl.Int32}
+    )
+    step = max(1, rows.height // MODEL_SAMPLE_ROWS)
+    sample = rows.gather_every(step).to_pandas()
+    top = max(model.tables) if model.tables else 0
+    orders = sorted(set(declared) | set(model.tables))
+    try:
+        check_model(model)
+        closure_problems = 0
+    except ArpaError:
+        closure_problems = 1
+    aggregates = pd.DataFrame([{
+        "orders_with_count_mismatch": sum(
+            declared.get(n, -1) != (model.tables[n].height if n in model.tables else -1) for n in orders
+        ),
+        "positive_logprobs": int(rows.filter(pl.col("logprob") > 0).height),
+        "top_order_backoffs": int(model.tables[top]["backoff"].is_not_null().sum()) if top else 1,
+        "arpa_rule_violations": closure_problems,
+        "missing_orders": int(not orders or orders != list(range(1, top + 1))),
+    }])
+    row_expectations = [
+        Expect("ExpectColumnValuesToNotBeNull", {"column": "ngram"}),
+        Expect("ExpectColumnValuesToNotBeNull", {"column": "logprob"}),
+        Expect("ExpectColumnValuesToBeBetween", {"column": "logprob", "max_value": 0}),
+        Expect(
+            "ExpectColumnValuesToBeBetween", {"column": "order", "min_value": 1, "max_value": max(top, 1)}
+        ),
+    ]
+    return [
+        Batch("model.arpa.rows", sample, row_expectations, False),
+        Batch("model.arpa.table", aggregates, [zero(c) for c in aggregates.columns], False),
+    ]
+
+
+def validate_model(ctx: RunContext, relative: str = MODEL_ARPA_PATH) -> dict[str, Any]:
+    """Run the ``model.arpa`` suite on the staged model (the lm stage runs after
+    :func:`validate_run`, so it calls this itself). Writes ``validation/model_results.json``;
+    returns {success, suites: [...], failures: [...]} without raising (the caller decides)."""
+    assert relative == MODEL_ARPA_PATH, "the suite reads model/model.arpa"
+    sources = Sources(ctx)
+    try:
+        batches = SUITES["model.arpa"].batches(sources)
+    finally:
+        sources.close()
+    with _gx_context() as (gx, context, _docs_dir):
+        results = [_run_batch(gx, context, batch) for batch in batches]
+    failures = [f"{r['suite']}: {line}" for r in results for line in r["failures"]]
+    write_json_atomic(ctx.release.path(MODEL_RESULTS_PATH), {"success": not failures, "suites": results})
+    return {
+        "success": not failures,
+        "suites": [{k: r[k] for k in ("suite", "success", "evaluated", "failed")} for r in results],
+        "failures": failures,
+        "results": MODEL_RESULTS_PATH,
+    }
 
 
 # ----------------------------------------------------------------------------------------------

@@ -106,11 +106,13 @@ def test_dag_imports_and_params_mirror_run_config(airflow):
     tasks = info["tasks"]
     max_t = schema["max_n"]["maximum"]
     levels = [f"dpne_level_{k}" for k in range(2, max_t + 1)]
-    order = ["prepare", "ingest", "vocabulary", *levels, "kgrams", "bayes", "validate", "report", "publish"]
+    order = ["prepare", "ingest", "vocabulary", *levels, "kgrams", "bayes", "synth", "validate", "lm", "report",
+             "publish"]
     assert set(tasks) == set(order)
     for upstream, task in zip(order, order[1:], strict=False):
         assert tasks[task]["upstream"] == [upstream], task
-    relaxed = {*levels, "kgrams", "bayes", "validate"}  # run after skipped tasks, never after a failure
+    # run after skipped tasks, never after a failure
+    relaxed = {*levels, "kgrams", "bayes", "synth", "validate", "lm", "report"}
     for name in order:
         assert tasks[name]["trigger_rule"] == ("none_failed" if name in relaxed else "all_success"), name
     assert all(tasks[t]["pool"] == "dpngram_warehouse" for t in order[:-1])
@@ -158,8 +160,10 @@ def test_dags_test_publishes_a_release(airflow, sample):
             "SELECT task_id, value FROM xcom WHERE dag_id = ? AND run_id = ?", (DAG_ID, run_ids[0])
         ).fetchall()
     assert states["dpne_level_3"] == "success"
-    # levels beyond T, and the bayes stage (this conf gives it no budget share), are skipped
-    assert {t for t, s in states.items() if s == "skipped"} == {f"dpne_level_{k}" for k in range(4, 13)} | {"bayes"}
+    # levels beyond T, and the bayes/synth stages (this conf gives them no budget share) and the LM
+    # built from their outputs, are skipped
+    skipped = {f"dpne_level_{k}" for k in range(4, 13)} | {"bayes", "synth", "lm"}
+    assert {t for t, s in states.items() if s == "skipped"} == skipped
     assert {t for t, s in states.items() if s == "success"} >= {"prepare", "validate", "report", "publish"}
     # XCom carries only paths, released row counts, epsilon/delta and identifiers.
     assert xcoms

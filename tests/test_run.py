@@ -135,6 +135,22 @@ def test_sub_stages_are_charged_the_increment_of_the_composition(tmp_path):
     assert sum(e["delta"] for e in entries) == pytest.approx(config.delta)  # the parent's delta, charged once
 
 
+def test_pure_epsilon_stage_is_charged_its_epsilon_sum_and_no_delta(tmp_path):
+    """A Laplace-only stage uses no delta: the ledger gets (sum of epsilons, 0)."""
+    config = make_config(tmp_path, epsilon=2.0, delta=1e-6, stage_budget={"dpne": 0.5, "synth": 0.5})
+    ctx = RunContext(prepare(config))
+    events = [PrivacyEvent(stage="synth", mechanism="laplace", epsilon=0.4, count=2)]
+
+    def compute(wh) -> StageResult:
+        with ctx.release.writing("released/synth.json") as tmp:
+            tmp.write_text("{}")
+        return StageResult(events=events, report={})
+
+    spend_once(ctx, "synth", ["released/synth.json"], compute)
+    (entry,) = ledger_entries(ctx)
+    assert entry["epsilon"] == pytest.approx(0.8) and entry["delta"] == 0.0
+
+
 def test_overspending_stage_is_refused_before_commit(tmp_path):
     ctx = RunContext(prepare(make_config(tmp_path, epsilon=0.5)))
     stage = CountingStage(ctx, "dpne", sigma=gaussian_sigma(2.0, 1e-7))  # calibrated for eps 2 > 0.5
