@@ -175,7 +175,6 @@ def main() -> None:
         )
     print("* NOT DP (comparison only)")
 
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     out_dir = ROOT / "benchmarks" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = {

@@ -73,8 +73,9 @@ def gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> fl
     while gaussian_delta(epsilon, lo, sensitivity) < delta:
         lo /= 4.0
     root = optimize.brentq(
-        lambda log_s: math.log(gaussian_delta(epsilon, math.exp(log_s), sensitivity) + 1e-300)
-        - math.log(delta),
+        lambda log_s: (
+            math.log(gaussian_delta(epsilon, math.exp(log_s), sensitivity) + 1e-300) - math.log(delta)
+        ),
         math.log(lo),
         math.log(hi),
         xtol=1e-13,
@@ -250,9 +251,7 @@ def compose(events: Sequence[PrivacyEvent], delta: float) -> dict:
         )
     sigma = None
     if gauss:
-        sigma = compose_gaussian_sigmas(
-            s for e in gauss for s in [e.normalized_sigma] * e.count
-        )
+        sigma = compose_gaussian_sigmas(s for e in gauss for s in [e.normalized_sigma] * e.count)
     if not laplace:
         eps = (gaussian_epsilon(sigma, remaining) if sigma else 0.0) + approx_eps
         return {"epsilon": eps, "delta": delta, "method": "analytic-gaussian", "gaussian_sigma": sigma}
@@ -317,12 +316,15 @@ class Ledger:
         self.con = con
         self.con.execute(load_sql("ledger_create"))
 
-    def spent(self, dataset: str) -> tuple[float, float]:
-        row = self.con.execute(
-            "SELECT coalesce(sum(epsilon), 0), coalesce(sum(delta), 0) FROM ledger.privacy_spend WHERE dataset = ?",
-            [dataset],
-        ).fetchone()
-        return float(row[0]), float(row[1])
+    def _one_row(self, name: str, **params: object) -> tuple:
+        from pipeline.store import load_sql
+
+        return self.con.execute(load_sql(name), params).fetchall()[0]
+
+    def spent(self, dataset: str, run_id: str | None = None) -> tuple[float, float]:
+        """(epsilon, delta) recorded for ``dataset`` (only ``run_id``'s when given)."""
+        epsilon, delta = self._one_row("ledger_spent", dataset=dataset, run_id=run_id)
+        return float(epsilon), float(delta)
 
     def check(
         self,
@@ -338,51 +340,57 @@ class Ledger:
         Spend already recorded for ``run_id`` (a retried or resumed run) is not counted twice."""
         spent_eps, spent_delta = self.spent(dataset)
         if run_id is not None:
-            row = self.con.execute(
-                "SELECT coalesce(sum(epsilon), 0), coalesce(sum(delta), 0) FROM ledger.privacy_spend "
-                "WHERE dataset = ? AND run_id = ?",
-                [dataset, run_id],
-            ).fetchone()
-            spent_eps -= float(row[0])
-            spent_delta -= float(row[1])
+            run_eps, run_delta = self.spent(dataset, run_id)
+            spent_eps, spent_delta = spent_eps - run_eps, spent_delta - run_delta
         if lifetime_epsilon is not None and spent_eps + epsilon > lifetime_epsilon * (1 + 1e-12):
             raise BudgetError(
-                f"dataset '{dataset}' has spent epsilon={spent_eps:.4g} of its lifetime {lifetime_epsilon:.4g}; "
-                f"this run asks for {epsilon:.4g} more — lower epsilon or raise lifetime_epsilon"
+                f"dataset '{dataset}' has spent epsilon={spent_eps:.4g} of its lifetime "
+                f"{lifetime_epsilon:.4g}; this run asks for {epsilon:.4g} more — lower epsilon or "
+                "raise lifetime_epsilon"
             )
         if lifetime_delta is not None and spent_delta + delta > lifetime_delta * (1 + 1e-12):
             raise BudgetError(
-                f"dataset '{dataset}' has spent delta={spent_delta:.3g} of its lifetime {lifetime_delta:.3g}; "
-                f"this run asks for {delta:.3g} more — lower delta or raise lifetime_delta"
+                f"dataset '{dataset}' has spent delta={spent_delta:.3g} of its lifetime "
+                f"{lifetime_delta:.3g}; this run asks for {delta:.3g} more — lower delta or "
+                "raise lifetime_delta"
             )
 
     def recorded(self, dataset: str, run_id: str, stage: str) -> bool:
-        return bool(
-            self.con.execute(
-                "SELECT count(*) FROM ledger.privacy_spend WHERE dataset = ? AND run_id = ? AND stage = ?",
-                [dataset, run_id, stage],
-            ).fetchone()[0]
-        )
+        return bool(self._one_row("ledger_recorded", dataset=dataset, run_id=run_id, stage=stage)[0])
 
     def record(
-        self, dataset: str, run_id: str, stage: str, epsilon: float, delta: float, events: Sequence[PrivacyEvent]
+        self,
+        dataset: str,
+        run_id: str,
+        stage: str,
+        epsilon: float,
+        delta: float,
+        events: Sequence[PrivacyEvent],
     ) -> bool:
         """Record a stage's spend once. Returns False if it was already recorded."""
         import json
 
+        from pipeline.store import load_sql
+
         if self.recorded(dataset, run_id, stage):
             return False
         self.con.execute(
-            "INSERT INTO ledger.privacy_spend VALUES (?, ?, ?, ?, ?, ?, now())",
-            [dataset, run_id, stage, float(epsilon), float(delta), json.dumps([e.to_dict() for e in events])],
+            load_sql("ledger_record"),
+            {
+                "dataset": dataset,
+                "run_id": run_id,
+                "stage": stage,
+                "epsilon": float(epsilon),
+                "delta": float(delta),
+                "events": json.dumps([e.to_dict() for e in events]),
+            },
         )
         return True
 
     def entries(self, dataset: str) -> list[dict]:
-        cursor = self.con.execute(
-            "SELECT dataset, run_id, stage, epsilon, delta, recorded_at FROM ledger.privacy_spend "
-            "WHERE dataset = ? ORDER BY recorded_at",
-            [dataset],
-        )
+        """Spend history of ``dataset``, oldest first."""
+        from pipeline.store import load_sql
+
+        cursor = self.con.execute(load_sql("ledger_history"), {"dataset": dataset})
         names = [d[0] for d in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        return [{"dataset": dataset, **dict(zip(names, row, strict=True))} for row in cursor.fetchall()]

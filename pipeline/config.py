@@ -41,36 +41,55 @@ class RunConfig(BaseModel):
 
     # -- data --------------------------------------------------------------------------------
     dataset: str = Field(
-        "default", title="Dataset name",
+        "default",
+        title="Dataset name",
         description="Key of the privacy ledger: runs on the same dataset share its lifetime budget.",
     )
     input: str = Field(
-        ..., title="Input path",
-        description="JSONL, CSV or Parquet file (.gz accepted), or a directory of .txt files (one user per file).",
+        ...,
+        title="Input path",
+        description=(
+            "JSONL, CSV or Parquet file (.gz accepted), or a directory of .txt files (one user per file)."
+        ),
     )
     input_format: Literal["auto", "jsonl", "csv", "parquet", "textdir"] = Field(
-        "auto", title="Input format", description="'auto' picks from the file name or directory.",
+        "auto",
+        title="Input format",
+        description="'auto' picks from the file name or directory.",
     )
     user_field: str = Field("user_id", title="User-id field", description="Column/key holding the user id.")
     text_field: str = Field("text", title="Text field", description="Column/key holding the text.")
     public: str | None = Field(
-        None, title="Public corpus",
+        None,
+        title="Public corpus",
         description="Plain-text public corpus (one sentence per line, .gz accepted) used as a prior.",
     )
-    out: str = Field(..., title="Output directory", description="Releases go to OUT/runs/RUN_ID; OUT/latest points to the newest.")
+    out: str = Field(
+        ...,
+        title="Output directory",
+        description="Releases go to OUT/runs/RUN_ID; OUT/latest points to the newest.",
+    )
     warehouse: str = Field(
-        ".dpngram/warehouse.duckdb", title="Warehouse database",
+        ".dpngram/warehouse.duckdb",
+        title="Warehouse database",
         description="DuckDB file holding private working tables (never published) and the privacy ledger.",
     )
     run_id: str | None = Field(None, title="Run id", description="Defaults to a timestamped id.")
 
     # -- tokenizer ---------------------------------------------------------------------------
-    lowercase: bool = Field(True, title="Lower-case tokens", description="Fold case after NFKC normalisation.")
+    lowercase: bool = Field(
+        True, title="Lower-case tokens", description="Fold case after NFKC normalisation."
+    )
 
     # -- privacy ------------------------------------------------------------------------------
-    epsilon: float = Field(4.0, gt=0, le=100, title="Epsilon", description="Total privacy loss of the run (epsilon > 0).")
+    epsilon: float = Field(
+        4.0, gt=0, le=100, title="Epsilon", description="Total privacy loss of the run (epsilon > 0)."
+    )
     delta: float = Field(
-        1e-7, gt=0, lt=1, title="Delta",
+        1e-7,
+        gt=0,
+        lt=1,
+        title="Delta",
         description="Total failure probability of the run; must also be below 1/number of users.",
     )
     stage_budget: dict[str, float] = Field(
@@ -79,65 +98,99 @@ class RunConfig(BaseModel):
         description="Fractions of (epsilon, delta) per stage (dpne, bayes, synth); must sum to at most 1.",
     )
     lifetime_epsilon: float | None = Field(
-        None, gt=0, title="Lifetime epsilon",
+        None,
+        gt=0,
+        title="Lifetime epsilon",
         description="Refuse the run if the dataset's recorded spend plus this run would exceed it.",
     )
     lifetime_delta: float | None = Field(None, gt=0, lt=1, title="Lifetime delta")
 
     # -- DPSU / DPNE -------------------------------------------------------------------------
-    max_n: int = Field(5, ge=1, le=12, title="T (longest n-gram)", description="Extract k-grams for k = 1..T.")
+    max_n: int = Field(
+        5, ge=1, le=12, title="T (longest n-gram)", description="Extract k-grams for k = 1..T."
+    )
     max_contribution: int = Field(
-        100, ge=1, le=100_000, title="Delta0 (per-user contribution)",
+        100,
+        ge=1,
+        le=100_000,
+        title="Delta0 (per-user contribution)",
         description="Each user contributes at most this many distinct items per level.",
     )
     eta: float = Field(0.01, gt=0, lt=1, title="eta", description="Tolerated fraction of spurious k-grams.")
-    sigma_decay: float = Field(1.0, gt=0, le=10, title="sigma decay c", description="sigma_k = c * sigma_{k-1}.")
-    pruning: Literal["both", "single"] = Field("both", title="Pruning rule", description="Valid k-grams: both-side or single-side.")
+    sigma_decay: float = Field(
+        1.0, gt=0, le=10, title="sigma decay c", description="sigma_k = c * sigma_{k-1}."
+    )
+    pruning: Literal["both", "single"] = Field(
+        "both", title="Pruning rule", description="Valid k-grams: both-side or single-side."
+    )
     dpne_variant: Literal["auto", "exact", "scalable"] = Field(
-        "auto", title="DPNE variant", description="exact materialises V_k; scalable samples it; auto picks by size.",
+        "auto",
+        title="DPNE variant",
+        description="exact materialises V_k; scalable samples it; auto picks by size.",
     )
     exact_max_valid: int = Field(
-        5_000_000, ge=1, title="Exact-variant limit",
+        5_000_000,
+        ge=1,
+        title="Exact-variant limit",
         description="With dpne_variant=auto, use the exact variant when |V_k| is at most this.",
     )
 
     # -- Bayesian trigram distribution (pipeline/bayes.py, Ramadan et al.) --------------------
     bayes_vocab_size: int = Field(
-        50_000, ge=1, le=5_000_000, title="Bayes: |V| cap",
-        description="Trigram vocabulary V = public trigrams + DPNE-released trigrams, capped at this size by public count.",
+        50_000,
+        ge=1,
+        le=5_000_000,
+        title="Bayes: |V| cap",
+        description=(
+            "Trigram vocabulary V = public trigrams + DPNE-released trigrams, capped at this size by "
+            "public count."
+        ),
     )
     bayes_clip_count: int = Field(
-        1, ge=1, le=1000, title="Bayes: C (per-user count clamp)",
+        1,
+        ge=1,
+        le=1000,
+        title="Bayes: C (per-user count clamp)",
         description="Each user's count of a trigram is clamped to C (the paper uses 1 or 10).",
     )
     bayes_max_trigrams: int = Field(
-        64, ge=1, le=100_000, title="Bayes: W (trigrams per user)",
+        64,
+        ge=1,
+        le=100_000,
+        title="Bayes: W (trigrams per user)",
         description="Each user contributes at most W distinct trigrams (a random subset).",
     )
     bayes_S: float | Literal["auto"] = Field(
-        "auto", title="Bayes: S (decay slope)",
+        "auto",
+        title="Bayes: S (decay slope)",
         description="w = min(1, S N / C); a number > 0, or 'auto' to choose it on public data "
         "(zero privacy cost).",
     )
     bayes_rho: float | Literal["auto"] = Field(
-        "auto", title="Bayes: rho (private weight)",
+        "auto",
+        title="Bayes: rho (private weight)",
         description="mu_ps = rho w x + (1 - rho) mu_p; a number in (0, 1), or 'auto' to choose it on "
         "public data.",
     )
     bayes_log_clip: float = Field(
-        4.0, gt=0, le=50, title="Bayes: L (clip on the mean log-count)",
+        4.0,
+        gt=0,
+        le=50,
+        title="Bayes: L (clip on the mean log-count)",
         description="Public clip on the centring constant mean(log(1 + c)); makes the sensitivity bound "
         "data-independent.",
     )
     bayes_calibration: Literal["global", "brute-force-NOT-DP"] = Field(
-        "global", title="Bayes: noise calibration",
+        "global",
+        title="Bayes: noise calibration",
         description="'global': data-independent sensitivity bound (DP). 'brute-force-NOT-DP': the paper's "
         "data-dependent brute force, NOT differentially private, for comparison only.",
     )
 
     # -- language model (lm/, issue 6: KenLM model from the DP artifacts only) ----------------
     lm_route: Literal["auto", "arpa", "lmplz", "off"] = Field(
-        "auto", title="LM: route",
+        "auto",
+        title="LM: route",
         description="'arpa': ARPA written from the released statistics (Kneser-Ney on pseudo-counts); "
         "'lmplz': lmplz on synthetic/sampled text; 'auto': the better one on lm_eval_text if given, "
         "else the benchmark's winner; 'off': no model.",
@@ -146,46 +199,71 @@ class RunConfig(BaseModel):
         3, ge=1, le=6, title="LM: order", description="N-gram order (route arpa: at most 3)."
     )
     lm_theta_tokens: float = Field(
-        30_000.0, ge=0, le=1e12, title="LM: M (pseudo-occurrences of the trigram distribution)",
+        30_000.0,
+        ge=0,
+        le=1e12,
+        title="LM: M (pseudo-occurrences of the trigram distribution)",
         description="Route arpa: the trigram distribution counts as M trigram occurrences (M * prob).",
     )
     lm_public_weight: float = Field(
-        1.0, ge=0, le=1e6, title="LM: lambda (public-count weight)",
+        1.0,
+        ge=0,
+        le=1e6,
+        title="LM: lambda (public-count weight)",
         description="Route arpa: public-corpus n-gram counts are added with this weight (0: not used).",
     )
     lm_kgram_count: float = Field(
-        1.0, ge=0, le=1e9, title="LM: kappa (pseudo-count per released k-gram)",
+        1.0,
+        ge=0,
+        le=1e9,
+        title="LM: kappa (pseudo-count per released k-gram)",
         description="Route arpa: each DPNE-released k-gram of the model's order adds this pseudo-count.",
     )
     lm_sample_sentences: int = Field(
-        200_000, ge=1, le=100_000_000, title="LM: sentences sampled from theta",
+        200_000,
+        ge=1,
+        le=100_000_000,
+        title="LM: sentences sampled from theta",
         description="Route lmplz without a synthetic corpus: sentences sampled from the trigram "
         "distribution.",
     )
     lm_memory: str = Field("1G", title="LM: lmplz memory (-S)", description="e.g. 1G or 512M.")
     lm_eval_text: str | None = Field(
-        None, title="LM: evaluation text",
+        None,
+        title="LM: evaluation text",
         description="Plain-text file the model card's metrics (and lm_route='auto') use; default: the "
         "public corpus.",
     )
 
     # -- synthetic sequences (pipeline/synth.py, Chen et al. 2012 variable-length n-grams) ----
     synth_n_max: int = Field(
-        5, ge=1, le=10, title="Synth: n_max (tree height)",
+        5,
+        ge=1,
+        le=10,
+        title="Synth: n_max (tree height)",
         description="Largest n-gram size explored by the exploration tree (Chen et al. Algorithm 1).",
     )
     synth_l_max: int = Field(
-        20, ge=1, le=1000, title="Synth: l_max (items per user)",
+        20,
+        ge=1,
+        le=1000,
+        title="Synth: l_max (items per user)",
         description="Each user's token stream (sentences joined with '&') is truncated to l_max items; "
         "the Laplace sensitivity is l_max.",
     )
     synth_allocation: Literal["adaptive", "uniform"] = Field(
-        "adaptive", title="Synth: budget allocation",
-        description="'adaptive': Markov-estimated per-node budgets (paper §4.3.2); 'uniform': epsilon/n_max per level.",
+        "adaptive",
+        title="Synth: budget allocation",
+        description=(
+            "'adaptive': Markov-estimated per-node budgets (paper §4.3.2); 'uniform': epsilon/n_max "
+            "per level."
+        ),
     )
 
     # -- engine ------------------------------------------------------------------------------
-    memory_limit: str = Field("4GB", title="DuckDB memory limit", description="e.g. 4GB; larger work spills to disk.")
+    memory_limit: str = Field(
+        "4GB", title="DuckDB memory limit", description="e.g. 4GB; larger work spills to disk."
+    )
     threads: int | None = Field(None, ge=1, le=256, title="DuckDB threads")
 
     # -- validators ---------------------------------------------------------------------------
@@ -246,9 +324,13 @@ class RunConfig(BaseModel):
     @model_validator(mode="after")
     def _lifetime(self) -> RunConfig:
         if self.lifetime_epsilon is not None and self.lifetime_epsilon < self.epsilon:
-            raise ValueError(f"lifetime_epsilon ({self.lifetime_epsilon}) is below this run's epsilon ({self.epsilon})")
+            raise ValueError(
+                f"lifetime_epsilon ({self.lifetime_epsilon}) is below this run's epsilon ({self.epsilon})"
+            )
         if self.lifetime_delta is not None and self.lifetime_delta < self.delta:
-            raise ValueError(f"lifetime_delta ({self.lifetime_delta}) is below this run's delta ({self.delta})")
+            raise ValueError(
+                f"lifetime_delta ({self.lifetime_delta}) is below this run's delta ({self.delta})"
+            )
         return self
 
     # -- construction -------------------------------------------------------------------------

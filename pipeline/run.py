@@ -29,8 +29,20 @@ from pipeline.config import ConfigError, RunConfig
 from pipeline.store import Release, Warehouse, run_schema_name, write_json_atomic
 
 __all__ = [
-    "RunContext", "new_run_id", "prepare", "spend_once", "record_part", "read_parts", "StageResult",
-    "run_id_from", "public_summary", "released_summary", "read_timings", "stage_timer", "publish_run", "release_plan",
+    "RunContext",
+    "new_run_id",
+    "prepare",
+    "spend_once",
+    "record_part",
+    "read_parts",
+    "StageResult",
+    "run_id_from",
+    "public_summary",
+    "released_summary",
+    "read_timings",
+    "stage_timer",
+    "publish_run",
+    "release_plan",
     "run_release",
 ]
 
@@ -99,7 +111,12 @@ def prepare(config: RunConfig) -> RunConfig:
         raise ConfigError(f"run_id: run '{ctx.run_id}' is already published in {ctx.release.final}")
     with ctx.warehouse() as wh:
         Ledger(wh.con).check(
-            config.dataset, config.epsilon, config.delta, config.lifetime_epsilon, config.lifetime_delta, ctx.run_id
+            config.dataset,
+            config.epsilon,
+            config.delta,
+            config.lifetime_epsilon,
+            config.lifetime_delta,
+            ctx.run_id,
         )
     record_part(ctx, "parameters", {"parameters": json.loads(config.to_json()), "run_id": ctx.run_id})
     return config
@@ -166,8 +183,12 @@ def spend_once(
                 before = _summary(earlier, stage_delta)["epsilon"]
                 parent_total = _summary(earlier + list(events), stage_delta)["epsilon"]
                 charged_epsilon, charged_delta = max(0.0, parent_total - before), 0.0
-            summary = {**summary, "parent_total_epsilon": parent_total,
-                       "charged_epsilon": charged_epsilon, "charged_delta": charged_delta}
+            summary = {
+                **summary,
+                "parent_total_epsilon": parent_total,
+                "charged_epsilon": charged_epsilon,
+                "charged_delta": charged_delta,
+            }
             fragment = {
                 **result.report,
                 "privacy": {**summary, "budget_epsilon": stage_eps, "budget_delta": stage_delta},
@@ -176,13 +197,19 @@ def spend_once(
             }
             if parent_total > stage_eps * (1 + 1e-6):
                 raise RuntimeError(
-                    f"stage {stage} brings its stage's epsilon to {parent_total:.6g} > its budget {stage_eps:.6g}; "
+                    f"stage {stage} brings its stage's epsilon to {parent_total:.6g} > its budget "
+                    f"{stage_eps:.6g}; "
                     "refusing to commit (this is a bug in the stage's calibration)"
                 )
             write_json_atomic(marker, fragment)
         privacy = fragment["privacy"]
         Ledger(wh.con).record(
-            ctx.config.dataset, ctx.run_id, stage, privacy["charged_epsilon"], privacy["charged_delta"], events
+            ctx.config.dataset,
+            ctx.run_id,
+            stage,
+            privacy["charged_epsilon"],
+            privacy["charged_delta"],
+            events,
         )
     return {"stage": stage, "reused": reused, "epsilon": privacy["epsilon"], "outputs": outputs}
 
@@ -235,8 +262,22 @@ TIMINGS_DIR = "report.timings"  # wall-clock seconds per stage, merged into repo
 
 #: Keys of a stage's return value that may go to logs and Airflow XCom: identifiers, paths, row
 #: counts of released tables and epsilon/delta. Anything else a stage returns is dropped.
-PUBLIC_SUMMARY_KEYS = ("stage", "k", "method", "run_id", "released_rows", "epsilon", "delta", "paths",
-                       "outputs", "skipped", "reused", "ok", "success", "path")
+PUBLIC_SUMMARY_KEYS = (
+    "stage",
+    "k",
+    "method",
+    "run_id",
+    "released_rows",
+    "epsilon",
+    "delta",
+    "paths",
+    "outputs",
+    "skipped",
+    "reused",
+    "ok",
+    "success",
+    "path",
+)
 
 
 def run_id_from(external_id: str) -> str:
@@ -268,8 +309,9 @@ def stage_timer(ctx: RunContext, stage: str) -> Iterator[None]:
     """Record the wall-clock time of a stage in the staged release (only when it succeeds)."""
     started = time.perf_counter()
     yield
-    write_json_atomic(ctx.release.path(TIMINGS_DIR, f"{stage}.json"),
-                      {"seconds": round(time.perf_counter() - started, 3)})
+    write_json_atomic(
+        ctx.release.path(TIMINGS_DIR, f"{stage}.json"), {"seconds": round(time.perf_counter() - started, 3)}
+    )
 
 
 def publish_run(ctx: RunContext) -> Path:
@@ -294,8 +336,12 @@ def publish_run(ctx: RunContext) -> Path:
 StageFn = Callable[[RunContext], dict[str, Any]]
 
 
-def release_plan(config: RunConfig, baseline: str | None = None, baseline_k: int | None = None,
-                 ingest_progress: Callable[[int], None] | None = None) -> list[tuple[str, StageFn]]:
+def release_plan(
+    config: RunConfig,
+    baseline: str | None = None,
+    baseline_k: int | None = None,
+    ingest_progress: Callable[[int], None] | None = None,
+) -> list[tuple[str, StageFn]]:
     """The stages of a full release, in order, after :func:`prepare` (the same order as the
     Airflow DAG's tasks): ingest, vocabulary, DPNE levels 2..T, merge, validate, report.
     With ``baseline`` ('dpsu-all' | 'dpsu-even' | 'dpsu-single'), one DPSU baseline replaces the

@@ -93,7 +93,9 @@ class Warehouse:
         """Execute every statement of ``sql/NAME.sql``."""
         self.con.execute(load_sql(name, **identifiers), params or {})
 
-    def query(self, name: str, params: dict[str, Any] | None = None, **identifiers: str) -> duckdb.DuckDBPyConnection:
+    def query(
+        self, name: str, params: dict[str, Any] | None = None, **identifiers: str
+    ) -> duckdb.DuckDBPyConnection:
         """Execute ``sql/NAME.sql`` (one statement) and return the cursor to fetch from."""
         return self.con.execute(load_sql(name, **identifiers), params or {})
 

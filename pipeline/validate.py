@@ -361,8 +361,15 @@ def trigram_dist_suite(src: Sources) -> list[Batch]:
     ]
     if {"w1", "w2", "w3", "prob"} <= set(src.columns(view)):
         if src.released_view("vocabulary", VOCABULARY_PATH) is None:
-            batches.append(Batch("released.trigram_dist.table", None, [], False,
-                                 problem=f"{VOCABULARY_PATH} is missing (needed for the token check)"))
+            batches.append(
+                Batch(
+                    "released.trigram_dist.table",
+                    None,
+                    [],
+                    False,
+                    problem=f"{VOCABULARY_PATH} is missing (needed for the token check)",
+                )
+            )
         else:
             aggregates = _frame(src.public, load_sql("bayes_validate_aggregates"), {"sum_tolerance": 1e-6})
             batches.append(
@@ -406,13 +413,13 @@ def baseline_suite(src: Sources) -> list[Batch]:
     return batches
 
 
-
 SYNTH_SEQUENCES_PATH = "released/synthetic_sequences.parquet"
 SYNTH_COUNTS_PATH = "released/ngram_counts_noisy.parquet"
 
 
 @register_suite(
-    "released.synth", private=False,
+    "released.synth",
+    private=False,
     applies=lambda ctx: any(_released_or_promised(p)(ctx) for p in (SYNTH_SEQUENCES_PATH, SYNTH_COUNTS_PATH)),
 )
 def synth_suite(src: Sources) -> list[Batch]:
@@ -422,7 +429,9 @@ def synth_suite(src: Sources) -> list[Batch]:
     consistency; unique keys (``sql/synth_validate_aggregates.sql``)."""
     seq_view = src.released_view("synthetic_sequences", SYNTH_SEQUENCES_PATH)
     counts_view = src.released_view("ngram_counts_noisy", SYNTH_COUNTS_PATH)
-    missing = [p for p, v in ((SYNTH_SEQUENCES_PATH, seq_view), (SYNTH_COUNTS_PATH, counts_view)) if v is None]
+    missing = [
+        p for p, v in ((SYNTH_SEQUENCES_PATH, seq_view), (SYNTH_COUNTS_PATH, counts_view)) if v is None
+    ]
     if missing:
         return [Batch("released.synth", None, [], False, problem=f"{', '.join(missing)} missing")]
     batches = [
@@ -430,7 +439,9 @@ def synth_suite(src: Sources) -> list[Batch]:
             "released.synth.sequences.rows",
             _frame(src.public, load_sql("validate_sample", source=seq_view)),
             [
-                Expect("ExpectTableColumnsToMatchSet", {"column_set": ["seq_id", "text"], "exact_match": True}),
+                Expect(
+                    "ExpectTableColumnsToMatchSet", {"column_set": ["seq_id", "text"], "exact_match": True}
+                ),
                 Expect("ExpectColumnValuesToNotBeNull", {"column": "text"}),
                 Expect("ExpectColumnValueLengthsToBeBetween", {"column": "text", "min_value": 1}),
             ],
@@ -440,20 +451,34 @@ def synth_suite(src: Sources) -> list[Batch]:
             "released.synth.counts.rows",
             _frame(src.public, load_sql("validate_sample", source=counts_view)),
             [
-                Expect("ExpectTableColumnsToMatchSet", {"column_set": ["ngram", "noisy_count"], "exact_match": True}),
+                Expect(
+                    "ExpectTableColumnsToMatchSet",
+                    {"column_set": ["ngram", "noisy_count"], "exact_match": True},
+                ),
                 Expect("ExpectColumnValuesToNotBeNull", {"column": "ngram"}),
                 Expect("ExpectColumnValuesToBeBetween", {"column": "noisy_count", "min_value": 0}),
             ],
             False,
         ),
     ]
-    if {"seq_id", "text"} <= set(src.columns(seq_view)) and {"ngram", "noisy_count"} <= set(src.columns(counts_view)):
+    if {"seq_id", "text"} <= set(src.columns(seq_view)) and {"ngram", "noisy_count"} <= set(
+        src.columns(counts_view)
+    ):
         if src.released_view("vocabulary", VOCABULARY_PATH) is None:
-            batches.append(Batch("released.synth.table", None, [], False,
-                                 problem=f"{VOCABULARY_PATH} is missing (needed for the token check)"))
+            batches.append(
+                Batch(
+                    "released.synth.table",
+                    None,
+                    [],
+                    False,
+                    problem=f"{VOCABULARY_PATH} is missing (needed for the token check)",
+                )
+            )
         else:
             aggregates = _frame(src.public, load_sql("synth_validate_aggregates"))
-            batches.append(Batch("released.synth.table", aggregates, [zero(c) for c in aggregates.columns], False))
+            batches.append(
+                Batch("released.synth.table", aggregates, [zero(c) for c in aggregates.columns], False)
+            )
     return batches
 
 
@@ -484,8 +509,12 @@ def model_arpa_suite(src: Sources) -> list[Batch]:
     except ArpaError as err:
         return [Batch("model.arpa", None, [], False, problem=f"{MODEL_ARPA_PATH} is malformed: {err}")]
     frames = [t.with_columns(order=pl.lit(n, pl.Int32)) for n, t in model.tables.items()]
-    rows = pl.concat(frames) if frames else pl.DataFrame(
-        schema={"ngram": pl.String, "logprob": pl.Float64, "backoff": pl.Float64, "order": pl.Int32}
+    rows = (
+        pl.concat(frames)
+        if frames
+        else pl.DataFrame(
+            schema={"ngram": pl.String, "logprob": pl.Float64, "backoff": pl.Float64, "order": pl.Int32}
+        )
     )
     step = max(1, rows.height // MODEL_SAMPLE_ROWS)
     sample = rows.gather_every(step).to_pandas()
@@ -496,15 +525,20 @@ def model_arpa_suite(src: Sources) -> list[Batch]:
         closure_problems = 0
     except ArpaError:
         closure_problems = 1
-    aggregates = pd.DataFrame([{
-        "orders_with_count_mismatch": sum(
-            declared.get(n, -1) != (model.tables[n].height if n in model.tables else -1) for n in orders
-        ),
-        "positive_logprobs": int(rows.filter(pl.col("logprob") > 0).height),
-        "top_order_backoffs": int(model.tables[top]["backoff"].is_not_null().sum()) if top else 1,
-        "arpa_rule_violations": closure_problems,
-        "missing_orders": int(not orders or orders != list(range(1, top + 1))),
-    }])
+    aggregates = pd.DataFrame(
+        [
+            {
+                "orders_with_count_mismatch": sum(
+                    declared.get(n, -1) != (model.tables[n].height if n in model.tables else -1)
+                    for n in orders
+                ),
+                "positive_logprobs": int(rows.filter(pl.col("logprob") > 0).height),
+                "top_order_backoffs": int(model.tables[top]["backoff"].is_not_null().sum()) if top else 1,
+                "arpa_rule_violations": closure_problems,
+                "missing_orders": int(not orders or orders != list(range(1, top + 1))),
+            }
+        ]
+    )
     row_expectations = [
         Expect("ExpectColumnValuesToNotBeNull", {"column": "ngram"}),
         Expect("ExpectColumnValuesToNotBeNull", {"column": "logprob"}),

@@ -106,8 +106,19 @@ def test_dag_imports_and_params_mirror_run_config(airflow):
     tasks = info["tasks"]
     max_t = schema["max_n"]["maximum"]
     levels = [f"dpne_level_{k}" for k in range(2, max_t + 1)]
-    order = ["prepare", "ingest", "vocabulary", *levels, "kgrams", "bayes", "synth", "validate", "lm", "report",
-             "publish"]
+    order = [
+        "prepare",
+        "ingest",
+        "vocabulary",
+        *levels,
+        "kgrams",
+        "bayes",
+        "synth",
+        "validate",
+        "lm",
+        "report",
+        "publish",
+    ]
     assert set(tasks) == set(order)
     for upstream, task in zip(order, order[1:], strict=False):
         assert tasks[task]["upstream"] == [upstream], task
