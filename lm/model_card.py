@@ -53,14 +53,17 @@ def render_model_card(ctx: Any, part: dict[str, Any]) -> str:
         f"Total composed with `{total.get('method', 'n/a')}` over every stage of the run "
         f"(run budget ε = {config.epsilon:g}, δ = {config.delta:g}).",
         "",
-        "| stage | what it released | ε | δ |",
+        "Per stage, what the privacy ledger was charged: the levels of one stage are charged the",
+        "increment of their exact composition, so the rows add up to at least the composed total.",
+        "",
+        "| stage | what it released | ε charged | δ charged |",
         "|---|---|---|---|",
     ]
     for name, stage in privacy.get("stages", {}).items():
         label = _STAGE_NAMES.get(name.split(".")[0], name)
-        lines.append(
-            f"| {name} | {label} | {float(stage['epsilon']):.4g} | {float(stage.get('delta') or 0):.3g} |"
-        )
+        eps = float(stage.get("charged_epsilon", stage["epsilon"]))
+        delta = float(stage.get("charged_delta", stage.get("delta")) or 0)
+        lines.append(f"| {name} | {label} | {eps:.4g} | {delta:.3g} |")
     lines += [
         "| lm | this model | 0 (post-processing) | 0 |",
         "",

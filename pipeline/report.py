@@ -93,6 +93,7 @@ def privacy_summary(parts: dict[str, dict[str, Any]], delta: float, epsilon_budg
             "epsilon": privacy["epsilon"],
             "delta": privacy.get("delta"),
             "charged_epsilon": privacy.get("charged_epsilon", privacy["epsilon"]),
+            "charged_delta": privacy.get("charged_delta", privacy.get("delta")),
             "budget_epsilon": privacy.get("budget_epsilon"),
             "budget_delta": privacy.get("budget_delta"),
             "method": privacy.get("method"),
