@@ -346,11 +346,8 @@ def load_public_corpus(wh: Warehouse, schema: str, path: str | Path, lowercase: 
     )
     view = "bayes_public_batch"
     for batch in _public_batches(path, lowercase):
-        wh.con.register(view, batch)
-        try:
+        with wh.registered(**{view: batch}):
             wh.con.execute(f"INSERT INTO {schema}.{PUBLIC_TOKENS} SELECT * FROM {view}")
-        finally:
-            wh.con.unregister(view)
     rows = wh.con.execute(f"SELECT coalesce(max(user_id) + 1, 0) FROM {schema}.{PUBLIC_TOKENS}").fetchall()
     return int(rows[0][0])
 
@@ -362,11 +359,8 @@ def install_vocabulary(wh: Warehouse, schema: str, tokens: pa.Table | None) -> b
     if tokens is None:
         return False
     view = "bayes_vocabulary_batch"
-    wh.con.register(view, tokens.select(["token"]))
-    try:
+    with wh.registered(**{view: tokens.select(["token"])}):
         wh.con.execute(f"INSERT INTO {schema}.{VOCABULARY_TABLE} SELECT DISTINCT token FROM {view}")
-    finally:
-        wh.con.unregister(view)
     return True
 
 
@@ -411,11 +405,8 @@ def build_space(wh: Warehouse, schema: str, released: pa.Table, max_size: int) -
     wh.con.execute(f"CREATE OR REPLACE TABLE {schema}.{RELEASED_TABLE} (w1 VARCHAR, w2 VARCHAR, w3 VARCHAR)")
     if released.num_rows:
         view = "bayes_released_batch"
-        wh.con.register(view, released)
-        try:
+        with wh.registered(**{view: released}):
             wh.con.execute(f"INSERT INTO {schema}.{RELEASED_TABLE} SELECT DISTINCT w1, w2, w3 FROM {view}")
-        finally:
-            wh.con.unregister(view)
     wh.con.execute(
         load_sql(
             "bayes_space", schema=schema, target=SPACE, public_counts=PUBLIC_COUNTS, released=RELEASED_TABLE
@@ -569,8 +560,7 @@ def bruteforce_sensitivity_not_dp(
         }
     )
     view = "bayes_bruteforce_stats"
-    wh.con.register(view, stats)
-    try:
+    with wh.registered(**{view: stats}):
         rows = wh.con.execute(
             load_sql("bayes_bruteforce", schema=inputs.schema, user_counts=USER_COUNTS, stats=view),
             {
@@ -582,8 +572,6 @@ def bruteforce_sensitivity_not_dp(
                 "slope": S / C,
             },
         ).fetchall()
-    finally:
-        wh.con.unregister(view)
     gamma = rows[0][0] if rows and rows[0][0] is not None else 0.0
     return rho * max(float(gamma), 1e-12)
 

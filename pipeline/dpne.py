@@ -332,13 +332,11 @@ def sample_spurious(
         need = count - chosen.size
         batch = min(int(math.ceil(need * 1.25 * index.size / free)) + 16, MAX_DRAW_BATCH)
         keys = index.keys(noise.integers(0, index.size, batch))
-        wh.con.register(view, pa.table({"draw": np.arange(batch, dtype=np.int64), "item": keys}))
-        try:
+        draws = pa.table({"draw": np.arange(batch, dtype=np.int64), "item": keys})
+        with wh.registered(**{view: draws}):
             outside = wh.con.sql(
                 load_sql("dpne_support_exclude", schema=schema, drawn=view, histogram=histogram)
             ).fetchnumpy()["draw"]
-        finally:
-            wh.con.unregister(view)
         keys = keys[np.asarray(outside, dtype=np.int64)]  # draw order kept
         _, first = np.unique(keys, return_index=True)
         keys = keys[np.sort(first)]
@@ -566,8 +564,7 @@ def _install_level(
         }
     )
     view = "dpne_released_keys"
-    wh.con.register(view, table)
-    try:
+    with wh.registered(**{view: table}):
         wh.con.execute(
             load_sql(
                 "dpne_level_table",
@@ -579,8 +576,6 @@ def _install_level(
                 unigrams=_level(1),
             )
         )
-    finally:
-        wh.con.unregister(view)
     size = _level_size(wh, schema, k)
     if size != keys.size:
         raise RuntimeError(f"level {k}: released keys do not resolve to n-grams (internal error)")

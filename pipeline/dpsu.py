@@ -169,11 +169,8 @@ def dpsu_release(
 
 def _store_items(wh: Warehouse, schema: str, target: str, items: pa.Table) -> None:
     view = "dpsu_released_batch"
-    wh.con.register(view, items)
-    try:
+    with wh.registered(**{view: items}):
         wh.con.execute(load_sql("dpsu_released", schema=schema, target=target, released=view))
-    finally:
-        wh.con.unregister(view)
 
 
 def release_vocabulary(wh: Warehouse, schema: str, params: DpsuParameters, noise: NoiseSource) -> int:

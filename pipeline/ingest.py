@@ -771,14 +771,10 @@ def _load_batch(
         "sentence_batch": "ingest_sentence_batch",
         "quarantine_batch": "ingest_quarantine_batch",
     }
-    wh.con.register(names["raw_batch"], raw_rows)
-    wh.con.register(names["sentence_batch"], sentences)
-    wh.con.register(names["quarantine_batch"], quarantine)
-    try:
+    batches = {names["raw_batch"]: raw_rows, names["sentence_batch"]: sentences,
+               names["quarantine_batch"]: quarantine}
+    with wh.registered(**batches):
         wh.run_sql("ingest_load_batch", schema=schema, **names)
-    finally:
-        for name in names.values():
-            wh.con.unregister(name)
 
 
 def ingest_file(
@@ -854,11 +850,8 @@ def _write_stats(wh: Warehouse, schema: str, stats: IngestStats) -> None:
         {"metric": list(metrics), "value": list(metrics.values())},
         schema={"metric": pl.String, "value": pl.Int64},
     )
-    wh.con.register("ingest_stats_batch", frame)
-    try:
+    with wh.registered(ingest_stats_batch=frame):
         wh.run_sql("ingest_stats_write", schema=schema, stats_batch="ingest_stats_batch")
-    finally:
-        wh.con.unregister("ingest_stats_batch")
 
 
 def ingest_stats(wh: Warehouse, schema: str) -> dict[str, Any]:

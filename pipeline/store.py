@@ -103,6 +103,18 @@ class Warehouse:
         rows = self.con.execute(sql, params or []).fetchall()  # fetchall: leave no result open
         return rows[0][0] if rows else None
 
+    @contextmanager
+    def registered(self, **views: Any) -> Iterator[None]:
+        """Expose in-memory tables (Arrow tables, polars/pandas frames) to SQL under the given
+        view names for the duration of the block; they are unregistered however it exits."""
+        for name, data in views.items():
+            self.con.register(safe_identifier(name), data)
+        try:
+            yield
+        finally:
+            for name in views:
+                self.con.unregister(name)
+
     def table_exists(self, schema: str, table: str) -> bool:
         return bool(
             self.scalar(

@@ -799,11 +799,8 @@ def install_records(wh: Warehouse, schema: str, labels: list[str], l_max: int) -
         {"token": pa.array(labels[2:], pa.string()), "item_id": pa.array(range(2, len(labels)), pa.int32())}
     )
     view = "synth_vocabulary_batch"
-    wh.con.register(view, vocab)
-    try:
+    with wh.registered(**{view: vocab}):
         wh.con.execute(f"CREATE OR REPLACE TABLE {schema}.{VOCABULARY_TABLE} AS SELECT * FROM {view}")
-    finally:
-        wh.con.unregister(view)
     wh.con.execute(
         load_sql(
             "synth_records",
