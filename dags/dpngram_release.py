@@ -91,6 +91,20 @@ def _ctx(context: dict[str, Any]) -> Any:
     return RunContext(_config(context))
 
 
+def _budgeted_stage(context: dict[str, Any], stage: str, run: Any) -> dict[str, Any]:
+    """Run a privacy-spending stage that is optional: skipped unless ``stage_budget`` gives it a
+    share. Returns only the public summary (XCom)."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from pipeline.run import public_summary, stage_timer
+
+    ctx = _ctx(context)
+    if stage not in ctx.config.stage_budget:
+        raise AirflowSkipException(f"stage_budget has no '{stage}' share")
+    with stage_timer(ctx, stage):
+        return public_summary(run(ctx))
+
+
 @dag(
     dag_id="dpngram_release",
     description="Differentially private vocabulary and k-grams (DPSU + DPNE) from private user text",
@@ -165,30 +179,16 @@ def dpngram_release() -> None:
     @task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
     def bayes(**context: Any) -> dict[str, Any]:
         """Bayesian trigram distribution with the public prior (skipped without a 'bayes' budget)."""
-        from airflow.sdk.exceptions import AirflowSkipException
-
-        ctx = _ctx(context)
-        if "bayes" not in ctx.config.stage_budget:
-            raise AirflowSkipException("stage_budget has no 'bayes' share")
         from pipeline.bayes import run_bayes
-        from pipeline.run import public_summary, stage_timer
 
-        with stage_timer(ctx, "bayes"):
-            return public_summary(run_bayes(ctx))
+        return _budgeted_stage(context, "bayes", run_bayes)
 
     @task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
     def synth(**context: Any) -> dict[str, Any]:
         """Chen et al. n-gram tree + synthetic sequences (skipped without a 'synth' budget)."""
-        from airflow.sdk.exceptions import AirflowSkipException
-
-        ctx = _ctx(context)
-        if "synth" not in ctx.config.stage_budget:
-            raise AirflowSkipException("stage_budget has no 'synth' share")
-        from pipeline.run import public_summary, stage_timer
         from pipeline.synth import run_synth
 
-        with stage_timer(ctx, "synth"):
-            return public_summary(run_synth(ctx))
+        return _budgeted_stage(context, "synth", run_synth)
 
     @task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
     def validate(**context: Any) -> dict[str, Any]:
