@@ -27,3 +27,24 @@ def secure_noise() -> NoiseSource:
 def seeded_noise() -> NoiseSource:
     """Reproducible noise, for determinism tests only."""
     return NoiseSource.seeded_for_tests(12345)
+
+
+def run_through_dpne(tmp_path: Path, files: dict[str, Path], *, public: bool = True, **config_values):
+    """A run on a sample corpus taken through prepare -> ingest -> DPNE (vocabulary + levels), so a
+    test can exercise a later stage. ``files`` is what ``pipeline.sample.write_sample`` returned;
+    ``config_values`` are RunConfig fields (input/out/warehouse/public are filled in here)."""
+    from pipeline import dpne, ingest
+    from pipeline.config import RunConfig
+    from pipeline.run import RunContext, prepare
+
+    paths = {
+        "input": str(files["users"]),
+        "out": str(tmp_path / "out"),
+        "warehouse": str(tmp_path / "wh.duckdb"),
+    }
+    if public:
+        paths["public"] = str(files["public"])
+    ctx = RunContext(prepare(RunConfig.build(**paths, **config_values)))
+    ingest.run_ingest(ctx)
+    dpne.run_all(ctx)
+    return ctx

@@ -13,12 +13,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import run_through_dpne
 
-from pipeline import bayes, dpne, ingest, validate
+from pipeline import bayes, validate
 from pipeline.accounting import Accountant, PrivacyEvent
 from pipeline.config import ConfigError, RunConfig
 from pipeline.noise import NoiseSource
-from pipeline.run import RunContext, prepare, read_parts
+from pipeline.run import RunContext, read_parts
 from pipeline.sample import write_sample
 from pipeline.store import Warehouse
 
@@ -207,17 +208,7 @@ def dpne_run(tmp_path, files, **overrides) -> RunContext:
         "bayes_vocab_size": 4000,
         **overrides,
     }
-    config = RunConfig.build(
-        input=str(files["users"]),
-        public=str(files["public"]),
-        out=str(tmp_path / "out"),
-        warehouse=str(tmp_path / "wh.duckdb"),
-        **settings,
-    )
-    ctx = RunContext(prepare(config))
-    ingest.run_ingest(ctx)
-    dpne.run_all(ctx)
-    return ctx
+    return run_through_dpne(tmp_path, files, **settings)
 
 
 def test_run_bayes_end_to_end(tmp_path, sample_files):

@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import run_through_dpne
 
 from lm import build
 from lm.arpa import read_arpa
-from pipeline import bayes, dpne, ingest
+from pipeline import bayes
 from pipeline.config import ConfigError, RunConfig
-from pipeline.run import RunContext, prepare, read_parts, release_plan
+from pipeline.run import RunContext, read_parts, release_plan
 from pipeline.sample import write_sample
 
 
@@ -21,11 +22,9 @@ from pipeline.sample import write_sample
 def released_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lm-stage")
     files = write_sample(tmp / "sample", n_users=300, seed=5, vocab_size=300, public_sentences=3000)
-    config = RunConfig.build(
-        input=str(files["users"]),
-        public=str(files["public"]),
-        out=str(tmp / "out"),
-        warehouse=str(tmp / "wh.duckdb"),
+    ctx = run_through_dpne(
+        tmp,
+        files,
         epsilon=8.0,
         delta=1e-4,
         max_n=3,
@@ -34,9 +33,6 @@ def released_run(tmp_path_factory):
         bayes_vocab_size=4000,
         lm_sample_sentences=3000,
     )
-    ctx = RunContext(prepare(config))
-    ingest.run_ingest(ctx)
-    dpne.run_all(ctx)
     bayes.run_bayes(ctx)
     with ctx.warehouse() as wh:  # route A must not need any private table
         wh.con.execute(f"DROP SCHEMA {ctx.schema} CASCADE")

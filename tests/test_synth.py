@@ -11,13 +11,14 @@ from collections import Counter
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import run_through_dpne
 from scipy import stats
 
-from pipeline import dpne, ingest, synth, validate
+from pipeline import synth, validate
 from pipeline.accounting import PrivacyEvent
 from pipeline.config import ConfigError, RunConfig
 from pipeline.noise import NoiseSource, simulation_rng
-from pipeline.run import RunContext, prepare, read_parts
+from pipeline.run import RunContext, read_parts
 from pipeline.sample import write_sample
 from pipeline.store import Warehouse
 
@@ -290,10 +291,10 @@ def test_bad_synth_parameters_are_refused(bad):
 def synth_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("synth-run")
     files = write_sample(tmp / "sample", n_users=300, seed=5, vocab_size=300, public_sentences=10)
-    config = RunConfig.build(
-        input=str(files["users"]),
-        out=str(tmp / "out"),
-        warehouse=str(tmp / "wh.duckdb"),
+    ctx = run_through_dpne(
+        tmp,
+        files,
+        public=False,
         epsilon=8.0,
         delta=1e-4,
         max_n=2,
@@ -302,9 +303,6 @@ def synth_run(tmp_path_factory):
         synth_l_max=15,
         synth_n_max=4,
     )
-    ctx = RunContext(prepare(config))
-    ingest.run_ingest(ctx)
-    dpne.run_all(ctx)
     summary = synth.run_synth(ctx)
     return ctx, summary
 
