@@ -211,9 +211,7 @@ def kneser_ney(
                 table.group_by("ctx")
                 .agg(total=pl.col("count").sum(), seen=_discount("count", d).sum())
                 .with_columns(
-                    gamma=pl.when(pl.col("total") > 0)
-                    .then(pl.col("seen") / pl.col("total"))
-                    .otherwise(1.0)
+                    gamma=pl.when(pl.col("total") > 0).then(pl.col("seen") / pl.col("total")).otherwise(1.0)
                 )
             )
             gammas[n] = ctx.select(pl.col("ctx").alias("ngram"), "gamma")

@@ -57,6 +57,5 @@ def kenlm_binary(name: str) -> Path:
         return Path(on_path).resolve()
     searched.append("PATH")
     raise FileNotFoundError(
-        f"KenLM tool '{name}' not found (searched {', '.join(searched)}): "
-        "run `make setup` to build it"
+        f"KenLM tool '{name}' not found (searched {', '.join(searched)}): run `make setup` to build it"
     )

@@ -635,9 +635,7 @@ def extend_by_joins(
     return counts
 
 
-def generate_sequences(
-    counts: dict[Key, float], rng: UniformSource | None = None
-) -> list[tuple[Key, int]]:
+def generate_sequences(counts: dict[Key, float], rng: UniformSource | None = None) -> list[tuple[Key, int]]:
     """Synthetic database (§4.3.5, Theorem 4.1): from the longest n-grams down, publish
     round(remaining count) copies of each g (:func:`_round`) and subtract them from the counts of
     all n(n+1)/2 sub-grams g supports. With exact counts of all n-grams up to ℓ_max of a

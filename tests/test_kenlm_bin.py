@@ -113,16 +113,32 @@ def _lmplz(corpus: Path, order: int, arpa: Path, tmp: Path) -> None:
     # -S is an absolute 64 MB (not a percentage of RAM: 10% of 24 GB is touched as 2.4 GB).
     with corpus.open("rb") as stdin, arpa.open("wb") as stdout:
         done = subprocess.run(
-            [str(kenlm_binary("lmplz")), "-o", str(order), "-S", "64M", "-T", str(tmp),
-             "--discount_fallback"],
-            stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, check=False, timeout=120,
+            [
+                str(kenlm_binary("lmplz")),
+                "-o",
+                str(order),
+                "-S",
+                "64M",
+                "-T",
+                str(tmp),
+                "--discount_fallback",
+            ],
+            stdin=stdin,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            check=False,
+            timeout=120,
         )
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
 
 
 def _build_binary(arpa: Path, binary: Path) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([str(kenlm_binary("build_binary")), str(arpa), str(binary)],
-                          capture_output=True, check=False, timeout=120)
+    return subprocess.run(
+        [str(kenlm_binary("build_binary")), str(arpa), str(binary)],
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
 
 
 def _arpa_counts(arpa: Path) -> dict[int, int]:
@@ -130,7 +146,7 @@ def _arpa_counts(arpa: Path) -> dict[int, int]:
     with arpa.open(encoding="utf-8") as fh:
         for line in fh:
             if line.startswith("ngram "):
-                order, count = line[len("ngram "):].split("=")
+                order, count = line[len("ngram ") :].split("=")
                 counts[int(order)] = int(count)
             elif line.startswith("\\1-grams:"):
                 break

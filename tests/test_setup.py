@@ -24,13 +24,28 @@ SCRIPTS = ROOT / "scripts"
 DOCKER = ROOT / "docker"
 
 REQUIRED_TARGETS = ("setup", "test", "demo", "bench", "constraints", "lint", "clean")
-BUILD_PACKAGES = ("build-essential", "cmake", "libboost-program-options-dev", "libboost-system-dev",
-                  "libboost-thread-dev", "libboost-test-dev", "zlib1g-dev", "libbz2-dev", "liblzma-dev")
+BUILD_PACKAGES = (
+    "build-essential",
+    "cmake",
+    "libboost-program-options-dev",
+    "libboost-system-dev",
+    "libboost-thread-dev",
+    "libboost-test-dev",
+    "zlib1g-dev",
+    "libbz2-dev",
+    "liblzma-dev",
+)
 
 
 def _make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), *args], capture_output=True,
-                          text=True, env=env, check=False, timeout=60)
+    return subprocess.run(
+        ["make", "--no-print-directory", "-C", str(ROOT), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
 
 
 def _rule(target: str) -> tuple[str, list[str]]:
@@ -40,7 +55,7 @@ def _rule(target: str) -> tuple[str, list[str]]:
         match = re.match(rf"^{re.escape(target)}\s*:(?!=)(.*)$", line)
         if match:
             recipe = []
-            for body in lines[i + 1:]:
+            for body in lines[i + 1 :]:
                 if not body.startswith("\t"):
                     break
                 recipe.append(body.strip())
@@ -148,8 +163,14 @@ def test_ci_run_exits_with_the_make_status(tmp_path):
         fake_make = fake_bin / "make"
         fake_make.write_text(f'#!/bin/sh\necho "make $*" > "{tmp_path}/called"\nexit {status}\n')
         fake_make.chmod(0o755)
-        done = subprocess.run(["bash", str(ci / "run")], capture_output=True, text=True, cwd=tmp_path,
-                              env=dict(os.environ, PATH=f"{fake_bin}:{os.environ['PATH']}"), timeout=30)
+        done = subprocess.run(
+            ["bash", str(ci / "run")],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=dict(os.environ, PATH=f"{fake_bin}:{os.environ['PATH']}"),
+            timeout=30,
+        )
         assert done.returncode == status
         assert (tmp_path / "called").read_text().strip() == "make test"
 
@@ -171,18 +192,19 @@ def test_scripts_are_valid_bash():
         done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
         assert done.returncode == 0, f"{script.name}: {done.stderr}"
     if shutil.which("shellcheck"):
-        done = subprocess.run(["shellcheck", "-x", *map(str, sorted(SCRIPTS.glob("*.sh")))],
-                              capture_output=True, text=True, cwd=ROOT)
+        done = subprocess.run(
+            ["shellcheck", "-x", *map(str, sorted(SCRIPTS.glob("*.sh")))],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
         assert done.returncode == 0, done.stdout
 
 
 def _fake_python(directory: Path, name: str, version: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / name
-    path.write_text(
-        "#!/bin/sh\n"
-        'case "$2" in *executable*) echo "$0";; *) echo "' + version + '";; esac\n'
-    )
+    path.write_text('#!/bin/sh\ncase "$2" in *executable*) echo "$0";; *) echo "' + version + '";; esac\n')
     path.chmod(0o755)
     return path
 
@@ -191,8 +213,9 @@ def _run_script(name: str, path_dirs: list[Path], *args: str, extra_env: dict[st
     # Only the fakes and a minimal tool dir: bash, coreutils (dirname, id, cut...) live in /usr/bin, /bin.
     env = {"PATH": ":".join([*map(str, path_dirs), "/usr/bin", "/bin"]), "HOME": os.environ.get("HOME", "/")}
     env.update(extra_env or {})
-    return subprocess.run(["bash", str(SCRIPTS / name), *args], capture_output=True, text=True, env=env,
-                          timeout=30)
+    return subprocess.run(
+        ["bash", str(SCRIPTS / name), *args], capture_output=True, text=True, env=env, timeout=30
+    )
 
 
 def test_find_python_picks_a_311_interpreter(tmp_path):
@@ -213,8 +236,13 @@ def test_find_python_refuses_other_versions_with_one_clear_line(tmp_path):
     for tool in ("dirname",):
         os.symlink(shutil.which(tool), tools / tool)
     env = {"PATH": f"{fake_dir}:{tools}", "HOME": os.environ.get("HOME", "/")}
-    done = subprocess.run([shutil.which("bash"), str(SCRIPTS / "find_python.sh")], capture_output=True,
-                          text=True, env=env, timeout=30)
+    done = subprocess.run(
+        [shutil.which("bash"), str(SCRIPTS / "find_python.sh")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
@@ -222,18 +250,24 @@ def test_find_python_refuses_other_versions_with_one_clear_line(tmp_path):
     assert "python3.11=3.10" in lines[0] and "python3=3.12" in lines[0]
 
 
-def _fake_dpkg_and_apt(directory: Path, installed: set[str], log: Path, uid: int = 0,
-                       sudo_ok: bool = False) -> None:
+def _fake_dpkg_and_apt(
+    directory: Path, installed: set[str], log: Path, uid: int = 0, sudo_ok: bool = False
+) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     names = " ".join(sorted(installed))
     scripts = {
         # dpkg-query -W -f='${db:Status-Status}' PKG
-        "dpkg-query": (f'pkg="$3"; for p in {names}; do '
-                       '[ "$p" = "$pkg" ] && { printf installed; exit 0; }; done; exit 1\n'),
+        "dpkg-query": (
+            f'pkg="$3"; for p in {names}; do '
+            '[ "$p" = "$pkg" ] && { printf installed; exit 0; }; done; exit 1\n'
+        ),
         "apt-get": f'echo "apt-get $*" >> "{log}"\n',
         "id": f"echo {uid}\n",
-        "sudo": ('[ "$1" = "-n" ] || exit 1; shift; [ "$1" = true ] && exit 0; '
-                 f'echo "sudo $*" >> "{log}"; "$@"\n' if sudo_ok else "exit 1\n"),
+        "sudo": (
+            f'[ "$1" = "-n" ] || exit 1; shift; [ "$1" = true ] && exit 0; echo "sudo $*" >> "{log}"; "$@"\n'
+            if sudo_ok
+            else "exit 1\n"
+        ),
     }
     for name, body in scripts.items():
         path = directory / name
@@ -299,9 +333,15 @@ def test_kenlm_build_is_a_no_op_when_the_tools_exist(tmp_path):
     for tool in ("lmplz", "build_binary"):
         (prefix / "bin" / tool).write_text("#!/bin/sh\n")
         (prefix / "bin" / tool).chmod(0o755)
-    done = _run_script("build_kenlm.sh", [], extra_env={"KENLM_PREFIX": str(prefix),
-                                                        "XDG_CACHE_HOME": str(tmp_path / "cache"),
-                                                        "KENLM_PIP_PYTHON": "/nonexistent/python"})
+    done = _run_script(
+        "build_kenlm.sh",
+        [],
+        extra_env={
+            "KENLM_PREFIX": str(prefix),
+            "XDG_CACHE_HOME": str(tmp_path / "cache"),
+            "KENLM_PIP_PYTHON": "/nonexistent/python",
+        },
+    )
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / "cache").exists()
 
@@ -358,8 +398,12 @@ def test_dockerfile_bases_builds_kenlm_and_uses_constraints():
     installs = [r for r in runs if "uv pip install" in r]
     assert installs and all("-c constraints-3.11.txt" in r for r in installs)
     env = " ".join(rest for word, rest in instructions if word == "ENV")
-    for setting in ("AIRFLOW_HOME=/opt/airflow", "DPNGRAM_KENLM_BIN=/opt/kenlm/bin",
-                    "AIRFLOW__CORE__DAGS_FOLDER=/opt/dpngram/dags", "MAX_ORDER=${KENLM_MAX_ORDER}"):
+    for setting in (
+        "AIRFLOW_HOME=/opt/airflow",
+        "DPNGRAM_KENLM_BIN=/opt/kenlm/bin",
+        "AIRFLOW__CORE__DAGS_FOLDER=/opt/dpngram/dags",
+        "MAX_ORDER=${KENLM_MAX_ORDER}",
+    ):
         assert setting in env
     assert any(word == "ENTRYPOINT" and "airflow" in rest for word, rest in instructions)
     assert any(word == "USER" and rest != "root" for word, rest in instructions)
