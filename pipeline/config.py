@@ -24,7 +24,7 @@ __all__ = ["RunConfig", "ConfigError", "STAGES"]
 
 #: Stages that spend privacy budget, in run order. ``stage_budget`` splits (epsilon, delta) among
 #: the ones that are enabled.
-STAGES = ("dpne", "bayes", "synth")
+STAGES = ("dpne", "bayes", "synth", "triehh")
 
 _MEMORY_RE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|KiB|MB|MiB|GB|GiB|TB|TiB)\s*$", re.IGNORECASE)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
@@ -260,11 +260,110 @@ class RunConfig(BaseModel):
         ),
     )
 
+    # -- vocabulary method / LDP TrieHH OOV discovery (pipeline/triehh.py, Sun et al. 2024) ------
+    vocabulary_method: Literal["dpsu", "triehh", "both"] = Field(
+        "dpsu",
+        title="Vocabulary method",
+        description="S_1 from DPSU, from LDP TrieHH words (plus the known vocabulary), or their union "
+        "('triehh'/'both' need stage_budget.triehh).",
+    )
+    known_vocabulary: str | None = Field(
+        None,
+        title="Known vocabulary (OOV mode)",
+        description="Public word list (one word per line, .gz accepted); TrieHH then discovers only words "
+        "outside it.",
+    )
+    triehh_max_depth: int = Field(
+        12,
+        ge=2,
+        le=64,
+        title="TrieHH: L (max depth)",
+        description="Trie layers; words have at most L - 1 characters (plus the end symbol).",
+    )
+    triehh_max_words: int = Field(
+        4,
+        ge=1,
+        le=1000,
+        title="TrieHH: m (reports per user)",
+        description="Each participating user sends m Subset Selection reports (padded with a dummy).",
+    )
+    triehh_users_per_layer: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000_000,
+        title="TrieHH: n (users per layer)",
+        description="Fresh users per layer; the input needs n x L x passes users.",
+    )
+    triehh_max_prefixes: int = Field(
+        10,
+        ge=1,
+        le=100_000,
+        title="TrieHH: k (prefixes kept per layer)",
+        description="At most k prefixes with the most votes (and above the noise threshold) survive a layer.",
+    )
+    triehh_passes: int = Field(
+        1, ge=1, le=10, title="TrieHH: passes", description="Tries built one after another on disjoint users."
+    )
+    triehh_sampling: Literal["greedy", "random"] = Field(
+        "random",
+        title="TrieHH: local sampler",
+        description="greedy: a user's most frequent prefixes; random: uniform over its distinct prefixes.",
+    )
+    triehh_epsilon0: float | None = Field(
+        None,
+        gt=0,
+        le=50,
+        title="TrieHH: eps0 (per-report LDP)",
+        description="Default: the largest eps0 whose user-level central epsilon after shuffling fits the "
+        "triehh share.",
+    )
+    triehh_alphabet: str = Field(
+        "abcdefghijklmnopqrstuvwxyz0123456789'-",
+        min_length=1,
+        max_length=1000,
+        title="TrieHH: alphabet",
+        description="Characters words may use (others make a word ineligible).",
+    )
+    triehh_end_symbol: str = Field(
+        "$", min_length=1, max_length=1, title="TrieHH: end symbol", description="Not in the alphabet."
+    )
+    triehh_spurious_rate: float = Field(
+        0.01,
+        gt=0,
+        lt=1,
+        title="TrieHH: noise threshold rate",
+        description="Per layer, probability bound that any unreported prefix passes the vote threshold.",
+    )
+
     # -- engine ------------------------------------------------------------------------------
     memory_limit: str = Field(
         "4GB", title="DuckDB memory limit", description="e.g. 4GB; larger work spills to disk."
     )
     threads: int | None = Field(None, ge=1, le=256, title="DuckDB threads")
+    engine: Literal["duckdb", "spark"] = Field(
+        "duckdb",
+        title="Engine",
+        description="Where ingest, the vocabulary and the DPNE levels run: 'duckdb' (embedded, one "
+        "machine) or 'spark' (a SparkSession; see spark_master). Noise is drawn on the driver either way.",
+    )
+    spark_master: str = Field(
+        "local[2]",
+        title="Spark master",
+        description="With engine=spark: local[N] (one machine) or a cluster URL (spark://host:7077, yarn, "
+        "k8s://...). One Spark session per task.",
+    )
+    spark_warehouse: str | None = Field(
+        None,
+        title="Spark table directory",
+        description="With engine=spark: where the run's private Parquet tables live (any Hadoop path: "
+        "hdfs://, s3a://, local). Default: next to the warehouse file (WAREHOUSE.spark).",
+    )
+    spark_conf: str | None = Field(
+        None,
+        title="Spark settings",
+        description="With engine=spark: extra Spark settings as KEY=VALUE pairs separated by commas, e.g. "
+        "spark.executor.memory=8g,spark.sql.shuffle.partitions=400.",
+    )
 
     # -- validators ---------------------------------------------------------------------------
     @field_validator("dataset")
@@ -280,6 +379,22 @@ class RunConfig(BaseModel):
         if value is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.:+\-]{0,127}$", value):
             raise ValueError("must be 1-128 characters of letters, digits, '_', '.', ':', '+', '-'")
         return value
+
+    @field_validator("spark_conf")
+    @classmethod
+    def _spark_conf(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        for item in filter(None, (p.strip() for p in value.split(","))):
+            key, sep, setting = item.partition("=")
+            if not sep or not re.match(r"^spark\.[A-Za-z0-9_.\-]+$", key.strip()) or not setting.strip():
+                raise ValueError("must be spark.KEY=VALUE pairs separated by commas")
+        return value
+
+    def spark_settings(self) -> dict[str, str]:
+        """``spark_conf`` as a dict (validated)."""
+        pairs = (p.strip().partition("=") for p in (self.spark_conf or "").split(",") if p.strip())
+        return {key.strip(): setting.strip() for key, _, setting in pairs}
 
     @field_validator("memory_limit")
     @classmethod
@@ -320,6 +435,22 @@ class RunConfig(BaseModel):
         if not re.match(r"^\d+[KMGT%]?$", value.strip()):
             raise ValueError("must look like '1G', '512M' or '10%' (lmplz -S)")
         return value.strip()
+
+    @model_validator(mode="after")
+    def _triehh(self) -> RunConfig:
+        alphabet, end = self.triehh_alphabet, self.triehh_end_symbol
+        if len(set(alphabet)) != len(alphabet) or any(ch.isspace() for ch in alphabet):
+            raise ValueError("triehh_alphabet: must not repeat characters or contain whitespace")
+        if end in alphabet or end.isspace():
+            raise ValueError("triehh_end_symbol: must be a non-space character outside triehh_alphabet")
+        uses_triehh = self.vocabulary_method in ("triehh", "both")
+        if uses_triehh and self.stage_budget.get("triehh", 0) <= 0:
+            raise ValueError(
+                f"vocabulary_method: '{self.vocabulary_method}' needs a budget share stage_budget.triehh"
+            )
+        if not uses_triehh and "triehh" in self.stage_budget:
+            raise ValueError("stage_budget: 'triehh' has a share but vocabulary_method is 'dpsu'")
+        return self
 
     @model_validator(mode="after")
     def _lifetime(self) -> RunConfig:

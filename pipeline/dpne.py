@@ -55,6 +55,7 @@ from pipeline.dpsu import (
     threshold_histogram,
     write_keys_parquet,
 )
+from pipeline.engine import Engine
 from pipeline.noise import NoiseSource
 from pipeline.run import (
     PARTS_DIR,
@@ -154,15 +155,15 @@ def level_threshold(sigma: float, eta: float, previous_size: int, valid_size: in
 # ----------------------------------------------------------------------------------------------
 # Level tables
 # ----------------------------------------------------------------------------------------------
-def install_vocabulary(wh: Warehouse, schema: str, items_table: str = VOCABULARY_TABLE) -> int:
+def install_vocabulary(wh: Engine, schema: str, items_table: str = VOCABULARY_TABLE) -> int:
     """Build the level-1 tables from the released S_1 in ``{schema}.{items_table}(item)``:
     ``dpne_users`` (integer user ids), ``dpne_s1`` (token ids) and ``dpne_occ1`` (positions of
     tokens in S_1; other tokens break n-grams). Returns |S_1|."""
     for k in range(2, MAX_LEVEL + 1):  # tables of an earlier attempt are stale now
         _drop(wh, schema, _level(k), _occ(k), f"dpne_cand{k}", f"dpne_hist{k}")
-    wh.con.execute(load_sql("dpne_users", schema=schema, target="dpne_users"))
-    wh.con.execute(load_sql("dpne_level1_table", schema=schema, target=_level(1), released=items_table))
-    wh.con.execute(
+    wh.execute(load_sql("dpne_users", schema=schema, target="dpne_users"))
+    wh.execute(load_sql("dpne_level1_table", schema=schema, target=_level(1), released=items_table))
+    wh.execute(
         load_sql(
             "dpne_occurrences_level1", schema=schema, target=_occ(1), users="dpne_users", vocabulary=_level(1)
         ),
@@ -171,40 +172,35 @@ def install_vocabulary(wh: Warehouse, schema: str, items_table: str = VOCABULARY
     return _level_size(wh, schema, 1)
 
 
-def _level_size(wh: Warehouse, schema: str, k: int) -> int:
+def _level_size(wh: Engine, schema: str, k: int) -> int:
     return int(_scalar(wh, load_sql("dpne_level_size", schema=schema, level=_level(k))))
 
 
-def _scalar(wh: Warehouse, sql: str, params: dict[str, Any] | None = None) -> Any:
-    """First value of a one-row query, fully consumed (``Warehouse.scalar`` leaves a DuckDB 2
-    result open, which blocks the next ``con.sql`` on the connection)."""
-    rows = wh.con.sql(sql, params=params or None).fetchall()
-    return rows[0][0] if rows else None
+def _scalar(wh: Engine, sql: str, params: dict[str, Any] | None = None) -> Any:
+    """First value of a one-row query (:meth:`Engine.fetch_scalar`)."""
+    return wh.fetch_scalar(sql, params)
 
 
-def _object_type(wh: Warehouse, schema: str, name: str) -> str | None:
-    return _scalar(wh, load_sql("dpne_object_type"), {"schema": schema, "name": name})
+def _object_type(wh: Engine, schema: str, name: str) -> str | None:
+    return wh.object_type(schema, name)
 
 
-def _table_exists(wh: Warehouse, schema: str, table: str) -> bool:
+def _table_exists(wh: Engine, schema: str, table: str) -> bool:
     return _object_type(wh, schema, table) is not None
 
 
-def _drop(wh: Warehouse, schema: str, *tables: str) -> None:
+def _drop(wh: Engine, schema: str, *tables: str) -> None:
     """Drop private working tables or views (whichever each name is)."""
-    for table in tables:
-        kind = _object_type(wh, schema, table)
-        if kind is not None:
-            wh.con.execute(f"DROP {'VIEW' if kind == 'VIEW' else 'TABLE'} {schema}.{table}")
+    wh.drop(schema, *tables)
 
 
-def _build_candidates(wh: Warehouse, schema: str, k: int, pruning: Pruning) -> str:
+def _build_candidates(wh: Engine, schema: str, k: int, pruning: Pruning) -> str:
     """``dpne_cand{k}(uid, loc, key)``: occurrences of valid k-grams (Alg. 4 on positions)."""
     target = f"dpne_cand{k}"
     if pruning == "both":
-        wh.con.execute(load_sql("dpne_candidates_both", schema=schema, target=target, previous=_occ(k - 1)))
+        wh.execute(load_sql("dpne_candidates_both", schema=schema, target=target, previous=_occ(k - 1)))
     else:
-        wh.con.execute(
+        wh.execute(
             load_sql(
                 "dpne_candidates_single", schema=schema, target=target, previous=_occ(k - 1), unigrams=_occ(1)
             ),
@@ -213,10 +209,10 @@ def _build_candidates(wh: Warehouse, schema: str, k: int, pruning: Pruning) -> s
     return target
 
 
-def _valid_sides(wh: Warehouse, schema: str, k: int, pruning: Pruning) -> tuple[str, str]:
+def _valid_sides(wh: Engine, schema: str, k: int, pruning: Pruning) -> tuple[str, str]:
     left, right = f"dpne_left{k}", f"dpne_right{k}"
     name = "dpne_valid_sides_both" if pruning == "both" else "dpne_valid_sides_single"
-    wh.con.execute(
+    wh.execute(
         load_sql(
             name, schema=schema, left_side=left, right_side=right, previous=_level(k - 1), unigrams=_level(1)
         )
@@ -224,7 +220,7 @@ def _valid_sides(wh: Warehouse, schema: str, k: int, pruning: Pruning) -> tuple[
     return left, right
 
 
-def count_valid_kgrams(wh: Warehouse, schema: str, k: int, pruning: Pruning) -> int:
+def count_valid_kgrams(wh: Engine, schema: str, k: int, pruning: Pruning) -> int:
     """|V_k| exactly, from the released S_{k-1} and S_1 only (post-processing of DP outputs):
     both-side sum_o #(S_{k-1} ending with o) * #(S_{k-1} starting with o) over (k-2)-gram
     overlaps o (|S_1|^2 for k = 2); single-side |S_{k-1}| |S_1|."""
@@ -233,7 +229,7 @@ def count_valid_kgrams(wh: Warehouse, schema: str, k: int, pruning: Pruning) -> 
 
 
 def estimate_valid_kgrams(
-    wh: Warehouse, schema: str, k: int, pruning: Pruning, sampling_probability: float, noise: NoiseSource
+    wh: Engine, schema: str, k: int, pruning: Pruning, sampling_probability: float, noise: NoiseSource
 ) -> int:
     """EstimateValidKgrams (supplement Alg. 2), for comparison with the exact count.
 
@@ -258,8 +254,8 @@ def estimate_valid_kgrams(
     return math.ceil(count / sampling_probability)
 
 
-def _level_scan(wh: Warehouse, schema: str, k: int) -> dict[str, np.ndarray]:
-    return wh.con.sql(load_sql("dpne_level_scan", schema=schema, level=_level(k))).fetchnumpy()
+def _level_scan(wh: Engine, schema: str, k: int) -> dict[str, np.ndarray]:
+    return wh.fetch_numpy(load_sql("dpne_level_scan", schema=schema, level=_level(k)))
 
 
 class ValidKgramIndex:
@@ -296,18 +292,18 @@ class ValidKgramIndex:
         return (left << KEY_SHIFT) | right
 
 
-def valid_kgram_index(wh: Warehouse, schema: str, inputs: LevelInputs) -> ValidKgramIndex:
+def valid_kgram_index(wh: Engine, schema: str, inputs: LevelInputs) -> ValidKgramIndex:
     """The bijection range(|V_k|) <-> V_k for a prepared level (built from released sets only)."""
     return ValidKgramIndex(*_side(wh, schema, inputs.left), *_side(wh, schema, inputs.right))
 
 
-def _side(wh: Warehouse, schema: str, side: str) -> tuple[np.ndarray, np.ndarray]:
-    cols = wh.con.sql(load_sql("dpne_valid_side_scan", schema=schema, side=side)).fetchnumpy()
+def _side(wh: Engine, schema: str, side: str) -> tuple[np.ndarray, np.ndarray]:
+    cols = wh.fetch_numpy(load_sql("dpne_valid_side_scan", schema=schema, side=side))
     return np.asarray(cols["overlap"]), np.asarray(cols["id"])
 
 
 def sample_spurious(
-    wh: Warehouse,
+    wh: Engine,
     schema: str,
     index: ValidKgramIndex,
     histogram: str,
@@ -334,9 +330,9 @@ def sample_spurious(
         keys = index.keys(noise.integers(0, index.size, batch))
         draws = pa.table({"draw": np.arange(batch, dtype=np.int64), "item": keys})
         with wh.registered(**{view: draws}):
-            outside = wh.con.sql(
+            outside = wh.fetch_numpy(
                 load_sql("dpne_support_exclude", schema=schema, drawn=view, histogram=histogram)
-            ).fetchnumpy()["draw"]
+            )["draw"]
         keys = keys[np.asarray(outside, dtype=np.int64)]  # draw order kept
         _, first = np.unique(keys, return_index=True)
         keys = keys[np.sort(first)]
@@ -390,7 +386,7 @@ class LevelInputs:
 
 
 def prepare_level(
-    wh: Warehouse,
+    wh: Engine,
     schema: str,
     k: int,
     *,
@@ -418,7 +414,7 @@ def prepare_level(
         raise ConfigError(f"valid_count: must be 'exact' or 'estimate' (got {valid_count!r})")
     candidates = _build_candidates(wh, schema, k, pruning)
     histogram, source = f"dpne_hist{k}", f"dpne_source{k}"
-    wh.con.execute(load_sql("dpne_level_source", schema=schema, target=source, candidates=candidates))
+    wh.execute(load_sql("dpne_level_source", schema=schema, target=source, candidates=candidates))
     dpsu_histogram(wh, schema, source, histogram, max_contribution=max_contribution, salt=noise.salt())
     return LevelInputs(
         k=k,
@@ -434,7 +430,7 @@ def prepare_level(
 
 
 def draw_level_keys(
-    wh: Warehouse,
+    wh: Engine,
     schema: str,
     inputs: LevelInputs,
     *,
@@ -498,7 +494,7 @@ def choose_variant(variant: Variant, valid: int, exact_max_valid: int) -> Litera
 
 
 def release_level(
-    wh: Warehouse,
+    wh: Engine,
     schema: str,
     k: int,
     *,
@@ -546,13 +542,13 @@ def release_level(
     )
 
 
-def drop_level_inputs(wh: Warehouse, schema: str, inputs: LevelInputs) -> None:
+def drop_level_inputs(wh: Engine, schema: str, inputs: LevelInputs) -> None:
     """Drop a level's private working tables (candidates, histogram, views)."""
     _drop(wh, schema, inputs.source, inputs.histogram, inputs.candidates, inputs.left, inputs.right)
 
 
 def _install_level(
-    wh: Warehouse, schema: str, k: int, pruning: Pruning, keys: np.ndarray, candidates: str
+    wh: Engine, schema: str, k: int, pruning: Pruning, keys: np.ndarray, candidates: str
 ) -> int:
     """S_k level table from released keys, then its surviving positions dpne_occ{k}."""
     keys = np.sort(np.asarray(keys, dtype=np.int64))
@@ -565,7 +561,7 @@ def _install_level(
     )
     view = "dpne_released_keys"
     with wh.registered(**{view: table}):
-        wh.con.execute(
+        wh.execute(
             load_sql(
                 "dpne_level_table",
                 schema=schema,
@@ -579,24 +575,40 @@ def _install_level(
     size = _level_size(wh, schema, k)
     if size != keys.size:
         raise RuntimeError(f"level {k}: released keys do not resolve to n-grams (internal error)")
-    wh.con.execute(
+    wh.execute(
         load_sql("dpne_occurrences", schema=schema, target=_occ(k), candidates=candidates, level=_level(k))
     )
     return size
 
 
-def restore_level(wh: Warehouse, schema: str, k: int, pruning: Pruning, path: Path) -> int:
+def _split_released(path: Path, k: int, right_start: int) -> pa.Table:
+    """(left_text, right_text) of every released k-gram in ``path``: its first k-1 tokens and its
+    tokens from 0-based ``right_start`` on (released keys only: post-processing of a DP output)."""
+    import pyarrow.compute as pc
+
+    tokens = pc.split_pattern(pq.read_table(path, columns=["ngram"]).column("ngram"), " ")
+    return pa.table(
+        {
+            "left_text": pc.binary_join(pc.list_slice(tokens, 0, k - 1), " "),
+            "right_text": pc.binary_join(pc.list_slice(tokens, right_start, k), " "),
+        }
+    )
+
+
+def restore_level(wh: Engine, schema: str, k: int, pruning: Pruning, path: Path) -> int:
     """Rebuild ``dpne_s{k}``/``dpne_occ{k}`` from a released level file (post-processing of DP
     output + the private sentences; no noise, no spend). Needs level k-1's tables."""
-    cols = wh.con.sql(
-        load_sql(
-            "dpne_level_restore",
-            schema=schema,
-            previous=_level(k - 1),
-            right_level=_level(k - 1) if pruning == "both" else _level(1),
-        ),
-        params={"path": str(path), "k": k, "right_start": 2 if pruning == "both" else k},
-    ).fetchnumpy()
+    view = "dpne_released_parts"
+    with wh.registered(**{view: _split_released(path, k, 1 if pruning == "both" else k - 1)}):
+        cols = wh.fetch_numpy(
+            load_sql(
+                "dpne_level_restore",
+                schema=schema,
+                released=view,
+                previous=_level(k - 1),
+                right_level=_level(k - 1) if pruning == "both" else _level(1),
+            )
+        )
     expected = pq.ParquetFile(path).metadata.num_rows
     if cols["item"].size != expected:
         raise RuntimeError(f"cannot restore level {k} from {path.name}: it does not match level {k - 1}")
@@ -610,7 +622,7 @@ def _file_rows(path: Path) -> int:
     return pq.ParquetFile(path).metadata.num_rows
 
 
-def _ensure_level_state(wh: Warehouse, ctx: RunContext, upto: int) -> None:
+def _ensure_level_state(wh: Engine, ctx: RunContext, upto: int) -> None:
     """Make sure the private level tables for levels 1..upto match the released files; rebuild
     them from those files when missing or stale (e.g. a retried task in a fresh warehouse)."""
     root = ctx.release.root
@@ -619,10 +631,7 @@ def _ensure_level_state(wh: Warehouse, ctx: RunContext, upto: int) -> None:
     if not vocab.exists() or not (root / PARTS_DIR / f"{VOCABULARY_STAGE}.json").exists():
         raise ConfigError("dpne: the vocabulary (stage dpne.k1) must be released before k-gram levels")
     for j in range(2, upto + 1):
-        if (
-            not (root / level_path(j)).exists()
-            or not (root / PARTS_DIR / f"{level_stage(j)}.json").exists()
-        ):
+        if not (root / level_path(j)).exists() or not (root / PARTS_DIR / f"{level_stage(j)}.json").exists():
             raise ConfigError(f"dpne: level {j} must be released before level {upto + 1}")
 
     def consistent(j: int) -> bool:
@@ -636,9 +645,15 @@ def _ensure_level_state(wh: Warehouse, ctx: RunContext, upto: int) -> None:
 
     if all(_table_exists(wh, schema, _level(j)) for j in range(1, upto)) and consistent(upto):
         return
-    wh.con.execute(
-        load_sql("dpne_vocabulary_restore", schema=schema, target=VOCABULARY_TABLE), {"path": str(vocab)}
-    )
+    with wh.registered(dpne_released_vocabulary=pq.read_table(vocab, columns=["token"])):
+        wh.execute(
+            load_sql(
+                "dpne_vocabulary_restore",
+                schema=schema,
+                target=VOCABULARY_TABLE,
+                released="dpne_released_vocabulary",
+            )
+        )
     install_vocabulary(wh, schema)
     for j in range(2, upto + 1):
         restore_level(wh, schema, j, ctx.config.pruning, root / level_path(j))
@@ -669,7 +684,7 @@ def run_level(
     sigma = level_sigmas(config)[k - 1]
     stage, output = level_stage(k), level_path(k)
 
-    def compute(wh: Warehouse) -> Any:
+    def compute(wh: Engine) -> Any:
         _ensure_level_state(wh, ctx, k - 1)
         outcome = release_level(
             wh,
@@ -696,14 +711,12 @@ def run_level(
             events=[PrivacyEvent(stage=stage, mechanism="gaussian", sigma=sigma)], report=report
         )
 
-    result = spend_once(ctx, stage, [output], compute)
+    result = spend_once(ctx, stage, [output], compute, engine=True)
     return released_summary(ctx, stage, result, [output], k=k)
 
 
-def _export_level(wh: Warehouse, ctx: RunContext, k: int) -> None:
-    table = wh.con.sql(
-        load_sql("dpne_level_export", schema=ctx.schema, level=_level(k)), params={"k": k}
-    ).to_arrow_table()
+def _export_level(wh: Engine, ctx: RunContext, k: int) -> None:
+    table = wh.fetch_arrow(load_sql("dpne_level_export", schema=ctx.schema, level=_level(k)), {"k": k})
     with ctx.release.writing(level_path(k)) as tmp:
         write_keys_parquet(table, tmp, KGRAM_COLUMNS)
 
@@ -720,9 +733,7 @@ def finalize_kgrams(ctx: RunContext) -> dict[str, Any]:
         raise ConfigError(f"dpne: levels not released yet: {missing} (run every level before finalize)")
     with Warehouse(":memory:", memory_limit=config.memory_limit, threads=config.threads) as wh:
         if paths:
-            table = wh.con.sql(
-                load_sql("dpne_merge_levels"), params={"paths": [str(p) for p in paths]}
-            ).to_arrow_table()
+            table = wh.fetch_arrow(load_sql("dpne_merge_levels"), {"paths": [str(p) for p in paths]})
         else:
             table = pa.schema([pa.field(n, t) for n, t in KGRAM_COLUMNS.items()]).empty_table()
     with ctx.release.writing(KGRAMS_PATH) as tmp:
@@ -814,14 +825,14 @@ def run_baseline(
         plan = [(k, k, sigma_star, delta / 2.0, delta0)]
     output = f"released/baseline_{method}.parquet"
 
-    def compute(wh: Warehouse) -> Any:
+    def compute(wh: Engine) -> Any:
         source = "dpsu_baseline_source"
         source_noise = noise or NoiseSource.secure()
         events: list[PrivacyEvent] = []
         released: list[pa.Table] = []
         per_length: list[dict[str, Any]] = []
         for lo, hi, sigma, delta_t, contribution in plan:
-            wh.con.execute(
+            wh.execute(
                 load_sql("dpsu_ngram_source", schema=ctx.schema, target=source), {"min_n": lo, "max_n": hi}
             )
             rho = dpsu_threshold(sigma, delta_t, contribution)
@@ -837,9 +848,7 @@ def run_baseline(
                 noise=source_noise,
             )
             released.append(
-                wh.con.sql(
-                    load_sql("dpsu_baseline_export", schema=ctx.schema, released=target)
-                ).to_arrow_table()
+                wh.fetch_arrow(load_sql("dpsu_baseline_export", schema=ctx.schema, released=target))
             )
             events += [
                 PrivacyEvent(stage="dpne", mechanism="gaussian", sigma=sigma),
@@ -861,5 +870,5 @@ def run_baseline(
             write_keys_parquet(table, tmp, KGRAM_COLUMNS)
         return StageResult(events=events, report={"method": method, "k": k, "runs": per_length})
 
-    result = spend_once(ctx, "dpne", [output], compute)
+    result = spend_once(ctx, "dpne", [output], compute, engine=True)
     return released_summary(ctx, "dpne", result, [output], method=method)

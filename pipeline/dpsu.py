@@ -34,9 +34,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.accounting import PrivacyEvent, dpne_sigmas, dpsu_threshold
+from pipeline.engine import Engine
 from pipeline.noise import NoiseSource
 from pipeline.run import RunContext, StageResult, released_summary, spend_once
-from pipeline.store import Warehouse, load_sql, safe_identifier
+from pipeline.store import load_sql, safe_identifier
 
 __all__ = [
     "VOCABULARY_PATH",
@@ -94,7 +95,7 @@ def vocabulary_parameters(config: Any) -> DpsuParameters:
 
 
 def threshold_histogram(
-    wh: Warehouse,
+    wh: Engine,
     scan_sql: str,
     *,
     sigma: float,
@@ -109,35 +110,35 @@ def threshold_histogram(
     Noise is drawn per record batch (vectorised); only the kept keys are held in memory, so
     memory follows the size of the release, not of the histogram. Returns a table with column
     ``item``."""
-    reader = wh.con.sql(scan_sql, params=params or None).to_arrow_reader(batch_rows)
     kept: list[pa.RecordBatch] = []
-    item_type = reader.schema.field("item").type
-    for batch in reader:
+    item_type = None
+    for batch in wh.fetch_batches(scan_sql, params, batch_rows):
+        item_type = batch.schema.field("item").type
         if batch.num_rows == 0:
             continue
         weights = batch.column("weight").to_numpy(zero_copy_only=False)
         mask = noise.above_threshold(weights, sigma, threshold)
         if mask.any():
             kept.append(batch.select(["item"]).filter(pa.array(mask)))
-    schema = pa.schema([pa.field("item", item_type)])
+    schema = pa.schema([pa.field("item", item_type or pa.int64())])
     return pa.Table.from_batches(kept, schema=schema) if kept else schema.empty_table()
 
 
 def dpsu_histogram(
-    wh: Warehouse, schema: str, source: str, histogram: str, *, max_contribution: int, salt: int
+    wh: Engine, schema: str, source: str, histogram: str, *, max_contribution: int, salt: int
 ) -> None:
     """Build the weighted-Gaussian histogram ``{schema}.{histogram}(item, weight)`` of the
     ``{schema}.{source}(user_id, item)`` relation (supplement Alg. 5 lines 1-6)."""
     if max_contribution < 1:
         raise ValueError(f"max_contribution: must be >= 1 (got {max_contribution})")
-    wh.con.execute(
+    wh.execute(
         load_sql("dpsu_histogram", schema=schema, source=source, histogram=histogram),
         {"salt": int(salt), "max_contribution": int(max_contribution)},
     )
 
 
 def dpsu_release(
-    wh: Warehouse,
+    wh: Engine,
     schema: str,
     source: str,
     target: str,
@@ -163,21 +164,21 @@ def dpsu_release(
         noise=noise,
     )
     _store_items(wh, schema, target, released)
-    wh.con.execute(f"DROP TABLE IF EXISTS {schema}.{histogram}")
+    wh.drop(schema, histogram)
     return released.num_rows
 
 
-def _store_items(wh: Warehouse, schema: str, target: str, items: pa.Table) -> None:
+def _store_items(wh: Engine, schema: str, target: str, items: pa.Table) -> None:
     view = "dpsu_released_batch"
     with wh.registered(**{view: items}):
-        wh.con.execute(load_sql("dpsu_released", schema=schema, target=target, released=view))
+        wh.execute(load_sql("dpsu_released", schema=schema, target=target, released=view))
 
 
-def release_vocabulary(wh: Warehouse, schema: str, params: DpsuParameters, noise: NoiseSource) -> int:
+def release_vocabulary(wh: Engine, schema: str, params: DpsuParameters, noise: NoiseSource) -> int:
     """S_1 = DPSU over each user's distinct tokens of ``{schema}.sentences``; stored as
     ``{schema}.dpne_s1_items(item)``. Returns |S_1|."""
     source = "dpsu_vocabulary_source"
-    wh.con.execute(load_sql("dpsu_vocabulary_source", schema=schema, target=source))
+    wh.execute(load_sql("dpsu_vocabulary_source", schema=schema, target=source))
     return dpsu_release(
         wh,
         schema,
@@ -206,14 +207,19 @@ def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict
     ``noise`` is for seeded tests only (default: a fresh CSPRNG source)."""
     params = vocabulary_parameters(ctx.config)
 
-    def compute(wh: Warehouse) -> StageResult:
+    def compute(wh: Engine) -> StageResult:
         from pipeline import dpne  # level tables derived from S_1
 
-        released = release_vocabulary(wh, ctx.schema, params, noise or NoiseSource.secure())
+        method = getattr(ctx.config, "vocabulary_method", "dpsu")  # issue 8: dpsu | triehh | both
+        if method != "triehh":
+            released = release_vocabulary(wh, ctx.schema, params, noise or NoiseSource.secure())
+        if method != "dpsu":  # S_1 also takes the TrieHH words (released by stage triehh) + known words
+            from pipeline import triehh
+
+            triehh.merge_into_vocabulary(ctx, wh, VOCABULARY_TABLE, replace=method == "triehh")
+            released = None
         dpne.install_vocabulary(wh, ctx.schema)
-        table = wh.con.sql(
-            load_sql("dpne_level_export", schema=ctx.schema, level="dpne_s1"), params={"k": 1}
-        ).to_arrow_table()
+        table = wh.fetch_arrow(load_sql("dpne_level_export", schema=ctx.schema, level="dpne_s1"), {"k": 1})
         with ctx.release.writing(VOCABULARY_PATH) as tmp:
             write_keys_parquet(table.rename_columns(["k", "token"]), tmp, {"token": pa.string()})
         report = {
@@ -222,9 +228,12 @@ def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict
             "sigma": params.sigma,
             "rho": params.threshold,
             "max_contribution": params.max_contribution,
-            "variant": "dpsu",
+            "variant": method,
         }
-        return StageResult(events=params.events(VOCABULARY_STAGE), report=report)
+        events = params.events(VOCABULARY_STAGE)
+        if method == "triehh":  # no DPSU spend: a zero event keeps the stage's marker format
+            events = [PrivacyEvent(VOCABULARY_STAGE, "approx", note="S_1 from TrieHH (stage triehh)")]
+        return StageResult(events=events, report=report)
 
-    result = spend_once(ctx, VOCABULARY_STAGE, [VOCABULARY_PATH], compute)
+    result = spend_once(ctx, VOCABULARY_STAGE, [VOCABULARY_PATH], compute, engine=True)
     return released_summary(ctx, VOCABULARY_STAGE, result, [VOCABULARY_PATH])

@@ -771,8 +771,11 @@ def _load_batch(
         "sentence_batch": "ingest_sentence_batch",
         "quarantine_batch": "ingest_quarantine_batch",
     }
-    batches = {names["raw_batch"]: raw_rows, names["sentence_batch"]: sentences,
-               names["quarantine_batch"]: quarantine}
+    batches = {
+        names["raw_batch"]: raw_rows,
+        names["sentence_batch"]: sentences,
+        names["quarantine_batch"]: quarantine,
+    }
     with wh.registered(**batches):
         wh.run_sql("ingest_load_batch", schema=schema, **names)
 
@@ -879,15 +882,22 @@ def run_ingest(ctx: RunContext, progress: Callable[[int], None] | None = None) -
     from pipeline.run import record_part
 
     config = ctx.config
-    with ctx.warehouse() as wh:
-        stats = ingest_file(wh, ctx.schema, config, progress)
+    if config.engine == "spark":  # pipeline/spark_engine.py: same tables, numbering and tokens
+        from pipeline.spark_engine import ingest_spark, spark_input_format
+
+        with ctx.engine() as engine:
+            stats = ingest_spark(engine, ctx.schema, config)
+        fmt = spark_input_format(str(config.input), config.input_format)
+    else:
+        with ctx.warehouse() as wh:
+            stats = ingest_file(wh, ctx.schema, config, progress)
+        fmt = detect_format(config.input, config.input_format)
     if stats.rows_loaded == 0:
         raise IngestError(
             f"input {config.input} has no usable record (every record was quarantined or the input "
             "is empty; see the quarantine summary)"
         )
     config.check_against_users(stats.users)
-    fmt = detect_format(config.input, config.input_format)
     record_part(
         ctx,
         "ingest",

@@ -42,6 +42,7 @@ __all__ = [
     "read_timings",
     "stage_timer",
     "publish_run",
+    "release_asset_metadata",
     "release_plan",
     "run_release",
 ]
@@ -76,6 +77,24 @@ class RunContext:
     @property
     def release(self) -> Release:
         return Release(self.config.out, self.run_id)
+
+    @contextmanager
+    def engine(self) -> Iterator[Any]:
+        """The engine the configuration selects (:func:`pipeline.engine.open_engine`): the DuckDB
+        warehouse, or a Spark engine (whose ``.con`` is the DuckDB warehouse, for the ledger).
+        The run schema exists in it."""
+        if self.config.engine == "duckdb":
+            with self.warehouse() as wh:
+                yield wh
+            return
+        from pipeline.engine import open_engine
+
+        engine = open_engine(self.config)
+        try:
+            engine.run_schema(self.run_id)
+            yield engine
+        finally:
+            engine.close()
 
     @contextmanager
     def warehouse(self, read_only: bool = False) -> Iterator[Warehouse]:
@@ -141,8 +160,13 @@ def spend_once(
     stage: str,
     outputs: list[str],
     compute: Callable[[Warehouse], StageResult],
+    *,
+    engine: bool = False,
 ) -> dict[str, Any]:
     """Run a privacy-spending stage at most once per run.
+
+    ``engine=True``: ``compute`` receives the configured engine (:meth:`RunContext.engine`: DuckDB
+    or Spark) instead of the DuckDB warehouse; the ledger is in the DuckDB file either way.
 
     ``compute`` draws the noise, writes every file named in ``outputs`` (relative to the release,
     via :meth:`Release.writing`) and returns its events. Then, in this order: the stage's
@@ -153,7 +177,7 @@ def spend_once(
     release = ctx.release
     marker = release.path(PARTS_DIR, f"{stage}.json")
     started = time.perf_counter()
-    with ctx.warehouse() as wh:
+    with ctx.engine() if engine else ctx.warehouse() as wh:
         reused = marker.exists() and all((release.root / o).exists() for o in outputs)
         if reused:
             fragment = json.loads(marker.read_text(encoding="utf-8"))
@@ -333,6 +357,58 @@ def publish_run(ctx: RunContext) -> Path:
     return release.publish()
 
 
+def release_asset_metadata(release: Path) -> dict[str, Any]:
+    """Public metadata of a published release, for downstream consumers (the ``extra`` of the
+    Airflow asset events emitted by ``dags/dpngram_release.py``).
+
+    Read only from the release's ``report.json`` (itself public: DP values, released row counts
+    and parameters) and the file tree; never from the warehouse. Returns ``{"release": {...},
+    "ngrams": {...}, "language_model": {...} | None}``; each holds run_id, dataset, the run's
+    composed epsilon and its delta, what the ledger was charged, and absolute paths. The model
+    entry is None when the run built no model."""
+    release = Path(release).resolve()
+    report = json.loads((release / "report.json").read_text(encoding="utf-8"))
+    privacy = report.get("privacy", {})
+    charged = privacy.get("ledger_charged", {})
+    released = report.get("released", {})
+    common = {
+        "run_id": report.get("run_id", release.name),
+        "dataset": report.get("dataset"),
+        "epsilon": privacy.get("total", {}).get("epsilon"),
+        "delta": privacy.get("delta"),
+        "epsilon_budget": privacy.get("epsilon_budget"),
+        "ledger_epsilon": charged.get("epsilon"),
+        "ledger_delta": charged.get("delta"),
+        "release": str(release),
+        "report": str(release / "report.json"),
+    }
+    tables = {name: t.get("rows") for name, t in released.get("tables", {}).items() if "/" not in name}
+    release_meta = {**common, "released_rows": tables}
+    ngram_paths = {
+        name: str(release / "released" / f"{name}.parquet")
+        for name in ("vocabulary", "kgrams")
+        if (release / "released" / f"{name}.parquet").is_file()
+    }
+    ngrams = {
+        **common,
+        "ngrams_per_k": released.get("ngrams_per_k", {}),
+        "released_rows": {name: tables.get(name) for name in ngram_paths},
+        "paths": ngram_paths,
+    }
+    model = report.get("model") or {}
+    model_paths = {name: release / rel for name, rel in (model.get("paths") or {}).items()}
+    language_model = None
+    if model_paths.get("binary") is not None and model_paths["binary"].is_file():
+        language_model = {
+            **common,
+            "order": model.get("order"),
+            "route": model.get("route"),
+            "ngram_counts": model.get("counts", {}),
+            "paths": {name: str(p) for name, p in model_paths.items() if p.is_file()},
+        }
+    return {"release": release_meta, "ngrams": ngrams, "language_model": language_model}
+
+
 StageFn = Callable[[RunContext], dict[str, Any]]
 
 
@@ -349,6 +425,10 @@ def release_plan(
     from pipeline import dpne, dpsu, ingest, report, validate
 
     plan: list[tuple[str, StageFn]] = [("ingest", lambda ctx: ingest.run_ingest(ctx, ingest_progress))]
+    if getattr(config, "vocabulary_method", "dpsu") in ("triehh", "both"):  # LDP TrieHH words for S_1
+        from pipeline import triehh
+
+        plan.append(("triehh", triehh.run_triehh))
     if baseline is None:
         plan.append(("vocabulary", dpsu.run_vocabulary))
         for k in range(2, config.max_n + 1):

@@ -1,6 +1,7 @@
 """DuckDB warehouse, the SQL loader, and atomic publication of releases.
 
-* :class:`Warehouse` opens the warehouse database file with bounded memory
+* :class:`Warehouse` is the DuckDB engine (:class:`pipeline.engine.Engine`; the Spark one is
+  :class:`pipeline.spark_engine.SparkEngine`). It opens the warehouse database file with bounded memory
   (``memory_limit``, ``temp_directory`` for spilling, ``preserve_insertion_order=false``). Private
   working tables of a run live in its own schema (:meth:`Warehouse.run_schema`); only DP outputs
   are ever copied out of it. One writer at a time: DuckDB locks the file for a read-write
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 __all__ = ["Warehouse", "Release", "load_sql", "SQL_DIR", "safe_identifier", "write_json_atomic"]
 
@@ -122,6 +124,56 @@ class Warehouse:
                 [schema, table],
             )
         )
+
+    # -- the Engine interface (pipeline/engine.py): SQL text from load_sql, $name parameters ----
+    name = "duckdb"
+
+    def execute(self, sql: str, params: dict[str, Any] | None = None) -> None:
+        """Run every statement of ``sql``."""
+        self.con.execute(sql, params or {})
+
+    def fetch_arrow(self, sql: str, params: dict[str, Any] | None = None) -> pa.Table:
+        return self.con.sql(sql, params=params or None).to_arrow_table()
+
+    def fetch_batches(
+        self, sql: str, params: dict[str, Any] | None = None, batch_rows: int = 1 << 20
+    ) -> Iterator[pa.RecordBatch]:
+        """Record batches of the result; at least one (empty if no row), so the schema is known."""
+        reader = self.con.sql(sql, params=params or None).to_arrow_reader(batch_rows)
+        empty = True
+        for batch in reader:
+            empty = False
+            yield batch
+        if empty:
+            yield pa.RecordBatch.from_pylist([], schema=reader.schema)
+
+    def fetch_numpy(self, sql: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self.con.sql(sql, params=params or None).fetchnumpy()
+
+    def fetch_scalar(self, sql: str, params: dict[str, Any] | None = None) -> Any:
+        """First value of a one-row query, fully consumed (an open DuckDB 2 result would block
+        the next ``con.sql`` on the connection)."""
+        rows = self.con.sql(sql, params=params or None).fetchall()
+        return rows[0][0] if rows else None
+
+    def object_type(self, schema: str, name: str) -> str | None:
+        return self.fetch_scalar(load_sql("dpne_object_type"), {"schema": schema, "name": name})
+
+    def drop(self, schema: str, *names: str) -> None:
+        """Drop private working tables or views (whichever each name is)."""
+        for table in names:
+            kind = self.object_type(schema, table)
+            if kind is not None:
+                self.con.execute(
+                    f"DROP {'VIEW' if kind == 'VIEW' else 'TABLE'} "
+                    f"{safe_identifier(schema)}.{safe_identifier(table)}"
+                )
+
+    def create_schema(self, schema: str) -> None:
+        self.con.execute(f"CREATE SCHEMA IF NOT EXISTS {safe_identifier(schema)}")
+
+    def write_parquet(self, sql: str, path: str, params: dict[str, Any] | None = None) -> None:
+        self.con.sql(sql, params=params or None).write_parquet(str(path))
 
     # -- run schemas --------------------------------------------------------------------------
     def run_schema(self, run_id: str) -> str:

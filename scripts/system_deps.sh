@@ -14,6 +14,10 @@ packages=(
     zlib1g-dev libbz2-dev liblzma-dev
     "$@"
 )
+# A Java runtime for the Spark engine (PySpark local mode); any installed JDK/JRE will do.
+if ! command -v java >/dev/null 2>&1; then
+    packages+=(default-jre-headless)
+fi
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
     # Not Debian-like: we cannot check or install; go on if the compilers are there, and let cmake

@@ -2,15 +2,16 @@
 -- no row, so they break n-grams. loc = sentence_no * $sentence_stride + position: consecutive
 -- inside a sentence, with a gap between sentences, so "next position" is the single-column join
 -- loc + 1 and an n-gram can never cross a sentence boundary. Positions at or beyond the stride
--- (sentences longer than $sentence_stride - 1 tokens) are dropped.
+-- (sentences longer than $sentence_stride - 1 tokens) are dropped. Sentences are numbered in a
+-- fixed order (Spark requires an ordered window for row_number).
 CREATE OR REPLACE TABLE {schema}.{target} AS
 WITH numbered AS (
-    SELECT u.uid, s.tokens, row_number() OVER () AS sentence_no
+    SELECT u.uid, s.tokens, CAST(row_number() OVER (ORDER BY s.user_id, s.doc_id, s.sent_id) AS BIGINT) AS sentence_no
     FROM {schema}.sentences AS s
     JOIN {schema}.{users} AS u ON u.user_id = s.user_id
 ),
 positions AS (
-    SELECT uid, sentence_no, tokens, unnest(generate_series(1, len(tokens))) AS pos
+    SELECT uid, sentence_no, tokens, unnest(generate_series(1, array_length(tokens))) AS pos
     FROM numbered
 )
 SELECT p.uid, p.sentence_no * $sentence_stride + p.pos AS loc, v.gid

@@ -2,7 +2,7 @@
 -- as a token list, without pruning. N-grams never cross sentences.
 CREATE OR REPLACE TABLE {schema}.{target} AS
 WITH starts AS (
-    SELECT user_id, tokens, unnest(generate_series(1, len(tokens))) AS start_pos
+    SELECT user_id, tokens, unnest(generate_series(1, array_length(tokens))) AS start_pos
     FROM {schema}.sentences
     WHERE user_id IS NOT NULL
 ),
@@ -12,4 +12,4 @@ lengths AS (
 SELECT DISTINCT s.user_id, list_slice(s.tokens, s.start_pos, s.start_pos + l.n - 1) AS item
 FROM starts AS s
 CROSS JOIN lengths AS l
-WHERE s.start_pos + l.n - 1 <= len(s.tokens)
+WHERE s.start_pos + l.n - 1 <= array_length(s.tokens)
