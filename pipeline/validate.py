@@ -553,6 +553,53 @@ def model_arpa_suite(src: Sources) -> list[Batch]:
     ]
 
 
+OOV_WORDS_PATH = "released/oov_words.parquet"
+
+
+@register_suite("released.oov_words", private=False, applies=_released_or_promised(OOV_WORDS_PATH))
+def oov_words_suite(src: Sources) -> list[Batch]:
+    """Released TrieHH words (issue 8): exactly one column ``word``; words non-null, non-empty,
+    unique, at most triehh_max_depth - 1 characters (the end symbol takes the last trie level),
+    and in OOV mode none of them in the known vocabulary."""
+    import pyarrow as pa
+
+    from pipeline.triehh import load_known_vocabulary
+
+    config = src.ctx.config
+    view = src.released_view("oov_words", OOV_WORDS_PATH)
+    if view is None:
+        return [Batch("released.oov_words", None, [], False, problem=f"{OOV_WORDS_PATH} is missing")]
+    max_length = config.triehh_max_depth - 1
+    rows = [
+        Expect("ExpectTableColumnsToMatchSet", {"column_set": ["word"], "exact_match": True}),
+        Expect("ExpectColumnValuesToNotBeNull", {"column": "word"}),
+        Expect(
+            "ExpectColumnValueLengthsToBeBetween", {"column": "word", "min_value": 1, "max_value": max_length}
+        ),
+        Expect("ExpectColumnValuesToBeUnique", {"column": "word"}),
+    ]
+    batches = [
+        Batch(
+            "released.oov_words.rows",
+            _frame(src.public, load_sql("validate_sample", source=view)),
+            rows,
+            False,
+        )
+    ]
+    if "word" in src.columns(view):
+        known = load_known_vocabulary(config.known_vocabulary, config.lowercase)
+        src.public.register("triehh_known_words", pa.table({"word": pa.array(known, pa.string())}))
+        aggregates = _frame(
+            src.public,
+            load_sql("triehh_validate_oov_words", known="triehh_known_words"),
+            {"max_length": max_length},
+        )
+        batches.append(
+            Batch("released.oov_words.table", aggregates, [zero(c) for c in aggregates.columns], False)
+        )
+    return batches
+
+
 def validate_model(ctx: RunContext, relative: str = MODEL_ARPA_PATH) -> dict[str, Any]:
     """Run the ``model.arpa`` suite on the staged model (the lm stage runs after
     :func:`validate_run`, so it calls this itself). Writes ``validation/model_results.json``;
