@@ -37,6 +37,8 @@ def airflow(tmp_path_factory) -> dict:
         "out": base / "default-out",
     }
     env = airflow_env(paths)
+    for name in ("DPNGRAM_SCHEDULE", "DPNGRAM_PARAMS", "DPNGRAM_TASK_RETRIES", "DPNGRAM_RETRY_DELAY_SECONDS"):
+        env.pop(name, None)  # the DAG's defaults are under test
     proc = subprocess.run([AIRFLOW, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {"env": env, "base": base, "db": paths["airflow_home"] / "airflow.db"}
@@ -59,28 +61,31 @@ def dags_test(airflow: dict, conf: dict) -> subprocess.CompletedProcess:
     )
 
 
-def test_dag_imports_and_params_mirror_run_config(airflow):
-    script = textwrap.dedent("""
-        import json, os
-        from airflow.dag_processing.dagbag import DagBag
-        bag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
-        dag = bag.dags.get("dpngram_release")
-        out = {"errors": {k: str(v)[:500] for k, v in bag.import_errors.items()}, "found": dag is not None}
-        if dag is not None:
-            out["params"] = {name: {"schema": dag.params.get_param(name).schema,
-                                    "description": dag.params.get_param(name).description,
-                                    "default": dag.params.get_param(name).value}
-                             for name in dag.params.keys()}
-            out["tasks"] = {t.task_id: {"pool": t.pool,
-                                        "trigger_rule": getattr(t.trigger_rule, "value", str(t.trigger_rule)),
-                                        "upstream": sorted(t.upstream_task_ids)} for t in dag.tasks}
-            out["schedule"] = dag.schedule
-            out["catchup"] = dag.catchup
-        print("RESULT" + json.dumps(out, default=str))
-    """)
+DAGBAG_SCRIPT = textwrap.dedent("""
+    import json, os
+    from airflow.dag_processing.dagbag import DagBag
+    bag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    out = {"errors": {k: str(v)[-500:] for k, v in bag.import_errors.items()}, "dags": {}}
+    for dag_id, dag in bag.dags.items():
+        info = {"params": {name: {"schema": dag.params.get_param(name).schema,
+                                  "description": dag.params.get_param(name).description,
+                                  "default": dag.params.get_param(name).value}
+                           for name in dag.params.keys()}}
+        info["tasks"] = {t.task_id: {"pool": t.pool, "retries": t.retries,
+                                     "trigger_rule": getattr(t.trigger_rule, "value", str(t.trigger_rule)),
+                                     "outlets": sorted(a.uri for a in t.outlets),
+                                     "upstream": sorted(t.upstream_task_ids)} for t in dag.tasks}
+        info["schedule"] = dag.schedule if isinstance(dag.schedule, (str, type(None))) else repr(dag.schedule)
+        info["catchup"] = dag.catchup
+        out["dags"][dag_id] = info
+    print("RESULT" + json.dumps(out, default=str))
+""")
+
+
+def dagbag(airflow: dict, **env: str) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-c", script],
-        env=airflow["env"],
+        [sys.executable, "-c", DAGBAG_SCRIPT],
+        env={**airflow["env"], **env},
         capture_output=True,
         text=True,
         timeout=600,
@@ -88,9 +93,14 @@ def test_dag_imports_and_params_mirror_run_config(airflow):
     )
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")), None)
     assert line, proc.stdout[-2000:] + proc.stderr[-3000:]
-    info = json.loads(line[len("RESULT") :])
-    assert info["errors"] == {} and info["found"]
-    assert info["schedule"] is None and info["catchup"] is False
+    return json.loads(line[len("RESULT") :])
+
+
+def test_dag_imports_and_params_mirror_run_config(airflow):
+    bag = dagbag(airflow)
+    assert bag["errors"] == {} and set(bag["dags"]) == {DAG_ID, "dpngram_consume_lm"}
+    info = bag["dags"][DAG_ID]
+    assert info["schedule"] == "@weekly" and info["catchup"] is False  # default: weekly refreshes
 
     schema = RunConfig.param_schema()
     params = info["params"]
@@ -107,8 +117,9 @@ def test_dag_imports_and_params_mirror_run_config(airflow):
     max_t = schema["max_n"]["maximum"]
     levels = [f"dpne_level_{k}" for k in range(2, max_t + 1)]
     order = [
-        "prepare",
+        "privacy_precheck",
         "ingest",
+        "triehh",
         "vocabulary",
         *levels,
         "kgrams",
@@ -118,15 +129,45 @@ def test_dag_imports_and_params_mirror_run_config(airflow):
         "lm",
         "report",
         "publish",
+        "publish_lm",
     ]
     assert set(tasks) == set(order)
     for upstream, task in zip(order, order[1:], strict=False):
         assert tasks[task]["upstream"] == [upstream], task
     # run after skipped tasks, never after a failure
-    relaxed = {*levels, "kgrams", "bayes", "synth", "validate", "lm", "report"}
+    relaxed = {"vocabulary", *levels, "kgrams", "bayes", "synth", "validate", "lm", "report"}
     for name in order:
         assert tasks[name]["trigger_rule"] == ("none_failed" if name in relaxed else "all_success"), name
-    assert all(tasks[t]["pool"] == "dpngram_warehouse" for t in order[:-1])
+    # every task that opens the DuckDB warehouse is in the one-slot pool; publishing only renames
+    assert all(tasks[t]["pool"] == "dpngram_warehouse" for t in order[:-2])
+    assert all(tasks[t]["retries"] == 2 for t in order)
+    assert tasks["publish"]["outlets"] == ["dpngram://release/latest", "dpngram://release/ngrams"]
+    assert tasks["publish_lm"]["outlets"] == ["dpngram://release/language-model"]
+    assert all(not tasks[t]["outlets"] for t in order[:-2])
+
+    consumer = bag["dags"]["dpngram_consume_lm"]
+    assert "dpngram://release/language-model" in json.dumps(consumer["schedule"])
+    assert set(consumer["tasks"]) == {"perplexity"}
+
+
+def test_schedule_and_param_defaults_come_from_the_environment(airflow):
+    bag = dagbag(
+        airflow,
+        DPNGRAM_SCHEDULE="none",
+        DPNGRAM_PARAMS=json.dumps({"dataset": "support-chats", "lifetime_epsilon": 40}),
+        DPNGRAM_TASK_RETRIES="5",
+    )
+    assert bag["errors"] == {}
+    info = bag["dags"][DAG_ID]
+    assert info["schedule"] is None
+    assert info["params"]["dataset"]["default"] == "support-chats"
+    assert info["params"]["lifetime_epsilon"]["default"] == 40
+    assert info["tasks"]["ingest"]["retries"] == 5
+    assert dagbag(airflow, DPNGRAM_SCHEDULE="0 3 * * 1")["dags"][DAG_ID]["schedule"] == "0 3 * * 1"
+    # a typo in the deployment's defaults is an import error naming the variable, not a silent default
+    broken = dagbag(airflow, DPNGRAM_PARAMS=json.dumps({"epsilonn": 1}))
+    assert DAG_ID not in broken["dags"]
+    assert any("DPNGRAM_PARAMS: unknown parameter(s) ['epsilonn']" in e for e in broken["errors"].values())
 
 
 def test_dags_test_publishes_a_release(airflow, sample):
@@ -173,9 +214,14 @@ def test_dags_test_publishes_a_release(airflow, sample):
     assert states["dpne_level_3"] == "success"
     # levels beyond T, and the bayes/synth stages (this conf gives them no budget share) and the LM
     # built from their outputs, are skipped
-    skipped = {f"dpne_level_{k}" for k in range(4, 13)} | {"bayes", "synth", "lm"}
+    skipped = {f"dpne_level_{k}" for k in range(4, 13)} | {"triehh", "bayes", "synth", "lm", "publish_lm"}
     assert {t for t, s in states.items() if s == "skipped"} == skipped
-    assert {t for t, s in states.items() if s == "success"} >= {"prepare", "validate", "report", "publish"}
+    assert {t for t, s in states.items() if s == "success"} >= {
+        "privacy_precheck",
+        "validate",
+        "report",
+        "publish",
+    }
     # XCom carries only paths, released row counts, epsilon/delta and identifiers.
     assert xcoms
     for task_id, value in xcoms:

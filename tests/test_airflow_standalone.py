@@ -1,0 +1,498 @@
+"""Airflow 3 the way users run it: api-server + scheduler + dag-processor as separate processes on
+loopback, a temporary AIRFLOW_HOME (SQLite metadata DB, LocalExecutor), the simple auth manager
+with a users+passwords file, and the REST API the UI's trigger form uses.
+
+One session (module fixture) runs, in order:
+
+1. a release triggered with ``POST /api/v2/dags/dpngram_release/dagRuns`` (``logical_date: null``
+   and a ``conf``, as the trigger form sends) on a corpus in which one user's text holds a marker
+   string; it must succeed and publish report.json, the released parquet files and a KenLM model;
+2. the asset events (n-grams, release, language model) with their ``extra`` metadata, and the
+   consumer DAG ``dpngram_consume_lm`` run triggered by the model asset;
+3. a second release of the same dataset that would exceed its lifetime epsilon: it must fail at
+   ``privacy_precheck`` with the ledger's reason and read nothing;
+4. an invalid conf (epsilon -1), which the API must refuse with the Param validation error.
+
+Then the marker must appear in no Airflow log, no XCom value and no released file, and XCom must
+hold no exact private count. The processes are killed (process groups) whatever happens; on a
+failure the tails of their logs are part of the assertion message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.demo import airflow_env, ensure_airflow
+from pipeline.run import run_id_from
+from pipeline.store import run_schema_name
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parent.parent
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+DAG_ID = "dpngram_release"
+CONSUMER_ID = "dpngram_consume_lm"
+MARKER = "zqxmarker7741"
+MARKER_USER = "zqxuser9931"
+USERNAME, PASSWORD = "dpngram-test", "not-a-secret-test-password"
+RUN_TIMEOUT = 300.0  # seconds for one DAG run to finish
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def write_marker_corpus(directory: Path) -> dict[str, Path]:
+    """The synthetic sample (300 users) plus one user whose text holds :data:`MARKER`."""
+    from pipeline.sample import write_sample
+
+    files = write_sample(directory / "sample", n_users=300, seed=7, public_sentences=2000)
+    users = directory / "users_with_marker.jsonl.gz"
+    with (
+        gzip.open(files["users"], "rt", encoding="utf-8") as src,
+        gzip.open(users, "wt", encoding="utf-8") as dst,
+    ):
+        for line in src:
+            dst.write(line)
+        record = {
+            "user_id": MARKER_USER,
+            "text": f"my secret word is {MARKER} and nobody may know {MARKER} .",
+        }
+        dst.write(json.dumps(record) + "\n")
+    return {"users": users, "public": files["public"]}
+
+
+class Airflow:
+    """api-server, scheduler and dag-processor in their own process groups."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.paths = {
+            "airflow_home": base / "home",
+            "dags": ROOT / "dags",
+            "state": base / "state",
+            "out": base / "out",
+        }
+        self.logs_dir = base / "process-logs"
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        passwords = base / "passwords.json"
+        passwords.write_text(json.dumps({USERNAME: PASSWORD}))
+        env = airflow_env(self.paths)
+        env.update(
+            {
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__PARALLELISM": "2",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+                "AIRFLOW__API__BASE_URL": self.url,
+                "AIRFLOW__API__PORT": str(self.port),
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API__WORKERS": "1",
+                # every component must share the secret, or task tokens are rejected
+                "AIRFLOW__API_AUTH__JWT_SECRET": "dpngram-standalone-test-secret-" + "x" * 32,
+                "AIRFLOW__API__SECRET_KEY": "dpngram-standalone-test-key",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USERNAME}:admin",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+                "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "10",
+                "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+                "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+                "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.paths["airflow_home"] / "logs"),
+                "DPNGRAM_SCHEDULE": "none",  # no scheduled refresh may start during the test
+                "DPNGRAM_RETRY_DELAY_SECONDS": "3",
+                "DPNGRAM_CONSUMER_OUT": str(base / "consumer-out"),
+            }
+        )
+        self.env = env
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.token: str | None = None
+
+    # -- processes ---------------------------------------------------------------------------
+    def start(self) -> None:
+        ensure_airflow(self.paths, self.env, self.logs_dir / "setup.log")  # migrate + pool, as make demo does
+        # the deployment's local settings (docker/): the scheduler pre-imports the pipeline
+        config = self.paths["airflow_home"] / "config"
+        config.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / "docker" / "airflow_local_settings.py", config / "airflow_local_settings.py")
+        commands = {
+            "api-server": [
+                AIRFLOW,
+                "api-server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+            ],
+            "scheduler": [AIRFLOW, "scheduler"],
+            "dag-processor": [AIRFLOW, "dag-processor"],
+        }
+        for name, cmd in commands.items():
+            log = (self.logs_dir / f"{name}.log").open("w", encoding="utf-8")
+            self.procs[name] = subprocess.Popen(
+                cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.base
+            )
+            log.close()
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+
+    def tails(self, lines: int = 40) -> str:
+        out = []
+        for path in sorted(self.logs_dir.glob("*.log")):
+            text = path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+            out.append(f"----- {path.name} (last {lines} lines)\n" + "\n".join(text))
+        return "\n".join(out)
+
+    def check_alive(self) -> None:
+        dead = {name: p.returncode for name, p in self.procs.items() if p.poll() is not None}
+        assert not dead, f"Airflow process(es) exited: {dead}\n{self.tails()}"
+
+    # -- REST API ----------------------------------------------------------------------------
+    def request(self, method: str, path: str, body: Any = None, token: bool = True) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        if token and self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as err:
+            status, raw = err.code, err.read()
+        try:
+            return status, json.loads(raw) if raw else None
+        except json.JSONDecodeError:
+            return status, raw.decode(errors="replace")
+
+    def wait_until(self, what: str, condition, timeout: float, interval: float = 2.0) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_alive()
+            try:
+                result = condition()
+            except (urllib.error.URLError, ConnectionError, OSError):
+                result = None
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{self.tails()}")
+            time.sleep(interval)
+
+    def login(self) -> None:
+        self.wait_until(
+            "the api-server",
+            lambda: self.request("GET", "/api/v2/monitor/health", token=False)[0] == 200,
+            120,
+        )
+        status, body = self.request(
+            "POST", "/auth/token", {"username": USERNAME, "password": PASSWORD}, token=False
+        )
+        assert status == 201 and body.get("access_token"), (status, body)
+        self.token = body["access_token"]
+
+    def unpause(self, dag_id: str) -> None:
+        self.wait_until(
+            f"the dag-processor to parse {dag_id}",
+            lambda: self.request("GET", f"/api/v2/dags/{dag_id}")[0] == 200,
+            120,
+        )
+        status, body = self.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+        assert status == 200 and body["is_paused"] is False, (status, body)
+
+    def trigger(self, conf: dict[str, Any]) -> tuple[int, Any]:
+        return self.request("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": conf})
+
+    def wait_for_run(self, dag_id: str, run_id: str) -> str:
+        def finished() -> str | None:
+            status, body = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+            return body["state"] if status == 200 and body["state"] in ("success", "failed") else None
+
+        return self.wait_until(f"run {run_id} of {dag_id}", finished, RUN_TIMEOUT, interval=3)
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+        status, body = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100")
+        assert status == 200, body
+        return {ti["task_id"]: ti for ti in body["task_instances"]}
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory) -> dict[str, Any]:
+    """Start Airflow, run the scenario of the module docstring, stop Airflow; the tests check it."""
+    base = tmp_path_factory.mktemp("standalone")
+    corpus = write_marker_corpus(base / "data")
+    airflow = Airflow(base)
+    airflow.env["DPNGRAM_CONSUMER_TEXT"] = str(corpus["public"])  # the consumer's public text
+    out = {"airflow": airflow, "corpus": corpus, "base": base}
+    conf = {
+        "dataset": "standalone",
+        "input": str(corpus["users"]),
+        "public": str(corpus["public"]),
+        "out": str(base / "releases"),
+        "warehouse": str(base / "warehouse.duckdb"),
+        "max_n": 2,
+        "epsilon": 4.0,
+        "lifetime_epsilon": 6.0,  # room for one run of epsilon 4, not two
+        "stage_budget": {"dpne": 0.7, "synth": 0.3},  # synth -> the LM is built from its output
+    }
+    out["conf"] = conf
+    try:
+        airflow.start()
+        airflow.login()
+        airflow.unpause(DAG_ID)
+        airflow.unpause(CONSUMER_ID)
+
+        status, run = airflow.trigger(conf)
+        assert status == 200, (status, run)
+        out["run"] = run
+        out["state"] = airflow.wait_for_run(DAG_ID, run["dag_run_id"])
+        out["tasks"] = airflow.task_states(DAG_ID, run["dag_run_id"])
+
+        status, events = airflow.request("GET", f"/api/v2/assets/events?source_dag_id={DAG_ID}&limit=50")
+        assert status == 200, events
+        out["events"] = events["asset_events"]
+
+        def consumer_runs() -> list[dict[str, Any]] | None:
+            status, body = airflow.request("GET", f"/api/v2/dags/{CONSUMER_ID}/dagRuns")
+            runs = body.get("dag_runs", []) if status == 200 else []
+            done = [r for r in runs if r["state"] in ("success", "failed")]
+            return done or None
+
+        if out["state"] == "success":
+            out["consumer_runs"] = airflow.wait_until(
+                "the consumer DAG run", consumer_runs, RUN_TIMEOUT, interval=3
+            )
+            consumer = out["consumer_runs"][0]
+            status, xcom = airflow.request(
+                "GET",
+                f"/api/v2/dags/{CONSUMER_ID}/dagRuns/{consumer['dag_run_id']}/taskInstances/perplexity/"
+                "xcomEntries/return_value?deserialize=true",
+            )
+            out["consumer_xcom"] = (status, xcom)
+
+        # a second run of the same dataset would take it past lifetime_epsilon
+        status, second = airflow.trigger(conf)
+        assert status == 200, (status, second)
+        out["second_run"] = second
+        out["second_state"] = airflow.wait_for_run(DAG_ID, second["dag_run_id"])
+        out["second_tasks"] = airflow.task_states(DAG_ID, second["dag_run_id"])
+
+        out["invalid"] = airflow.trigger({**conf, "epsilon": -1})
+        out["tails"] = airflow.tails()
+    finally:
+        airflow.stop()
+    out["tails"] = airflow.tails()
+    return out
+
+
+def _detail(session: dict[str, Any]) -> str:
+    return session.get("tails", "")
+
+
+def _release(session: dict[str, Any]) -> Path:
+    return Path(session["conf"]["out"]) / "runs" / run_id_from(session["run"]["dag_run_id"])
+
+
+def test_release_triggered_through_the_rest_api_publishes(session):
+    assert session["state"] == "success", _detail(session)
+    states = {t: ti["state"] for t, ti in session["tasks"].items()}
+    assert states["publish"] == "success" and states["publish_lm"] == "success", states
+    release = _release(session)
+    assert (Path(session["conf"]["out"]) / "latest").resolve() == release
+    for name in (
+        "report.json",
+        "released/vocabulary.parquet",
+        "released/kgrams.parquet",
+        "model/model.binary",
+    ):
+        assert (release / name).is_file(), name
+    report = json.loads((release / "report.json").read_text())
+    assert report["run_id"] == release.name and report["validation"]["success"] is True
+    assert report["parameters"]["dataset"] == "standalone" and report["parameters"]["max_n"] == 2
+    assert report["privacy"]["total"]["epsilon"] <= 4.0 * (1 + 1e-6)
+
+
+def test_asset_events_carry_release_metadata_and_trigger_the_consumer(session):
+    assert session["state"] == "success", _detail(session)
+    release = _release(session)
+    by_uri = {e["uri"]: e for e in session["events"] if e["extra"].get("run_id") == release.name}
+    assert set(by_uri) == {
+        "dpngram://release/ngrams",
+        "dpngram://release/latest",
+        "dpngram://release/language-model",
+    }, session["events"]
+    report = json.loads((release / "report.json").read_text())
+    ngrams = by_uri["dpngram://release/ngrams"]["extra"]
+    assert ngrams["dataset"] == "standalone"
+    assert ngrams["epsilon"] == pytest.approx(report["privacy"]["total"]["epsilon"])
+    assert ngrams["delta"] == pytest.approx(session["conf"].get("delta", 1e-7))
+    assert 0 < ngrams["ledger_epsilon"] <= 4.0 * (1 + 1e-6)
+    assert ngrams["paths"]["kgrams"] == str(release / "released" / "kgrams.parquet")
+    import pyarrow.parquet as pq
+
+    for name, path in ngrams["paths"].items():
+        assert ngrams["released_rows"][name] == pq.ParquetFile(path).metadata.num_rows, name
+    model = by_uri["dpngram://release/language-model"]["extra"]
+    assert model["paths"]["binary"] == str(release / "model" / "model.binary")
+    assert model["order"] == report["model"]["order"]
+
+    (consumer,) = session["consumer_runs"]
+    assert consumer["state"] == "success" and consumer["run_type"] == "asset_triggered", consumer
+    status, xcom = session["consumer_xcom"]
+    assert status == 200, xcom
+    value = xcom["value"] if isinstance(xcom["value"], dict) else json.loads(xcom["value"])
+    assert value["run_id"] == release.name and value["model"] == model["paths"]["binary"]
+    assert value["perplexity"] > 1 and 0 <= value["oov_rate"] <= 1
+    recorded = json.loads((session["base"] / "consumer-out" / f"{release.name}.json").read_text())
+    assert recorded == value
+
+
+def test_second_run_over_the_lifetime_budget_fails_at_the_precheck(session):
+    assert session["second_state"] == "failed", _detail(session)
+    tasks = session["second_tasks"]
+    assert tasks["privacy_precheck"]["state"] == "failed"
+    assert tasks["privacy_precheck"]["try_number"] == 1  # AirflowFailException: not retried
+    assert tasks["ingest"]["state"] == "upstream_failed"
+    assert all(ti["state"] in ("upstream_failed", None) for t, ti in tasks.items() if t != "privacy_precheck")
+    run_id = run_id_from(session["second_run"]["dag_run_id"])
+    logs = session["airflow"].paths["airflow_home"] / "logs"
+    precheck_logs = [
+        p
+        for p in logs.rglob("*")
+        if p.is_file()
+        and "privacy_precheck" in str(p)
+        and session["second_run"]["dag_run_id"].split("+")[0][:19] in str(p)
+    ]
+    text = "\n".join(p.read_text(errors="replace") for p in precheck_logs)
+    assert "privacy pre-check refused the run: dataset 'standalone' has spent epsilon=" in text, precheck_logs
+    # nothing was read: no staged release, no private table in the run's schema
+    assert not (Path(session["conf"]["out"]) / "runs" / f"{run_id}.staging").exists()
+    import duckdb
+
+    con = duckdb.connect(session["conf"]["warehouse"], read_only=True)
+    try:
+        tables = con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = ?", [run_schema_name(run_id)]
+        ).fetchone()[0]
+    finally:
+        con.close()
+    assert tables == 0
+    assert (Path(session["conf"]["out"]) / "latest").resolve() == _release(session)
+
+
+def test_invalid_conf_is_rejected_by_the_api_with_the_param_error(session):
+    status, body = session["invalid"]
+    assert status == 400, (status, body)
+    detail = json.dumps(body)
+    assert "epsilon" in detail and ("-1" in detail or "minimum" in detail.lower()), detail
+
+
+def _json_leaves(value: Any, key: str = "") -> list[tuple[str, Any]]:
+    if isinstance(value, dict):
+        return [leaf for k, v in value.items() for leaf in _json_leaves(v, k)]
+    if isinstance(value, list):
+        return [leaf for v in value for leaf in _json_leaves(v, key)]
+    return [(key, value)]
+
+
+def test_no_marker_or_exact_statistic_in_logs_xcom_or_release(session):
+    assert session["state"] == "success", _detail(session)
+    airflow = session["airflow"]
+    run_id = run_id_from(session["run"]["dag_run_id"])
+    # the marker did reach the private warehouse (so the checks below are not vacuous)
+    import duckdb
+
+    schema = run_schema_name(run_id)
+    con = duckdb.connect(session["conf"]["warehouse"], read_only=True)
+    try:
+        assert (
+            con.execute(
+                f"SELECT count(*) FROM {schema}.raw_text WHERE text LIKE ?", [f"%{MARKER}%"]
+            ).fetchone()[0]
+            == 1
+        )
+        n_users, n_docs = con.execute(
+            f"SELECT count(DISTINCT user_id), count(*) FROM {schema}.raw_text"
+        ).fetchone()
+        n_sentences, n_tokens = con.execute(
+            f"SELECT count(*), sum(len(tokens)) FROM {schema}.sentences"
+        ).fetchone()
+    finally:
+        con.close()
+
+    # logs: every file under AIRFLOW_HOME (task logs, dag-processor logs) and the processes' output
+    scanned = [p for p in airflow.paths["airflow_home"].rglob("*") if p.is_file() and p.suffix != ".db"]
+    scanned += list(airflow.logs_dir.glob("*.log"))
+    assert any("logs" in p.parts for p in scanned)
+    for path in scanned:
+        data = path.read_bytes()
+        assert MARKER.encode() not in data and MARKER_USER.encode() not in data, path
+    # released files and the report
+    for path in Path(session["conf"]["out"]).rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert MARKER.encode() not in data and MARKER_USER.encode() not in data, path
+
+    # XCom: no marker, and every number is epsilon/delta, a level k, or a released row count
+    import pyarrow.parquet as pq
+
+    with sqlite3.connect(airflow.paths["airflow_home"] / "airflow.db") as db:
+        rows = db.execute("SELECT dag_id, task_id, value FROM xcom").fetchall()
+    assert rows
+    exact = {n_users, n_docs, n_sentences, n_tokens}
+    for dag_id, task_id, value in rows:
+        text = value if isinstance(value, str) else bytes(value).decode(errors="replace")
+        assert MARKER not in text and MARKER_USER not in text, (dag_id, task_id)
+        payload = json.loads(text)
+        if dag_id == CONSUMER_ID:
+            continue  # public-text perplexity of a DP model
+        for key, leaf in _json_leaves(payload):
+            if isinstance(leaf, bool) or not isinstance(leaf, int | float):
+                continue
+            assert key in ("epsilon", "delta", "k", "released_rows"), (task_id, key)
+            if key == "released_rows":
+                staged = payload["paths"][0]  # written while staged; published by a rename since
+                path = _release(session) / staged if not Path(staged).is_absolute() else Path(staged)
+                path = Path(str(path).replace(f"/{run_id}.staging/", f"/{run_id}/"))
+                if path.suffix == ".parquet":
+                    assert leaf == pq.ParquetFile(path).metadata.num_rows, task_id
+                else:  # the language model: its n-gram count, as published in report.json
+                    report = json.loads((_release(session) / "report.json").read_text())
+                    assert task_id == "lm" and leaf == sum(report["model"]["counts"].values())
+            elif key == "k":
+                assert 1 <= leaf <= 12
+            else:
+                assert leaf not in exact or isinstance(leaf, float), (task_id, key)

@@ -1,0 +1,176 @@
+"""docker/ against the rest of the repository, statically (no Docker engine runs here).
+
+tests/test_setup.py checks the Dockerfile and compose file on their own (base image, COPY sources,
+secrets). This file checks that they agree with what ``make`` and the DAG do: the same
+constraints file and KenLM version/max order as the Makefile (read from the Makefile, not
+repeated here), the DAGs folder in the image, the pool the DAG uses created by the init job, one
+Postgres metadata DB for every Airflow component, and the volumes the DAG's paths point into.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.demo import POOL as DEMO_POOL
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKER = ROOT / "docker"
+AIRFLOW_COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+
+
+def makefile_variables() -> dict[str, str]:
+    """``NAME := value`` assignments of the Makefile (first definition wins)."""
+    out: dict[str, str] = {}
+    for line in (ROOT / "Makefile").read_text().splitlines():
+        match = re.match(r"^([A-Z_]+)\s*:?=\s*(.*?)\s*$", line)
+        if match and match.group(1) not in out:
+            out[match.group(1)] = match.group(2)
+    return out
+
+
+def dockerfile() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuations joined and comments dropped."""
+    lines = [ln for ln in (DOCKER / "Dockerfile").read_text().splitlines() if not ln.lstrip().startswith("#")]
+    joined = re.sub(r"\\\n", " ", "\n".join(lines))
+    return [
+        (word.upper(), rest.strip())
+        for word, _, rest in (ln.strip().partition(" ") for ln in joined.splitlines() if ln.strip())
+    ]
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((DOCKER / "compose.yaml").read_text())
+
+
+def airflow_services(compose: dict) -> dict[str, dict]:
+    return {name: svc for name, svc in compose["services"].items() if name.startswith("airflow-")}
+
+
+def test_image_builds_kenlm_and_installs_exactly_as_make_does():
+    make = makefile_variables()
+    instructions = dockerfile()
+    args = dict(rest.split("=", 1) for word, rest in instructions if word == "ARG" and "=" in rest)
+    assert args["KENLM_VERSION"] == make["KENLM_VERSION"]
+    assert args["KENLM_MAX_ORDER"] == make["KENLM_MAX_ORDER"]
+    from lm.kenlm_bin import KENLM_MAX_ORDER
+
+    assert int(make["KENLM_MAX_ORDER"]) == KENLM_MAX_ORDER  # binaries and Python module agree
+    runs = [rest for word, rest in instructions if word == "RUN"]
+    # the same scripts `make setup` runs for the Debian packages and the KenLM tools
+    recipe = (ROOT / "Makefile").read_text()
+    for script in ("scripts/system_deps.sh", "scripts/build_kenlm.sh"):
+        assert script in recipe
+        assert any(script in r for r in runs), script
+    # every pip/uv install is pinned by the Makefile's constraints file, which is copied in
+    constraints = make["CONSTRAINTS"]
+    installs = [r for r in runs if re.search(r"\b(pip|uv pip) install\b", r)]
+    assert installs
+    for run in installs:
+        for command in re.split(r"&&", run):
+            if re.search(r"\binstall\b", command):
+                assert f"-c {constraints}" in command, command
+    assert any(word == "COPY" and constraints in rest.split() for word, rest in instructions)
+    # Python of the image = the constraints file's Python
+    py_version = re.search(r"constraints-(\d+\.\d+)\.txt", constraints).group(1)
+    assert args["PYTHON_IMAGE"].startswith(f"python:{py_version}-")
+
+
+def test_image_holds_the_dags_folder_airflow_reads():
+    instructions = dockerfile()
+    env = " ".join(rest for word, rest in instructions if word == "ENV")
+    dags_folder = re.search(r"AIRFLOW__CORE__DAGS_FOLDER=(\S+)", env).group(1)
+    # the DAGs are copied into the (build-stage) workdir that the runtime stage copies whole
+    workdirs = [rest for word, rest in instructions if word == "WORKDIR"]
+    build_workdir = workdirs[0]
+    copies = [rest.split() for word, rest in instructions if word == "COPY"]
+    assert ["dags/", "dags/"] in copies
+    assert str(Path(build_workdir) / "dags") == dags_folder.rstrip("/")
+    assert any(c[0] == "--from=build" and c[1] == build_workdir for c in copies)
+    for dag_file in ("dpngram_release.py", "dpngram_consume_lm.py"):
+        assert (ROOT / "dags" / dag_file).is_file()
+
+
+def test_compose_runs_every_airflow_component_on_one_postgres(compose):
+    services = airflow_services(compose)
+    commands = {tuple(svc.get("command") or ()) for svc in services.values()}
+    for component in AIRFLOW_COMPONENTS:
+        assert (component,) in commands, component
+    conns = {svc["environment"]["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] for svc in services.values()}
+    assert len(conns) == 1  # the same metadata DB for every component
+    (conn,) = conns
+    assert conn.startswith("postgresql+psycopg2://") and "@postgres:5432/" in conn
+    postgres = compose["services"]["postgres"]["environment"]
+    assert conn.endswith("/" + postgres["POSTGRES_DB"]) and f"//{postgres['POSTGRES_USER']}:" in conn
+    secrets = {svc["environment"]["AIRFLOW__API_AUTH__JWT_SECRET"] for svc in services.values()}
+    assert len(secrets) == 1
+    executors = {svc["environment"]["AIRFLOW__CORE__EXECUTOR"] for svc in services.values()}
+    assert executors == {"LocalExecutor"}
+
+
+def test_init_job_creates_the_pool_the_dag_uses(compose):
+    source = (ROOT / "dags" / "dpngram_release.py").read_text()
+    dag_pool = re.search(r'^POOL = "([^"]+)"', source, re.M).group(1)
+    assert dag_pool == DEMO_POOL  # `make demo` creates the same pool
+    init = compose["services"]["airflow-init"]
+    script = " ".join(init["command"])
+    commands = [shlex.split(c) for c in script.split("&&")]
+    assert ["airflow", "db", "migrate"] in commands
+    pools = [c for c in commands if c[:3] == ["airflow", "pools", "set"]]
+    assert pools and pools[0][3:5] == [dag_pool, "1"]  # one slot: DuckDB allows one writer
+    for name in ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer"):
+        depends = compose["services"][name]["depends_on"]
+        assert depends["airflow-init"]["condition"] == "service_completed_successfully", name
+
+
+def test_volumes_hold_input_warehouse_releases_and_are_where_the_dag_looks(compose):
+    instructions = dockerfile()
+    declared = set()
+    for word, rest in instructions:
+        if word == "VOLUME":
+            declared |= set(re.findall(r'"([^"]+)"', rest))
+    named = set(compose["volumes"])
+    for name, svc in airflow_services(compose).items():
+        env = svc["environment"]
+        mounts = {v.split(":")[1]: v.split(":")[0] for v in svc["volumes"]}
+        # DPNGRAM_DEMO_DIR (input + DuckDB warehouse + ledger) and DPNGRAM_OUT (releases) are volumes
+        for variable in ("DPNGRAM_DEMO_DIR", "DPNGRAM_OUT", "DPNGRAM_CONSUMER_OUT"):
+            assert env[variable] in mounts, (name, variable)
+            assert mounts[env[variable]] in named and env[variable] in declared, (name, variable)
+        assert mounts[env["DPNGRAM_DEMO_DIR"]] != mounts[env["DPNGRAM_OUT"]]  # private vs released
+        assert env["DPNGRAM_SCHEDULE"].startswith("${DPNGRAM_SCHEDULE:-")
+
+
+def test_local_settings_preload_only_in_the_scheduler():
+    # The image installs it where Airflow looks for local settings: $AIRFLOW_HOME/config.
+    dockerfile = (DOCKER / "Dockerfile").read_text()
+    home = re.search(r"AIRFLOW_HOME=(\S+)", dockerfile).group(1)
+    assert re.search(
+        rf"^COPY .*docker/airflow_local_settings\.py {re.escape(home)}/config/airflow_local_settings\.py$",
+        dockerfile,
+        re.M,
+    )
+    text = (DOCKER / "airflow_local_settings.py").read_text()
+    assert "__all__" in text  # Airflow copies public names of local settings into its settings
+    compiled = compile(text, "airflow_local_settings.py", "exec")
+    namespace: dict = {"__name__": "airflow_local_settings"}
+    import sys
+
+    argv = sys.argv
+    try:
+        sys.argv = ["airflow", "api-server"]
+        before = set(sys.modules)
+        exec(compiled, namespace)  # noqa: S102 - our own file
+        assert namespace["_is_scheduler"]() is False
+        sys.argv = ["airflow", "scheduler"]
+        assert namespace["_is_scheduler"]() is True
+    finally:
+        sys.argv = argv
+    assert not {m for m in set(sys.modules) - before if m.startswith(("pipeline", "lm"))}
+    for module in namespace["PRELOAD"]:
+        assert (ROOT / (module.replace(".", "/") + ".py")).is_file(), module

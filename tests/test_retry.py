@@ -1,0 +1,232 @@
+"""Safe retries: a DAG run killed with SIGKILL mid-stage, then re-run, charges the privacy ledger
+exactly once per stage, reuses the noisy outputs it had persisted (no fresh noise), publishes
+once, and until then leaves ``OUT/latest`` at the previous release with no partial release
+directory other than ``RUN_ID.staging``.
+
+Deterministic kills: the DAG runs through ``DAG.test()`` (what ``airflow dags test`` calls; tasks
+run in-process) inside a driver subprocess that wraps one pipeline function to SIGKILL its own
+process at a named point:
+
+* ``commit:STAGE``: the stage's noisy outputs and report part are persisted, the ledger commit is
+  next (the worst moment for a retry: noise drawn and stored, spend not yet recorded);
+* ``write:PATH``: the stage has drawn its noise and written ``PATH`` to its temporary file, the
+  atomic rename is next (the output is not persisted).
+
+The driver passes the same ``logical_date`` and ``run_after`` each time, so the re-run is the same
+Airflow run id, hence the same dpngram run (what clearing and re-running a failed DAG run does).
+The kill switch lives only in this test's driver script, never in the pipeline.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pipeline.accounting import Ledger
+from pipeline.config import RunConfig
+from pipeline.demo import airflow_env
+from pipeline.run import RunContext, run_id_from, run_release
+from pipeline.store import Warehouse
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parent.parent
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+LOGICAL_DATE = "2026-03-02T00:00:00+00:00"
+AIRFLOW_RUN_ID = f"manual__{LOGICAL_DATE}"  # DagRun.generate_run_id(MANUAL, logical_date, run_after)
+MARKER = "zqxmarker7741"
+
+DRIVER = textwrap.dedent(
+    """
+    import json, os, signal, sys
+    from contextlib import contextmanager
+
+    import pytest  # noqa: F401  (this is test code: the kill switch below exists only here)
+
+    kill = os.environ.get("KILL_AT", "")
+    if kill.startswith("commit:"):
+        from pipeline.accounting import Ledger
+
+        stage = kill.split(":", 1)[1]
+        record = Ledger.record
+
+        def killing_record(self, dataset, run_id, name, *args, **kwargs):
+            if name == stage:
+                print(f"KILLING before the ledger commit of {name}", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            return record(self, dataset, run_id, name, *args, **kwargs)
+
+        Ledger.record = killing_record
+    elif kill.startswith("write:"):
+        from pipeline.store import Release
+
+        target = kill.split(":", 1)[1]
+        writing = Release.writing
+
+        @contextmanager
+        def killing_writing(self, *parts):
+            with writing(self, *parts) as tmp:
+                yield tmp
+                if "/".join(parts) == target:
+                    print(f"KILLING before the rename of {target}", flush=True)
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+        Release.writing = killing_writing
+
+    import pendulum
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    dag = bag.get_dag("dpngram_release")
+    when = pendulum.parse(sys.argv[2])
+    run = dag.test(logical_date=when, run_after=when, run_conf=json.loads(sys.argv[1]))
+    print("DAG RUN STATE", run.state, flush=True)
+    sys.exit(0 if run.state == "success" else 1)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def setting(tmp_path_factory) -> dict:
+    from pipeline.sample import write_sample
+
+    base = tmp_path_factory.mktemp("retry")
+    files = write_sample(base / "sample", n_users=300, seed=5, public_sentences=200)
+    users = base / "users.jsonl.gz"
+    with gzip.open(files["users"], "rt") as src, gzip.open(users, "wt") as dst:
+        dst.writelines(src)
+        dst.write(json.dumps({"user_id": "u-marker", "text": f"only i wrote {MARKER} here"}) + "\n")
+    paths = {
+        "airflow_home": base / "home",
+        "dags": ROOT / "dags",
+        "state": base / "state",
+        "out": base / "out",
+    }
+    env = airflow_env(paths)
+    env["DPNGRAM_SCHEDULE"] = "none"
+    proc = subprocess.run([AIRFLOW, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    conf = {
+        "dataset": "retrytest",
+        "input": str(users),
+        "out": str(base / "out"),
+        "warehouse": str(base / "wh.duckdb"),
+        "max_n": 3,
+    }
+    return {"base": base, "env": env, "conf": conf, "outputs": []}
+
+
+def drive(setting: dict, kill_at: str | None) -> subprocess.CompletedProcess:
+    env = dict(setting["env"])
+    if kill_at:
+        env["KILL_AT"] = kill_at
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER, json.dumps(setting["conf"]), LOGICAL_DATE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=setting["base"],
+    )
+    setting["outputs"].append(proc.stdout + proc.stderr)
+    return proc
+
+
+def ledger(setting: dict, run_id: str) -> list[tuple[str, float, float]]:
+    wh = Warehouse(setting["conf"]["warehouse"])  # also replays the WAL a killed writer left
+    try:
+        entries = Ledger(wh.con).entries(setting["conf"]["dataset"])
+    finally:
+        wh.close()
+    return sorted((e["stage"], e["epsilon"], e["delta"]) for e in entries if e["run_id"] == run_id)
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def release_dirs(out: Path) -> set[str]:
+    return {p.name for p in (out / "runs").iterdir()}
+
+
+def test_killed_stages_are_charged_once_and_published_once(setting):
+    out = Path(setting["conf"]["out"])
+    # a previous release of the same dataset (CLI path, in-process)
+    previous = run_release(RunConfig.build(**setting["conf"], run_id="previous-release"))
+    previous_dir = Path(previous["release"])
+    assert (out / "latest").resolve() == previous_dir
+
+    run_id = run_id_from(AIRFLOW_RUN_ID)
+    release = RunContext(RunConfig.build(**setting["conf"], run_id=run_id)).release
+    level2 = release.staging / "released" / "kgrams" / "k=2.parquet"
+    level3 = "released/kgrams/k=3.parquet"
+
+    # 1. killed after level 2 persisted its noisy output, before its ledger commit
+    first = drive(setting, "commit:dpne.k2")
+    assert first.returncode == -9, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "KILLING before the ledger commit of dpne.k2" in first.stdout
+    assert [s for s, _, _ in ledger(setting, run_id)] == ["dpne.k1"]
+    assert level2.is_file() and (release.staging / "report.parts" / "dpne.k2.json").is_file()
+    persisted = digest(level2)
+    assert (out / "latest").resolve() == previous_dir
+    assert release_dirs(out) == {previous_dir.name, f"{run_id}.staging"}
+
+    # 2. the re-run is killed mid-level-3: noise drawn and written to a temporary file, not renamed
+    second = drive(setting, f"write:{level3}")
+    assert second.returncode == -9, second.stdout[-3000:] + second.stderr[-3000:]
+    assert f"KILLING before the rename of {level3}" in second.stdout
+    assert [s for s, _, _ in ledger(setting, run_id)] == [
+        "dpne.k1",
+        "dpne.k2",
+    ]  # k2 committed once, by the retry
+    assert digest(level2) == persisted  # reused, not redrawn
+    assert not (release.staging / level3).exists()
+    assert (out / "latest").resolve() == previous_dir
+    assert release_dirs(out) == {previous_dir.name, f"{run_id}.staging"}
+
+    # 3. the re-run completes
+    third = drive(setting, None)
+    assert third.returncode == 0, third.stdout[-4000:] + third.stderr[-4000:]
+    assert release.published and not release.staging.exists()
+    assert (out / "latest").resolve() == release.final
+    assert release_dirs(out) == {previous_dir.name, run_id}
+    final_level2 = release.final / "released" / "kgrams" / "k=2.parquet"
+    assert digest(final_level2) == persisted
+    assert not [p for p in release.final.rglob("*") if p.name.endswith(".partial")]
+
+    entries = ledger(setting, run_id)
+    assert [s for s, _, _ in entries] == ["dpne.k1", "dpne.k2", "dpne.k3"]  # one charge per stage
+    report = json.loads((release.final / "report.json").read_text())
+    assert report["validation"]["success"] is True and report["run_id"] == run_id
+    charged = report["privacy"]["ledger_charged"]
+    assert charged["entries"] == 3
+    assert sum(e for _, e, _ in entries) == pytest.approx(charged["epsilon"], rel=1e-9)
+    assert sum(e for _, e, _ in entries) <= RunConfig.build(**setting["conf"]).epsilon * (1 + 1e-6)
+    # each stage's charge is the one its persisted report part recorded when the noise was drawn
+    parts = {p.stem: json.loads(p.read_text()) for p in (release.final / "report.parts").glob("dpne.k*.json")}
+    for stage, epsilon, _ in entries:
+        assert epsilon == pytest.approx(parts[stage]["privacy"]["charged_epsilon"], rel=1e-12), stage
+    # the previous release is untouched and still complete
+    assert (previous_dir / "report.json").is_file()
+
+
+def test_marker_text_is_in_no_dag_test_output_or_log(setting):
+    """The drivers' output is what `dpngram demo` writes to its demo-log."""
+    if not setting["outputs"]:
+        pytest.skip("runs after test_killed_stages_are_charged_once_and_published_once")
+    for output in setting["outputs"]:
+        assert MARKER not in output
+    logs = Path(setting["env"]["AIRFLOW_HOME"]) / "logs"
+    for path in logs.rglob("*") if logs.is_dir() else []:
+        if path.is_file():
+            assert MARKER.encode() not in path.read_bytes(), path
+    for path in Path(setting["conf"]["out"]).rglob("*"):
+        if path.is_file():
+            assert MARKER.encode() not in path.read_bytes(), path
