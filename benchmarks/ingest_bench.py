@@ -44,9 +44,9 @@ SEED = 20261121
 
 def corpus(n_users: int, public_sentences: int) -> tuple[Path, dict[str, Any]]:
     """Cached sample corpus for ``n_users``; generation stats in a sidecar JSON."""
-    from pipeline.sample import write_sample
+    from pipeline.sample import GENERATOR_VERSION, write_sample
 
-    folder = DATA / f"sample_u{n_users}_s{SEED}"
+    folder = DATA / f"sample_u{n_users}_s{SEED}_g{GENERATOR_VERSION}"
     meta_path = folder / "meta.json"
     if meta_path.is_file():
         return folder / "users.jsonl.gz", json.loads(meta_path.read_text())
