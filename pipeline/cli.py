@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 from pipeline.config import ConfigError, RunConfig
+from pipeline.demo import DEMO_USERS
 
 __all__ = ["main", "build_parser", "add_config_flags", "config_from_args"]
 
@@ -483,7 +484,13 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="sample corpus + the Airflow DAG via `airflow dags test` (idempotent set-up)",
     )
-    p.add_argument("--users", type=int, default=2000, metavar="N", help="users in the sample (default: 2000)")
+    p.add_argument(
+        "--users",
+        type=int,
+        default=DEMO_USERS,
+        metavar="N",
+        help=f"users in the sample (default: {DEMO_USERS})",
+    )
     p.add_argument(
         "--max-n", type=int, default=None, metavar="T", help="longest n-gram (default: RunConfig's)"
     )

@@ -30,7 +30,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_demo", "demo_paths", "airflow_env", "ensure_sample", "ensure_airflow", "DEMO_SEED", "DAG_ID"]
+__all__ = [
+    "run_demo",
+    "demo_paths",
+    "airflow_env",
+    "ensure_sample",
+    "ensure_airflow",
+    "DEMO_SEED",
+    "DEMO_USERS",
+    "DAG_ID",
+]
 
 DAG_ID = "dpngram_release"
 DEMO_SEED = 20260101
@@ -81,14 +90,19 @@ def _airflow_bin() -> str:
     return found
 
 
+#: Users in the demo's sample corpus: with text as sparse as real text (pipeline.sample), 10,000
+#: users give a DP vocabulary of a few hundred words at the demo's budget; 2,000 gave ~50.
+DEMO_USERS = 10_000
+
+
 def ensure_sample(paths: dict[str, Path], users: int, fresh: bool = False) -> dict[str, Path]:
-    """Write the sample corpus unless the same one (users, seed) is already there."""
-    from pipeline.sample import write_sample
+    """Write the sample corpus unless the same one (users, seed, generator) is already there."""
+    from pipeline.sample import GENERATOR_VERSION, write_sample
 
     sample = paths["sample"]
     stamp = sample / "SAMPLE.json"
     files = {"users": sample / "users.jsonl.gz", "public": sample / "public.txt.gz"}
-    wanted = {"users": users, "seed": DEMO_SEED}
+    wanted = {"users": users, "seed": DEMO_SEED, "generator": GENERATOR_VERSION}
     if not fresh and stamp.is_file() and all(p.is_file() for p in files.values()):
         if json.loads(stamp.read_text(encoding="utf-8")) == wanted:
             return files
@@ -161,7 +175,7 @@ def _dags_test(cmd: list[str], env: dict[str, str], log: Path, console: Any) -> 
 
 
 def run_demo(
-    users: int = 2000,
+    users: int = DEMO_USERS,
     max_n: int | None = None,
     epsilon: float | None = None,
     fresh_sample: bool = False,
