@@ -105,7 +105,7 @@ def _repeat_rate(records: list[dict[str, str]], k: int) -> float:
 
 def test_long_ngrams_recur_at_real_text_rates(sample: tuple[dict[str, Path], dict[str, Any]]) -> None:
     # The chain and the phrase pool make long n-grams recur, at rates calibrated to real text
-    # (benchmarks/sample_realism.py). Over 30 seeds at 500 users: 4-grams 0.111 +- 0.0056,
+    # (benchmarks/sample_realism_bench.py). Over 30 seeds at 500 users: 4-grams 0.111 +- 0.0056,
     # 6-grams 0.0143 +- 0.0025. The bands are >= 5 sd wide on each side; the earlier generator
     # (half of all sentences with a popular phrase) gave 0.338 and 0.183 and fails both.
     _, corpus = sample

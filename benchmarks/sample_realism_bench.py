@@ -16,7 +16,7 @@ field overridden on the command line (``--spec phrase_share=0.2``), so a propose
 defaults can be compared against real text before it is made. Without overrides the generator's
 earlier (uncalibrated) defaults are measured too.
 
-    .venv/bin/python benchmarks/sample_realism.py [--tokens 1000000] [--spec field=value ...]
+    .venv/bin/python benchmarks/sample_realism_bench.py [--tokens 1000000] [--spec field=value ...]
 
 Results: ``benchmarks/results/sample_realism.json``.
 """
