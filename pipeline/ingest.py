@@ -600,33 +600,41 @@ def _parquet_batches(path: Path, user_field: str, text_field: str) -> Iterator[_
             text=pl.col(text_field).cast(pl.String),
         ).with_columns(doc_id=pl.int_range(row + 1, row + 1 + pl.len(), dtype=pl.Int64))
         row += frame.height
-        reason = (
-            pl.when(pl.col("user_id").is_null() | (pl.col("user_id").str.strip_chars() == ""))
-            .then(pl.lit("empty_user_id"))
-            .when(pl.col("text").is_null())
-            .then(pl.lit("null_text"))
-            .when(pl.col("text").str.strip_chars() == "")
-            .then(pl.lit("empty_text"))
-            .otherwise(None)
-        )
-        frame = frame.with_columns(reason=reason)
-        good = frame.filter(pl.col("reason").is_null())
-        bad = frame.filter(pl.col("reason").is_not_null())
-        batch = _Batch(read=frame.height)
-        batch.user_ids = good.get_column("user_id").to_list()
-        batch.doc_ids = good.get_column("doc_id").to_list()
-        batch.texts = good.get_column("text").to_list()
-        if bad.height:
-            raw = bad.select(
-                pl.struct(pl.col("user_id").alias(user_field), pl.col("text").alias(text_field))
-                .struct.json_encode()
-                .str.slice(0, QUARANTINE_RAW_MAX_CHARS)
-            ).to_series()
-            batch.bad_sources = [source] * bad.height
-            batch.bad_lines = bad.get_column("doc_id").to_list()
-            batch.bad_reasons = bad.get_column("reason").to_list()
-            batch.bad_raw = raw.to_list()
-        yield batch
+        yield classify_frame(frame.with_columns(source=pl.lit(source)), user_field, text_field)
+
+
+def classify_frame(frame: pl.DataFrame, user_field: str, text_field: str) -> _Batch:
+    """Quarantine rules for tabular rows (Parquet here, Spark's ``mapInArrow`` in
+    :mod:`pipeline.spark_engine`): ``frame`` has string columns ``user_id`` and ``text``, the
+    record number ``doc_id`` and ``source``. Rows with an empty user id or a null/blank text go
+    to quarantine (raw record re-encoded as JSON under the input's own field names)."""
+    reason = (
+        pl.when(pl.col("user_id").is_null() | (pl.col("user_id").str.strip_chars() == ""))
+        .then(pl.lit("empty_user_id"))
+        .when(pl.col("text").is_null())
+        .then(pl.lit("null_text"))
+        .when(pl.col("text").str.strip_chars() == "")
+        .then(pl.lit("empty_text"))
+        .otherwise(None)
+    )
+    frame = frame.with_columns(reason=reason)
+    good = frame.filter(pl.col("reason").is_null())
+    bad = frame.filter(pl.col("reason").is_not_null())
+    batch = _Batch(read=frame.height)
+    batch.user_ids = good.get_column("user_id").to_list()
+    batch.doc_ids = good.get_column("doc_id").to_list()
+    batch.texts = good.get_column("text").to_list()
+    if bad.height:
+        raw = bad.select(
+            pl.struct(pl.col("user_id").alias(user_field), pl.col("text").alias(text_field))
+            .struct.json_encode()
+            .str.slice(0, QUARANTINE_RAW_MAX_CHARS)
+        ).to_series()
+        batch.bad_sources = bad.get_column("source").to_list()
+        batch.bad_lines = bad.get_column("doc_id").to_list()
+        batch.bad_reasons = bad.get_column("reason").to_list()
+        batch.bad_raw = raw.to_list()
+    return batch
 
 
 # -- text directory ----------------------------------------------------------------------------

@@ -668,7 +668,7 @@ def _parquet_records(batch: pa.RecordBatch, user_field: str, text_field: str, so
     """Classify Parquet rows exactly like :func:`pipeline.ingest._parquet_batches`."""
     import polars as pl
 
-    from pipeline.ingest import QUARANTINE_RAW_MAX_CHARS, _Batch
+    from pipeline.ingest import classify_frame
 
     frame = pl.from_arrow(pa.Table.from_batches([batch]))
     assert isinstance(frame, pl.DataFrame)
@@ -678,33 +678,7 @@ def _parquet_records(batch: pa.RecordBatch, user_field: str, text_field: str, so
         doc_id=pl.col("doc_id").cast(pl.Int64),
         source=pl.col("_source") if source_name == "" else pl.lit(source_name),
     )
-    reason = (
-        pl.when(pl.col("user_id").is_null() | (pl.col("user_id").str.strip_chars() == ""))
-        .then(pl.lit("empty_user_id"))
-        .when(pl.col("text").is_null())
-        .then(pl.lit("null_text"))
-        .when(pl.col("text").str.strip_chars() == "")
-        .then(pl.lit("empty_text"))
-        .otherwise(None)
-    )
-    frame = frame.with_columns(reason=reason)
-    good = frame.filter(pl.col("reason").is_null())
-    bad = frame.filter(pl.col("reason").is_not_null())
-    out = _Batch(read=frame.height)
-    out.user_ids = good.get_column("user_id").to_list()
-    out.doc_ids = good.get_column("doc_id").to_list()
-    out.texts = good.get_column("text").to_list()
-    if bad.height:
-        raw = bad.select(
-            pl.struct(pl.col("user_id").alias(user_field), pl.col("text").alias(text_field))
-            .struct.json_encode()
-            .str.slice(0, QUARANTINE_RAW_MAX_CHARS)
-        ).to_series()
-        out.bad_sources = bad.get_column("source").to_list()
-        out.bad_lines = bad.get_column("doc_id").to_list()
-        out.bad_reasons = bad.get_column("reason").to_list()
-        out.bad_raw = raw.to_list()
-    return out
+    return classify_frame(frame, user_field, text_field)
 
 
 def _tokenize_records(records: Any, lowercase: bool, source_of: dict[int, str]) -> pa.RecordBatch:

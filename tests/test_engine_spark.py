@@ -261,3 +261,62 @@ def test_spark_tables_persist_across_engines(runs, engines, spark) -> None:
     with Warehouse(ctx.config.warehouse, memory_limit="512MB") as wh:
         duck_rows = wh.fetch_scalar(f"SELECT count(*) FROM {ctx.schema}.sentences")
     assert duck_rows == fresh.fetch_scalar(f"SELECT count(*) FROM {ctx.schema}.sentences")
+
+
+def test_parquet_quarantine_identical(spark, tmp_path) -> None:
+    """Parquet rows go through the same quarantine rules on both engines (pipeline.ingest.
+    classify_frame): empty/null user ids and null/blank texts are quarantined with the same
+    reasons and record numbers, the good rows give the same sentences."""
+    from pipeline import engine as engine_module
+
+    table = pa.table(
+        {
+            "uid": ["a", None, "b", " ", "c", "d"],
+            "body": ["One two. Three four!", "lost", None, "x", "   ", "Five six seven."],
+        }
+    )
+    pq.write_table(table, tmp_path / "users.parquet")
+    original = engine_module.open_engine
+    session = spark
+    engine_module.open_engine = lambda cfg, spark=None: original(cfg, spark=session)
+    results = {}
+    try:
+        for name in ("duckdb", "spark"):
+            config = RunConfig.build(
+                input=str(tmp_path / "users.parquet"),
+                user_field="uid",
+                text_field="body",
+                out=str(tmp_path / name / "out"),
+                warehouse=str(tmp_path / name / "warehouse.duckdb"),
+                engine=name,
+                delta=1e-3,
+                dataset=f"parquet{name}",
+            )
+            ctx = RunContext(prepare(config))
+            run_ingest(ctx)
+            with ctx.warehouse() as wh:
+                if name == "spark":
+                    engine = SparkEngine(spark, config.warehouse + ".spark")
+                    sentences = engine.fetch_arrow(
+                        f"SELECT user_id, doc_id, sent_id, tokens FROM {ctx.schema}.sentences"
+                    )
+                    quarantine = engine.fetch_arrow(f"SELECT line_no, reason FROM {ctx.schema}.quarantine")
+                else:
+                    sentences = wh.fetch_arrow(
+                        f"SELECT user_id, doc_id, sent_id, tokens FROM {ctx.schema}.sentences"
+                    )
+                    quarantine = wh.fetch_arrow(f"SELECT line_no, reason FROM {ctx.schema}.quarantine")
+            results[name] = (
+                _sorted(sentences, ["user_id", "doc_id", "sent_id"]).to_pylist(),
+                _sorted(quarantine, ["line_no"]).to_pylist(),
+            )
+    finally:
+        engine_module.open_engine = original
+    assert results["duckdb"][1] == [
+        {"line_no": 2, "reason": "empty_user_id"},
+        {"line_no": 3, "reason": "null_text"},
+        {"line_no": 4, "reason": "empty_user_id"},
+        {"line_no": 5, "reason": "empty_text"},
+    ]
+    assert results["spark"] == results["duckdb"]
+    assert [row["user_id"] for row in results["duckdb"][0]] == ["a", "a", "d"]
