@@ -158,6 +158,14 @@ def _bad_input_errors() -> tuple[type[BaseException], ...]:
     return tuple(cls for cls in found if isinstance(cls, type))
 
 
+def _is_scheduled(context: dict[str, Any]) -> bool:
+    """True for a run the schedule created (not triggered by a person, an asset or a test)."""
+    run_type = getattr(context.get("dag_run"), "run_type", None)
+    if run_type is not None:
+        return str(getattr(run_type, "value", run_type)) == "scheduled"
+    return str(context.get("run_id", "")).startswith("scheduled__")
+
+
 def _fail_fast(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn the pipeline's one-line bad-input errors into AirflowFailException (no retry; the
     message stays one line). Other errors (a killed process, a full disk) are retried."""
@@ -247,6 +255,11 @@ def dpngram_release() -> None:
         from pipeline.run import prepare as prepare_run
 
         config = _config(context)
+        if _is_scheduled(context) and config.lifetime_epsilon is None:
+            raise AirflowFailException(
+                "privacy pre-check refused the run: a scheduled refresh needs a lifetime budget "
+                "(every refresh spends epsilon): set lifetime_epsilon in DPNGRAM_PARAMS"
+            )
         try:
             return {"run_id": prepare_run(config).run_id}
         except (BudgetError, ConfigError) as err:

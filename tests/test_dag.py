@@ -242,3 +242,45 @@ def test_invalid_conf_fails_the_dag_test(airflow, sample):
     assert proc.returncode != 0
     assert "epsilon" in proc.stdout + proc.stderr
     assert not (out / "latest").exists()
+
+
+PRECHECK_SCRIPT = textwrap.dedent("""
+    import json, os, types
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk.exceptions import AirflowFailException
+    dag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"]).dags["dpngram_release"]
+    precheck = dag.get_task("privacy_precheck").python_callable
+    params = {name: dag.params[name] for name in dag.params.keys()}
+    out = {}
+    cases = [("scheduled", "scheduled", None), ("scheduled_capped", "scheduled", 40.0),
+             ("manual", "manual", None)]
+    for label, run_type, lifetime in cases:
+        context = {"params": {**params, "lifetime_epsilon": lifetime},
+                   "run_id": f"{run_type}__2026-01-05T00:00:00+00:00",
+                   "dag_run": types.SimpleNamespace(run_type=run_type)}
+        try:
+            out[label] = {"ok": precheck(**context)}
+        except AirflowFailException as err:
+            out[label] = {"refused": str(err)}
+    print("RESULT" + json.dumps(out))
+""")
+
+
+def test_scheduled_refresh_without_a_lifetime_budget_is_refused(airflow, tmp_path):
+    """A weekly schedule with no lifetime cap would spend without bound: privacy_precheck refuses
+    scheduled runs unless lifetime_epsilon is set; triggered runs are not affected."""
+    defaults = {"out": str(tmp_path / "out"), "warehouse": str(tmp_path / "wh.duckdb"), "dataset": "weekly"}
+    proc = subprocess.run(
+        [sys.executable, "-c", PRECHECK_SCRIPT],
+        env={**airflow["env"], "DPNGRAM_PARAMS": json.dumps(defaults)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=airflow["base"],
+    )
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")), None)
+    assert line, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = json.loads(line[len("RESULT") :])
+    assert "a scheduled refresh needs a lifetime budget" in result["scheduled"]["refused"]
+    assert "ok" in result["scheduled_capped"], result
+    assert "ok" in result["manual"], result
