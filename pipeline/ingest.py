@@ -737,10 +737,12 @@ def _prefetch(batches: Iterator[_Batch], depth: int = 1) -> Iterator[_Batch]:
 
 
 # -- loading -----------------------------------------------------------------------------------
-def _load_batch(
-    wh: Warehouse, schema: str, batch: _Batch, lowercase: bool, where: Callable[[int], tuple[str, int | None]]
-) -> None:
-    """Tokenize one batch and append it (documents without tokens -> quarantine 'no_tokens')."""
+def tokenize_batch(
+    batch: _Batch, lowercase: bool, where: Callable[[int], tuple[str, int | None]]
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """One classified batch -> (raw_text rows, sentence rows, quarantine rows), on any engine
+    (DuckDB ingest here, Spark's ``mapInArrow`` in :mod:`pipeline.spark_engine`). Documents
+    without tokens go to quarantine as 'no_tokens'; ``where(doc_id)`` gives their (source, line)."""
     raw = pl.DataFrame(
         {"user_id": batch.user_ids, "doc_id": batch.doc_ids, "text": batch.texts}, schema=_RAW_SCHEMA
     )
@@ -757,13 +759,14 @@ def _load_batch(
         schema=_QUARANTINE_SCHEMA,
     )
     if empty.height:
+        located = [where(d) for d in empty.get_column("doc_id").to_list()]
         quarantine = pl.concat(
             [
                 quarantine,
                 pl.DataFrame(
                     {
-                        "source": [where(d)[0] for d in empty.get_column("doc_id").to_list()],
-                        "line_no": [where(d)[1] for d in empty.get_column("doc_id").to_list()],
+                        "source": [source for source, _ in located],
+                        "line_no": [line for _, line in located],
                         "reason": ["no_tokens"] * empty.height,
                         "raw": empty.get_column("text").str.slice(0, QUARANTINE_RAW_MAX_CHARS),
                     },
@@ -774,6 +777,14 @@ def _load_batch(
         tokenized = tokenized.filter(has_tokens)
     raw_rows = tokenized.select("user_id", "doc_id", "text")
     sentences = _explode_sentences(tokenized.select("user_id", "doc_id", "sentences"))
+    return raw_rows, sentences, quarantine
+
+
+def _load_batch(
+    wh: Warehouse, schema: str, batch: _Batch, lowercase: bool, where: Callable[[int], tuple[str, int | None]]
+) -> None:
+    """Tokenize one batch and append it (documents without tokens -> quarantine 'no_tokens')."""
+    raw_rows, sentences, quarantine = tokenize_batch(batch, lowercase, where)
     names = {
         "raw_batch": "ingest_raw_batch",
         "sentence_batch": "ingest_sentence_batch",

@@ -686,49 +686,13 @@ def _tokenize_records(records: Any, lowercase: bool, source_of: dict[int, str]) 
     staged rows (raw texts, sentences, quarantine) in one Arrow batch."""
     import polars as pl
 
-    from pipeline.ingest import (
-        _QUARANTINE_SCHEMA,
-        _RAW_SCHEMA,
-        QUARANTINE_RAW_MAX_CHARS,
-        _explode_sentences,
-        sentence_tokens_expr,
-    )
+    from pipeline.ingest import tokenize_batch
 
-    raw = pl.DataFrame(
-        {"user_id": records.user_ids, "doc_id": records.doc_ids, "text": records.texts}, schema=_RAW_SCHEMA
+    raw_rows, sentences, quarantine = tokenize_batch(
+        records, lowercase, lambda doc_id: (source_of.get(doc_id, ""), doc_id)
     )
-    tokenized = raw.with_columns(sentences=sentence_tokens_expr("text", lowercase))
-    has_tokens = pl.col("sentences").list.len() > 0
-    empty = tokenized.filter(~has_tokens)
-    quarantine = pl.DataFrame(
-        {
-            "source": records.bad_sources,
-            "line_no": records.bad_lines,
-            "reason": records.bad_reasons,
-            "raw": records.bad_raw,
-        },
-        schema=_QUARANTINE_SCHEMA,
-    )
-    if empty.height:
-        docs = empty.get_column("doc_id").to_list()
-        quarantine = pl.concat(
-            [
-                quarantine,
-                pl.DataFrame(
-                    {
-                        "source": [source_of.get(d, "") for d in docs],
-                        "line_no": docs,
-                        "reason": ["no_tokens"] * empty.height,
-                        "raw": empty.get_column("text").str.slice(0, QUARANTINE_RAW_MAX_CHARS),
-                    },
-                    schema=_QUARANTINE_SCHEMA,
-                ),
-            ]
-        )
-        tokenized = tokenized.filter(has_tokens)
-    sentences = _explode_sentences(tokenized.select("user_id", "doc_id", "sentences"))
     parts = [
-        tokenized.select(pl.lit("raw").alias("kind"), "user_id", "doc_id", "text"),
+        raw_rows.select(pl.lit("raw").alias("kind"), "user_id", "doc_id", "text"),
         sentences.select(pl.lit("sentence").alias("kind"), "user_id", "doc_id", "sent_id", "tokens"),
         quarantine.select(pl.lit("quarantine").alias("kind"), "source", "line_no", "reason", "raw"),
     ]
