@@ -45,9 +45,10 @@ import pyarrow.parquet as pq
 
 from pipeline.accounting import PrivacyEvent, gaussian_sigma, laplace_scale
 from pipeline.config import ConfigError
+from pipeline.engine import Engine
 from pipeline.noise import NoiseSource, simulation_rng
 from pipeline.run import RunContext, StageResult, read_parts, released_summary, spend_once
-from pipeline.store import Warehouse, load_sql
+from pipeline.store import load_sql
 
 __all__ = [
     "STAGE",
@@ -280,6 +281,15 @@ def laplace_public_distribution(noisy: np.ndarray, public: np.ndarray, scale: fl
 # Data preparation (SQL in the run schema)
 # ----------------------------------------------------------------------------------------------
 PUBLIC_TOKENS = "bayes_public_tokens"
+PUBLIC_TOKEN_COLUMNS = pa.schema(
+    [
+        ("user_id", pa.int64()),
+        ("doc_id", pa.int64()),
+        ("sent_id", pa.int32()),
+        ("pos", pa.int32()),
+        ("token", pa.string()),
+    ]
+)
 PUBLIC_OCCURRENCES = "bayes_public_occ"
 PUBLIC_COUNTS = "bayes_public_counts"
 PRIVATE_OCCURRENCES = "bayes_private_occ"
@@ -332,41 +342,34 @@ def _token_table(ids: list[int], positions: list[int], tokens: list[str]) -> pa.
             "sent_id": pa.array(np.zeros(n, dtype=np.int32)),
             "pos": pa.array(positions, pa.int32()),
             "token": pa.array(tokens, pa.string()),
-        }
+        },
+        schema=PUBLIC_TOKEN_COLUMNS,
     )
 
 
-def load_public_corpus(wh: Warehouse, schema: str, path: str | Path, lowercase: bool = True) -> int:
+def load_public_corpus(wh: Engine, schema: str, path: str | Path, lowercase: bool = True) -> int:
     """Stream the public corpus (:func:`pipeline.ingest.read_public_corpus`, the ingest
     tokenizer) into ``{schema}.bayes_public_tokens(user_id = sentence number, doc_id, sent_id, pos,
     token)``. Returns the number of sentences (a public fact)."""
-    wh.con.execute(
-        f"CREATE OR REPLACE TABLE {schema}.{PUBLIC_TOKENS} "
-        "(user_id BIGINT, doc_id BIGINT, sent_id INTEGER, pos INTEGER, token VARCHAR)"
-    )
-    view = "bayes_public_batch"
-    for batch in _public_batches(path, lowercase):
-        with wh.registered(**{view: batch}):
-            wh.con.execute(f"INSERT INTO {schema}.{PUBLIC_TOKENS} SELECT * FROM {view}")
-    rows = wh.con.execute(f"SELECT coalesce(max(user_id) + 1, 0) FROM {schema}.{PUBLIC_TOKENS}").fetchall()
-    return int(rows[0][0])
+    wh.load_table(schema, PUBLIC_TOKENS, _public_batches(path, lowercase), PUBLIC_TOKEN_COLUMNS)
+    return int(wh.fetch_scalar(f"SELECT coalesce(max(user_id) + 1, 0) FROM {schema}.{PUBLIC_TOKENS}"))
 
 
-def install_vocabulary(wh: Warehouse, schema: str, tokens: pa.Table | None) -> bool:
+def install_vocabulary(wh: Engine, schema: str, tokens: pa.Table | None) -> bool:
     """``{schema}.bayes_vocabulary(token)`` from a released vocabulary (column ``token``).
     Returns whether tokens outside it map to ``<unk>`` (False when no vocabulary is given)."""
-    wh.con.execute(f"CREATE OR REPLACE TABLE {schema}.{VOCABULARY_TABLE} (token VARCHAR)")
+    columns = pa.schema([("token", pa.string())])
     if tokens is None:
+        wh.load_table(schema, VOCABULARY_TABLE, [], columns)
         return False
-    view = "bayes_vocabulary_batch"
-    with wh.registered(**{view: tokens.select(["token"])}):
-        wh.con.execute(f"INSERT INTO {schema}.{VOCABULARY_TABLE} SELECT DISTINCT token FROM {view}")
+    distinct = pa.table({"token": pa.array(sorted(set(tokens["token"].to_pylist()) - {None}), pa.string())})
+    wh.load_table(schema, VOCABULARY_TABLE, [distinct], columns)
     return True
 
 
-def trigram_occurrences(wh: Warehouse, schema: str, source: str, target: str, map_unk: bool) -> None:
+def trigram_occurrences(wh: Engine, schema: str, source: str, target: str, map_unk: bool) -> None:
     """``{schema}.{target}(user_id, w1, w2, w3)`` from a token relation (``sql/bayes_occurrences.sql``)."""
-    wh.con.execute(
+    wh.execute(
         load_sql(
             "bayes_occurrences", schema=schema, source=source, target=target, vocabulary=VOCABULARY_TABLE
         ),
@@ -374,8 +377,8 @@ def trigram_occurrences(wh: Warehouse, schema: str, source: str, target: str, ma
     )
 
 
-def _public_counts(wh: Warehouse, schema: str, target: str, first: int, last: int) -> None:
-    wh.con.execute(
+def _public_counts(wh: Engine, schema: str, target: str, first: int, last: int) -> None:
+    wh.execute(
         load_sql("bayes_public_counts", schema=schema, target=target, occurrences=PUBLIC_OCCURRENCES),
         {"first": int(first), "last": int(last)},
     )
@@ -398,39 +401,36 @@ def released_trigrams(kgrams_path: Path | None) -> pa.Table:
     )
 
 
-def build_space(wh: Warehouse, schema: str, released: pa.Table, max_size: int) -> int:
+def build_space(wh: Engine, schema: str, released: pa.Table, max_size: int) -> int:
     """V (``sql/bayes_space.sql``): public trigrams ∪ released trigrams, capped by public count.
     Needs ``{schema}.bayes_public_counts``. Returns |V| (public: computed from public data and DP
     outputs only)."""
-    wh.con.execute(f"CREATE OR REPLACE TABLE {schema}.{RELEASED_TABLE} (w1 VARCHAR, w2 VARCHAR, w3 VARCHAR)")
-    if released.num_rows:
-        view = "bayes_released_batch"
-        with wh.registered(**{view: released}):
-            wh.con.execute(f"INSERT INTO {schema}.{RELEASED_TABLE} SELECT DISTINCT w1, w2, w3 FROM {view}")
-    wh.con.execute(
+    columns = pa.schema([(f"w{i}", pa.string()) for i in (1, 2, 3)])
+    distinct = sorted(set(zip(*(released[f"w{i}"].to_pylist() for i in (1, 2, 3)), strict=True)))
+    rows = pa.table({f"w{i}": pa.array([g[i - 1] for g in distinct], pa.string()) for i in (1, 2, 3)})
+    wh.load_table(schema, RELEASED_TABLE, [rows], columns)
+    wh.execute(
         load_sql(
             "bayes_space", schema=schema, target=SPACE, public_counts=PUBLIC_COUNTS, released=RELEASED_TABLE
         ),
         {"max_size": int(max_size)},
     )
-    return int(wh.con.execute(f"SELECT count(*) FROM {schema}.{SPACE}").fetchall()[0][0])
+    return int(wh.fetch_scalar(f"SELECT count(*) FROM {schema}.{SPACE}"))
 
 
 def bounded_user_counts(
-    wh: Warehouse, schema: str, occurrences: str, target: str, *, C: int, W: int, salt: int
+    wh: Engine, schema: str, occurrences: str, target: str, *, C: int, W: int, salt: int
 ) -> None:
     """Per-user clamped (≤ C) counts of at most W trigrams of V (``sql/bayes_user_counts.sql``)."""
-    wh.con.execute(
+    wh.execute(
         load_sql("bayes_user_counts", schema=schema, target=target, occurrences=occurrences, space=SPACE),
         {"clip_count": int(C), "max_trigrams": int(W), "salt": int(salt)},
     )
 
 
-def aggregate_counts(
-    wh: Warehouse, schema: str, user_counts: str, size: int
-) -> tuple[np.ndarray, np.ndarray]:
+def aggregate_counts(wh: Engine, schema: str, user_counts: str, size: int) -> tuple[np.ndarray, np.ndarray]:
     """(c, N) as arrays over V (index tid − 1). PRIVATE: never logged or released."""
-    cols = wh.con.execute(load_sql("bayes_aggregate", schema=schema, user_counts=user_counts)).fetchnumpy()
+    cols = wh.fetch_numpy(load_sql("bayes_aggregate", schema=schema, user_counts=user_counts))
     total = np.zeros(size, dtype=np.float64)
     users = np.zeros(size, dtype=np.float64)
     tid = np.asarray(cols["tid"], dtype=np.int64) - 1
@@ -439,7 +439,7 @@ def aggregate_counts(
     return total, users
 
 
-def _space_vector(wh: Warehouse, schema: str, size: int, table: str | None = None) -> np.ndarray:
+def _space_vector(wh: Engine, schema: str, size: int, table: str | None = None) -> np.ndarray:
     """Public counts over V (index tid − 1), from V itself or from another public count table."""
     if table is None:
         sql = f"SELECT tid, public_count AS n FROM {schema}.{SPACE}"
@@ -448,17 +448,15 @@ def _space_vector(wh: Warehouse, schema: str, size: int, table: str | None = Non
             f"SELECT s.tid, p.public_count AS n FROM {schema}.{SPACE} AS s JOIN {schema}.{table} AS p "
             "ON p.w1 = s.w1 AND p.w2 = s.w2 AND p.w3 = s.w3"
         )
-    cols = wh.con.execute(sql).fetchnumpy()
+    cols = wh.fetch_numpy(sql)
     out = np.zeros(size, dtype=np.float64)
     out[np.asarray(cols["tid"], dtype=np.int64) - 1] = np.asarray(cols["n"], dtype=np.float64)
     return out
 
 
-def exact_counts_for_evaluation(wh: Warehouse, schema: str, occurrences: str, size: int) -> np.ndarray:
+def exact_counts_for_evaluation(wh: Engine, schema: str, occurrences: str, size: int) -> np.ndarray:
     """Unbounded counts over V of an occurrence table. EVALUATION ONLY (benchmarks, public tuning)."""
-    cols = wh.con.execute(
-        load_sql("bayes_exact_counts", schema=schema, occurrences=occurrences, space=SPACE)
-    ).fetchnumpy()
+    cols = wh.fetch_numpy(load_sql("bayes_exact_counts", schema=schema, occurrences=occurrences, space=SPACE))
     out = np.zeros(size, dtype=np.float64)
     out[np.asarray(cols["tid"], dtype=np.int64) - 1] = np.asarray(cols["exact_count"], dtype=np.float64)
     return out
@@ -482,7 +480,7 @@ class TrigramInputs:
 
 
 def prepare_inputs(
-    wh: Warehouse,
+    wh: Engine,
     schema: str,
     *,
     public_path: str | Path,
@@ -518,29 +516,17 @@ def prepare_inputs(
     )
 
 
-def space_keys(wh: Warehouse, schema: str) -> pa.Table:
+def space_keys(wh: Engine, schema: str) -> pa.Table:
     """V as (w1, w2, w3) in tid order (public)."""
-    return wh.con.sql(f"SELECT w1, w2, w3 FROM {schema}.{SPACE} ORDER BY tid").to_arrow_table()
+    return wh.fetch_arrow(f"SELECT w1, w2, w3 FROM {schema}.{SPACE} ORDER BY tid")
 
 
-def drop_work_tables(wh: Warehouse, schema: str) -> None:
-    for table in WORK_TABLES:
-        wh.con.execute(f"DROP VIEW IF EXISTS {schema}.{table}") if _is_view(
-            wh, schema, table
-        ) else wh.con.execute(f"DROP TABLE IF EXISTS {schema}.{table}")
-
-
-def _is_view(wh: Warehouse, schema: str, name: str) -> bool:
-    rows = wh.con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ? "
-        "AND table_type = 'VIEW'",
-        [schema, name],
-    ).fetchall()
-    return bool(rows[0][0])
+def drop_work_tables(wh: Engine, schema: str) -> None:
+    wh.drop(schema, *WORK_TABLES)
 
 
 def bruteforce_sensitivity_not_dp(
-    wh: Warehouse, inputs: TrigramInputs, *, S: float, rho: float, C: int, log_clip: float
+    wh: Engine, inputs: TrigramInputs, *, S: float, rho: float, C: int, log_clip: float
 ) -> float:
     """NOT DP. The paper's brute-force sensitivity (Alg. 1): max over the users present of the exact
     ‖μ_ps(D) − μ_ps(D₋ₙ)‖₂ (``sql/bayes_bruteforce.sql``). Depends on the private data."""
@@ -561,7 +547,7 @@ def bruteforce_sensitivity_not_dp(
     )
     view = "bayes_bruteforce_stats"
     with wh.registered(**{view: stats}):
-        rows = wh.con.execute(
+        gamma = wh.fetch_scalar(
             load_sql("bayes_bruteforce", schema=inputs.schema, user_counts=USER_COUNTS, stats=view),
             {
                 "vocab_size": float(inputs.size),
@@ -571,9 +557,8 @@ def bruteforce_sensitivity_not_dp(
                 "weight_sq_total": float(np.sum(weight * weight)),
                 "slope": S / C,
             },
-        ).fetchall()
-    gamma = rows[0][0] if rows and rows[0][0] is not None else 0.0
-    return rho * max(float(gamma), 1e-12)
+        )
+    return rho * max(float(gamma or 0.0), 1e-12)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -595,7 +580,7 @@ class TuningResult:
 
 
 def tune_on_public(
-    wh: Warehouse,
+    wh: Engine,
     inputs: TrigramInputs,
     *,
     epsilon: float,
@@ -624,7 +609,7 @@ def tune_on_public(
         )
     _public_counts(wh, schema, "bayes_tune_counts", 0, n_prior)
     prior = _space_vector(wh, schema, inputs.size, "bayes_tune_counts")
-    wh.con.execute(
+    wh.execute(
         load_sql(
             "bayes_pseudo_users", schema=schema, target="bayes_tune_users", occurrences=PUBLIC_OCCURRENCES
         ),
@@ -633,9 +618,7 @@ def tune_on_public(
     bounded_user_counts(wh, schema, "bayes_tune_users", "bayes_tune_user_counts", C=C, W=W, salt=seed)
     total, users = aggregate_counts(wh, schema, "bayes_tune_user_counts", inputs.size)
     target = exact_counts_for_evaluation(wh, schema, "bayes_tune_users", inputs.size)
-    pseudo_users = int(
-        wh.con.execute(f"SELECT count(DISTINCT user_id) FROM {schema}.bayes_tune_users").fetchall()[0][0]
-    )
+    pseudo_users = int(wh.fetch_scalar(f"SELECT count(DISTINCT user_id) FROM {schema}.bayes_tune_users"))
     if target.sum() <= 0:
         raise ConfigError("public: no public trigram of V in the tuning fold; set bayes_S and bayes_rho")
     rng = simulation_rng(seed)
@@ -657,7 +640,7 @@ def tune_on_public(
 # ----------------------------------------------------------------------------------------------
 # Stage functions
 # ----------------------------------------------------------------------------------------------
-def _stage_inputs(ctx: RunContext, wh: Warehouse, salt: int) -> TrigramInputs:
+def _stage_inputs(ctx: RunContext, wh: Engine, salt: int) -> TrigramInputs:
     config = ctx.config
     if not config.public:
         raise ConfigError("public: the bayes stage needs a public corpus (set public to a text file)")
@@ -682,7 +665,7 @@ def _stage_inputs(ctx: RunContext, wh: Warehouse, salt: int) -> TrigramInputs:
     )
 
 
-def _write_distribution(wh: Warehouse, ctx: RunContext, theta: np.ndarray) -> None:
+def _write_distribution(wh: Engine, ctx: RunContext, theta: np.ndarray) -> None:
     keys = space_keys(wh, ctx.schema)
     table = keys.append_column("prob", pa.array(theta, pa.float64()))
     with ctx.release.writing(TRIGRAM_DIST_PATH) as tmp:
@@ -699,7 +682,7 @@ def _check_method(ctx: RunContext, method: str) -> None:
 
 
 def choose_hyperparameters(
-    wh: Warehouse, ctx: RunContext, inputs: TrigramInputs, epsilon: float, delta: float
+    wh: Engine, ctx: RunContext, inputs: TrigramInputs, epsilon: float, delta: float
 ) -> TuningResult:
     """(S, ρ): fixed values from the config, or public tuning for the ones set to 'auto'."""
     config = ctx.config
@@ -731,7 +714,7 @@ def run_bayes(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str,
     _check_method(ctx, "bayesian")
     not_dp = config.bayes_calibration == "brute-force-NOT-DP"
 
-    def compute(wh: Warehouse) -> StageResult:
+    def compute(wh: Engine) -> StageResult:
         source = noise or NoiseSource.secure()
         inputs = _stage_inputs(ctx, wh, source.salt())
         C, W, L = config.bayes_clip_count, config.bayes_max_trigrams, config.bayes_log_clip
@@ -781,7 +764,7 @@ def run_bayes(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str,
         )
         return StageResult(events=[event], report=report)
 
-    result = spend_once(ctx, STAGE, [TRIGRAM_DIST_PATH], compute)
+    result = spend_once(ctx, STAGE, [TRIGRAM_DIST_PATH], compute, engine=True)
     return _summary(ctx, result)
 
 
@@ -797,7 +780,7 @@ def run_bayes_baseline(ctx: RunContext, method: str, *, noise: NoiseSource | Non
     epsilon, _ = config.stage_share(STAGE)
     _check_method(ctx, method)
 
-    def compute(wh: Warehouse) -> StageResult:
+    def compute(wh: Engine) -> StageResult:
         source = noise or NoiseSource.secure()
         inputs = _stage_inputs(ctx, wh, source.salt())
         C, W = config.bayes_clip_count, config.bayes_max_trigrams
@@ -830,7 +813,7 @@ def run_bayes_baseline(ctx: RunContext, method: str, *, noise: NoiseSource | Non
         )
         return StageResult(events=[event], report=report)
 
-    result = spend_once(ctx, STAGE, [TRIGRAM_DIST_PATH], compute)
+    result = spend_once(ctx, STAGE, [TRIGRAM_DIST_PATH], compute, engine=True)
     return _summary(ctx, result)
 
 

@@ -1,6 +1,7 @@
 """The engine abstraction: where the heavy SQL stages run (DuckDB embedded, or Apache Spark).
 
-The stages (ingest, the DPSU vocabulary, every DPNE level) talk to an :class:`Engine`: a small
+The stages (ingest, the DPSU vocabulary, every DPNE level, the Bayesian and Chen count
+aggregations) talk to an :class:`Engine`: a small
 set of operations over SQL text loaded from ``sql/*.sql`` (:func:`pipeline.store.load_sql`), so the
 SQL is written once, in DuckDB's dialect. Two implementations:
 
@@ -15,16 +16,27 @@ Noise never runs inside an engine: stages stream the aggregated, user-free histo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["Engine", "ENGINES", "open_engine"]
+__all__ = ["Engine", "ENGINES", "open_engine", "is_remote_path"]
 
 ENGINES = ("duckdb", "spark")
+_URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+
+
+def is_remote_path(path: str) -> bool:
+    """True for a Hadoop-style URI other than ``file://`` (``hdfs://``, ``s3a://``, ``gs://``,
+    ...): only the Spark engine reads and writes those."""
+    text = str(path)
+    return bool(_URI_SCHEME.match(text)) and not text.startswith("file://")
+
+
 ObjectType = Literal["BASE TABLE", "VIEW"]
 
 
@@ -67,6 +79,11 @@ class Engine(Protocol):
 
     def write_parquet(self, sql: str, path: str, params: dict[str, Any] | None = None) -> None:
         """Write a SELECT's result to Parquet at ``path`` (a file for DuckDB, a directory for Spark)."""
+
+    def load_table(self, schema: str, table: str, batches: Iterable[pa.Table], columns: pa.Schema) -> None:
+        """Create (or replace) ``schema.table`` with ``columns`` from driver-side Arrow batches
+        (public data or DP outputs the driver holds: a public corpus, a released vocabulary),
+        streamed batch by batch; no batch gives an empty table."""
 
     def close(self) -> None: ...
 

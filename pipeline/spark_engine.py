@@ -4,7 +4,7 @@ Design (``docs/engines.md`` has the full argument):
 
 * **SQL**: every statement loaded by :func:`pipeline.store.load_sql` (DuckDB dialect) is parsed
   and rewritten once with ``sqlglot`` (read="duckdb", write="spark") and cached by text
-  (:func:`to_spark`). On top of sqlglot's translation, four rewrites are applied, each because
+  (:func:`to_spark`). On top of sqlglot's translation, five rewrites are applied, each because
   the dialects disagree on meaning, not just spelling:
 
   - ``list[i]`` -> ``element_at(list, i)``: DuckDB lists are 1-based, Spark's ``[]`` is 0-based
@@ -15,7 +15,9 @@ Design (``docs/engines.md`` has the full argument):
     :mod:`pipeline.dpsu`);
   - ``CAST(x AS UBIGINT)`` -> ``CAST(x AS BIGINT)`` (Spark has no unsigned types; salts are
     < 2^62);
-  - ``list_slice(l, a, b)`` -> ``slice(l, a, b - a + 1)`` (Spark takes a length).
+  - ``list_slice(l, a, b)`` -> ``slice(l, a, b - a + 1)`` (Spark takes a length);
+  - ``list(v ORDER BY k)`` -> ``transform(array_sort(collect_list(struct(k, v))), e -> e.v)``
+    (sqlglot drops the ORDER BY, and Spark's collect_list keeps no order).
 
 * **Tables**: a run schema is a Spark database in the session catalog; each table is a Parquet
   directory ``{root}/{schema}/{table}`` registered as an external table. ``CREATE OR REPLACE
@@ -49,7 +51,7 @@ import os
 import re
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -60,6 +62,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
+from pipeline.engine import is_remote_path
 from pipeline.store import Warehouse, load_sql, run_schema_name, safe_identifier
 
 __all__ = [
@@ -97,7 +100,26 @@ def _rewrite(node: exp.Expression) -> exp.Expression:
         return exp.Anonymous(this="slice", expressions=[arr, start, exp.Paren(this=length)])
     if isinstance(node, exp.DataType) and node.this == exp.DataType.Type.UBIGINT:
         return exp.DataType.build("BIGINT")
+    if isinstance(node, exp.ArrayAgg) and isinstance(node.this, exp.Order):
+        return _ordered_list(node.this)
     return node
+
+
+def _ordered_list(order: exp.Order) -> exp.Expression:
+    """DuckDB ``list(v ORDER BY k1, k2)`` -> ``transform(array_sort(collect_list(struct(k1, k2,
+    v))), e -> e.v)``: Spark's collect_list keeps no order (sqlglot drops the ORDER BY), and sorting
+    the structs orders by their fields left to right. Ascending keys only."""
+    keys = []
+    for ordered in order.expressions:
+        if ordered.args.get("desc"):
+            raise SparkSqlError("list(... ORDER BY ... DESC) is not supported on Spark")
+        keys.append(ordered.this.sql(dialect="spark"))
+    fields = ", ".join(
+        [*(f"{k} AS k{i}" for i, k in enumerate(keys)), f"{order.this.sql(dialect='spark')} AS v"]
+    )
+    return sqlglot.parse_one(
+        f"TRANSFORM(ARRAY_SORT(COLLECT_LIST(STRUCT({fields}))), dpngram_e -> dpngram_e.v)", read="spark"
+    )
 
 
 @lru_cache(maxsize=512)
@@ -386,15 +408,39 @@ class SparkEngine:
         """Write a DataFrame as table ``schema.table`` (replacing it; it may read the old one)."""
         schema, table = safe_identifier(schema), safe_identifier(table)
         self.create_schema(schema)
-        tmp = f"{self.root}/{schema}/.{table}.{uuid.uuid4().hex[:12]}"
+        tmp = self._staging_dir(schema, table)
         df.write.mode("overwrite").parquet(tmp)
+        self._swap_in(schema, table, tmp, df.schema)
+
+    def _staging_dir(self, schema: str, table: str) -> str:
+        return f"{self.root}/{schema}/.{table}.{uuid.uuid4().hex[:12]}"
+
+    def _swap_in(self, schema: str, table: str, tmp: str, columns: Any) -> None:
+        """Replace table ``schema.table`` by the Parquet directory ``tmp``."""
         self.drop(schema, table)
         final = self._p(schema, table)
         if self._fs.exists(final):
             self._fs.delete(final, True)
         if not self._fs.rename(self._Path(tmp), final):
             raise RuntimeError(f"cannot move a Spark table into place: {schema}.{table}")
-        self._register_table(schema, table, df.schema)
+        self._register_table(schema, table, columns)
+
+    def load_table(self, schema: str, table: str, batches: Iterable[pa.Table], columns: pa.Schema) -> None:
+        """Driver-side Arrow batches (public data, DP outputs) appended one by one to a fresh
+        Parquet directory, then swapped in as ``schema.table``."""
+        schema, table = safe_identifier(schema), safe_identifier(table)
+        self.create_schema(schema)
+        tmp = self._staging_dir(schema, table)
+        spark_columns = None
+        for batch in batches:
+            frame = self.spark.createDataFrame(batch.select(columns.names).cast(columns))
+            spark_columns = frame.schema
+            frame.write.mode("append").parquet(tmp)
+        if spark_columns is None:  # no batch: an empty table with the declared columns
+            frame = self.spark.createDataFrame(columns.empty_table())
+            spark_columns = frame.schema
+            frame.write.mode("overwrite").parquet(tmp)
+        self._swap_in(schema, table, tmp, spark_columns)
 
     # -- Engine interface ---------------------------------------------------------------------
     def sql(self, sql: str, params: dict[str, Any] | None = None) -> Any:
@@ -505,11 +551,7 @@ class SparkEngine:
         private validation suites): in the warehouse file, each Spark table becomes a view over
         its Parquet files in the same schema. Only for a local ``root`` (a cluster path would
         need DuckDB's httpfs/hdfs readers). Returns the number of views."""
-        if (
-            self.ledger is None
-            or re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://", self.root)
-            and not self.root.startswith("file://")
-        ):
+        if self.ledger is None or is_remote_path(self.root):
             return 0
         local = Path(self.root.removeprefix("file://"))
         made = 0

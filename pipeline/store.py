@@ -21,7 +21,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -174,6 +174,14 @@ class Warehouse:
 
     def write_parquet(self, sql: str, path: str, params: dict[str, Any] | None = None) -> None:
         self.con.sql(sql, params=params or None).write_parquet(str(path))
+
+    def load_table(self, schema: str, table: str, batches: Iterable[pa.Table], columns: pa.Schema) -> None:
+        target = f"{safe_identifier(schema)}.{safe_identifier(table)}"
+        with self.registered(load_table_batch=columns.empty_table()):
+            self.con.execute(f"CREATE OR REPLACE TABLE {target} AS SELECT * FROM load_table_batch")
+        for batch in batches:
+            with self.registered(load_table_batch=batch.select(columns.names).cast(columns)):
+                self.con.execute(f"INSERT INTO {target} SELECT * FROM load_table_batch")
 
     # -- run schemas --------------------------------------------------------------------------
     def run_schema(self, run_id: str) -> str:

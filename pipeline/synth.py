@@ -24,8 +24,9 @@ counts is exactly exp(ε_v |Δ| / ℓ_max).
 Scale (issue 5): expanding a node over |I| + 1 children never draws |I| + 1 noise values. The
 children with a non-zero true count get explicit noise; how many of the zero-count children pass
 θ, which ones, and their noisy values are drawn implicitly (:func:`implicit_children`, with the
-proof of equal output distribution in its docstring). The exact counts come from DuckDB
-(``sql/synth_level_counts.sql``), one level at a time, for the expanded nodes only.
+proof of equal output distribution in its docstring). The exact counts come from the run's engine
+(DuckDB or Spark; ``sql/synth_level_counts.sql``), one level at a time, for the expanded nodes
+only.
 """
 
 from __future__ import annotations
@@ -43,9 +44,10 @@ import pyarrow.parquet as pq
 
 from pipeline.accounting import PrivacyEvent
 from pipeline.config import ConfigError
+from pipeline.engine import Engine
 from pipeline.noise import NoiseSource, simulation_rng
 from pipeline.run import RunContext, StageResult, released_summary, spend_once
-from pipeline.store import Warehouse, load_sql
+from pipeline.store import load_sql
 
 __all__ = [
     "STAGE",
@@ -273,9 +275,10 @@ class ChildCounts(Protocol):
 
 
 class SqlChildCounts:
-    """:class:`ChildCounts` over ``{schema}.synth_records`` in DuckDB (``sql/synth_level_counts.sql``)."""
+    """:class:`ChildCounts` over ``{schema}.synth_records`` on the run's engine
+    (``sql/synth_level_counts.sql``)."""
 
-    def __init__(self, wh: Warehouse, schema: str, records: str = RECORDS_TABLE) -> None:
+    def __init__(self, wh: Engine, schema: str, records: str = RECORDS_TABLE) -> None:
         self.wh, self.schema, self.records = wh, schema, records
 
     def child_counts(self, n: int, parents: Sequence[Key]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -285,17 +288,11 @@ class SqlChildCounts:
                 "prefix": pa.array([list(p) for p in parents], type=pa.list_(pa.int32())),
             }
         )
-        view = "synth_parents_batch"
-        con = self.wh.con
-        con.register(view, table)
-        try:
-            con.execute(f"CREATE OR REPLACE TABLE {self.schema}.{PARENTS_TABLE} AS SELECT * FROM {view}")
-        finally:
-            con.unregister(view)
-        result = con.execute(
+        self.wh.load_table(self.schema, PARENTS_TABLE, [table], table.schema)
+        result = self.wh.fetch_numpy(
             load_sql("synth_level_counts", schema=self.schema, records=self.records, parents=PARENTS_TABLE),
             {"n": int(n)},
-        ).fetchnumpy()
+        )
         return (
             np.asarray(result["node_id"], dtype=np.int64),
             np.asarray(result["child"], dtype=np.int64),
@@ -790,16 +787,14 @@ def _load_vocabulary(ctx: RunContext) -> list[str]:
     return [t for t in pq.read_table(path, columns=["token"])["token"].to_pylist() if t is not None]
 
 
-def install_records(wh: Warehouse, schema: str, labels: list[str], l_max: int) -> None:
+def install_records(wh: Engine, schema: str, labels: list[str], l_max: int) -> None:
     """``{schema}.synth_vocabulary(token, item_id)`` and the truncated user records
     ``{schema}.synth_records(user_id, items INTEGER[])`` (``sql/synth_records.sql``)."""
     vocab = pa.table(
         {"token": pa.array(labels[2:], pa.string()), "item_id": pa.array(range(2, len(labels)), pa.int32())}
     )
-    view = "synth_vocabulary_batch"
-    with wh.registered(**{view: vocab}):
-        wh.con.execute(f"CREATE OR REPLACE TABLE {schema}.{VOCABULARY_TABLE} AS SELECT * FROM {view}")
-    wh.con.execute(
+    wh.load_table(schema, VOCABULARY_TABLE, [vocab], vocab.schema)
+    wh.execute(
         load_sql(
             "synth_records",
             schema=schema,
@@ -812,9 +807,8 @@ def install_records(wh: Warehouse, schema: str, labels: list[str], l_max: int) -
     )
 
 
-def drop_work_tables(wh: Warehouse, schema: str) -> None:
-    for table in (VOCABULARY_TABLE, RECORDS_TABLE, PARENTS_TABLE):
-        wh.con.execute(f"DROP TABLE IF EXISTS {schema}.{table}")
+def drop_work_tables(wh: Engine, schema: str) -> None:
+    wh.drop(schema, VOCABULARY_TABLE, RECORDS_TABLE, PARENTS_TABLE)
 
 
 def _text(labels: list[str], key: Key) -> str:
@@ -872,7 +866,7 @@ def run_synth(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str,
         allocation=config.synth_allocation,
     )
 
-    def compute(wh: Warehouse) -> StageResult:
+    def compute(wh: Engine) -> StageResult:
         source = noise or NoiseSource.secure()
         install_records(wh, ctx.schema, labels, params.l_max)
         tree = build_tree(SqlChildCounts(wh, ctx.schema), params, source)
@@ -914,5 +908,5 @@ def run_synth(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str,
         )
         return StageResult(events=[event], report=report)
 
-    result = spend_once(ctx, STAGE, [COUNTS_PATH, SEQUENCES_PATH], compute)
+    result = spend_once(ctx, STAGE, [COUNTS_PATH, SEQUENCES_PATH], compute, engine=True)
     return released_summary(ctx, STAGE, result, [SEQUENCES_PATH, COUNTS_PATH])

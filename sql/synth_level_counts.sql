@@ -6,7 +6,8 @@
 WITH grams AS (
     SELECT list_slice(r.items, p.j, p.j + $n - 2) AS prefix, r.items[p.j + $n - 1] AS child
     FROM {schema}.{records} AS r,
-         unnest(generate_series(1, len(r.items) - $n + 1)) AS p(j)
+         unnest(generate_series(1, array_length(r.items) - $n + 1)) AS p(j)
+    WHERE array_length(r.items) >= $n  -- Spark's sequence(1, 0) is [1, 0], not empty
 )
 SELECT e.node_id, g.child, count(*) AS n_occurrences
 FROM grams AS g

@@ -8,9 +8,9 @@ WITH stream AS (
     FROM {schema}.{tokens} AS t
     LEFT JOIN {schema}.{vocabulary} AS v ON v.token = t.token
     UNION ALL
-    SELECT s.user_id, s.doc_id, s.sent_id, len(s.tokens) AS pos, 0 AS item
+    SELECT s.user_id, s.doc_id, s.sent_id, array_length(s.tokens) AS pos, 0 AS item
     FROM {schema}.{sentences} AS s
-    WHERE len(s.tokens) > 0
+    WHERE array_length(s.tokens) > 0
 ),
 numbered AS (
     SELECT user_id, item,

@@ -10,8 +10,13 @@
   summation order, which is engine-dependent: two orders of n positive terms differ by at most
   2 (n - 1) u W (u = 2^-53, W = the weight; Higham, "Accuracy and Stability of Numerical
   Algorithms", §4.2), with n <= W sqrt(Delta_0) because every term is >= 1/sqrt(Delta_0).
-* The released-set size of a full Spark run (stages ingest -> dpne.k1 -> dpne.k2 -> dpne.k3,
-  through the same functions as the CLI/DAG) agrees with the noise: |S_1| is a sum of
+* The Bayesian stage's exact aggregates (Ramadan et al. Alg. 1 lines 1-4: V and its public
+  counts alpha, c = sum of bounded counts, N = users per trigram, and the public-tuning
+  aggregates) and the Chen et al. tree's exact child counts (the records, and |g(u)| per level)
+  are equal on both engines (integers: exactly), with W larger than any user's number of
+  distinct trigrams (no salted subset).
+* The released-set size of a full Spark run (stages ingest -> vocabulary -> dpne.k2 -> bayes
+  -> synth, through the same functions as the CLI/DAG) agrees with the noise: |S_1| is a sum of
   independent Bernoulli(p_u) with p_u = Phi((w_u - rho) / sigma) over the histogram, and it must
   lie within z sqrt(sum p(1 - p)) (+ 1 for the continuity) of sum p_u, with z for a two-sided
   false-failure rate of 1e-4 (normal approximation).
@@ -31,7 +36,7 @@ import pyspark  # noqa: E402,F401  (a declared dependency: a missing install mus
 import pytest
 from scipy import stats
 
-from pipeline import dpne, dpsu
+from pipeline import bayes, dpne, dpsu, synth
 from pipeline.config import RunConfig
 from pipeline.ingest import ingest_stats, run_ingest
 from pipeline.noise import NoiseSource
@@ -51,6 +56,7 @@ BIG_DELTA = 100_000  # > any user's distinct items: no subsampling, deterministi
 FALSE_FAILURE = 1e-4
 Z = float(stats.norm.isf(FALSE_FAILURE / 2))
 UNIT_ROUNDOFF = 2.0**-53
+PUBLIC_SENTENCES = 600
 
 
 @pytest.fixture(scope="session")
@@ -63,7 +69,7 @@ def spark():
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     return write_sample(
-        tmp_path_factory.mktemp("engine_corpus"), n_users=USERS, seed=SEED, public_sentences=10
+        tmp_path_factory.mktemp("engine_corpus"), n_users=USERS, seed=SEED, public_sentences=PUBLIC_SENTENCES
     )
 
 
@@ -91,11 +97,16 @@ def runs(spark, corpus, tmp_path_factory):
                 delta=1e-4,
                 max_contribution=BIG_DELTA,
                 dataset=f"equiv{name}",
+                public=str(corpus["public"]),
+                stage_budget={"dpne": 0.6, "bayes": 0.2, "synth": 0.2},
+                synth_n_max=3,
             )
             ctx = RunContext(prepare(config))
             run_ingest(ctx)
             dpsu.run_vocabulary(ctx)
             dpne.run_level(ctx, 2)  # (levels 2 and 3 are compared table by table below)
+            bayes.run_bayes(ctx)  # (the aggregates are compared exactly below)
+            synth.run_synth(ctx)
             out[name] = ctx
         yield out
     finally:
@@ -141,11 +152,8 @@ def test_ingest_stats_identical(runs, engines) -> None:
     duck, duck_schema = engines["duckdb"]
     spark, spark_schema = engines["spark"]
     stats_duck = ingest_stats(duck, duck_schema)
-    table = spark.fetch_arrow(load_sql("ingest_stats_read", schema=spark_schema))
-    rows = dict(zip(table.column("metric").to_pylist(), table.column("value").to_pylist(), strict=True))
-    assert {k: v for k, v in stats_duck.items() if k != "quarantine_reasons"} == {
-        k: v for k, v in rows.items() if not k.startswith("quarantined.")
-    }
+    assert stats_duck["users"] == USERS
+    assert ingest_stats(spark, spark_schema) == stats_duck
 
 
 def _histogram(engine, schema: str, source: str, target: str) -> pa.Table:
@@ -320,3 +328,126 @@ def test_parquet_quarantine_identical(spark, tmp_path) -> None:
     ]
     assert results["spark"] == results["duckdb"]
     assert [row["user_id"] for row in results["duckdb"][0]] == ["a", "a", "d"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Bayesian (Ramadan et al.) and Chen et al. count aggregations
+# ----------------------------------------------------------------------------------------------
+def _released_vocabulary(runs) -> pa.Table:
+    return pq.read_table(runs["duckdb"].release.root / dpsu.VOCABULARY_PATH, columns=["token"])
+
+
+def test_bayes_aggregates_identical(runs, engines, corpus) -> None:
+    """prepare_inputs (occurrences with <unk> mapping, public counts, V, bounded per-user counts,
+    c and N) and the public-tuning aggregates give the same vectors over the same V."""
+    vocabulary = _released_vocabulary(runs)
+    found = {}
+    for name, (engine, schema) in engines.items():
+        inputs = bayes.prepare_inputs(
+            engine,
+            schema,
+            public_path=corpus["public"],
+            vocabulary=vocabulary,
+            released=bayes.released_trigrams(None),
+            C=3,
+            W=BIG_DELTA,
+            vocab_size=5_000,
+            salt=NoiseSource.secure().salt(),
+        )
+        keys = bayes.space_keys(engine, schema).to_pylist()
+        tuned = bayes.tune_on_public(
+            engine,
+            inputs,
+            epsilon=1.0,
+            delta=1e-5,
+            C=3,
+            W=BIG_DELTA,
+            log_clip=5.0,
+            S_grid=(1.0,),
+            rho_grid=(0.5,),
+        )
+        exact = bayes.exact_counts_for_evaluation(engine, schema, bayes.PRIVATE_OCCURRENCES, inputs.size)
+        found[name] = (inputs, keys, tuned, exact)
+    (d, d_keys, d_tuned, d_exact), (s, s_keys, s_tuned, s_exact) = found["duckdb"], found["spark"]
+    assert d.size > 100 and d.unk_mapped and d.public_sentences == PUBLIC_SENTENCES
+    assert d.users.sum() > 0 and d.total_count.max() > 1  # the test has something to compare
+    assert (s.size, s.public_sentences, s_keys) == (d.size, d.public_sentences, d_keys)
+    for field in ("public", "total_count", "users"):
+        assert np.array_equal(getattr(d, field), getattr(s, field)), field
+    assert np.array_equal(d_exact, s_exact)
+    assert (s_tuned.prior_sentences, s_tuned.pseudo_users) == (d_tuned.prior_sentences, d_tuned.pseudo_users)
+
+
+def test_synth_records_and_child_counts_identical(runs, engines) -> None:
+    """The truncated user records and the exact child counts |g(u)| of three tree levels."""
+    labels = synth.item_labels(_released_vocabulary(runs).column("token").to_pylist())
+    records = {}
+    for name, (engine, schema) in engines.items():
+        synth.install_records(engine, schema, labels, l_max=20)
+        table = engine.fetch_arrow(f"SELECT user_id, items FROM {schema}.{synth.RECORDS_TABLE}")
+        records[name] = _sorted(table, ["user_id"]).to_pylist()
+    assert len(records["duckdb"]) == USERS and records["duckdb"] == records["spark"]
+    parents: list[tuple[int, ...]] = [()]
+    for n in (1, 2, 3):
+        counts = {}
+        for name, (engine, schema) in engines.items():
+            node, child, count = synth.SqlChildCounts(engine, schema).child_counts(n, parents)
+            counts[name] = sorted(zip(node.tolist(), child.tolist(), count.tolist(), strict=True))
+        assert counts["duckdb"] and counts["duckdb"] == counts["spark"], n
+        frequent = sorted(counts["duckdb"], key=lambda row: -row[2])[:50]  # the next level's parents
+        parents = [(*parents[p], c) for p, c, _ in frequent if c != 0]
+
+
+def test_bayes_and_synth_stages_run_on_spark(runs) -> None:
+    """The stage functions ran on both engines (fixture) and released a distribution over V
+    and the synthetic outputs. (V depends on each run's own DP vocabulary through the <unk>
+    mapping, so the two V differ; the aggregates over a common vocabulary are compared above.)"""
+    for ctx in runs.values():
+        dist = pq.read_table(ctx.release.root / bayes.TRIGRAM_DIST_PATH)
+        assert dist.num_rows > 100 and abs(pc.sum(dist.column("prob")).as_py() - 1.0) < 1e-9
+        assert pq.read_table(ctx.release.root / synth.SEQUENCES_PATH).num_rows > 0
+        assert pq.read_table(ctx.release.root / synth.COUNTS_PATH).num_rows > 0
+
+
+def test_ordered_list_aggregate_keeps_its_order(engines) -> None:
+    """DuckDB's ``list(v ORDER BY k)`` (sql/synth_records.sql) keeps the ORDER BY on Spark:
+    rows arrive in descending k, so a plain collect_list would return them reversed."""
+    keys = np.arange(200, 0, -1)
+    rows = pa.table({"g": keys % 3, "k": keys, "v": keys * 10})
+    for engine, _ in engines.values():
+        with engine.registered(ordered_rows=rows):
+            table = engine.fetch_arrow("SELECT g, list(v ORDER BY k) AS vs FROM ordered_rows GROUP BY g")
+        for group, values in zip(table.column("g").to_pylist(), table.column("vs").to_pylist(), strict=True):
+            assert values == sorted(values) and len(values) == int(np.sum(keys % 3 == group))
+
+
+def test_private_validation_runs_on_the_spark_engine(runs, spark, tmp_path, monkeypatch) -> None:
+    """The private ingest suite reads the run's tables through the Spark engine itself, so it
+    works when the DuckDB file has no view of them (a cluster ``spark_warehouse``)."""
+    from pipeline import engine as engine_module
+    from pipeline import validate
+    from pipeline.spark_engine import SparkEngine as Engine
+
+    ctx = runs["spark"]
+    config = ctx.config.model_copy(
+        update={
+            "warehouse": str(tmp_path / "empty.duckdb"),
+            "spark_warehouse": ctx.config.warehouse + ".spark",
+        }
+    )
+    original = engine_module.open_engine
+    monkeypatch.setattr(
+        engine_module, "open_engine", lambda cfg, spark=None, _s=spark: original(cfg, spark=_s)
+    )
+    monkeypatch.setattr(Engine, "expose_to_duckdb", lambda self: 0)
+    sources = validate.Sources(RunContext(config))
+    try:
+        batches = {b.suite: b for b in validate.ingest_suite(sources)}
+    finally:
+        sources.close()
+    assert all(b.problem is None for b in batches.values())
+    assert len(batches["ingest.tokens_sample"].frame) > 1000
+    consistency = batches["ingest.consistency"].frame
+    assert len(consistency) == 1 and int(consistency.to_numpy().sum()) == 0
+    with Warehouse(config.warehouse, memory_limit="256MB") as wh:  # nothing was exposed to DuckDB
+        assert not wh.table_exists(ctx.schema, "sentences")
