@@ -34,6 +34,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from pipeline.config import ConfigError, RunConfig
 from pipeline.demo import DEMO_USERS
+from pipeline.engine import is_remote_path
 
 __all__ = ["main", "build_parser", "add_config_flags", "config_from_args"]
 
@@ -148,7 +149,15 @@ def _console(stderr: bool = False) -> Any:
 
 
 def _check_input(config: RunConfig) -> None:
-    if not Path(config.input).exists():
+    """Local inputs must exist; a Hadoop-style URI (``hdfs://``, ``s3a://``) is read by Spark
+    itself, so it is accepted only with ``--engine spark`` (and checked when Spark opens it)."""
+    if is_remote_path(config.input):
+        if config.engine != "spark":
+            raise ConfigError(
+                f"input: {config.input} is a Hadoop-style URI; only the Spark engine reads those "
+                "(--engine spark)"
+            )
+    elif not Path(str(config.input).removeprefix("file://")).exists():
         raise FileNotFoundError(f"input {config.input} does not exist")
     if config.public and not Path(config.public).exists():
         raise FileNotFoundError(f"public corpus {config.public} does not exist")
@@ -285,8 +294,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         progress.on_stage("ingest", "start", {})
         run_ingest(ctx, progress.on_records)
         progress.on_stage("ingest", "done", {})
-    with ctx.warehouse(read_only=True) as wh:
-        stats = ingest_stats(wh, ctx.schema)
+    with ctx.engine() as engine:
+        stats = ingest_stats(engine, ctx.schema)
     console = _console()
     table = Table(title="Ingest (exact counts: operator console only, never released)", title_justify="left")
     table.add_column("")

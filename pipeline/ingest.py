@@ -66,6 +66,7 @@ import polars as pl
 from pipeline.config import RunConfig
 
 if TYPE_CHECKING:
+    from pipeline.engine import Engine
     from pipeline.run import RunContext
     from pipeline.store import Warehouse
 
@@ -876,14 +877,18 @@ def _write_stats(wh: Warehouse, schema: str, stats: IngestStats) -> None:
         wh.run_sql("ingest_stats_write", schema=schema, stats_batch="ingest_stats_batch")
 
 
-def ingest_stats(wh: Warehouse, schema: str) -> dict[str, Any]:
-    """The exact statistics of the last finished ingest in ``schema`` (PRIVATE: operator console
-    only). Keys as :class:`IngestStats` (without seconds); raises :class:`IngestError` if ingest
-    has not finished in that schema."""
-    if not wh.table_exists(schema, "ingest_stats"):
+def ingest_stats(engine: Engine, schema: str) -> dict[str, Any]:
+    """The exact statistics of the last finished ingest in ``schema`` on either engine (PRIVATE:
+    operator console only). Keys as :class:`IngestStats` (without seconds); raises
+    :class:`IngestError` if ingest has not finished in that schema."""
+    from pipeline.store import load_sql
+
+    if not engine.table_exists(schema, "ingest_stats"):
         raise IngestError(f"no finished ingest in schema {schema}")
     out: dict[str, Any] = {"quarantine_reasons": {}}
-    for metric, value in wh.query("ingest_stats_read", schema=schema).fetchall():
+    table = engine.fetch_arrow(load_sql("ingest_stats_read", schema=schema))
+    metrics = zip(table.column("metric").to_pylist(), table.column("value").to_pylist(), strict=True)
+    for metric, value in metrics:
         if metric.startswith("quarantined."):
             out["quarantine_reasons"][metric.removeprefix("quarantined.")] = int(value)
         else:

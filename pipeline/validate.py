@@ -52,7 +52,7 @@ from pipeline.store import load_sql, write_json_atomic
 if TYPE_CHECKING:
     import pandas as pd
 
-    from pipeline.store import Warehouse
+    from pipeline.engine import Engine
 
 __all__ = [
     "Expect",
@@ -124,21 +124,23 @@ class Batch:
 
 
 class Sources:
-    """What suites read: the run's private schema (read-only warehouse connection, opened on
-    first use) and the released parquet files (views ``released_<name>`` in an in-memory DuckDB)."""
+    """What suites read: the run's private schema on the run's engine (opened on first use: a
+    read-only DuckDB warehouse, or the Spark engine whose tables may live on a cluster path) and
+    the released parquet files (views ``released_<name>`` in an in-memory DuckDB)."""
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
-        self._warehouse: Warehouse | None = None
-        self._warehouse_cm: Any = None
+        self._engine: Engine | None = None
+        self._engine_cm: Any = None
         self.public = duckdb.connect(":memory:")
 
     @property
-    def warehouse(self) -> Warehouse:
-        if self._warehouse is None:
-            self._warehouse_cm = self.ctx.warehouse(read_only=True)
-            self._warehouse = self._warehouse_cm.__enter__()
-        return self._warehouse
+    def engine(self) -> Engine:
+        if self._engine is None:
+            duck = self.ctx.config.engine == "duckdb"
+            self._engine_cm = self.ctx.warehouse(read_only=True) if duck else self.ctx.engine()
+            self._engine = self._engine_cm.__enter__()
+        return self._engine
 
     def released(self, relative: str) -> Path:
         return self.ctx.release.root / relative
@@ -156,8 +158,8 @@ class Sources:
         return [d[0] for d in self.public.execute(f"SELECT * FROM {view} LIMIT 0").description]
 
     def close(self) -> None:
-        if self._warehouse_cm is not None:
-            self._warehouse_cm.__exit__(None, None, None)
+        if self._engine_cm is not None:
+            self._engine_cm.__exit__(None, None, None)
         self.public.close()
 
 
@@ -217,15 +219,17 @@ def ingest_suite(src: Sources) -> list[Batch]:
     """Private ingest tables: sampled row checks on ``tokens`` and whole-table consistency flags
     (read = loaded + quarantined; every document has a sentence, every sentence a document; no
     empty sentence or blank user id). PRIVATE: BOOLEAN_ONLY results."""
-    wh = src.warehouse
+    engine = src.engine
     schema = src.ctx.schema
     missing = [
-        t for t in ("sentences", "raw_text", "quarantine", "ingest_stats") if not wh.table_exists(schema, t)
+        t
+        for t in ("sentences", "raw_text", "quarantine", "ingest_stats")
+        if not engine.table_exists(schema, t)
     ]
     if missing:
         return [Batch("ingest", None, [], True, problem=f"private tables missing: {', '.join(missing)}")]
-    sample = _frame(wh.con, load_sql("validate_ingest_sample", schema=schema))
-    aggregates = _frame(wh.con, load_sql("validate_ingest_aggregates", schema=schema))
+    sample = engine.fetch_arrow(load_sql("validate_ingest_sample", schema=schema)).to_pandas()
+    aggregates = engine.fetch_arrow(load_sql("validate_ingest_aggregates", schema=schema)).to_pandas()
     rows = [
         Expect(
             "ExpectTableColumnsToMatchSet", {"column_set": ["user_id", "token", "pos"], "exact_match": True}

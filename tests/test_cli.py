@@ -164,6 +164,31 @@ def test_missing_input_is_one_line_exit_2_without_traceback(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_hadoop_uri_input_needs_the_spark_engine(tmp_path):
+    """hdfs:// and s3a:// inputs are read by Spark itself: refused on DuckDB with the reason,
+    not checked against the local file system on Spark; local inputs must exist on both."""
+    from pipeline.cli import _check_input
+    from pipeline.config import ConfigError, RunConfig
+
+    def config(engine: str, path: str) -> RunConfig:
+        return RunConfig.build(
+            input=path, out=str(tmp_path / "out"), warehouse=str(tmp_path / "wh.duckdb"), engine=engine
+        )
+
+    for uri in ("hdfs://namenode:8020/corpora/users.jsonl", "s3a://bucket/users.parquet"):
+        with pytest.raises(ConfigError, match=r"^input: .* only the Spark engine reads those"):
+            _check_input(config("duckdb", uri))
+        _check_input(config("spark", uri))  # accepted: Spark opens it
+    local = tmp_path / "users.jsonl"
+    for engine in ("duckdb", "spark"):
+        with pytest.raises(FileNotFoundError):
+            _check_input(config(engine, str(local)))
+        with pytest.raises(FileNotFoundError):
+            _check_input(config(engine, f"file://{local}"))
+    local.write_text("{}\n", encoding="utf-8")
+    _check_input(config("spark", f"file://{local}"))
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "field"),
     [
