@@ -1,8 +1,9 @@
 """DuckDB vs Spark (local mode) on the heavy stages: wall time and peak memory per stage.
 
 Each (engine, users) cell runs in its own process (``--worker``) over a corpus from the project's
-generator (:func:`pipeline.sample.write_sample`): ingest, the DPSU vocabulary (dpne.k1) and the
-DPNE levels k = 2..T, through the same stage functions the CLI and the DAG call. Peak memory is
+generator (:func:`pipeline.sample.write_sample`): ingest, the DPSU vocabulary (dpne.k1), the
+DPNE levels k = 2..T and (unless ``--no-bayes-synth``) the Bayesian trigram stage and the Chen et
+al. synthetic stage, through the same stage functions the CLI and the DAG call. Peak memory is
 the largest resident set of the worker's whole process tree (the Python driver plus, for Spark,
 the JVM and its Python workers), sampled every 50 ms during each stage.
 
@@ -71,7 +72,7 @@ class PeakMemory:
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
-    from pipeline import dpne, dpsu
+    from pipeline import bayes, dpne, dpsu, synth
     from pipeline.config import RunConfig
     from pipeline.ingest import run_ingest
     from pipeline.run import RunContext, prepare
@@ -89,6 +90,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         memory_limit=args.memory_limit,
         dataset=f"bench{args.engine}",
         spark_conf=args.spark_conf,
+        public=args.public or None,
+        stage_budget={"dpne": 0.6, "bayes": 0.2, "synth": 0.2} if args.public else {"dpne": 1.0},
     )
     stages: dict[str, dict[str, float]] = {}
     session = None
@@ -107,6 +110,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     ctx = RunContext(config)
     plan = [("ingest", lambda: run_ingest(ctx)), ("dpne.k1", lambda: dpsu.run_vocabulary(ctx))]
     plan += [(f"dpne.k{k}", lambda k=k: dpne.run_level(ctx, k)) for k in range(2, args.max_n + 1)]
+    if args.public:
+        plan += [("bayes", lambda: bayes.run_bayes(ctx)), ("synth", lambda: synth.run_synth(ctx))]
     released: dict[str, int] = {}
     for name, run in plan:
         with PeakMemory() as mem:
@@ -141,6 +146,11 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per cell")
     parser.add_argument("--out", default=None)
     parser.add_argument("--keep", action="store_true", help="keep the work directories")
+    parser.add_argument(
+        "--no-bayes-synth", action="store_true", help="only ingest and the DPNE stages (no public corpus)"
+    )
+    parser.add_argument("--public-sentences", type=int, default=20_000)
+    parser.add_argument("--public", default="", help=argparse.SUPPRESS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--engine", help=argparse.SUPPRESS)
     parser.add_argument("--input", help=argparse.SUPPRESS)
@@ -157,7 +167,11 @@ def main() -> None:
     cells: list[dict[str, Any]] = []
     try:
         for users in args.users:
-            corpus = write_sample(base / f"corpus{users}", n_users=users, seed=args.seed, public_sentences=10)
+            public_sentences = 10 if args.no_bayes_synth else args.public_sentences
+            corpus = write_sample(
+                base / f"corpus{users}", n_users=users, seed=args.seed, public_sentences=public_sentences
+            )
+            public = "" if args.no_bayes_synth else str(corpus["public"])
             for engine in args.engines:
                 work = base / f"{engine}{users}"
                 work.mkdir()
@@ -166,7 +180,7 @@ def main() -> None:
                     "--input", str(corpus["users"]), "--workdir", str(work), "--max-n", str(args.max_n),
                     "--epsilon", str(args.epsilon), "--delta", str(args.delta),
                     "--memory-limit", args.memory_limit, "--spark-master", args.spark_master,
-                    "--spark-conf", args.spark_conf,
+                    "--spark-conf", args.spark_conf, "--public", public,
                 ]  # fmt: skip
                 t0 = time.perf_counter()
                 try:
@@ -206,6 +220,7 @@ def main() -> None:
         for name in cell.get("stages", {}):
             if name not in stage_names:
                 stage_names.append(name)
+    stage_names.sort(key=lambda name: name != "spark_start")  # the session start-up first
     header = f"{'engine':7s} {'users':>9s} " + " ".join(f"{n:>16s}" for n in stage_names) + f" {'total':>8s}"
     print(header)
     print("-" * len(header))
@@ -222,6 +237,8 @@ def main() -> None:
         )
 
     import psutil
+
+    from pipeline.sample import GENERATOR_VERSION
 
     payload = {
         "benchmark": "engine_bench",
@@ -242,7 +259,11 @@ def main() -> None:
             "spark_master": args.spark_master,
             "spark_conf": args.spark_conf,
             "corpus": "pipeline.sample.write_sample",
+            "generator_version": GENERATOR_VERSION,
             "seed": args.seed,
+            "stages_bayes_synth": not args.no_bayes_synth,
+            "public_sentences": 10 if args.no_bayes_synth else args.public_sentences,
+            "stage_budget": "dpne 1.0" if args.no_bayes_synth else "dpne 0.6, bayes 0.2, synth 0.2",
         },
         "units": {
             "seconds": "wall clock per stage",
