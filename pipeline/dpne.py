@@ -84,6 +84,8 @@ __all__ = [
     "choose_variant",
     "drop_level_inputs",
     "install_vocabulary",
+    "USER_BUCKETS",
+    "number_users",
     "count_valid_kgrams",
     "estimate_valid_kgrams",
     "release_level",
@@ -100,6 +102,14 @@ MAX_LEVEL = 12
 KGRAMS_PATH = "released/kgrams.parquet"
 KEY_SHIFT = 32  # key = left_id * 2^32 + right_id; ids are positive INTEGERs (< 2^31)
 SENTENCE_STRIDE = 1 << 24  # loc = sentence_no * stride + position (sentences < 2^24 tokens)
+#: Hash buckets of the user/sentence numbering (:func:`number_users`). Users are ranked inside
+#: their bucket (a window PARTITION BY bucket: about users / USER_BUCKETS rows per window
+#: partition, and the buckets spread over the engine's partitions); the only global window runs
+#: over the per-bucket offsets table, at most USER_BUCKETS rows. 2^14 keeps the offsets table
+#: tiny (< 1 MB, broadcast to every task on Spark) while giving a cluster with thousands of
+#: shuffle partitions several buckets per partition (balanced tasks); at 10^8 users a window
+#: partition holds ~6k users.
+USER_BUCKETS = 1 << 14
 MAX_DRAW_BATCH = 1 << 22  # bounds the sampler's memory per rejection round
 BASELINES = ("dpsu-all", "dpsu-even", "dpsu-single")
 KGRAM_COLUMNS = {"k": pa.int32(), "ngram": pa.string()}
@@ -161,7 +171,7 @@ def install_vocabulary(wh: Engine, schema: str, items_table: str = VOCABULARY_TA
     tokens in S_1; other tokens break n-grams). Returns |S_1|."""
     for k in range(2, MAX_LEVEL + 1):  # tables of an earlier attempt are stale now
         _drop(wh, schema, _level(k), _occ(k), f"dpne_cand{k}", f"dpne_hist{k}")
-    wh.execute(load_sql("dpne_users", schema=schema, target="dpne_users"))
+    number_users(wh, schema, "dpne_users")
     wh.execute(load_sql("dpne_level1_table", schema=schema, target=_level(1), released=items_table))
     wh.execute(
         load_sql(
@@ -170,6 +180,24 @@ def install_vocabulary(wh: Engine, schema: str, items_table: str = VOCABULARY_TA
         {"sentence_stride": SENTENCE_STRIDE},
     )
     return _level_size(wh, schema, 1)
+
+
+def number_users(wh: Engine, schema: str, target: str, buckets: int = USER_BUCKETS) -> None:
+    """``{schema}.{target}(user_id, uid, first_sentence)``: every user of ``{schema}.sentences``
+    with a dense integer id ``uid`` = 1..N and the number of sentences of the users numbered
+    before it (so its sentences are numbered ``first_sentence + 1, ...``), computed without a
+    global window, which Spark would run in one partition (docs/engines.md "Numbering without a
+    global window"): per-user sentence counts with a hash bucket (sql/user_sentences.sql), a
+    per-bucket offsets table, then ranks inside each bucket (sql/user_numbering.sql).
+    Deterministic on one engine; the ids differ across engines (so does the hash), which is fine:
+    they are private keys that never leave the run schema. Shared by the DPNE level tables and
+    TrieHH (``uidx = uid - 1``)."""
+    if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 1:
+        raise ValueError(f"buckets: must be a positive integer (got {buckets!r})")
+    per_user = f"{target}_per_user"
+    wh.execute(load_sql("user_sentences", schema=schema, target=per_user), {"buckets": buckets})
+    wh.execute(load_sql("user_numbering", schema=schema, target=target, per_user=per_user))
+    wh.drop(schema, per_user, f"{target}_buckets")
 
 
 def _level_size(wh: Engine, schema: str, k: int) -> int:

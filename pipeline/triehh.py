@@ -50,6 +50,7 @@ from scipy import stats
 
 from pipeline.accounting import PrivacyEvent
 from pipeline.config import ConfigError
+from pipeline.dpne import number_users
 from pipeline.engine import Engine
 from pipeline.noise import NoiseSource
 from pipeline.run import RunContext, StageResult, released_summary, spend_once
@@ -634,7 +635,10 @@ def load_known_vocabulary(path: str | Path | None, lowercase: bool = True) -> li
 def prepare_user_words(wh: Engine, schema: str, known: list[str], params: TrieParameters) -> None:
     """Private tables: ``triehh_users`` (population with integer ids), ``triehh_known`` and
     ``triehh_user_words`` (eligible words per user with counts)."""
-    wh.execute(load_sql("triehh_users", schema=schema, target=USERS_TABLE))
+    numbering = f"{USERS_TABLE}_numbering"
+    number_users(wh, schema, numbering)
+    wh.execute(load_sql("triehh_users", schema=schema, target=USERS_TABLE, numbering=numbering))
+    wh.drop(schema, numbering)
     with wh.registered(triehh_known_source=pa.table({"word": pa.array(known, pa.string())})):
         wh.execute(
             load_sql("triehh_words_table", schema=schema, target=KNOWN_TABLE, source="triehh_known_source")
@@ -783,5 +787,5 @@ def run_triehh(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str
         )
         return StageResult(events=[event], report=report)
 
-    spent = spend_once(ctx, STAGE, [OOV_WORDS_PATH], compute)
+    spent = spend_once(ctx, STAGE, [OOV_WORDS_PATH], compute, engine=True)
     return released_summary(ctx, STAGE, spent, [OOV_WORDS_PATH], method="ldp-triehh")

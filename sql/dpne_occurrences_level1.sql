@@ -2,11 +2,15 @@
 -- no row, so they break n-grams. loc = sentence_no * $sentence_stride + position: consecutive
 -- inside a sentence, with a gap between sentences, so "next position" is the single-column join
 -- loc + 1 and an n-gram can never cross a sentence boundary. Positions at or beyond the stride
--- (sentences longer than $sentence_stride - 1 tokens) are dropped. Sentences are numbered in a
--- fixed order (Spark requires an ordered window for row_number).
+-- (sentences longer than $sentence_stride - 1 tokens) are dropped. sentence_no is globally
+-- unique (1..number of sentences) without a global window: the user's first_sentence offset
+-- from {users} (user_numbering.sql) plus the sentence's rank among the user's own sentences.
 CREATE OR REPLACE TABLE {schema}.{target} AS
 WITH numbered AS (
-    SELECT u.uid, s.tokens, CAST(row_number() OVER (ORDER BY s.user_id, s.doc_id, s.sent_id) AS BIGINT) AS sentence_no
+    SELECT u.uid,
+           s.tokens,
+           CAST(u.first_sentence + row_number() OVER (PARTITION BY s.user_id ORDER BY s.doc_id, s.sent_id)
+                AS BIGINT) AS sentence_no
     FROM {schema}.sentences AS s
     JOIN {schema}.{users} AS u ON u.user_id = s.user_id
 ),
