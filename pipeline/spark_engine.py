@@ -62,7 +62,6 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-from pipeline.engine import is_remote_path
 from pipeline.store import Warehouse, load_sql, run_schema_name, safe_identifier
 
 __all__ = [
@@ -546,40 +545,8 @@ class SparkEngine:
     def write_parquet(self, sql: str, path: str, params: dict[str, Any] | None = None) -> None:
         self.sql(sql, params).write.mode("overwrite").parquet(str(path))
 
-    def expose_to_duckdb(self) -> int:
-        """Make this engine's run tables readable by the DuckDB-only stages (bayes, synth, the
-        private validation suites): in the warehouse file, each Spark table becomes a view over
-        its Parquet files in the same schema. Only for a local ``root`` (a cluster path would
-        need DuckDB's httpfs/hdfs readers). Returns the number of views."""
-        if self.ledger is None or is_remote_path(self.root):
-            return 0
-        local = Path(self.root.removeprefix("file://"))
-        made = 0
-        for schema in sorted(self._registered_schemas):
-            base = local / schema
-            if not base.is_dir():
-                continue
-            self.ledger.create_schema(schema)
-            for table_dir in sorted(base.iterdir()):
-                if not table_dir.is_dir() or table_dir.name.startswith((".", "_")):
-                    continue
-                if not any(table_dir.glob("*.parquet")):
-                    continue
-                name = safe_identifier(table_dir.name)
-                self.ledger.drop(schema, name)
-                files = str(table_dir / "*.parquet").replace("'", "''")
-                self.ledger.con.execute(
-                    f"CREATE VIEW {schema}.{name} AS SELECT * FROM read_parquet('{files}')"
-                )
-                made += 1
-        return made
-
     def close(self) -> None:
         if self.ledger is not None:
-            try:
-                self.expose_to_duckdb()
-            except Exception:  # noqa: BLE001 - the bridge is a convenience; Spark state is intact
-                pass
             self.ledger.close()
             self.ledger = None
         # The session is not stopped here: the next stage of the same process (a CLI run)

@@ -23,6 +23,19 @@ def secure_noise() -> NoiseSource:
     return NoiseSource.secure()
 
 
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession per test process (Spark tests are marked ``spark``); skipped
+    with the reason when no Java runtime is found (PySpark itself is a declared dependency)."""
+    from pipeline.spark_engine import java_available, spark_session
+
+    if not java_available():
+        pytest.skip("Spark needs a Java runtime (none on PATH/JAVA_HOME)")
+    session = spark_session("local[2]", {"spark.sql.shuffle.partitions": "4"})
+    yield session
+    session.stop()
+
+
 @pytest.fixture
 def seeded_noise() -> NoiseSource:
     """Reproducible noise, for determinism tests only."""

@@ -42,7 +42,7 @@ from pipeline.ingest import ingest_stats, run_ingest
 from pipeline.noise import NoiseSource
 from pipeline.run import RunContext, prepare
 from pipeline.sample import write_sample
-from pipeline.spark_engine import SparkEngine, java_available, spark_session  # noqa: E402
+from pipeline.spark_engine import SparkEngine, java_available  # noqa: E402
 from pipeline.store import Warehouse, load_sql
 
 pytestmark = [
@@ -57,13 +57,6 @@ FALSE_FAILURE = 1e-4
 Z = float(stats.norm.isf(FALSE_FAILURE / 2))
 UNIT_ROUNDOFF = 2.0**-53
 PUBLIC_SENTENCES = 600
-
-
-@pytest.fixture(scope="session")
-def spark():
-    session = spark_session("local[2]", {"spark.sql.shuffle.partitions": "4"})
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")
@@ -265,10 +258,9 @@ def test_spark_tables_persist_across_engines(runs, engines, spark) -> None:
     assert fresh.fetch_scalar(f"SELECT count(*) FROM {ctx.schema}.tokens") == duck.fetch_scalar(
         f"SELECT count(*) FROM {duck_schema}.tokens"
     )
-    # The DuckDB-only stages see the Spark tables through views in the warehouse file.
+    # Private tables live only on the engine: the DuckDB file (the ledger) has no copy or view.
     with Warehouse(ctx.config.warehouse, memory_limit="512MB") as wh:
-        duck_rows = wh.fetch_scalar(f"SELECT count(*) FROM {ctx.schema}.sentences")
-    assert duck_rows == fresh.fetch_scalar(f"SELECT count(*) FROM {ctx.schema}.sentences")
+        assert not wh.table_exists(ctx.schema, "sentences")
 
 
 def test_parquet_quarantine_identical(spark, tmp_path) -> None:
@@ -422,11 +414,10 @@ def test_ordered_list_aggregate_keeps_its_order(engines) -> None:
 
 
 def test_private_validation_runs_on_the_spark_engine(runs, spark, tmp_path, monkeypatch) -> None:
-    """The private ingest suite reads the run's tables through the Spark engine itself, so it
-    works when the DuckDB file has no view of them (a cluster ``spark_warehouse``)."""
+    """The private ingest suite reads the run's tables through the Spark engine itself (the
+    DuckDB file holds no view of them, as with a cluster ``spark_warehouse``)."""
     from pipeline import engine as engine_module
     from pipeline import validate
-    from pipeline.spark_engine import SparkEngine as Engine
 
     ctx = runs["spark"]
     config = ctx.config.model_copy(
@@ -439,7 +430,6 @@ def test_private_validation_runs_on_the_spark_engine(runs, spark, tmp_path, monk
     monkeypatch.setattr(
         engine_module, "open_engine", lambda cfg, spark=None, _s=spark: original(cfg, spark=_s)
     )
-    monkeypatch.setattr(Engine, "expose_to_duckdb", lambda self: 0)
     sources = validate.Sources(RunContext(config))
     try:
         batches = {b.suite: b for b in validate.ingest_suite(sources)}
@@ -451,3 +441,34 @@ def test_private_validation_runs_on_the_spark_engine(runs, spark, tmp_path, monk
     assert len(consistency) == 1 and int(consistency.to_numpy().sum()) == 0
     with Warehouse(config.warehouse, memory_limit="256MB") as wh:  # nothing was exposed to DuckDB
         assert not wh.table_exists(ctx.schema, "sentences")
+
+
+def test_triehh_user_words_identical_and_stage_runs_on_spark(runs, engines) -> None:
+    """TrieHH's private input (eligible words per user, with counts) is the same on both engines
+    (compared by user id: the integer indexes differ with the hash), and the stage runs on Spark
+    end to end through spend_once."""
+    from pipeline import triehh
+
+    config = runs["spark"].config
+    params = triehh.trie_parameters(config.model_copy(update={"triehh_users_per_layer": 20}), epsilon0=4.0)
+    words = {}
+    for name, (engine, schema) in engines.items():
+        triehh.prepare_user_words(engine, schema, ["the"], params)
+        words[name] = _sorted(
+            engine.fetch_arrow(
+                f"SELECT u.user_id, w.word, w.cnt FROM {schema}.{triehh.WORDS_TABLE} AS w "
+                f"JOIN {schema}.{triehh.USERS_TABLE} AS u ON u.uidx = w.uidx"
+            ),
+            ["user_id", "word"],
+        )
+        assert engine.fetch_scalar(f"SELECT max(uidx) + 1 FROM {schema}.{triehh.USERS_TABLE}") == USERS
+    assert words["duckdb"].num_rows > 1000
+    assert words["duckdb"].to_pylist() == words["spark"].cast(words["duckdb"].schema).to_pylist()
+    assert "the" not in set(words["spark"].column("word").to_pylist())  # known words excluded
+    budget = {"dpne": 0.5, "bayes": 0.2, "synth": 0.2, "triehh": 0.1}
+    ctx = RunContext(
+        config.model_copy(update={"stage_budget": budget, "triehh_users_per_layer": 20, "epsilon": 40.0})
+    )
+    summary = triehh.run_triehh(ctx)
+    assert summary["stage"] == triehh.STAGE
+    assert pq.read_table(ctx.release.root / triehh.OOV_WORDS_PATH).column_names == ["word"]
