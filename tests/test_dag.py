@@ -230,6 +230,59 @@ def test_dags_test_publishes_a_release(airflow, sample):
         assert set(payload) <= set(PUBLIC_SUMMARY_KEYS), (task_id, payload)
 
 
+@pytest.mark.spark
+def test_dags_test_on_the_spark_engine(airflow, sample):
+    """The DAG's engine Params select Spark: every task that reads private tables opens a Spark
+    session (local[2] here, a cluster master in production), the release validates and is
+    published, and the private tables live only under spark_warehouse (the DuckDB file keeps
+    the ledger alone)."""
+    from pipeline.spark_engine import java_available
+    from pipeline.store import run_schema_name
+
+    if not java_available():
+        pytest.skip("Spark needs a Java runtime (none on PATH/JAVA_HOME)")
+    base = airflow["base"] / "spark-run"
+    conf = {
+        "input": str(sample["users"]),
+        "public": str(sample["public"]),
+        "out": str(base / "out"),
+        "warehouse": str(base / "wh.duckdb"),
+        "spark_warehouse": str(base / "tables"),
+        "engine": "spark",
+        "spark_master": "local[2]",
+        "spark_conf": "spark.sql.shuffle.partitions=4,spark.driver.memory=2g",
+        "stage_budget": {"dpne": 0.6, "bayes": 0.2, "synth": 0.2},
+        "synth_n_max": 3,
+        "lm_route": "off",
+        "max_n": 3,
+        "dataset": "dagspark",
+    }
+    proc = dags_test(airflow, conf)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    release = (base / "out" / "latest").resolve()
+    report = json.loads((release / "report.json").read_text())
+    assert report["parameters"]["engine"] == "spark" and report["validation"]["success"] is True
+    for name in (
+        "released/kgrams.parquet",
+        "released/trigram_dist.parquet",
+        "released/synthetic_sequences.parquet",
+    ):
+        assert (release / name).is_file(), name
+    schema = run_schema_name(release.name)
+    tables = {p.name for p in (base / "tables" / schema).iterdir() if p.is_dir()}
+    assert {"sentences", "dpne_occ1"} <= tables
+    import duckdb
+
+    with duckdb.connect(str(base / "wh.duckdb"), read_only=True) as db:
+        private = db.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema LIKE 'run_%'"
+        ).fetchone()[0]
+        charged = db.execute(
+            "SELECT count(*) FROM ledger.privacy_spend WHERE dataset = 'dagspark'"
+        ).fetchone()[0]
+    assert private == 0 and charged > 0
+
+
 def test_invalid_conf_fails_the_dag_test(airflow, sample):
     out = airflow["base"] / "out-invalid"
     conf = {
