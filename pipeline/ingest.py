@@ -418,43 +418,54 @@ def _jsonl_batches(path: Path, user_field: str, text_field: str) -> Iterator[_Ba
                         "JSON Lines (one object per line) is required"
                     )
             batch = _Batch(read=len(lines))
-            user_ids, doc_ids, texts = batch.user_ids, batch.doc_ids, batch.texts
             for line in lines:
                 line_no += 1
-                try:
-                    text_line = line.decode("utf-8")
-                except UnicodeDecodeError:
-                    batch.bad(
-                        source, line_no, "invalid_utf8", line.rstrip(b"\r\n").decode("utf-8", "replace")
-                    )
-                    continue
-                try:
-                    obj = decode(text_line)
-                except (ValueError, RecursionError):
-                    raw = text_line.rstrip("\r\n")
-                    batch.bad(source, line_no, "malformed_json" if raw.strip() else "blank_line", raw)
-                    continue
-                # Fast path: an object with a non-blank string user id and text, no surrogate escape.
-                if type(obj) is dict:
-                    user_id = obj.get(user_field)
-                    text = obj.get(text_field)
-                    if (
-                        type(user_id) is str
-                        and type(text) is str
-                        and "\\u" not in text_line
-                        and user_id.strip()
-                        and text.strip()
-                    ):
-                        user_ids.append(user_id)
-                        doc_ids.append(line_no)
-                        texts.append(text)
-                        continue
-                reason, user_id, text = _jsonl_reason(text_line, obj, user_field, text_field)
-                if reason is None:
-                    batch.good(user_id, line_no, text)
-                else:
-                    batch.bad(source, line_no, reason, text_line.rstrip("\r\n"))
+                classify_jsonl_line(batch, source, line_no, line, user_field, text_field, decode)
             yield batch
+
+
+def classify_jsonl_line(
+    batch: _Batch,
+    source: str,
+    line_no: int,
+    line: bytes,
+    user_field: str,
+    text_field: str,
+    decode: Callable[[str], Any],
+) -> None:
+    """One JSON line (raw bytes, BOM already removed) into ``batch``: a record, or a quarantine
+    row with its reason (invalid_utf8, blank_line, malformed_json, or :func:`_jsonl_reason`'s).
+    Used by the DuckDB reader and, in the Python workers, by the Spark engine's ingest, so both
+    engines classify every line the same way."""
+    try:
+        text_line = line.decode("utf-8")
+    except UnicodeDecodeError:
+        batch.bad(source, line_no, "invalid_utf8", line.rstrip(b"\r\n").decode("utf-8", "replace"))
+        return
+    try:
+        obj = decode(text_line)
+    except (ValueError, RecursionError):
+        raw = text_line.rstrip("\r\n")
+        batch.bad(source, line_no, "malformed_json" if raw.strip() else "blank_line", raw)
+        return
+    # Fast path: an object with a non-blank string user id and text, no surrogate escape.
+    if type(obj) is dict:
+        user_id = obj.get(user_field)
+        text = obj.get(text_field)
+        if (
+            type(user_id) is str
+            and type(text) is str
+            and "\\u" not in text_line
+            and user_id.strip()
+            and text.strip()
+        ):
+            batch.good(user_id, line_no, text)
+            return
+    reason, user_id, text = _jsonl_reason(text_line, obj, user_field, text_field)
+    if reason is None:
+        batch.good(user_id, line_no, text)
+    else:
+        batch.bad(source, line_no, reason, text_line.rstrip("\r\n"))
 
 
 # -- CSV ---------------------------------------------------------------------------------------

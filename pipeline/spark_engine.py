@@ -641,9 +641,9 @@ def _numbered(df: Any) -> tuple[Any, int, int]:
 
 
 def _jsonl_records(batch: pa.RecordBatch, user_field: str, text_field: str, source_name: str) -> Any:
-    """Classify JSON lines exactly like :func:`pipeline.ingest._jsonl_batches` (same rules, same
-    helpers); returns an ingest ``_Batch``."""
-    from pipeline.ingest import _Batch, _jsonl_reason
+    """Classify JSON lines with :func:`pipeline.ingest.classify_jsonl_line` (the DuckDB reader's
+    rules); returns an ingest ``_Batch``."""
+    from pipeline.ingest import _Batch, classify_jsonl_line
 
     decode = json.JSONDecoder().decode
     out = _Batch(read=batch.num_rows)
@@ -654,22 +654,7 @@ def _jsonl_records(batch: pa.RecordBatch, user_field: str, text_field: str, sour
         source = sources[i] if sources is not None else source_name
         if line_no & ((1 << _FILE_SHIFT) - 1) == 1:
             line = line.removeprefix(b"\xef\xbb\xbf")
-        try:
-            text_line = line.decode("utf-8")
-        except UnicodeDecodeError:
-            out.bad(source, line_no, "invalid_utf8", line.rstrip(b"\r\n").decode("utf-8", "replace"))
-            continue
-        try:
-            obj = decode(text_line)
-        except (ValueError, RecursionError):
-            raw = text_line.rstrip("\r\n")
-            out.bad(source, line_no, "malformed_json" if raw.strip() else "blank_line", raw)
-            continue
-        reason, user_id, text = _jsonl_reason(text_line, obj, user_field, text_field)
-        if reason is None:
-            out.good(user_id, line_no, text)
-        else:
-            out.bad(source, line_no, reason, text_line.rstrip("\r\n"))
+        classify_jsonl_line(out, source, line_no, line, user_field, text_field, decode)
     return out
 
 
