@@ -27,6 +27,7 @@ Spark is skipped only when no Java runtime is found, with that reason (PySpark i
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
@@ -66,19 +67,28 @@ def corpus(tmp_path_factory):
     )
 
 
+@contextmanager
+def _stages_use(session):
+    """Stage functions open their engine with pipeline.engine.open_engine: make a Spark engine
+    reuse the test session instead of starting its own."""
+    from pipeline import engine as engine_module
+
+    original = engine_module.open_engine
+    engine_module.open_engine = lambda cfg, spark=None: original(cfg, spark=session)
+    try:
+        yield
+    finally:
+        engine_module.open_engine = original
+
+
 @pytest.fixture(scope="module")
 def runs(spark, corpus, tmp_path_factory):
     """The same corpus taken through ingest -> vocabulary -> levels 2..3 on both engines (stage
     functions, as the CLI runs them). Returns {engine: (ctx, engine object)}; the Spark engine
     shares the session fixture."""
-    from pipeline import engine as engine_module
-
     base = tmp_path_factory.mktemp("engine_runs")
-    original = engine_module.open_engine
-    session = spark
-    engine_module.open_engine = lambda cfg, spark=None: original(cfg, spark=session)
     out = {}
-    try:
+    with _stages_use(spark):
         for name in ("duckdb", "spark"):
             config = RunConfig.build(
                 input=str(corpus["users"]),
@@ -101,9 +111,7 @@ def runs(spark, corpus, tmp_path_factory):
             bayes.run_bayes(ctx)  # (the aggregates are compared exactly below)
             synth.run_synth(ctx)
             out[name] = ctx
-        yield out
-    finally:
-        engine_module.open_engine = original
+    yield out
 
 
 @pytest.fixture(scope="module")
@@ -267,7 +275,6 @@ def test_parquet_quarantine_identical(spark, tmp_path) -> None:
     """Parquet rows go through the same quarantine rules on both engines (pipeline.ingest.
     classify_frame): empty/null user ids and null/blank texts are quarantined with the same
     reasons and record numbers, the good rows give the same sentences."""
-    from pipeline import engine as engine_module
 
     table = pa.table(
         {
@@ -276,11 +283,8 @@ def test_parquet_quarantine_identical(spark, tmp_path) -> None:
         }
     )
     pq.write_table(table, tmp_path / "users.parquet")
-    original = engine_module.open_engine
-    session = spark
-    engine_module.open_engine = lambda cfg, spark=None: original(cfg, spark=session)
     results = {}
-    try:
+    with _stages_use(spark):
         for name in ("duckdb", "spark"):
             config = RunConfig.build(
                 input=str(tmp_path / "users.parquet"),
@@ -310,8 +314,6 @@ def test_parquet_quarantine_identical(spark, tmp_path) -> None:
                 _sorted(sentences, ["user_id", "doc_id", "sent_id"]).to_pylist(),
                 _sorted(quarantine, ["line_no"]).to_pylist(),
             )
-    finally:
-        engine_module.open_engine = original
     assert results["duckdb"][1] == [
         {"line_no": 2, "reason": "empty_user_id"},
         {"line_no": 3, "reason": "null_text"},
@@ -413,10 +415,9 @@ def test_ordered_list_aggregate_keeps_its_order(engines) -> None:
             assert values == sorted(values) and len(values) == int(np.sum(keys % 3 == group))
 
 
-def test_private_validation_runs_on_the_spark_engine(runs, spark, tmp_path, monkeypatch) -> None:
+def test_private_validation_runs_on_the_spark_engine(runs, spark, tmp_path) -> None:
     """The private ingest suite reads the run's tables through the Spark engine itself (the
     DuckDB file holds no view of them, as with a cluster ``spark_warehouse``)."""
-    from pipeline import engine as engine_module
     from pipeline import validate
 
     ctx = runs["spark"]
@@ -426,13 +427,10 @@ def test_private_validation_runs_on_the_spark_engine(runs, spark, tmp_path, monk
             "spark_warehouse": ctx.config.warehouse + ".spark",
         }
     )
-    original = engine_module.open_engine
-    monkeypatch.setattr(
-        engine_module, "open_engine", lambda cfg, spark=None, _s=spark: original(cfg, spark=_s)
-    )
     sources = validate.Sources(RunContext(config))
     try:
-        batches = {b.suite: b for b in validate.ingest_suite(sources)}
+        with _stages_use(spark):
+            batches = {b.suite: b for b in validate.ingest_suite(sources)}
     finally:
         sources.close()
     assert all(b.problem is None for b in batches.values())
