@@ -7,7 +7,7 @@ run's Params plus the run id, and calls one pipeline function (``pipeline/`` kno
 Airflow). Tasks::
 
     privacy_precheck -> ingest -> triehh -> vocabulary -> dpne_level_2 -> ... -> dpne_level_12
-        -> kgrams -> bayes -> synth -> validate -> lm -> report -> publish -> publish_lm
+        -> kgrams -> lm_counts -> bayes -> synth -> validate -> lm -> report -> publish -> publish_lm
 
 * ``privacy_precheck`` consults the privacy ledger *before any data is read*: a run that would
   take the dataset past ``lifetime_epsilon``/``lifetime_delta`` fails here with the ledger's
@@ -331,6 +331,16 @@ def dpngram_release() -> None:
 
     @task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
     @_fail_fast
+    def lm_counts(**context: Any) -> dict[str, Any]:
+        """Noisy n-gram counts and the mixture weight for the language model (skipped without an
+        'lm_counts' budget)."""
+        _skip_unless_budgeted(context, "lm_counts")
+        from pipeline.lm_counts import run_lm_counts
+
+        return _budgeted_stage(context, "lm_counts", run_lm_counts)
+
+    @task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
+    @_fail_fast
     def bayes(**context: Any) -> dict[str, Any]:
         """Bayesian trigram distribution with the public prior (skipped without a 'bayes' budget)."""
         _skip_unless_budgeted(context, "bayes")
@@ -415,7 +425,7 @@ def dpngram_release() -> None:
 
     chain = [privacy_precheck(), ingest(), triehh(), vocabulary()]
     chain += [level(k) for k in range(2, MAX_LEVEL + 1)]
-    chain += [kgrams(), bayes(), synth(), validate(), lm(), report(), publish(), publish_lm()]
+    chain += [kgrams(), lm_counts(), bayes(), synth(), validate(), lm(), report(), publish(), publish_lm()]
     for upstream, downstream in zip(chain, chain[1:], strict=False):
         upstream >> downstream
 

@@ -66,6 +66,10 @@ KGRAMS_PATH = "released/kgrams.parquet"
 TRIGRAM_DIST_PATH = "released/trigram_dist.parquet"
 SYNTHETIC_PATH = "released/synthetic_sequences.parquet"
 ROUTES = ("arpa", "lmplz")
+#: The open-vocabulary route (public model mixed with the noisy-count model); 'auto' picks it
+#: whenever the run released noisy counts (stage lm_counts).
+MIXTURE_ROUTE = "mixture"
+LM_COUNTS_PATH = "released/lm_counts.parquet"
 #: Route used by lm_route='auto' when no evaluation text is given: the one that measured better in
 #: benchmarks/lm_bench.py (docs/lm.md, "Benchmark").
 DEFAULT_ROUTE = "arpa"
@@ -75,7 +79,7 @@ PUBLIC_BATCH_SENTENCES = 100_000
 
 def lm_enabled(config: RunConfig) -> bool:
     """The stage runs unless lm_route='off', when some stage releases θ or synthetic sequences."""
-    return config.lm_route != "off" and ("bayes" in config.stage_budget or "synth" in config.stage_budget)
+    return config.lm_route != "off" and any(s in config.stage_budget for s in ("lm_counts", "bayes", "synth"))
 
 
 class ReleasedInputs:
@@ -224,6 +228,58 @@ def build_route_a(inputs: ReleasedInputs, config: RunConfig, arpa_path: Path) ->
         "sources": sources,
         "counts": counts,
         "smoothing": "interpolated modified Kneser-Ney on fractional pseudo-counts",
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Route mixture (open vocabulary; docs/lm.md, "Open-vocabulary model")
+# ----------------------------------------------------------------------------------------------
+def build_route_mixture(
+    ctx: Any, inputs: ReleasedInputs, config: RunConfig, arpa_path: Path
+) -> dict[str, Any]:
+    """λ·Q + (1 − λ)·P: P is Kneser-Ney on the public corpus over V_LM (DP vocabulary ∪ public
+    words), Q the model of the released noisy counts, λ the released weight (report part
+    ``lm_counts``). Returns the build description; ``info['public_model']`` is P (for comparison)."""
+    from lm.open_model import mix_models, noisy_count_model, open_public_model
+    from pipeline.run import read_parts
+
+    part = read_parts(ctx).get("lm_counts")
+    counts_path = inputs.root / LM_COUNTS_PATH
+    if part is None or not counts_path.is_file():
+        raise ConfigError("lm_route: route 'mixture' needs the lm_counts stage (set stage_budget.lm_counts)")
+    order = int(part["order"])
+    vocabulary, _, public = open_public_model(
+        inputs.vocabulary(),
+        config.public,
+        order=order,
+        public_cap=config.lm_public_vocab_size,
+        lowercase=config.lowercase,
+    )
+    noisy = pl.read_parquet(counts_path)
+    private = noisy_count_model(
+        noisy, public, order, threshold=float(part["threshold"]), discount=float(part["discount"])
+    )
+    weight = float(part["mix_weight"])
+    model = mix_models(public, private, weight)
+    counts = write_arpa(model, arpa_path)
+    return {
+        "route": MIXTURE_ROUTE,
+        "sources": {
+            "public_corpus": {"kneser_ney": True, "vocabulary_words": len(vocabulary)},
+            "lm_counts": {"mix_weight": weight, "weight_selection": part["weight_selection"]["method"]},
+        },
+        "counts": counts,
+        "smoothing": (
+            f"{weight:g} × noisy-count model (absolute discounting) + {1 - weight:g} × public Kneser-Ney, "
+            "merged into one backoff model"
+        ),
+        "mix_weight": weight,
+        "public_model": public,
+        "vocabulary": {
+            "model": len(vocabulary),
+            "dp": len(inputs.vocabulary()),
+            "rule": f"DP vocabulary ∪ the {config.lm_public_vocab_size} most frequent public words",
+        },
     }
 
 
@@ -396,6 +452,83 @@ def _build(route: str, inputs: ReleasedInputs, config: RunConfig, arpa: Path, se
     return build_route_b(inputs, config, arpa, seed)
 
 
+COMPARED_METRICS = (
+    "open_vocab_perplexity",
+    "top1_accuracy",
+    "top3_accuracy",
+    "oov_rate",
+    "perplexity",
+    "tokens",
+    "sentences",
+)
+
+
+def compare_with_public(
+    ctx: Any, binary: Path, public_model: Any, config: RunConfig, info: dict[str, Any]
+) -> dict[str, Any]:
+    """Metrics of the released model and of the public-only model P (the trivial alternative):
+
+    * on the held-out public sentences (every ``HELDOUT_EVERY``-th line of the public corpus): the
+      released model trained on them, so both numbers come from stand-ins built by the same recipe
+      without those sentences (the same released noisy counts and weight);
+    * on ``lm_eval_text`` when given (operator-supplied, non-private): the released model itself.
+
+    Never on the private data."""
+    from lm.evaluate import evaluate_file
+    from lm.open_model import (
+        HELDOUT_EVERY,
+        mix_models,
+        noisy_count_model,
+        open_public_model,
+        write_heldout_text,
+    )
+    from pipeline.run import read_parts
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="dpngram-lmcmp-") as tmpdir:
+        tmp = Path(tmpdir)
+        if config.public and write_heldout_text(config.public, tmp / "heldout.txt", config.lowercase):
+            part = read_parts(ctx)["lm_counts"]
+            order = int(part["order"])
+            inputs = ReleasedInputs(ctx.release.root)
+            _, _, p_train = open_public_model(
+                inputs.vocabulary(),
+                config.public,
+                order=order,
+                public_cap=config.lm_public_vocab_size,
+                lowercase=config.lowercase,
+                part="train",
+            )
+            q_train = noisy_count_model(
+                pl.read_parquet(inputs.root / LM_COUNTS_PATH),
+                p_train,
+                order,
+                threshold=float(part["threshold"]),
+                discount=float(part["discount"]),
+            )
+            models = {
+                "released model": mix_models(p_train, q_train, float(part["mix_weight"])),
+                "public-only model": p_train,
+            }
+            row = {}
+            for name, model in models.items():
+                path = tmp / f"standin_{len(row)}.arpa"
+                write_arpa(model, path)
+                compile_binary(path, path.with_suffix(".binary"))
+                m = evaluate_file(path.with_suffix(".binary"), tmp / "heldout.txt", config.lowercase)
+                row[name] = {k: m.get(k) for k in COMPARED_METRICS}
+            out[f"held-out public sentences (1 in {HELDOUT_EVERY}; stand-ins trained without them)"] = row
+        if config.lm_eval_text:
+            write_arpa(public_model, tmp / "public.arpa")
+            compile_binary(tmp / "public.arpa", tmp / "public.binary")
+            row = {}
+            for name, path in (("released model", binary), ("public-only model", tmp / "public.binary")):
+                m = evaluate_file(path, config.lm_eval_text, config.lowercase)
+                row[name] = {k: m.get(k) for k in COMPARED_METRICS}
+            out["lm_eval_text (operator-supplied, non-private evaluation data)"] = row
+    return out
+
+
 def run_lm(ctx: Any) -> dict[str, Any]:
     """Stage ``lm`` (after validate, before report): build the model from released files only,
     compile it, check it (GX suite ``model.arpa``), evaluate it on public / user-supplied text,
@@ -419,7 +552,12 @@ def run_lm(ctx: Any) -> dict[str, Any]:
     eval_kind = "user-supplied" if config.lm_eval_text else ("public corpus" if config.public else None)
 
     candidates: dict[str, dict[str, Any]] = {}
-    if config.lm_route in ROUTES:
+    mixture = config.lm_route == MIXTURE_ROUTE or (
+        config.lm_route == "auto" and "lm_counts" in config.stage_budget
+    )
+    if mixture:
+        route = MIXTURE_ROUTE
+    elif config.lm_route in ROUTES:
         route = config.lm_route
     elif config.lm_eval_text:  # auto with evaluation text: build both, keep the better one
         for r in ROUTES:
@@ -439,7 +577,9 @@ def run_lm(ctx: Any) -> dict[str, Any]:
     else:
         route = DEFAULT_ROUTE
 
-    if route in candidates and "info" in candidates[route]:
+    if route == MIXTURE_ROUTE:
+        info = build_route_mixture(ctx, inputs, config, arpa)
+    elif route in candidates and "info" in candidates[route]:
         info = candidates[route]["info"]
         os.replace(arpa.with_name(f"candidate_{route}.arpa"), arpa)
     else:
@@ -452,7 +592,14 @@ def run_lm(ctx: Any) -> dict[str, Any]:
     from pipeline.validate import validate_model
 
     check = validate_model(ctx, MODEL_ARPA)
-    metrics = evaluate_file(binary, eval_text, config.lowercase) if eval_text else None
+    public_model = info.pop("public_model", None)
+    comparison = (
+        compare_with_public(ctx, binary, public_model, config, info) if public_model is not None else None
+    )
+    if comparison is not None:
+        metrics = None  # the comparison table replaces the single in-sample number
+    else:
+        metrics = evaluate_file(binary, eval_text, config.lowercase) if eval_text else None
     build_seconds = round(time.perf_counter() - started, 3)
     part = {
         "route": route,
@@ -472,6 +619,9 @@ def run_lm(ctx: Any) -> dict[str, Any]:
         "paths": {"arpa": MODEL_ARPA, "binary": MODEL_BINARY, "card": MODEL_CARD},
         "validation": check,
         "metrics": {"text": eval_kind, **metrics} if metrics else None,
+        "comparison": comparison,
+        "mix_weight": info.get("mix_weight"),
+        "vocabulary": info.get("vocabulary"),
         "seconds": build_seconds,
         "privacy_spend": "none: post-processing of released DP outputs only",
     }

@@ -24,7 +24,7 @@ __all__ = ["RunConfig", "ConfigError", "STAGES"]
 
 #: Stages that spend privacy budget, in run order. ``stage_budget`` splits (epsilon, delta) among
 #: the ones that are enabled.
-STAGES = ("dpne", "bayes", "synth", "triehh")
+STAGES = ("dpne", "lm_counts", "bayes", "synth", "triehh")
 
 _MEMORY_RE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|KiB|MB|MiB|GB|GiB|TB|TiB)\s*$", re.IGNORECASE)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
@@ -188,12 +188,64 @@ class RunConfig(BaseModel):
     )
 
     # -- language model (lm/, issue 6: KenLM model from the DP artifacts only) ----------------
-    lm_route: Literal["auto", "arpa", "lmplz", "off"] = Field(
+    lm_route: Literal["auto", "mixture", "arpa", "lmplz", "off"] = Field(
         "auto",
         title="LM: route",
-        description="'arpa': ARPA written from the released statistics (Kneser-Ney on pseudo-counts); "
-        "'lmplz': lmplz on synthetic/sampled text; 'auto': the better one on lm_eval_text if given, "
-        "else the benchmark's winner; 'off': no model.",
+        description="'mixture': the public model mixed with the model of the noisy counts (stage "
+        "lm_counts); 'arpa': Kneser-Ney on pseudo-counts from the trigram distribution; 'lmplz': lmplz "
+        "on synthetic/sampled text; 'auto': 'mixture' when the run has an lm_counts share, else the "
+        "better of the others on lm_eval_text if given, else 'arpa'; 'off': no model.",
+    )
+    lm_public_vocab_size: int = Field(
+        100_000,
+        ge=0,
+        le=10_000_000,
+        title="LM: public words in the model vocabulary",
+        description="The model vocabulary is the DP vocabulary plus this many of the public corpus's most "
+        "frequent words (0: DP vocabulary only). Public data: no privacy cost.",
+    )
+    lm_count_domain: int = Field(
+        200_000,
+        ge=0,
+        le=100_000_000,
+        title="LM counts: public n-grams per order",
+        description="Stage lm_counts counts, for each order 2..N, this many of the most frequent public "
+        "n-grams plus the DPNE-released k-grams (every model word at order 1).",
+    )
+    lm_count_clip: float = Field(
+        1.0,
+        gt=0,
+        le=1e6,
+        title="LM counts: per-user l2 bound C",
+        description="Each user's n-gram count vector is scaled to l2 norm at most C (the sensitivity).",
+    )
+    lm_count_threshold: float = Field(
+        3.0,
+        ge=0,
+        le=100,
+        title="LM counts: release threshold (in sigma)",
+        description="Order >= 2 noisy counts below this many noise standard deviations are not released.",
+    )
+    lm_count_discount: float = Field(
+        1.0,
+        ge=0,
+        le=100,
+        title="LM counts: absolute discount (in sigma)",
+        description="The noisy-count model subtracts this many noise standard deviations from each count.",
+    )
+    lm_mix_weight: float | Literal["auto"] = Field(
+        "auto",
+        title="LM: weight of the private model",
+        description="'auto': chosen by report-noisy-max on held-out users (0 = public model alone is a "
+        "candidate); or a fixed value in [0, 1].",
+    )
+    lm_holdout: float = Field(
+        0.1,
+        gt=0,
+        lt=1,
+        title="LM: fraction of users for the weight selection",
+        description="With lm_mix_weight='auto', these users score the candidate weights and are not counted "
+        "(disjoint users: no extra privacy cost).",
     )
     lm_order: int = Field(
         3, ge=1, le=6, title="LM: order", description="N-gram order (route arpa: at most 3)."
@@ -427,6 +479,13 @@ class RunConfig(BaseModel):
     def _bayes_rho(cls, value: float | str) -> float | str:
         if value != "auto" and not (0 < float(value) < 1):
             raise ValueError("must be 'auto' or a number in (0, 1)")
+        return value
+
+    @field_validator("lm_mix_weight")
+    @classmethod
+    def _lm_mix_weight(cls, value: float | str) -> float | str:
+        if value != "auto" and not 0.0 <= float(value) <= 1.0:
+            raise ValueError("must be 'auto' or a number in [0, 1]")
         return value
 
     @field_validator("lm_memory")

@@ -437,6 +437,10 @@ def release_plan(
             plan.append(("kgrams", dpne.finalize_kgrams))
     else:
         plan.append((f"baseline_{baseline}", lambda ctx: dpne.run_baseline(ctx, baseline, baseline_k)))
+    if "lm_counts" in config.stage_budget:  # noisy n-gram counts + mixture weight for the LM
+        from pipeline import lm_counts
+
+        plan.append(("lm_counts", lm_counts.run_lm_counts))
     if "bayes" in config.stage_budget:
         from pipeline import bayes
 

@@ -1,0 +1,374 @@
+"""Stage ``lm_counts``: DP-noisy n-gram counts for the language model, and the mixture weight.
+
+Keys-only k-gram sets cannot tell a model how often anything occurs. This stage releases noisy
+counts that can, over a domain fixed before it looks at the private data (docs/lm.md, "Noisy
+n-gram counts"; derivation and privacy argument in docs/lm_privacy.md):
+
+1. the model vocabulary V_LM = released DP vocabulary ∪ the public corpus's words (capped by
+   public count, :func:`lm.open_model.model_vocabulary`); private tokens outside it are ``<unk>``;
+2. domain D: every word of V_LM plus ``<s>``, ``</s>``, ``<unk>`` (order 1), and for orders 2..N the
+   ``lm_count_domain`` most frequent public n-grams ∪ the DPNE-released k-grams of that order —
+   public data and DP outputs only;
+3. users are split by a keyed hash of their id: ``lm_holdout`` of them are *selection* users, the
+   rest *counting* users;
+4. per counting user u, the count vector x_u over D (all orders together) is scaled by
+   min(1, C/‖x_u‖₂) (C = ``lm_count_clip``) and summed: l2-sensitivity C under adding or removing
+   one user. Gaussian noise calibrated by :mod:`pipeline.accounting` (analytic Gaussian, snapped to
+   a power-of-two grid as in docs/noise.md) is added to every coordinate of D;
+5. released: every order-1 coordinate, and the order-≥2 coordinates whose noisy value is at least
+   ``lm_count_threshold``·σ (dropping the rest is post-processing);
+6. with ``lm_mix_weight='auto'``, the weight λ of the mixture λ·Q + (1 − λ)·P (Q: the model of the
+   noisy counts, P: the public model; :mod:`lm.open_model`) is chosen by report-noisy-max over
+   :data:`WEIGHT_GRID`: each selection user's score for λ is the mean natural log-probability of
+   their tokens under the mixture, clipped to [−B, 0]; the sums get Laplace noise of scale 2B/ε.
+   λ = 0 (the public model) is always a candidate, so a release whose counts carry no signal picks
+   it (with high probability), and the model falls back to the public one.
+
+Privacy: steps 4 and 6 touch disjoint sets of users, fixed by a data-independent keyed hash:
+adding or removing one user changes only one of them. Step 4 is (ε, δ)-DP (Gaussian), step 6 is
+ε-DP for every fixed output of step 4 (report-noisy-max, sensitivity B), so the stage is (ε, δ)-DP
+with the stage's whole share (parallel composition); the ledger records the Gaussian event.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.accounting import PrivacyEvent
+from pipeline.config import ConfigError
+from pipeline.engine import Engine
+from pipeline.noise import NoiseSource
+from pipeline.run import RunContext, StageResult, released_summary, spend_once
+from pipeline.store import load_sql
+
+__all__ = [
+    "STAGE",
+    "COUNTS_PATH",
+    "WEIGHT_GRID",
+    "SCORE_CLIP_NATS",
+    "CountDomain",
+    "build_domain",
+    "noisy_release",
+    "select_weight",
+    "user_scores",
+    "run_lm_counts",
+]
+
+STAGE = "lm_counts"
+COUNTS_PATH = "released/lm_counts.parquet"
+VOCABULARY_PATH = "released/vocabulary.parquet"
+KGRAMS_PATH = "released/kgrams.parquet"
+#: Candidate mixture weights λ (0: the public model alone).
+WEIGHT_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+#: B: a selection user's score (mean natural log-probability per event) is clipped to [−B, 0].
+SCORE_CLIP_NATS = 20.0
+OCCURRENCES = "lm_occurrences"
+VOCABULARY_TABLE = "lm_vocabulary"
+DOMAIN_TABLE = "lm_domain"
+WEIGHTED_TABLE = "lm_weighted"
+WORK_TABLES = (OCCURRENCES, VOCABULARY_TABLE, DOMAIN_TABLE, WEIGHTED_TABLE)
+COUNTS_SCHEMA = pa.schema([("n", pa.int8()), ("ngram", pa.string()), ("noisy_count", pa.float64())])
+
+
+class CountDomain:
+    """The public domain D: ``frame`` (gid 1..|D|, n, ngram), the model vocabulary and the public
+    model P (both post-processing of public data and DP outputs)."""
+
+    def __init__(
+        self, frame: pl.DataFrame, vocabulary: list[str], public_model: Any, public_counts: dict
+    ) -> None:
+        self.frame = frame
+        self.vocabulary = vocabulary
+        self.public_model = public_model
+        self.public_counts = public_counts
+
+    @property
+    def size(self) -> int:
+        return self.frame.height
+
+
+def released_kgrams(root: Path, n: int) -> list[str]:
+    path = root / KGRAMS_PATH
+    if not path.is_file():
+        return []
+    return pl.read_parquet(path, columns=["k", "ngram"]).filter(pl.col("k") == n)["ngram"].to_list()
+
+
+def build_domain(
+    dp_vocabulary: list[str],
+    public_path: str | None,
+    *,
+    order: int,
+    public_cap: int,
+    domain_cap: int,
+    kgrams: dict[int, list[str]],
+    lowercase: bool = True,
+) -> CountDomain:
+    """V_LM, the public model P and the counting domain D (module docstring, steps 1-2)."""
+    from lm.open_model import MARKERS, open_public_model
+
+    vocabulary, counts, model = open_public_model(
+        dp_vocabulary, public_path, order=order, public_cap=public_cap, lowercase=lowercase
+    )
+    parts = [pl.DataFrame({"n": 1, "ngram": sorted({*vocabulary, *MARKERS})})]
+    for n in range(2, order + 1):
+        top = counts[n].sort(["count", "ngram"], descending=[True, False]).head(domain_cap).select("ngram")
+        released = pl.DataFrame({"ngram": kgrams.get(n, [])}, schema={"ngram": pl.String})
+        grams = pl.concat([top, released]).unique().sort("ngram")
+        parts.append(grams.select(pl.lit(n).alias("n"), "ngram"))
+    frame = pl.concat([p.with_columns(pl.col("n").cast(pl.Int64)) for p in parts]).with_row_index(
+        "gid", offset=1
+    )
+    return CountDomain(frame, vocabulary, model, counts)
+
+
+def noisy_release(
+    weighted: np.ndarray, *, epsilon: float, delta: float, clip: float, noise: NoiseSource
+) -> tuple[np.ndarray, Any]:
+    """The Gaussian mechanism on the summed, bounded count vector (l2-sensitivity ``clip``): the
+    vector snapped to a power-of-two grid plus discrete Gaussian noise on that grid, σ from the
+    analytic Gaussian for the snapped sensitivity (docs/noise.md; the same calibration as the
+    Bayesian stage). Returns (noisy vector, calibration)."""
+    from pipeline.bayes import calibrate, release_logits
+
+    calibration = calibrate(epsilon, delta, clip, max(1, weighted.size))
+    return release_logits(weighted, calibration, noise), calibration
+
+
+def user_scores(public_logprob10: np.ndarray, private_logprob10: np.ndarray, grid=WEIGHT_GRID) -> np.ndarray:
+    """One selection user's score per candidate λ: the mean natural log-probability of their events
+    under λ·Q + (1 − λ)·P, clipped to [−B, 0] (B = :data:`SCORE_CLIP_NATS`)."""
+    p = np.power(10.0, np.asarray(public_logprob10, dtype=np.float64))
+    q = np.power(10.0, np.asarray(private_logprob10, dtype=np.float64))
+    lam = np.asarray(grid, dtype=np.float64)[:, None]
+    mix = np.maximum(lam * q[None, :] + (1.0 - lam) * p[None, :], 1e-300)
+    return np.clip(np.log(mix).mean(axis=1), -SCORE_CLIP_NATS, 0.0)
+
+
+def select_weight(
+    scores: np.ndarray, epsilon: float, noise: NoiseSource, grid=WEIGHT_GRID
+) -> tuple[float, int]:
+    """Report-noisy-max: argmax of the summed scores + Laplace(2B/ε) noise each. Each user adds a
+    vector in [−B, 0]^|grid|, so one user changes every score by at most B: ε-DP (Dwork & Roth,
+    Claim 3.9, with the general 2B/ε scale). Returns (λ, index)."""
+    scale = 2.0 * SCORE_CLIP_NATS / epsilon
+    grid_step = 2.0 ** math.floor(math.log2(scale / 1024.0))
+    noisy = np.asarray(scores, dtype=np.float64) + noise.laplace_on_grid(scale, len(grid), grid_step)
+    best = int(np.argmax(noisy))
+    return float(grid[best]), best
+
+
+def _write_arpa_temp(model: Any, path: Path) -> None:
+    from lm.arpa import write_arpa
+
+    write_arpa(model, path)
+
+
+def score_selection_users(
+    wh: Engine, schema: str, *, salt: int, holdout_per_mille: int, public_arpa: Path, private_arpa: Path
+) -> tuple[np.ndarray, int]:
+    """Summed :func:`user_scores` over the selection users (streamed; PRIVATE sums, in-process
+    only) and the number of selection users (used only to report whether selection ran)."""
+    import kenlm
+
+    pm, qm = kenlm.Model(str(public_arpa)), kenlm.Model(str(private_arpa))
+    total = np.zeros(len(WEIGHT_GRID), dtype=np.float64)
+    users = 0
+    current: Any = None
+    p_buf: list[float] = []
+    q_buf: list[float] = []
+
+    def flush() -> None:
+        nonlocal total, users
+        if p_buf:
+            total += user_scores(np.array(p_buf), np.array(q_buf))
+            users += 1
+        p_buf.clear()
+        q_buf.clear()
+
+    sql = load_sql("lm_selection_sentences", schema=schema)
+    params = {"salt": int(salt), "holdout_per_mille": int(holdout_per_mille)}
+    for batch in wh.fetch_batches(sql, params, batch_rows=50_000):
+        ids = batch.column(0).to_pylist()
+        toks = batch.column(1).to_pylist()
+        for uid, sentence in zip(ids, toks, strict=True):
+            if uid != current:
+                flush()
+                current = uid
+            if not sentence:
+                continue
+            text = " ".join(sentence)
+            p_buf.extend(s[0] for s in pm.full_scores(text, bos=True, eos=True))
+            q_buf.extend(s[0] for s in qm.full_scores(text, bos=True, eos=True))
+    flush()
+    return total, users
+
+
+def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str, Any]:
+    """Stage ``lm_counts``: write ``released/lm_counts.parquet`` (n, ngram, noisy_count) and, with
+    ``lm_mix_weight='auto'``, the selected weight λ (report part ``lm_counts``), via
+    :func:`pipeline.run.spend_once`. Returns a summary safe for XCom."""
+    from lm.open_model import mix_models, noisy_count_model  # noqa: F401  (mix: see lm/build.py)
+
+    config = ctx.config
+    epsilon, delta = config.stage_share(STAGE)
+    order = config.lm_order
+    if order > 3:
+        raise ConfigError(f"lm_order: the noisy-count model has at most order 3 (got {order})")
+    if config.public and not Path(config.public).is_file():
+        raise ConfigError(f"public: {config.public} does not exist or is not a file")
+    auto = config.lm_mix_weight == "auto"
+    holdout = int(round(1000 * config.lm_holdout)) if auto else 0
+
+    def compute(wh: Engine) -> StageResult:
+        source = noise or NoiseSource.secure()
+        root = ctx.release.root
+        vocab_path = root / VOCABULARY_PATH
+        if not vocab_path.is_file():
+            raise ConfigError(
+                "lm_counts: released/vocabulary.parquet is missing (run the vocabulary stage first)"
+            )
+        dp_vocab = [t for t in pq.read_table(vocab_path, columns=["token"])["token"].to_pylist() if t]
+        kgrams = {n: released_kgrams(root, n) for n in range(2, order + 1)}
+        domain = build_domain(
+            dp_vocab,
+            config.public,
+            order=order,
+            public_cap=config.lm_public_vocab_size,
+            domain_cap=config.lm_count_domain,
+            kgrams=kgrams,
+            lowercase=config.lowercase,
+        )
+        schema = ctx.schema
+        salt = source.salt()
+        vocab_table = pa.table({"token": pa.array(domain.vocabulary, pa.string())})
+        wh.load_table(schema, VOCABULARY_TABLE, [vocab_table], vocab_table.schema)
+        dom = domain.frame.to_arrow()
+        dom = pa.table(
+            {
+                "gid": pa.array(dom["gid"].to_numpy().astype(np.int64)),
+                "n": pa.array(dom["n"].to_numpy().astype(np.int64)),
+                "ngram": dom["ngram"].cast(pa.string()),
+            }
+        )
+        wh.load_table(schema, DOMAIN_TABLE, [dom], dom.schema)
+        wh.execute(
+            load_sql(
+                "bayes_occurrences",
+                schema=schema,
+                source="tokens",
+                target=OCCURRENCES,
+                vocabulary=VOCABULARY_TABLE,
+            ),
+            {"map_unk": True},
+        )
+        wh.execute(
+            load_sql(
+                "lm_counts_weighted",
+                schema=schema,
+                target=WEIGHTED_TABLE,
+                occurrences=OCCURRENCES,
+                domain=DOMAIN_TABLE,
+            ),
+            {"salt": int(salt), "holdout_per_mille": holdout, "clip": float(config.lm_count_clip)},
+        )
+        cols = wh.fetch_numpy(f"SELECT gid, weighted FROM {schema}.{WEIGHTED_TABLE}")
+        weighted = np.zeros(domain.size, dtype=np.float64)
+        weighted[np.asarray(cols["gid"], dtype=np.int64) - 1] = np.asarray(cols["weighted"], dtype=np.float64)
+        del cols
+        noisy, calibration = noisy_release(
+            weighted, epsilon=epsilon, delta=delta, clip=float(config.lm_count_clip), noise=source
+        )
+        del weighted
+        sigma = calibration.sigma
+        threshold = config.lm_count_threshold * sigma
+        released = domain.frame.with_columns(noisy_count=pl.Series(noisy)).filter(
+            (pl.col("n") == 1) | (pl.col("noisy_count") >= threshold)
+        )
+        table = pa.table(
+            {
+                "n": pa.array(released["n"].to_numpy().astype(np.int8)),
+                "ngram": pa.array(released["ngram"].to_list(), pa.string()),
+                "noisy_count": pa.array(released["noisy_count"].to_numpy(), pa.float64()),
+            },
+            schema=COUNTS_SCHEMA,
+        )
+        selection: dict[str, Any]
+        if auto:
+            private = noisy_count_model(
+                released.select("n", "ngram", "noisy_count"),
+                domain.public_model,
+                order,
+                threshold=threshold,
+                discount=config.lm_count_discount * sigma,
+            )
+            with tempfile.TemporaryDirectory(prefix="dpngram-lmsel-") as tmp:
+                p_arpa, q_arpa = Path(tmp) / "public.arpa", Path(tmp) / "private.arpa"
+                _write_arpa_temp(domain.public_model, p_arpa)
+                _write_arpa_temp(private, q_arpa)
+                scores, sel_users = score_selection_users(
+                    wh, schema, salt=salt, holdout_per_mille=holdout, public_arpa=p_arpa, private_arpa=q_arpa
+                )
+            weight, _ = select_weight(scores, epsilon, source) if sel_users else (0.0, 0)
+            del scores
+            selection = {
+                "method": "report-noisy-max over the grid on the disjoint selection users",
+                "grid": list(WEIGHT_GRID),
+                "score_clip_nats": SCORE_CLIP_NATS,
+                "laplace_scale": 2.0 * SCORE_CLIP_NATS / epsilon,
+                "selection_fraction": holdout / 1000.0,
+                "ran": bool(sel_users),
+            }
+        else:
+            weight = float(config.lm_mix_weight)
+            selection = {"method": "fixed (configuration)"}
+        with ctx.release.writing(COUNTS_PATH) as tmp_path:
+            pq.write_table(table, tmp_path)
+        wh.drop(schema, *WORK_TABLES)
+        report = {
+            "method": "Gaussian mechanism on per-user l2-bounded n-gram counts over a public domain",
+            "order": order,
+            "domain_size": domain.size,
+            "domain_by_order": {
+                str(n): int(domain.frame.filter(pl.col("n") == n).height) for n in range(1, order + 1)
+            },
+            "model_vocabulary_size": len(domain.vocabulary),
+            "dp_vocabulary_size": len(dp_vocab),
+            "clip_l2": float(config.lm_count_clip),
+            "sigma": sigma,
+            "grid": calibration.grid,
+            "snapped_sensitivity": calibration.snapped_sensitivity,
+            "threshold": threshold,
+            "discount": config.lm_count_discount * sigma,
+            "released_by_order": {
+                str(n): int(released.filter(pl.col("n") == n).height) for n in range(1, order + 1)
+            },
+            "mix_weight": weight,
+            "weight_selection": selection,
+            "differentially_private": True,
+            "guarantee": (
+                f"user-level ({epsilon:.4g}, {delta:.3g})-differential privacy for this stage (Gaussian "
+                "counts on the counting users, report-noisy-max on the disjoint selection users; "
+                "docs/lm_privacy.md)"
+            ),
+            "noise_mode": source.mode,
+        }
+        event = PrivacyEvent(
+            stage=STAGE,
+            mechanism="gaussian",
+            sigma=sigma,
+            sensitivity=calibration.snapped_sensitivity,
+            note="noisy n-gram counts (l2-bounded per user); the weight selection runs on disjoint users",
+        )
+        return StageResult(events=[event], report=report)
+
+    result = spend_once(ctx, STAGE, [COUNTS_PATH], compute, engine=True)
+    return released_summary(ctx, STAGE, result, [COUNTS_PATH])
