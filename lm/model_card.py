@@ -12,6 +12,7 @@ _STAGE_NAMES = {
     "dpne": "DPSU vocabulary + DPNE k-gram sets (Kim et al.)",
     "bayes": "Bayesian trigram distribution (Ramadan et al.)",
     "synth": "synthetic sequences (Chen et al.)",
+    "lm_counts": "noisy n-gram counts + the mixture weight (this model's private evidence)",
 }
 
 
@@ -72,13 +73,11 @@ def render_model_card(ctx: Any, part: dict[str, Any]) -> str:
         f"- route: **{part['route']}** ({part['route_selection']})",
         f"- smoothing: {part['smoothing']}",
         f"- inputs: {', '.join(f'{k} {v}' for k, v in part['sources'].items())}",
-        f"- order: {part['order']}; vocabulary: {part['vocabulary_size']} unigrams (DP vocabulary, markers "
-        "`<s>`, `</s>`, `<unk>`); tokens outside it are scored as `<unk>`",
+        _vocabulary_line(part),
         f"- tokenizer: the pipeline's (NFKC, lower-case = {config.lowercase}; docs/tokenizer.md)",
         "- parameters: "
         + ", ".join(
-            f"{k} = {getattr(config, k)}"
-            for k in ("max_n", "max_contribution", "lm_theta_tokens", "lm_public_weight", "lm_kgram_count")
+            f"{k} = {getattr(config, k)}" for k in _PARAMETERS.get(part["route"], _PARAMETERS["arpa"])
         ),
         "",
         "| order | n-grams |",
@@ -89,6 +88,11 @@ def render_model_card(ctx: Any, part: dict[str, Any]) -> str:
         "",
     ]
     metrics = part.get("metrics")
+    comparison = part.get("comparison")
+    if comparison:
+        lines += _comparison_lines(comparison)
+    elif comparison == {}:
+        lines.append("No evaluation text was given (set `public` or `lm_eval_text`).")
     if metrics:
         lines += [
             f"On {metrics['text']} text only ({metrics['sentences']} sentences, {metrics['tokens']} tokens; "
@@ -104,7 +108,7 @@ def render_model_card(ctx: Any, part: dict[str, Any]) -> str:
             f"- perplexity without OOVs: {metrics['perplexity_without_oov']:.2f}",
             f"- OOV rate: {metrics['oov_rate']:.4f}",
         ]
-    else:
+    elif comparison is None:
         lines.append("No evaluation text was given (set `lm_eval_text` or `public`).")
     lines += [
         "",
@@ -121,6 +125,68 @@ def render_model_card(ctx: Any, part: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+_PARAMETERS = {
+    "mixture": (
+        "max_n",
+        "max_contribution",
+        "lm_public_vocab_size",
+        "lm_count_domain",
+        "lm_count_clip",
+        "lm_count_threshold",
+        "lm_count_discount",
+        "lm_mix_weight",
+        "lm_holdout",
+    ),
+    "arpa": ("max_n", "max_contribution", "lm_theta_tokens", "lm_public_weight", "lm_kgram_count"),
+}
+
+
+def _vocabulary_line(part: dict[str, Any]) -> str:
+    vocab = part.get("vocabulary")
+    if vocab:
+        return (
+            f"- order: {part['order']}; vocabulary: {vocab['model']} words = {vocab['rule']} "
+            f"({vocab['dp']} DP words), plus `<s>`, `</s>`, `<unk>`; only words outside it are `<unk>`"
+        )
+    return (
+        f"- order: {part['order']}; vocabulary: {part['vocabulary_size']} unigrams (DP vocabulary, markers "
+        "`<s>`, `</s>`, `<unk>`); tokens outside it are scored as `<unk>`"
+    )
+
+
+def _fmt(value: Any, pattern: str) -> str:
+    return "n/a" if value is None else format(value, pattern)
+
+
+def _comparison_lines(comparison: dict[str, Any]) -> list[str]:
+    lines = [
+        "Compared with the model a team could build from the public corpus alone (the same Kneser-Ney",
+        "recipe, no private data). Never measured on the private data.",
+        "",
+        "- open-vocabulary perplexity: an unknown word costs p(`<unk>`) times a fixed spelling model",
+        "  shared by every model (docs/lm_evaluation.md), so a small vocabulary cannot look good;",
+        "- top-1 / top-3: how often the next word is the model's first / among its first three",
+        "  guesses (an unknown word is a miss), the keyboard use case.",
+        "",
+    ]
+    for text, row in comparison.items():
+        lines += [
+            f"**{text}**",
+            "",
+            "| model | open-vocab perplexity | top-1 | top-3 | OOV rate | perplexity (OOV as `<unk>`) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, m in row.items():
+            lines.append(
+                f"| {name} | {_fmt(m.get('open_vocab_perplexity'), '.2f')} "
+                f"| {_fmt(m.get('top1_accuracy'), '.3f')} "
+                f"| {_fmt(m.get('top3_accuracy'), '.3f')} | {_fmt(m.get('oov_rate'), '.4f')} "
+                f"| {_fmt(m.get('perplexity'), '.2f')} |"
+            )
+        lines.append("")
+    return lines
 
 
 def _factor(eps: float) -> str:

@@ -201,9 +201,10 @@ def run_demo(
         "public": str(sample["public"]),
         "out": str(paths["out"]),
         "warehouse": str(paths["warehouse"]),
-        # Every stage: DPNE k-grams, the Bayesian trigram distribution (the sample's public corpus
-        # as prior) and Chen et al. synthetic sequences; the LM is built from their outputs.
-        "stage_budget": {"dpne": 0.5, "bayes": 0.3, "synth": 0.2},
+        # Every stage: DPNE k-grams, the noisy n-gram counts the language model mixes with the
+        # public corpus, the Bayesian trigram distribution (the sample's public corpus as prior) and
+        # Chen et al. synthetic sequences.
+        "stage_budget": {"dpne": 0.4, "lm_counts": 0.3, "bayes": 0.15, "synth": 0.15},
     }
     if max_n is not None:
         conf["max_n"] = max_n
@@ -242,3 +243,11 @@ def _print_outputs(console: Any, release: Path) -> None:
         f"  privacy      ε = {report['privacy']['total']['epsilon']:.4g} (composed), "
         f"δ = {report['privacy']['delta']:g}"
     )
+    model = report.get("model") or {}
+    for text, row in (model.get("comparison") or {}).items():
+        for name, m in row.items():
+            ppl, top3 = m.get("open_vocab_perplexity"), m.get("top3_accuracy")
+            shown = f"open-vocabulary perplexity {ppl:.1f}" if ppl is not None else "perplexity n/a"
+            if top3 is not None:
+                shown += f", top-3 next word {top3:.1%}"
+            console.print(f"  {name:<18} {shown}  ({text.split(' (')[0]})")
