@@ -408,17 +408,34 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    """Perplexity (with and without OOVs) and OOV rate of a KenLM model on a text file."""
-    from lm.evaluate import evaluate_file
+    """Perplexities, OOV rate and next-word accuracy of a KenLM model on a text file."""
+    from lm.evaluate import SPELL_ALPHABET, SPELL_MEAN_LENGTH, evaluate_file
 
-    result = evaluate_file(args.model, args.text, lowercase=not args.keep_case)
+    result = evaluate_file(args.model, args.text, lowercase=not args.keep_case, arpa_path=args.arpa)
     if args.json:
         print(json.dumps(result, sort_keys=True))
+        return EXIT_OK
+    print(f"sentences {result['sentences']}  tokens {result['tokens']}  order {result['order']}")
+    print(f"perplexity (OOVs as <unk>)  {result['perplexity']:.3f}  (rewards a small vocabulary)")
+    print(f"perplexity without OOVs     {result['perplexity_without_oov']:.3f}  (OOV events left out)")
+    print(
+        f"open-vocabulary perplexity  {result['open_vocab_perplexity']:.3f}  (an OOV costs p(<unk>) x a "
+        f"fixed spelling probability, 1/{SPELL_ALPHABET} per character, mean length {SPELL_MEAN_LENGTH}:"
+        " the same price for every model)"
+    )
+    print(f"OOV rate                    {result['oov_rate']:.4f}")
+    if result["top1_accuracy"] is None:
+        print(f"next-word accuracy          n/a: {result['accuracy_note']}")
     else:
-        print(f"sentences {result['sentences']}  tokens {result['tokens']}  order {result['order']}")
-        print(f"perplexity (OOVs as <unk>)  {result['perplexity']:.3f}")
-        print(f"perplexity without OOVs     {result['perplexity_without_oov']:.3f}")
-        print(f"OOV rate                    {result['oov_rate']:.4f}")
+        n = result["prediction_events"]
+        print(
+            f"top-1 next-word accuracy    {result['top1_accuracy']:.4f}  (the true next word is the"
+            f" model's most probable word; {n} predictions, OOV targets are misses)"
+        )
+        print(
+            f"top-3 next-word accuracy    {result['top3_accuracy']:.4f}  (the true next word is among"
+            " its 3 most probable)"
+        )
     return EXIT_OK
 
 
@@ -481,10 +498,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the history as JSON")
     p.set_defaults(func=cmd_ledger)
 
-    p = sub.add_parser("evaluate", parents=[common], help="perplexity of a KenLM model on a text file")
+    p = sub.add_parser(
+        "evaluate",
+        parents=[common],
+        help="perplexities and next-word accuracy of a KenLM model on a text file",
+    )
     p.add_argument("--model", required=True, metavar="PATH", help="model.binary or model.arpa")
     p.add_argument("--text", required=True, metavar="FILE", help="plain text (.gz accepted)")
     p.add_argument("--keep-case", action="store_true", help="do not lower-case (a run with lowercase=False)")
+    p.add_argument(
+        "--arpa",
+        default=None,
+        metavar="PATH",
+        help="ARPA file of the model, for top-k accuracy (default: the model if ARPA, else X.arpa beside)",
+    )
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.set_defaults(func=cmd_evaluate)
 
