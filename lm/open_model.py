@@ -39,6 +39,7 @@ __all__ = [
     "public_counts",
     "public_model",
     "noisy_count_model",
+    "context_evidence",
     "mix_models",
     "model_probabilities",
 ]
@@ -327,13 +328,43 @@ def model_probabilities(model: ArpaModel, ngrams: dict[int, pl.DataFrame]) -> di
     return out
 
 
-def mix_models(public: ArpaModel, private: ArpaModel, weight: float) -> ArpaModel:
-    """λ·private + (1 − λ)·public (λ = ``weight``) as one ARPA model over the union of the two
-    models' n-grams. Listed n-grams get the exact mixture; the backoff weight of a context h is
+def context_evidence(noisy: pl.DataFrame, order: int) -> dict[int, pl.DataFrame]:
+    """Private evidence per context, from the released noisy counts: order 0 is the total T (Σ of
+    the order-1 counts without ``<s>``, as ngram ''), order n ≥ 1 the released order-n counts
+    (negative values count as 0). A context that was not released has evidence 0."""
+    rows = noisy.select(
+        pl.col("n").cast(pl.Int64), pl.col("ngram").cast(pl.String), pl.col("noisy_count").cast(pl.Float64)
+    )
+    words = rows.filter((pl.col("n") == 1) & (pl.col("ngram") != BOS))
+    total = max(0.0, float(words["noisy_count"].sum())) if words.height else 0.0
+    out = {0: pl.DataFrame({"ngram": [""], "count": [total]})}
+    for n in range(1, order):
+        out[n] = rows.filter(pl.col("n") == n).select("ngram", count=pl.col("noisy_count").clip(0.0, None))
+    return out
+
+
+def mix_models(
+    public: ArpaModel,
+    private: ArpaModel,
+    weight: float,
+    *,
+    evidence: dict[int, pl.DataFrame] | None = None,
+    prior: float | None = None,
+) -> ArpaModel:
+    """λ(h)·private + (1 − λ(h))·public as one ARPA model over the union of the two models'
+    n-grams. With ``prior`` None, λ(h) = ``weight`` everywhere (a static mixture, SRILM's
+    ``-mix-lm``); with a prior β and the private ``evidence`` c(h) of each context
+    (:func:`context_evidence`), λ(h) = weight·c(h)/(c(h) + β): the private model counts in
+    proportion to how much private evidence its context has (a Dirichlet prior of strength β
+    centred on the public model), and not at all where it has none.
+
+    Listed n-grams get the exact mixture; the backoff weight of a context h is
     (1 − Σ listed p(w|h)) / (1 − Σ listed p(w|h')) so every context sums to one. Both models must
     have the same order and the same unigrams."""
     if not 0.0 <= weight <= 1.0:
         raise ArpaError(f"weight: must be in [0, 1] (got {weight})")
+    if prior is not None and (evidence is None or prior <= 0):
+        raise ArpaError("prior: needs the context evidence and a prior > 0")
     order = public.order
     if private.order != order:
         raise ArpaError(f"orders differ: public {order}, private {private.order}")
@@ -348,10 +379,22 @@ def mix_models(public: ArpaModel, private: ArpaModel, weight: float) -> ArpaMode
     qq = model_probabilities(private, union)
     mixed: dict[int, pl.DataFrame] = {}
     for n in range(1, order + 1):
-        mixed[n] = (
-            pp[n]
-            .join(qq[n].rename({"prob": "q"}), on="ngram", how="left")
-            .select("ngram", prob=(1.0 - weight) * pl.col("prob") + weight * pl.col("q").fill_null(0.0))
+        frame = pp[n].join(qq[n].rename({"prob": "q"}), on="ngram", how="left")
+        if prior is None:
+            frame = frame.with_columns(lam=pl.lit(weight))
+        else:
+            assert evidence is not None
+            ctx_expr = _context() if n > 1 else pl.lit("")
+            ev = evidence.get(n - 1, pl.DataFrame(schema={"ngram": pl.String, "count": pl.Float64}))
+            frame = (
+                frame.with_columns(ctx=ctx_expr)
+                .join(ev.rename({"ngram": "ctx", "count": "ev"}), on="ctx", how="left")
+                .with_columns(
+                    lam=weight * pl.col("ev").fill_null(0.0) / (pl.col("ev").fill_null(0.0) + prior)
+                )
+            )
+        mixed[n] = frame.select(
+            "ngram", prob=(1.0 - pl.col("lam")) * pl.col("prob") + pl.col("lam") * pl.col("q").fill_null(0.0)
         )
     gammas: dict[int, pl.DataFrame] = {}
     for n in range(2, order + 1):

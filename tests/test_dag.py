@@ -123,6 +123,7 @@ def test_dag_imports_and_params_mirror_run_config(airflow):
         "vocabulary",
         *levels,
         "kgrams",
+        "lm_counts",
         "bayes",
         "synth",
         "validate",
@@ -135,7 +136,7 @@ def test_dag_imports_and_params_mirror_run_config(airflow):
     for upstream, task in zip(order, order[1:], strict=False):
         assert tasks[task]["upstream"] == [upstream], task
     # run after skipped tasks, never after a failure
-    relaxed = {"vocabulary", *levels, "kgrams", "bayes", "synth", "validate", "lm", "report"}
+    relaxed = {"vocabulary", *levels, "kgrams", "lm_counts", "bayes", "synth", "validate", "lm", "report"}
     for name in order:
         assert tasks[name]["trigger_rule"] == ("none_failed" if name in relaxed else "all_success"), name
     # every task that opens the DuckDB warehouse is in the one-slot pool; publishing only renames
@@ -212,9 +213,16 @@ def test_dags_test_publishes_a_release(airflow, sample):
             "SELECT task_id, value FROM xcom WHERE dag_id = ? AND run_id = ?", (DAG_ID, run_ids[0])
         ).fetchall()
     assert states["dpne_level_3"] == "success"
-    # levels beyond T, and the bayes/synth stages (this conf gives them no budget share) and the LM
-    # built from their outputs, are skipped
-    skipped = {f"dpne_level_{k}" for k in range(4, 13)} | {"triehh", "bayes", "synth", "lm", "publish_lm"}
+    # levels beyond T, and the lm_counts/bayes/synth stages (this conf gives them no budget share)
+    # and the LM built from their outputs, are skipped
+    skipped = {f"dpne_level_{k}" for k in range(4, 13)} | {
+        "triehh",
+        "lm_counts",
+        "bayes",
+        "synth",
+        "lm",
+        "publish_lm",
+    }
     assert {t for t, s in states.items() if s == "skipped"} == skipped
     assert {t for t, s in states.items() if s == "success"} >= {
         "privacy_precheck",
