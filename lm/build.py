@@ -605,7 +605,9 @@ def run_lm(ctx: Any) -> dict[str, Any]:
         "route": route,
         "route_selection": (
             "configured"
-            if config.lm_route in ROUTES
+            if config.lm_route in (*ROUTES, MIXTURE_ROUTE)
+            else "auto: the run released noisy counts (stage lm_counts)"
+            if route == MIXTURE_ROUTE
             else "auto: lowest perplexity on the evaluation text"
             if candidates
             else f"auto: default route '{DEFAULT_ROUTE}' (benchmarks/lm_bench.py)"

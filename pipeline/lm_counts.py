@@ -179,7 +179,9 @@ def score_selection_users(
     only) and the number of selection users (used only to report whether selection ran)."""
     import kenlm
 
-    pm, qm = kenlm.Model(str(public_arpa)), kenlm.Model(str(private_arpa))
+    quiet = kenlm.Config()
+    quiet.show_progress = False  # KenLM's ARPA loader draws a progress bar on stderr otherwise
+    pm, qm = kenlm.Model(str(public_arpa), quiet), kenlm.Model(str(private_arpa), quiet)
     total = np.zeros(len(WEIGHT_GRID), dtype=np.float64)
     users = 0
     current: Any = None

@@ -486,6 +486,40 @@ def synth_suite(src: Sources) -> list[Batch]:
     return batches
 
 
+LM_COUNTS_PATH = "released/lm_counts.parquet"
+
+
+@register_suite("released.lm_counts", private=False, applies=_released_or_promised(LM_COUNTS_PATH))
+def lm_counts_suite(src: Sources) -> list[Batch]:
+    """The language model's noisy n-gram counts (pipeline/lm_counts.py): exact column set, no
+    nulls, orders 1..3, unique (n, ngram), n tokens per n-gram, markers in place
+    (``sql/lm_counts_validate_aggregates.sql``)."""
+    view = src.released_view("lm_counts", LM_COUNTS_PATH)
+    if view is None:
+        return [Batch("released.lm_counts", None, [], False, problem=f"{LM_COUNTS_PATH} missing")]
+    batches = [
+        Batch(
+            "released.lm_counts.rows",
+            _frame(src.public, load_sql("validate_sample", source=view)),
+            [
+                Expect(
+                    "ExpectTableColumnsToMatchSet",
+                    {"column_set": ["n", "ngram", "noisy_count"], "exact_match": True},
+                ),
+                Expect("ExpectColumnValuesToNotBeNull", {"column": "ngram"}),
+                Expect("ExpectColumnValuesToBeBetween", {"column": "n", "min_value": 1, "max_value": 3}),
+            ],
+            False,
+        )
+    ]
+    if {"n", "ngram", "noisy_count"} <= set(src.columns(view)):
+        aggregates = _frame(src.public, load_sql("lm_counts_validate_aggregates"))
+        batches.append(
+            Batch("released.lm_counts.table", aggregates, [zero(c) for c in aggregates.columns], False)
+        )
+    return batches
+
+
 MODEL_ARPA_PATH = "model/model.arpa"
 MODEL_RESULTS_PATH = "validation/model_results.json"
 MODEL_SAMPLE_ROWS = 200_000
