@@ -396,8 +396,8 @@ def evaluate_file(
     if arpa is not None:
         try:
             predictor = NextWordPredictor.from_arpa(arpa)
-        except ArpaError:
-            raise
+        except ArpaError as err:  # one line, no data values
+            raise ArpaError(f"arpa: {arpa} is not a readable ARPA file ({err})") from None
         except (OSError, ValueError, KeyError):  # not UTF-8, a bad \data\ line, no 1-grams, ...
             raise ArpaError(f"arpa: {arpa} is not a readable ARPA file") from None
         if predictor.order != int(model.order):
