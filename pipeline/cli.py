@@ -419,9 +419,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(f"perplexity (OOVs as <unk>)  {result['perplexity']:.3f}  (rewards a small vocabulary)")
     print(f"perplexity without OOVs     {result['perplexity_without_oov']:.3f}  (OOV events left out)")
     print(
-        f"open-vocabulary perplexity  {result['open_vocab_perplexity']:.3f}  (an OOV costs p(<unk>) x a "
-        f"fixed spelling probability, 1/{SPELL_ALPHABET} per character, mean length {SPELL_MEAN_LENGTH}:"
-        " the same price for every model)"
+        f"open-vocabulary perplexity  {result['open_vocab_perplexity']:.3f}  (an OOV costs p(<unk>) x the"
+        f" same spelling probability for every model: 1/{SPELL_ALPHABET} per character, mean length"
+        f" {SPELL_MEAN_LENGTH})"
     )
     print(f"OOV rate                    {result['oov_rate']:.4f}")
     if result["top1_accuracy"] is None:
