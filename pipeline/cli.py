@@ -9,7 +9,7 @@ Sub-commands::
     dpngram baseline --method dpsu-all|dpsu-even|dpsu-single [--k K] --input PATH --out DIR [...]
     dpngram ledger   --dataset NAME [--warehouse PATH]       privacy spend history of a dataset
     dpngram demo                                             sample corpus + Airflow `dags test` run
-    dpngram evaluate --model PATH --text FILE [--json]       perplexity / OOV rate of a KenLM model
+    dpngram evaluate --model PATH --text FILE [--arpa PATH] [--json]   open-vocab perplexity, top-k, OOV rate
 
 Every :class:`pipeline.config.RunConfig` field is a flag of ``run``/``baseline``/``ingest``
 (generated from ``RunConfig.model_fields``, so flags never drift from the configuration).
