@@ -1,0 +1,646 @@
+"""Stage ``lm_counts`` (pipeline/lm_counts.py, docs/lm_privacy.md): the released noisy n-gram
+counts and the selected mixture weight.
+
+* The per-user l2 bounding of sql/lm_counts_weighted.sql (run for real on DuckDB, from sentences
+  through sql/bayes_occurrences.sql) equals an independent Python computation, and one user —
+  however adversarial — moves the summed vector by at most C in l2 norm (exactly C when the user's
+  own vector is longer than C).
+* Statistical privacy test of the Gaussian release on such neighbours, with a power check.
+* Selection users and counting users partition the users by id and salt only.
+* Report-noisy-max (``select_weight``): accuracy, Laplace scale, and a DP sanity check with power.
+* The stage end to end on a small sample run: file, report, retry, fixed weight.
+* A known bug (strict xfail): whether the weight selection ran is reported, and it flips when one
+  selection user is added to a dataset that had none.
+
+False-failure rates: every statistical check is at most FALSE_FAILURE (Clopper-Pearson bounds
+with a Bonferroni split over the comparisons); the noise is seeded, so each run is reproducible.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import run_through_dpne
+from scipy import stats
+
+from pipeline import lm_counts
+from pipeline.accounting import Ledger
+from pipeline.bayes import calibrate
+from pipeline.noise import NoiseSource
+from pipeline.run import read_parts
+from pipeline.sample import write_sample
+from pipeline.store import Warehouse, load_sql
+
+SCHEMA = "lm_counts_test"
+FALSE_FAILURE = 1e-4
+BOS, EOS, UNK = "<s>", "</s>", "<unk>"
+
+
+# ----------------------------------------------------------------------------------------------
+# Running the stage's SQL on hand-made users
+# ----------------------------------------------------------------------------------------------
+def warehouse(users: dict[str, list[list[str]]]) -> Warehouse:
+    """A DuckDB warehouse whose ``sentences`` table holds ``users`` (one document each) and the
+    ingest ``tokens`` view over it, as the stage sees them."""
+    wh = Warehouse(":memory:", memory_limit="1GB", threads=1)
+    wh.con.execute(f"CREATE SCHEMA {SCHEMA}")
+    wh.con.execute(
+        f"CREATE TABLE {SCHEMA}.sentences (user_id VARCHAR NOT NULL, doc_id BIGINT NOT NULL, "
+        "sent_id INTEGER NOT NULL, tokens VARCHAR[] NOT NULL)"
+    )
+    rows = [(u, i, s) for u, sentences in users.items() for i, s in enumerate(sentences)]
+    table = pa.table(
+        {
+            "user_id": pa.array([r[0] for r in rows], pa.string()),
+            "doc_id": pa.array([0] * len(rows), pa.int64()),
+            "sent_id": pa.array([r[1] for r in rows], pa.int32()),
+            "tokens": pa.array([r[2] for r in rows], pa.list_(pa.string())),
+        }
+    )
+    wh.con.register("sentences_rows", table)
+    wh.con.execute(f"INSERT INTO {SCHEMA}.sentences SELECT * FROM sentences_rows")
+    wh.con.unregister("sentences_rows")
+    wh.execute(load_sql("ingest_tokens_view", schema=SCHEMA))
+    return wh
+
+
+def weighted_sums(
+    users: dict[str, list[list[str]]],
+    vocabulary: list[str],
+    domain: list[str],
+    *,
+    clip: float,
+    holdout: int = 0,
+    salt: int = 1,
+) -> np.ndarray:
+    """The stage's exact weighted sums over ``domain`` (n-grams; gid = position + 1)."""
+    wh = warehouse(users)
+    try:
+        vocab = pa.table({"token": pa.array(vocabulary, pa.string())})
+        wh.load_table(SCHEMA, lm_counts.VOCABULARY_TABLE, [vocab], vocab.schema)
+        dom = pa.table(
+            {
+                "gid": pa.array(np.arange(1, len(domain) + 1, dtype=np.int64)),
+                "n": pa.array([len(g.split(" ")) for g in domain], pa.int64()),
+                "ngram": pa.array(domain, pa.string()),
+            }
+        )
+        wh.load_table(SCHEMA, lm_counts.DOMAIN_TABLE, [dom], dom.schema)
+        wh.execute(
+            load_sql(
+                "bayes_occurrences",
+                schema=SCHEMA,
+                source="tokens",
+                target=lm_counts.OCCURRENCES,
+                vocabulary=lm_counts.VOCABULARY_TABLE,
+            ),
+            {"map_unk": True},
+        )
+        wh.execute(
+            load_sql(
+                "lm_counts_weighted",
+                schema=SCHEMA,
+                target=lm_counts.WEIGHTED_TABLE,
+                occurrences=lm_counts.OCCURRENCES,
+                domain=lm_counts.DOMAIN_TABLE,
+            ),
+            {"salt": salt, "holdout_per_mille": holdout, "clip": float(clip)},
+        )
+        out = np.zeros(len(domain))
+        for gid, value in wh.con.execute(
+            f"SELECT gid, weighted FROM {SCHEMA}.{lm_counts.WEIGHTED_TABLE}"
+        ).fetchall():
+            out[gid - 1] = value
+        return out
+    finally:
+        wh.close()
+
+
+def selection_users(users: dict[str, list[list[str]]], *, holdout: int, salt: int) -> list[str]:
+    wh = warehouse(users)
+    try:
+        sql = load_sql("lm_selection_sentences", schema=SCHEMA)
+        rows = wh.con.execute(sql, {"salt": salt, "holdout_per_mille": holdout}).fetchall()
+        return [r[0] for r in rows]
+    finally:
+        wh.close()
+
+
+def user_vector(sentences: list[list[str]], vocabulary: set[str], domain: list[str]) -> np.ndarray:
+    """A user's count vector over the domain, all orders 1..3 together, computed directly: one
+    <s> and one </s> per sentence, tokens outside the vocabulary as <unk>, every n-gram of the
+    padded sentence counted (order 1 includes <s>)."""
+    counts: Counter[str] = Counter()
+    for sentence in sentences:
+        padded = [BOS, *(t if t in vocabulary else UNK for t in sentence), EOS]
+        for n in (1, 2, 3):
+            counts.update(" ".join(padded[i : i + n]) for i in range(len(padded) - n + 1))
+    return np.array([counts[g] for g in domain], dtype=np.float64)
+
+
+def bounded_sum(users, vocabulary, domain, clip) -> np.ndarray:
+    total = np.zeros(len(domain))
+    for sentences in users.values():
+        x = user_vector(sentences, set(vocabulary), domain)
+        norm = float(np.linalg.norm(x))
+        if norm > 0:
+            total += min(1.0, clip / norm) * x
+    return total
+
+
+VOCAB = ["a", "b", "c", "d", "x"]
+DOMAIN = [
+    *VOCAB,
+    BOS,
+    EOS,
+    UNK,
+    "<s> a",
+    "a b",
+    "b c",
+    "c </s>",
+    "x x",
+    "<s> x",
+    "x </s>",
+    "a <unk>",
+    "d a",
+    "<s> a b",
+    "a b c",
+    "b c </s>",
+    "x x x",
+    "<s> x x",
+    "x x </s>",
+    "<s> a </s>",
+]
+BASE_USERS = {
+    "u1": [["a", "b", "c"], ["d", "a"]],
+    "u2": [["a", "b"], ["x", "y", "x"]],
+    "u3": [["c"], ["b", "c", "a", "b", "c"]],
+    "u4": [["z", "z", "a"]],
+    "u5": [["d", "a", "b", "c"], ["a"]],
+}
+ADVERSARIAL = {
+    # one n-gram repeated many times (norm ~ 100: scaled down to exactly C)
+    "repeat": [["x"] * 60],
+    # many distinct n-grams, each a few times
+    "distinct": [[w] for w in VOCAB] + [["a", "b", "c", "d", "a", "q"], ["x", "x"]],
+    # a mix, with out-of-vocabulary tokens (<unk>)
+    "mix": [["x"] * 20, ["a", "b", "c"], ["q", "r"], ["a", "q"]],
+    # a light user: (<s>, a, </s>, <s> a, <s> a </s>) once each, norm sqrt(5) < 3
+    "light": [["a"]],
+    # 5 unigrams, 4 bigrams, 3 trigrams once each: every order below 3, jointly sqrt(12) > 3
+    "spread": [["a", "b", "c"]],
+}
+
+
+@pytest.mark.parametrize("clip", [1.0, 3.0])
+def test_weighted_sql_is_the_l2_bounded_sum_and_one_user_moves_it_by_at_most_c(clip):
+    """Real SQL vs a direct computation of Σ_u min(1, C/‖x_u‖₂) x_u, and the neighbour gap.
+    Both sides sum ≤ 10 float64 terms per coordinate: they agree to ~1e-15 relative (rel 1e-12);
+    ‖ΔW‖₂ ≤ C up to the same rounding (factor 1 + 1e-12)."""
+    base = weighted_sums(BASE_USERS, VOCAB, DOMAIN, clip=clip)
+    assert base == pytest.approx(bounded_sum(BASE_USERS, VOCAB, DOMAIN, clip), rel=1e-12, abs=1e-12)
+    for name, sentences in ADVERSARIAL.items():
+        neighbour = weighted_sums({**BASE_USERS, name: sentences}, VOCAB, DOMAIN, clip=clip)
+        gap = neighbour - base
+        x = user_vector(sentences, set(VOCAB), DOMAIN)
+        norm = float(np.linalg.norm(x))
+        assert gap == pytest.approx(min(1.0, clip / norm) * x, rel=1e-12, abs=1e-12), name
+        assert np.linalg.norm(gap) <= clip * (1 + 1e-12), name
+        if norm > clip:  # the scaling uses the whole vector (all orders): the bound is attained
+            assert np.linalg.norm(gap) == pytest.approx(clip, rel=1e-12), name
+        else:
+            assert np.linalg.norm(gap) == pytest.approx(norm, rel=1e-12), name
+    # "spread" has every per-order norm below C = 3 but its joint norm above (sqrt(12)): scaling
+    # each order separately would leave its gap above C and fail the checks above
+    x = user_vector(ADVERSARIAL["spread"], set(VOCAB), DOMAIN)
+    orders = np.array([len(g.split(" ")) for g in DOMAIN])
+    assert max(np.linalg.norm(x[orders == n]) for n in (1, 2, 3)) < 3.0 < np.linalg.norm(x)
+
+
+# ----------------------------------------------------------------------------------------------
+# Statistical privacy test of the released vector
+# ----------------------------------------------------------------------------------------------
+def cp_lower(k: int, n: int, beta: float) -> float:
+    """One-sided Clopper-Pearson lower bound (fails with probability ≤ beta)."""
+    return 0.0 if k == 0 else float(stats.beta.ppf(beta, k, n - k + 1))
+
+
+def cp_upper(k: int, n: int, beta: float) -> float:
+    return 1.0 if k == n else float(stats.beta.isf(beta, k + 1, n - k))
+
+
+def worst_violation(a: np.ndarray, b: np.ndarray, thresholds, epsilon: float, delta: float) -> float:
+    """max over half-spaces S = {y > t}, {y < t} and both orders (A, B) of (a, b) of
+    CP_lower(P[A ∈ S]) − e^ε CP_upper(P[B ∈ S]) − δ. A true (ε, δ)-DP mechanism gives a value > 0
+    with probability ≤ FALSE_FAILURE: 4·len(thresholds) comparisons, two one-sided bounds each,
+    each bound failing with probability ≤ FALSE_FAILURE / (8·len(thresholds)) (union bound)."""
+    beta = FALSE_FAILURE / (8 * len(thresholds))
+    worst = -math.inf
+    for t in thresholds:
+        for in_set in (lambda y, t=t: y > t, lambda y, t=t: y < t):
+            for x, y in ((a, b), (b, a)):
+                kx, ky = int(in_set(x).sum()), int(in_set(y).sum())
+                bound = math.exp(epsilon) * cp_upper(ky, y.size, beta) + delta
+                worst = max(worst, cp_lower(kx, x.size, beta) - bound)
+    return worst
+
+
+def projected_releases(
+    weighted: np.ndarray, direction: np.ndarray, draws: int, *, epsilon, delta, clip, seed
+) -> tuple[np.ndarray, float]:
+    noise = NoiseSource.seeded_for_tests(seed)
+    out = np.empty(draws)
+    sigma = 0.0
+    for i in range(draws):
+        noisy, calibration = lm_counts.noisy_release(
+            weighted, epsilon=epsilon, delta=delta, clip=clip, noise=noise
+        )
+        out[i] = noisy @ direction
+        sigma = calibration.sigma
+    return out, sigma
+
+
+@pytest.mark.statistical
+def test_released_counts_are_dp_on_adversarial_neighbours_and_the_test_has_power():
+    """D = BASE_USERS, D' = D + the "repeat" user (‖ΔW‖₂ = C exactly, the worst case). The
+    Gaussian mechanism's privacy loss only depends on the projection of the output on the
+    difference direction v (the other coordinates are identically distributed given it), and its
+    optimal distinguishing sets are half-spaces ⟨y, v⟩ > t: so checking
+    P[S | D] ≤ e^ε P[S | D'] + δ (and the reverse) for a grid of thresholds t spanning the region
+    where the two projected distributions differ is a test of the release itself.
+
+    ε = 1, δ = 1e-2 (large, so the probabilities are measurable with 20,000 draws). Power: the
+    same check on the mechanism calibrated for C/2 (σ halved) must find a violation: its true
+    δ(ε=1) is Φ(C/2σ' − εσ'/C) − e^ε Φ(−C/2σ' − εσ'/C) ≈ 0.15 at σ' ≈ 0.94, far above δ + the
+    binomial slack (≤ 0.05 at 20,000 draws and the bounds' level)."""
+    epsilon, delta, clip, draws = 1.0, 1e-2, 1.0, 20_000
+    d = weighted_sums(BASE_USERS, VOCAB, DOMAIN, clip=clip)
+    d_prime = weighted_sums({**BASE_USERS, "repeat": ADVERSARIAL["repeat"]}, VOCAB, DOMAIN, clip=clip)
+    gap = d_prime - d
+    assert np.linalg.norm(gap) == pytest.approx(clip, rel=1e-12)
+    v = gap / np.linalg.norm(gap)
+
+    a, sigma = projected_releases(d, v, draws, epsilon=epsilon, delta=delta, clip=clip, seed=101)
+    b, _ = projected_releases(d_prime, v, draws, epsilon=epsilon, delta=delta, clip=clip, seed=202)
+    centre = float(d @ v)
+    thresholds = centre + sigma * np.arange(-2.0, 4.01, 0.25)
+    assert worst_violation(a, b, thresholds, epsilon, delta) <= 0.0
+
+    # the same check on a mechanism whose noise is calibrated for half the sensitivity
+    a_half, sigma_half = projected_releases(
+        d, v, draws, epsilon=epsilon, delta=delta, clip=clip / 2, seed=303
+    )
+    b_half, _ = projected_releases(d_prime, v, draws, epsilon=epsilon, delta=delta, clip=clip / 2, seed=404)
+    assert sigma_half < 0.55 * sigma
+    assert worst_violation(a_half, b_half, thresholds, epsilon, delta) > 0.0
+
+
+# ----------------------------------------------------------------------------------------------
+# Selection users vs counting users
+# ----------------------------------------------------------------------------------------------
+def tagged_users(ids: list[int], variant: int = 0) -> dict[str, list[list[str]]]:
+    """User i writes their own tag word t{i} (so their presence in the sums is visible) plus text
+    that depends on ``variant``."""
+    filler = [["a", "b"], ["c", "x", "x"], ["d"]][variant % 3]
+    return {f"user{i}": [[f"t{i}", "a"], filler] for i in ids}
+
+
+def counted_users(users, *, holdout: int, salt: int) -> set[str]:
+    ids = sorted(users, key=lambda u: int(u[4:]))
+    tags = [f"t{u[4:]}" for u in ids]
+    sums = weighted_sums(users, [*VOCAB, *tags], tags, clip=1.0, holdout=holdout, salt=salt)
+    assert np.all(sums >= 0)
+    return {u for u, s in zip(ids, sums, strict=True) if s > 0}
+
+
+def test_selection_and_counting_users_partition_the_users_by_id_and_salt():
+    ids = list(range(400))
+    users = tagged_users(ids)
+    holdout, salt = 250, 987_654_321
+    counted = counted_users(users, holdout=holdout, salt=salt)
+    selected = set(selection_users(users, holdout=holdout, salt=salt))
+    assert counted.isdisjoint(selected)
+    assert counted | selected == set(users)
+    # a keyed hash mod 1000 below 250: Binomial(400, 1/4)-like; 4.5 sd (~1e-5 two-sided)
+    assert abs(len(selected) - 100) <= 4.5 * math.sqrt(400 * 0.25 * 0.75)
+
+    # the split depends on the user id and the salt only: users 200..399 keep their side when
+    # their own text changes, users 0..199 leave and users 400..599 arrive
+    others = tagged_users(list(range(200, 600)), variant=1)
+    common = set(users) & set(others)
+    assert len(common) == 200
+    assert set(selection_users(others, holdout=holdout, salt=salt)) & common == selected & common
+    assert counted_users(others, holdout=holdout, salt=salt) & common == counted & common
+    # the selection sentences come in user order, every sentence of a selected user
+    rows = selection_users(users, holdout=holdout, salt=salt)
+    assert rows == sorted(rows) and Counter(rows) == {u: 2 for u in selected}
+
+    # another salt: another split
+    assert set(selection_users(users, holdout=holdout, salt=salt + 1)) != selected
+    # holdout 0: everyone counted, nobody selected; 1000: the reverse
+    assert counted_users(users, holdout=0, salt=salt) == set(users)
+    assert selection_users(users, holdout=0, salt=salt) == []
+    assert counted_users(users, holdout=1000, salt=salt) == set()
+    assert set(selection_users(users, holdout=1000, salt=salt)) == set(users)
+
+
+def test_adding_a_selection_user_leaves_the_counts_unchanged():
+    """Parallel composition: a selection user, however heavy, does not touch the weighted sums."""
+    holdout, salt = 500, 42
+    candidates = {f"heavy{i}": ADVERSARIAL["repeat"] for i in range(20)}
+    chosen = selection_users(candidates, holdout=holdout, salt=salt)
+    assert chosen  # with 20 candidates at 1/2 each, one is a selection user (fixed salt)
+    heavy = chosen[0]
+    base = weighted_sums(BASE_USERS, VOCAB, DOMAIN, clip=1.0, holdout=holdout, salt=salt)
+    with_heavy = weighted_sums(
+        {**BASE_USERS, heavy: ADVERSARIAL["repeat"]}, VOCAB, DOMAIN, clip=1.0, holdout=holdout, salt=salt
+    )
+    assert np.array_equal(base, with_heavy)
+    counted_heavy = next(u for u in candidates if u not in chosen)
+    moved = weighted_sums(
+        {**BASE_USERS, counted_heavy: ADVERSARIAL["repeat"]},
+        VOCAB,
+        DOMAIN,
+        clip=1.0,
+        holdout=holdout,
+        salt=salt,
+    )
+    assert np.linalg.norm(moved - base) == pytest.approx(1.0, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# Report-noisy-max
+# ----------------------------------------------------------------------------------------------
+def test_user_scores_are_clipped_mean_log_probabilities():
+    grid = lm_counts.WEIGHT_GRID
+    p = np.log10([0.5, 0.25, 0.1])
+    q = np.log10([0.1, 0.5, 0.4])
+    got = lm_counts.user_scores(p, q)
+    for k, lam in enumerate(grid):
+        mix = [lam * 10**qi + (1 - lam) * 10**pi for pi, qi in zip(p, q, strict=True)]
+        assert got[k] == pytest.approx(sum(math.log(m) for m in mix) / len(mix), rel=1e-12)
+    tiny = lm_counts.user_scores(np.full(4, -30.0), np.full(4, -40.0))  # mean ln ≈ −69 < −B
+    assert np.all(tiny == -lm_counts.SCORE_CLIP_NATS)
+    assert np.all(lm_counts.user_scores(np.zeros(2), np.zeros(2)) == 0.0)
+
+
+@pytest.mark.statistical
+def test_a_far_ahead_candidate_is_chosen_as_the_laplace_tail_bound_says():
+    """Scores 0 for one candidate j and −m for the others, Laplace scale b = 2B/ε: j wins whenever
+    its noise is > −m/2 and every other noise is < m/2. For grid·DiscreteLaplace(b/grid) noise,
+    P(noise ≥ x) = e^{−⌈x/grid⌉·grid/b}/(1 + e^{−grid/b}) ≤ e^{−x/b} (x > 0), so
+    P(j loses) ≤ k·e^{−m/(2b)} = 0.1 for m = 2b ln(10k). One-sided CP bound at FALSE_FAILURE."""
+    epsilon, k, trials = 1.0, len(lm_counts.WEIGHT_GRID), 4000
+    b = 2 * lm_counts.SCORE_CLIP_NATS / epsilon
+    m = 2 * b * math.log(10 * k)
+    scores = np.full(k, -m)
+    scores[4] = 0.0
+    noise = NoiseSource.seeded_for_tests(7)
+    hits = 0
+    for _ in range(trials):
+        weight, index = lm_counts.select_weight(scores, epsilon, noise)
+        assert weight == lm_counts.WEIGHT_GRID[index]
+        hits += index == 4
+    assert cp_upper(hits, trials, FALSE_FAILURE) >= 1 - k * math.exp(-m / (2 * b))
+
+
+@pytest.mark.statistical
+def test_the_laplace_scale_is_two_b_over_epsilon():
+    """Two candidates at a gap m = b: the second wins iff L2 − L1 > b. The on-grid noise is
+    grid·(⌊E1/grid⌋ − ⌊E2/grid⌋) for exponentials E of mean b, i.e. within 2·grid of a continuous
+    Laplace difference, whose density is ≤ 1/(4b): the win probability is within grid/b ≤ 2^-10
+    (select_weight's grid is ≤ b/1024) of the continuous P(L2 − L1 > b) = e^{-1}·3/4 ≈ 0.276.
+    A scale off by a factor 2 either way gives 0.379 or 0.135; the two-sided CP interval at
+    FALSE_FAILURE on 10,000 trials is ±0.016."""
+    epsilon, trials = 2.0, 10_000
+    b = 2 * lm_counts.SCORE_CLIP_NATS / epsilon
+    expected = math.exp(-1.0) * 3 / 4
+    noise = NoiseSource.seeded_for_tests(11)
+    wins = sum(
+        lm_counts.select_weight(np.array([0.0, -b]), epsilon, noise, grid=(0.0, 1.0))[1] == 1
+        for _ in range(trials)
+    )
+    lo, hi = cp_lower(wins, trials, FALSE_FAILURE / 2), cp_upper(wins, trials, FALSE_FAILURE / 2)
+    assert lo - 2**-10 <= expected <= hi + 2**-10
+
+
+def noisy_max_frequencies(scores: np.ndarray, epsilon: float, trials: int, seed: int) -> np.ndarray:
+    noise = NoiseSource.seeded_for_tests(seed)
+    picks = [lm_counts.select_weight(scores, epsilon, noise)[1] for _ in range(trials)]
+    return np.bincount(picks, minlength=len(lm_counts.WEIGHT_GRID))
+
+
+@pytest.mark.statistical
+def test_report_noisy_max_is_epsilon_dp_on_neighbouring_scores():
+    """Neighbouring score vectors differ by one user's contribution u ∈ [−B, 0]^k; the adversarial
+    u = (0, −B, …, −B) moves candidate 0 up by B relative to every other. For each output o:
+    P(o | s) ≤ e^ε P(o | s + u) and the reverse, with one-sided CP bounds (4k bounds, each at
+    FALSE_FAILURE/(4k)). Power: the same check flags the mechanism run with a quarter of the
+    Laplace scale (select_weight at 4ε, the true loss ≈ 5 > e at these scores)."""
+    epsilon, trials = 1.0, 20_000
+    k, big_b = len(lm_counts.WEIGHT_GRID), lm_counts.SCORE_CLIP_NATS
+    s = np.zeros(k)
+    u = np.full(k, -big_b)
+    u[0] = 0.0
+    beta = FALSE_FAILURE / (4 * k)
+
+    def worst(fa: np.ndarray, fb: np.ndarray) -> float:
+        out = -math.inf
+        for o in range(k):
+            for x, y in ((fa, fb), (fb, fa)):
+                out = max(
+                    out,
+                    cp_lower(int(x[o]), trials, beta) - math.exp(epsilon) * cp_upper(int(y[o]), trials, beta),
+                )
+        return out
+
+    assert (
+        worst(noisy_max_frequencies(s, epsilon, trials, 1), noisy_max_frequencies(s + u, epsilon, trials, 2))
+        <= 0
+    )
+    too_little = 4 * epsilon
+    assert (
+        worst(
+            noisy_max_frequencies(s, too_little, trials, 3),
+            noisy_max_frequencies(s + u, too_little, trials, 4),
+        )
+        > 0
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# The stage end to end
+# ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def sample_files(tmp_path_factory):
+    return write_sample(
+        tmp_path_factory.mktemp("lm-counts-sample"),
+        n_users=300,
+        seed=5,
+        vocab_size=300,
+        public_sentences=3000,
+    )
+
+
+def counts_run(tmp_path, files, **overrides):
+    settings = {
+        "epsilon": 8.0,
+        "delta": 1e-4,
+        "max_n": 3,
+        "stage_budget": {"dpne": 0.5, "lm_counts": 0.5},
+        "memory_limit": "1GB",
+        "lm_public_vocab_size": 400,
+        "lm_count_domain": 800,
+        **overrides,
+    }
+    return run_through_dpne(tmp_path, files, **settings)
+
+
+def lm_ledger_rows(ctx) -> list[dict]:
+    with ctx.warehouse() as wh:
+        entries = Ledger(wh.con).entries(ctx.config.dataset)
+    return [e for e in entries if e["run_id"] == ctx.run_id and e["stage"] == lm_counts.STAGE]
+
+
+def test_run_lm_counts_end_to_end(tmp_path, sample_files):
+    from lm.open_model import MARKERS
+
+    ctx = counts_run(tmp_path, sample_files)
+    config = ctx.config
+    summary = lm_counts.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(5))
+    root = ctx.release.root
+    path = root / lm_counts.COUNTS_PATH
+    table = pq.read_table(path)
+    assert table.schema.names == ["n", "ngram", "noisy_count"]
+    assert (
+        table.schema.field("n").type == pa.int8() and table.schema.field("noisy_count").type == pa.float64()
+    )
+    assert summary["released_rows"] == table.num_rows and not summary["reused"]
+
+    part = read_parts(ctx)[lm_counts.STAGE]
+    epsilon, delta = config.stage_share(lm_counts.STAGE)
+    sigma, threshold = part["sigma"], part["threshold"]
+    assert sigma > 0 and threshold == pytest.approx(config.lm_count_threshold * sigma, rel=1e-12)
+    # σ is the public calibration for l2-sensitivity C over the whole domain
+    calibration = calibrate(epsilon, delta, config.lm_count_clip, part["domain_size"])
+    assert sigma == pytest.approx(calibration.sigma, rel=1e-12)
+    assert part["snapped_sensitivity"] == pytest.approx(calibration.snapped_sensitivity, rel=1e-12)
+    assert [e["mechanism"] for e in part["privacy"]["events"]] == ["gaussian"]
+    assert part["privacy"]["epsilon"] <= epsilon * (1 + 1e-9)
+
+    # the domain is public: rebuild it from the released vocabulary, the k-grams and the corpus
+    dp_vocab = [t for t in pq.read_table(root / lm_counts.VOCABULARY_PATH)["token"].to_pylist() if t]
+    domain = lm_counts.build_domain(
+        dp_vocab,
+        config.public,
+        order=config.lm_order,
+        public_cap=config.lm_public_vocab_size,
+        domain_cap=config.lm_count_domain,
+        kgrams={n: lm_counts.released_kgrams(root, n) for n in range(2, config.lm_order + 1)},
+        lowercase=config.lowercase,
+    )
+    assert domain.size == part["domain_size"]
+    rows = table.to_pylist()
+    order1 = {r["ngram"] for r in rows if r["n"] == 1}
+    assert order1 == {*domain.vocabulary, *MARKERS} and set(dp_vocab) <= order1
+    assert len([r for r in rows if r["n"] == 1]) == len(order1) == part["domain_by_order"]["1"]
+    higher = [r for r in rows if r["n"] >= 2]
+    assert higher and all(r["noisy_count"] >= threshold for r in higher)
+    for n in range(2, config.lm_order + 1):
+        allowed = set(domain.frame.filter(domain.frame["n"] == n)["ngram"].to_list())
+        released = [r["ngram"] for r in higher if r["n"] == n]
+        assert set(released) <= allowed and len(released) == part["released_by_order"][str(n)]
+        assert all(len(g.split(" ")) == n for g in released)
+    # released values lie on the power-of-two noise grid (docs/noise.md)
+    on_grid = np.asarray(table["noisy_count"]) / part["grid"]
+    assert np.array_equal(on_grid, np.round(on_grid))
+
+    assert part["mix_weight"] in lm_counts.WEIGHT_GRID
+    assert part["weight_selection"]["ran"] is True
+    assert part["weight_selection"]["laplace_scale"] == pytest.approx(2 * lm_counts.SCORE_CLIP_NATS / epsilon)
+
+    # a retry reuses the file byte for byte (fresh noise would change it) and charges once
+    before = path.read_bytes()
+    spent = lm_ledger_rows(ctx)
+    assert len(spent) == 1 and spent[0]["epsilon"] == pytest.approx(part["privacy"]["charged_epsilon"])
+    again = lm_counts.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(6))
+    assert again["reused"] and path.read_bytes() == before
+    assert lm_ledger_rows(ctx) == spent
+    assert read_parts(ctx)[lm_counts.STAGE] == part
+
+
+def test_fixed_mix_weight_skips_the_selection(tmp_path, sample_files, monkeypatch):
+    def no_selection(*args, **kwargs):
+        raise AssertionError("a fixed weight must not score selection users")
+
+    monkeypatch.setattr(lm_counts, "score_selection_users", no_selection)
+    ctx = counts_run(tmp_path, sample_files, lm_mix_weight=0.4)
+    lm_counts.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(8))
+    part = read_parts(ctx)[lm_counts.STAGE]
+    assert part["mix_weight"] == 0.4
+    assert part["weight_selection"] == {"method": "fixed (configuration)"}
+    assert (ctx.release.root / lm_counts.COUNTS_PATH).is_file()
+
+
+def selection_in_run(ctx, salt: int, holdout: int) -> list[str]:
+    with ctx.warehouse() as wh:
+        sql = load_sql("lm_selection_sentences", schema=ctx.schema)
+        rows = wh.con.execute(sql, {"salt": salt, "holdout_per_mille": holdout}).fetchall()
+    return sorted({r[0] for r in rows})
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason=(
+        "pipeline/lm_counts.py run_lm_counts: with no selection user the stage skips report-noisy-max, "
+        "sets λ = 0 and reports weight_selection.ran = False; adding one selection user makes it run "
+        "and report ran = True, so one user deterministically changes the release (not DP)"
+    ),
+)
+def test_whether_the_selection_ran_does_not_depend_on_one_user(tmp_path, sample_files):
+    """Neighbours D (no selection user under the stage's salt) and D' = D + one selection user.
+    The report's weight_selection part is meant to hold public parameters only: a value in it that
+    differs with probability 1 between neighbours breaks ε-DP. (Preconditions raise RuntimeError,
+    so only the privacy assertion can satisfy the xfail.)"""
+    import gzip
+    import json
+
+    holdout_fraction = 0.001  # holdout_per_mille = 1
+    users = {}
+    with gzip.open(sample_files["users"], "rt", encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    for line in lines:
+        users[json.loads(line)["user_id"]] = [["a"]]
+    # the stage's salt is the first draw of its noise source: find a seed whose salt selects nobody
+    seed = next(
+        s
+        for s in range(1, 200)
+        if not selection_users(users, holdout=1, salt=NoiseSource.seeded_for_tests(s).salt())
+    )
+    salt = NoiseSource.seeded_for_tests(seed).salt()
+    pool = {f"extra{i}": [["a"]] for i in range(20_000)}
+    extra = selection_users(pool, holdout=1, salt=salt)[0]
+
+    neighbour = tmp_path / "neighbour"
+    neighbour.mkdir()
+    users_prime = neighbour / "users.jsonl.gz"
+    with gzip.open(users_prime, "wt", encoding="utf-8") as fh:
+        fh.write(
+            "\n".join([*lines, json.dumps({"user_id": extra, "text": "Ka ki ul vo. Dast pu ka."})]) + "\n"
+        )
+
+    parts = []
+    for name, files in (("d", sample_files), ("d_prime", {**sample_files, "users": users_prime})):
+        ctx = counts_run(tmp_path / name, files, lm_holdout=holdout_fraction)
+        lm_counts.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(seed))
+        expected = [] if name == "d" else [extra]
+        if selection_in_run(ctx, salt, 1) != expected:
+            raise RuntimeError("precondition: the stage's salt did not split the users as planned")
+        parts.append(read_parts(ctx)[lm_counts.STAGE]["weight_selection"])
+    assert parts[0] == parts[1]

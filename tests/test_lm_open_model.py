@@ -1,0 +1,376 @@
+"""The open-vocabulary model's post-processing (lm/open_model.py) on toy models small enough to
+enumerate every (context, word) pair:
+
+* ``model_probabilities`` follows ARPA backoff semantics (checked against an independent
+  dictionary walk of the tables for every n-gram over the toy alphabet, listed or not);
+* ``mix_models`` writes λ·Q + (1 − λ)·P as one ARPA model: exact on listed n-grams, every context
+  sums to one, λ = 0 / λ = 1 reproduce P / Q everywhere, and KenLM compiles and agrees with it;
+* ``noisy_count_model`` (Q) follows its documented formulas (unigram level, bigram level, closure)
+  and is normalised;
+* ``model_vocabulary`` keeps every DP word, caps the public words by count with deterministic
+  ties, and never lists the markers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import subprocess
+from collections import Counter
+
+import polars as pl
+import pytest
+
+from lm.arpa import BOS, EOS, UNK, ArpaModel, check_model, kneser_ney, write_arpa
+from lm.kenlm_bin import kenlm_binary
+from lm.open_model import MARKERS, mix_models, model_probabilities, model_vocabulary, noisy_count_model
+
+ORDER = 3
+VOCAB = ["a", "b", "c", "d", "e"]  # d and e never occur in the public text
+PUBLIC_TEXT = [
+    ["a", "b", "c"],
+    ["a", "b"],
+    ["b", "c", "a", "b"],
+    ["c"],
+    ["a", "a", "c", "b"],
+    ["b", "a"],
+    ["c", "c", "b", "a", "b"],
+]
+#: Words a model can predict (every unigram but <s>).
+PREDICTED = [*VOCAB, EOS, UNK]
+#: Tokens that may stand inside a context (not <s>, which only starts one; never </s>).
+INNER = [*VOCAB, UNK]
+THRESHOLD, DISCOUNT = 2.0, 0.5
+
+# Hand-made noisy counts for Q. Order 1: listed (>= threshold) a, b, d, </s>; c below the threshold,
+# e negative, <s> large (it must not enter the total T).
+NOISY_1 = {"a": 9.0, "b": 6.5, "c": 1.2, "d": 4.0, "e": -1.5, EOS: 5.0, UNK: 0.3, BOS: 40.0}
+NOISY_2 = {
+    "<s> a": 5.0,
+    "a b": 4.0,
+    "b c": 1.0,  # below the threshold: not listed
+    "d a": 3.0,  # Q lists it, P does not (d has no public count)
+    "b </s>": 3.5,
+    "c a": 2.5,  # c's own count 1.2 < 2.5: S(c) is the continuation sum
+    "a d": 2.2,
+    "<s> d": 2.5,
+}
+NOISY_3 = {
+    "<s> a b": 3.0,  # context and suffix listed: kept
+    "a b c": 5.0,  # suffix "b c" not listed: dropped (closure)
+    "d a b": 2.5,  # kept
+    "b c a": 3.0,  # context "b c" not listed: dropped (closure)
+    "a d a": 2.1,  # kept
+    "c a b": 1.5,  # below the threshold: dropped
+    "<s> d a": 2.0,  # exactly at the threshold: kept (>=)
+}
+EXPECTED_Q_TRIGRAMS = {"<s> a b", "d a b", "a d a", "<s> d a"}
+
+
+# ----------------------------------------------------------------------------------------------
+# Helpers (independent of lm/open_model.py)
+# ----------------------------------------------------------------------------------------------
+def trigram_counts(sentences: list[list[str]]) -> pl.DataFrame:
+    counts: Counter[str] = Counter()
+    for sentence in sentences:
+        padded = [BOS, *sentence, EOS]
+        for i in range(len(padded) - 2):
+            counts[" ".join(padded[i : i + 3])] += 1
+    return pl.DataFrame({"ngram": list(counts), "count": [float(c) for c in counts.values()]})
+
+
+def noisy_frame(*orders: dict[str, float]) -> pl.DataFrame:
+    rows = [(n, g, c) for n, table in enumerate(orders, start=1) for g, c in table.items()]
+    return pl.DataFrame(
+        rows, schema={"n": pl.Int64, "ngram": pl.String, "noisy_count": pl.Float64}, orient="row"
+    )
+
+
+class Backoff:
+    """ARPA semantics by a plain dictionary walk: p(w | h) = 10^logprob(hw) if hw is listed, else
+    b(h) · p(w | h[1:]) with b(h) = 10^backoff(h) when h is listed (1 otherwise); an unlisted
+    unigram has probability 0."""
+
+    def __init__(self, model: ArpaModel) -> None:
+        self.order = model.order
+        self.logprob: dict[str, float] = {}
+        self.backoff: dict[str, float] = {}
+        for table in model.tables.values():
+            for gram, lp, bo in table.select("ngram", "logprob", "backoff").iter_rows():
+                self.logprob[gram] = lp
+                if bo is not None:
+                    self.backoff[gram] = bo
+
+    def prob(self, context: tuple[str, ...], word: str) -> float:
+        context = context[-(self.order - 1) :] if self.order > 1 else ()
+        gram = " ".join((*context, word))
+        if gram in self.logprob:
+            return 0.0 if word == BOS else 10.0 ** self.logprob[gram]
+        if not context:
+            return 0.0
+        weight = 10.0 ** self.backoff.get(" ".join(context), 0.0)
+        return weight * self.prob(context[1:], word)
+
+
+def contexts(order: int) -> list[tuple[str, ...]]:
+    """Every context of length 0..order-1 a sentence can produce (<s> only first)."""
+    out: list[tuple[str, ...]] = [()]
+    for length in range(1, order):
+        for first in (BOS, *INNER):
+            out.extend((first, *rest) for rest in itertools.product(INNER, repeat=length - 1))
+    return out
+
+
+def all_ngrams(order: int) -> dict[int, pl.DataFrame]:
+    """Every n-gram (context, predicted word) for n = 1..order, plus <s> at order 1: closed under
+    suffixes, as model_probabilities requires."""
+    grams: dict[int, list[str]] = {1: [BOS, *PREDICTED]}
+    for n in range(2, order + 1):
+        grams[n] = [" ".join((*h, w)) for h in contexts(n) if len(h) == n - 1 for w in PREDICTED]
+    return {n: pl.DataFrame({"ngram": g}) for n, g in grams.items()}
+
+
+def as_dict(frame: pl.DataFrame) -> dict[str, float]:
+    return dict(frame.select("ngram", "prob").iter_rows())
+
+
+@pytest.fixture(scope="module")
+def public() -> ArpaModel:
+    model = kneser_ney(trigram_counts(PUBLIC_TEXT), ORDER, VOCAB)
+    check_model(model)
+    return model
+
+
+@pytest.fixture(scope="module")
+def private(public) -> ArpaModel:
+    model = noisy_count_model(
+        noisy_frame(NOISY_1, NOISY_2, NOISY_3), public, ORDER, threshold=THRESHOLD, discount=DISCOUNT
+    )
+    check_model(model)
+    return model
+
+
+# ----------------------------------------------------------------------------------------------
+# model_probabilities
+# ----------------------------------------------------------------------------------------------
+def test_model_probabilities_follow_arpa_backoff_for_every_ngram(public, private):
+    # Both sides evaluate the same float64 log10 tables; they differ only in the order of the
+    # multiplications (at most 3 factors), i.e. a few ulps: rel 1e-12 is far above that.
+    grams = all_ngrams(ORDER)
+    for model in (public, private):
+        ref = Backoff(model)
+        got = model_probabilities(model, grams)
+        assert set(got) == set(range(1, ORDER + 1))
+        for n in range(1, ORDER + 1):
+            values = as_dict(got[n])
+            assert set(values) == set(grams[n]["ngram"].to_list())
+            for gram, p in values.items():
+                *h, w = gram.split(" ")
+                assert p == pytest.approx(ref.prob(tuple(h), w), rel=1e-12, abs=1e-300), gram
+
+
+# ----------------------------------------------------------------------------------------------
+# mix_models
+# ----------------------------------------------------------------------------------------------
+def listed(model: ArpaModel, n: int) -> set[str]:
+    return set(model.tables[n]["ngram"].to_list())
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.3, 1.0])
+def test_mixture_is_exact_on_every_listed_ngram(public, private, weight):
+    """(a) 10^logprob of every listed n-gram of the mixture = λ q + (1 − λ) p.
+
+    Tolerance: the mixture table stores log10 of the float64 mixture; 10^(log10 x) returns x with
+    relative error ≤ (ln(10)·|log10 x| + 1)·2^-52 ≈ 1e-15 for the toy's |log10 x| < 4 (smallest
+    probability ~5e-4), so rel 1e-12 is safe and still far below any modelling error."""
+    mixed = mix_models(public, private, weight)
+    check_model(mixed)
+    assert mixed.order == ORDER
+    union = {n: pl.DataFrame({"ngram": sorted(listed(public, n) | listed(private, n))}) for n in mixed.tables}
+    for n in mixed.tables:
+        assert listed(mixed, n) == listed(public, n) | listed(private, n)
+    p = model_probabilities(public, union)
+    q = model_probabilities(private, union)
+    for n in range(1, ORDER + 1):
+        pn, qn = as_dict(p[n]), as_dict(q[n])
+        for gram, lp in mixed.tables[n].select("ngram", "logprob").iter_rows():
+            if gram == BOS:
+                continue
+            expected = weight * qn[gram] + (1.0 - weight) * pn[gram]
+            assert 10.0**lp == pytest.approx(expected, rel=1e-12), (weight, gram)
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.3, 1.0])
+def test_every_context_of_the_mixture_sums_to_one(public, private, weight):
+    """(b) Σ_w p_mix(w | h) = 1 for every context h over the whole vocabulary (listed or backed
+    off). Each of the 7 terms is a product of ≤ 3 factors read from float64 log10 values (relative
+    error ~1e-15 each) and the backoff weights are ratios (1 − Σ)/(1 − Σ') of float64 sums of ≤ 7
+    terms whose values here are ≥ 5e-3, so each weight is off by ≤ 2·7·2^-52/5e-3 ≈ 6e-13 relative
+    and |Σ − 1| ≲ 1e-12; 1e-9 leaves margin, while dropping or double-counting any term would move
+    the sum by ≥ 5e-4 (the smallest probability)."""
+    ref = Backoff(mix_models(public, private, weight))
+    for h in contexts(ORDER):
+        total = sum(ref.prob(h, w) for w in PREDICTED)
+        assert total == pytest.approx(1.0, abs=1e-9), (weight, h)
+        assert ref.prob(h, BOS) == 0.0
+
+
+@pytest.mark.parametrize("weight,which", [(0.0, "public"), (1.0, "private")])
+def test_weight_zero_and_one_reproduce_the_components_everywhere(public, private, weight, which):
+    """(c) λ = 0 gives P and λ = 1 gives Q for every (h, w), listed or backed off. The backoff
+    weight of a context is then γ(h)·(1 − Σ')/(1 − Σ') of the component: equal up to the float64
+    rounding of those sums (≤ 1e-13 relative here, see above): rel 1e-9."""
+    component = public if which == "public" else private
+    mixed, ref = Backoff(mix_models(public, private, weight)), Backoff(component)
+    for h in contexts(ORDER):
+        for w in PREDICTED:
+            assert mixed.prob(h, w) == pytest.approx(ref.prob(h, w), rel=1e-9), (h, w)
+
+
+def test_mixture_arpa_compiles_and_kenlm_agrees(public, private, tmp_path):
+    """(d) The written ARPA passes check_model, build_binary compiles it, and KenLM's conditional
+    distributions equal the tables' and sum to one.
+
+    Tolerance: write_arpa rounds every log10 value to 7 decimals (error ≤ 5e-8) and KenLM stores
+    float32 (relative 2^-24 of the value); a backed-off score adds ≤ 3 stored values (logprob and
+    two backoffs), so |Δ log10 p| ≤ 3·(5e-8 + 2^-24·m) with m the largest |value| in the tables;
+    the sum over the vocabulary is then off by ≤ ln(10)·that (each term's relative error, and
+    Σ p = 1)."""
+    import kenlm
+
+    mixed = mix_models(public, private, 0.3)
+    check_model(mixed)
+    arpa, binary = tmp_path / "mix.arpa", tmp_path / "mix.binary"
+    write_arpa(mixed, arpa)
+    subprocess.run(
+        [str(kenlm_binary("build_binary")), str(arpa), str(binary)], check=True, capture_output=True
+    )
+    km = kenlm.Model(str(binary))
+    assert km.order == ORDER
+
+    largest = max(
+        float(t.filter(pl.col("ngram") != BOS).select(pl.col("logprob").abs().max()).item())
+        for t in mixed.tables.values()
+    )
+    largest = max(largest, *(float(t["backoff"].abs().max() or 0.0) for t in mixed.tables.values()))
+    log_tol = 3 * (5e-8 + 2.0**-24 * largest)
+    ref = Backoff(mixed)
+    for h in contexts(ORDER):
+        state = kenlm.State()
+        if h and h[0] == BOS:
+            km.BeginSentenceWrite(state)
+            rest = h[1:]
+        else:
+            km.NullContextWrite(state)
+            rest = h
+        for token in rest:
+            nxt = kenlm.State()
+            km.BaseScore(state, token, nxt)
+            state = nxt
+        total = 0.0
+        for w in PREDICTED:
+            score = km.BaseScore(state, w, kenlm.State())
+            assert score == pytest.approx(math.log10(ref.prob(h, w)), abs=log_tol), (h, w)
+            total += 10.0**score
+        assert total == pytest.approx(1.0, abs=math.log(10) * log_tol + 1e-12), h
+
+
+# ----------------------------------------------------------------------------------------------
+# noisy_count_model
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("level", [1.0, -1.0])
+def test_without_listed_ngrams_q_is_the_public_unigram_model(public, level):
+    """No count reaches the threshold (total T > 0 or < 0): Q's unigram level is P's unigram
+    level (γ₀ = 1) and Q has nothing above order 1. One log10/10^ round trip: abs 1e-12 on log10."""
+    below = {w: level for w in [*PREDICTED, BOS]}
+    bigrams = {"a b": level, "<s> a": level}
+    trigrams = {"<s> a b": level}
+    q = noisy_count_model(
+        noisy_frame(below, bigrams, trigrams), public, ORDER, threshold=THRESHOLD, discount=DISCOUNT
+    )
+    check_model(q)
+    assert q.tables[2].height == 0 and q.tables[3].height == 0
+    p_uni = dict(public.tables[1].select("ngram", "logprob").iter_rows())
+    q_uni = dict(q.tables[1].select("ngram", "logprob").iter_rows())
+    assert set(q_uni) == set(p_uni)
+    for w in PREDICTED:
+        assert q_uni[w] == pytest.approx(p_uni[w], abs=1e-12), w
+    assert q_uni[BOS] == p_uni[BOS]  # <s> keeps the never-predicted marker value
+    ref = Backoff(q)
+    for h in contexts(ORDER):
+        assert sum(ref.prob(h, w) for w in PREDICTED) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_noisy_count_model_unigram_formula(public, private):
+    """Q(w) = (ĉ(w) − D)₊/T + γ₀ P(w), T = Σ order-1 counts without <s>, γ₀ = 1 − Σ_listed (ĉ − D)/T;
+    an unlisted word (below the threshold, or negative) gets γ₀ P(w). Values are a handful of
+    float64 operations, then one log10 round trip: rel 1e-12."""
+    total = sum(c for w, c in NOISY_1.items() if w != BOS)
+    assert total < NOISY_1[BOS]  # a T that included <s> would be off by more than a factor 2
+    kept = {w: c - DISCOUNT for w, c in NOISY_1.items() if w != BOS and c >= THRESHOLD}
+    assert set(kept) == {"a", "b", "d", EOS}
+    gamma0 = 1.0 - sum(kept.values()) / total
+    assert 0 < gamma0 < 1
+    p_uni = Backoff(public)
+    q_uni = Backoff(private)
+    for w in PREDICTED:
+        expected = kept.get(w, 0.0) / total + gamma0 * p_uni.prob((), w)
+        assert q_uni.prob((), w) == pytest.approx(expected, rel=1e-12), w
+    assert sum(q_uni.prob((), w) for w in PREDICTED) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_noisy_count_model_bigram_formula_and_closure(public, private):
+    """Q(w|h) = (ĉ(hw) − D)₊/S(h) + γ(h) Q(w) with S(h) = max(ĉ(h), Σ_listed ĉ(hw)) and
+    γ(h) = 1 − Σ_listed (ĉ(hw) − D)₊/S(h); trigrams whose context or suffix is not listed one order
+    below are dropped. Same rounding as above: rel 1e-12."""
+    listed2 = {g: c for g, c in NOISY_2.items() if c >= THRESHOLD}
+    assert listed(private, 2) == set(listed2)
+    assert listed(private, 3) == EXPECTED_Q_TRIGRAMS
+    q = Backoff(private)
+    for h in {g.split(" ")[0] for g in listed2}:
+        follow = {g.split(" ")[1]: c for g, c in listed2.items() if g.split(" ")[0] == h}
+        s = max(NOISY_1[h], sum(follow.values()))
+        gamma = 1.0 - sum(c - DISCOUNT for c in follow.values()) / s
+        for w in PREDICTED:
+            expected = (
+                (follow[w] - DISCOUNT) / s + gamma * q.prob((), w) if w in follow else gamma * q.prob((), w)
+            )
+            assert q.prob((h,), w) == pytest.approx(expected, rel=1e-12), (h, w)
+    assert NOISY_1["c"] < NOISY_2["c a"]  # the S(h) = continuation-sum branch is exercised
+
+
+def test_noisy_count_model_every_context_sums_to_one(private):
+    """Interpolated absolute discounting normalises every context (rounding as in the mixture
+    test: abs 1e-9)."""
+    ref = Backoff(private)
+    for h in contexts(ORDER):
+        assert sum(ref.prob(h, w) for w in PREDICTED) == pytest.approx(1.0, abs=1e-9), h
+
+
+# ----------------------------------------------------------------------------------------------
+# model_vocabulary
+# ----------------------------------------------------------------------------------------------
+def capped_public(words: Counter[str], cap: int) -> set[str]:
+    """The cap public words by the documented rule, stated differently: w is kept iff fewer than
+    ``cap`` non-marker words rank above it (a larger count, or the same count and a smaller word)."""
+    candidates = [w for w in words if w not in MARKERS]
+    return {w for w in candidates if sum(1 for v in candidates if (words[v], w) > (words[w], v)) < cap}
+
+
+def test_model_vocabulary_keeps_dp_words_and_caps_public_words():
+    dp = ["zeta", "alpha", BOS, "", UNK, "alpha", "rare"]
+    public = Counter({"the": 10, "of": 7, "and": 7, "a": 7, "zeta": 1, EOS: 100, UNK: 50, "x": 1, "rare": 0})
+    for cap in range(0, 10):
+        got = model_vocabulary(dp, public, cap)
+        assert got == sorted(got) and len(got) == len(set(got))
+        assert not set(got) & set(MARKERS) and "" not in got
+        assert set(got) == {"zeta", "alpha", "rare"} | capped_public(public, cap), cap
+        # deterministic: the Counter's insertion order does not matter
+        items = list(public.items())
+        random.Random(cap).shuffle(items)
+        assert model_vocabulary(reversed(dp), Counter(dict(items)), cap) == got
+    # the three-word cap takes "the", then two of the count-7 words by word order: "a", "and"
+    assert model_vocabulary([], public, 3) == ["a", "and", "the"]
+    assert model_vocabulary(dp, None, 5) == ["alpha", "rare", "zeta"]
+    assert model_vocabulary(dp, public, 0) == ["alpha", "rare", "zeta"]
