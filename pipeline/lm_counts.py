@@ -176,7 +176,7 @@ def score_selection_users(
     wh: Engine, schema: str, *, salt: int, holdout_per_mille: int, public_arpa: Path, private_arpa: Path
 ) -> tuple[np.ndarray, int]:
     """Summed :func:`user_scores` over the selection users (streamed; PRIVATE sums, in-process
-    only) and the number of selection users (used only to report whether selection ran)."""
+    only) and the number of selection users (PRIVATE: never reported)."""
     import kenlm
 
     quiet = kenlm.Config()
@@ -319,15 +319,16 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
                 scores, sel_users = score_selection_users(
                     wh, schema, salt=salt, holdout_per_mille=holdout, public_arpa=p_arpa, private_arpa=q_arpa
                 )
-            weight, _ = select_weight(scores, epsilon, source) if sel_users else (0.0, 0)
-            del scores
+            # Always through report-noisy-max, even with no selection user (the sum over nobody is
+            # the zero vector): whether one user exists must not change what is released.
+            weight, _ = select_weight(scores, epsilon, source)
+            del scores, sel_users
             selection = {
                 "method": "report-noisy-max over the grid on the disjoint selection users",
                 "grid": list(WEIGHT_GRID),
                 "score_clip_nats": SCORE_CLIP_NATS,
                 "laplace_scale": 2.0 * SCORE_CLIP_NATS / epsilon,
                 "selection_fraction": holdout / 1000.0,
-                "ran": bool(sel_users),
             }
         else:
             weight = float(config.lm_mix_weight)
