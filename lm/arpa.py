@@ -44,6 +44,7 @@ __all__ = [
     "modified_discounts",
     "raw_marginals",
     "kneser_ney",
+    "model_from_probabilities",
     "check_model",
     "write_arpa",
     "read_arpa",
@@ -231,6 +232,16 @@ def kneser_ney(
                 raise ArpaError(f"order {n}: a suffix is missing one order below (closure failed)")
         probs[n] = p
 
+    return model_from_probabilities(probs, gammas, order)
+
+
+def model_from_probabilities(
+    probs: dict[int, pl.DataFrame], gammas: dict[int, pl.DataFrame], order: int
+) -> ArpaModel:
+    """ARPA tables from probabilities ``probs[n]`` (``ngram``, ``prob``) and backoff weights
+    ``gammas[n]`` (``ngram`` = a context of order n − 1, ``gamma``): log10 values, ``<s>`` at
+    :data:`BOS_LOGPROB`, probabilities floored at :data:`MIN_PROB`, backoff 1 (log10 0) for a
+    context with no entry, no backoff column at the top order."""
     tables: dict[int, pl.DataFrame] = {}
     for n in range(1, order + 1):
         t = probs[n].with_columns(
@@ -239,7 +250,8 @@ def kneser_ney(
             .otherwise(pl.col("prob").clip(MIN_PROB, 1.0).log10())
         )
         if n < order:
-            t = t.join(gammas[n + 1], on="ngram", how="left").with_columns(
+            g = gammas.get(n + 1, pl.DataFrame(schema={"ngram": pl.String, "gamma": pl.Float64}))
+            t = t.join(g, on="ngram", how="left").with_columns(
                 backoff=pl.col("gamma").fill_null(1.0).clip(MIN_PROB, None).log10()
             )
         else:

@@ -234,19 +234,13 @@ def build_route_a(inputs: ReleasedInputs, config: RunConfig, arpa_path: Path) ->
 # ----------------------------------------------------------------------------------------------
 # Route mixture (open vocabulary; docs/lm.md, "Open-vocabulary model")
 # ----------------------------------------------------------------------------------------------
-def build_route_mixture(
-    ctx: Any, inputs: ReleasedInputs, config: RunConfig, arpa_path: Path
-) -> dict[str, Any]:
-    """λ·Q + (1 − λ)·P: P is Kneser-Ney on the public corpus over V_LM (DP vocabulary ∪ public
-    words), Q the model of the released noisy counts, λ the released weight (report part
-    ``lm_counts``). Returns the build description; ``info['public_model']`` is P (for comparison)."""
-    from lm.open_model import mix_models, noisy_count_model, open_public_model
-    from pipeline.run import read_parts
+def mixture_components(
+    inputs: ReleasedInputs, config: RunConfig, part: dict[str, Any], public_part: str = "all"
+) -> tuple[list[str], Any, Any]:
+    """(V_LM, P, Q) from the released DP vocabulary and noisy counts, the lm_counts report part and
+    the public corpus (``public_part='train'``: without the held-out public sentences)."""
+    from lm.open_model import noisy_count_model, open_public_model
 
-    part = read_parts(ctx).get("lm_counts")
-    counts_path = inputs.root / LM_COUNTS_PATH
-    if part is None or not counts_path.is_file():
-        raise ConfigError("lm_route: route 'mixture' needs the lm_counts stage (set stage_budget.lm_counts)")
     order = int(part["order"])
     vocabulary, _, public = open_public_model(
         inputs.vocabulary(),
@@ -254,11 +248,32 @@ def build_route_mixture(
         order=order,
         public_cap=config.lm_public_vocab_size,
         lowercase=config.lowercase,
+        part=public_part,
     )
-    noisy = pl.read_parquet(counts_path)
     private = noisy_count_model(
-        noisy, public, order, threshold=float(part["threshold"]), discount=float(part["discount"])
+        pl.read_parquet(inputs.root / LM_COUNTS_PATH),
+        public,
+        order,
+        threshold=float(part["threshold"]),
+        discount=float(part["discount"]),
     )
+    return vocabulary, public, private
+
+
+def build_route_mixture(
+    ctx: Any, inputs: ReleasedInputs, config: RunConfig, arpa_path: Path
+) -> dict[str, Any]:
+    """λ·Q + (1 − λ)·P: P is Kneser-Ney on the public corpus over V_LM (DP vocabulary ∪ public
+    words), Q the model of the released noisy counts, λ the released weight (report part
+    ``lm_counts``). Returns the build description; ``info['public_model']`` is P (for comparison)."""
+    from lm.open_model import mix_models
+    from pipeline.run import read_parts
+
+    part = read_parts(ctx).get("lm_counts")
+    counts_path = inputs.root / LM_COUNTS_PATH
+    if part is None or not counts_path.is_file():
+        raise ConfigError("lm_route: route 'mixture' needs the lm_counts stage (set stage_budget.lm_counts)")
+    vocabulary, public, private = mixture_components(inputs, config, part)
     weight = float(part["mix_weight"])
     model = mix_models(public, private, weight)
     counts = write_arpa(model, arpa_path)
@@ -478,8 +493,6 @@ def compare_with_public(
     from lm.open_model import (
         HELDOUT_EVERY,
         mix_models,
-        noisy_count_model,
-        open_public_model,
         write_heldout_text,
     )
     from pipeline.run import read_parts
@@ -489,23 +502,7 @@ def compare_with_public(
         tmp = Path(tmpdir)
         if config.public and write_heldout_text(config.public, tmp / "heldout.txt", config.lowercase):
             part = read_parts(ctx)["lm_counts"]
-            order = int(part["order"])
-            inputs = ReleasedInputs(ctx.release.root)
-            _, _, p_train = open_public_model(
-                inputs.vocabulary(),
-                config.public,
-                order=order,
-                public_cap=config.lm_public_vocab_size,
-                lowercase=config.lowercase,
-                part="train",
-            )
-            q_train = noisy_count_model(
-                pl.read_parquet(inputs.root / LM_COUNTS_PATH),
-                p_train,
-                order,
-                threshold=float(part["threshold"]),
-                discount=float(part["discount"]),
-            )
+            _, p_train, q_train = mixture_components(ReleasedInputs(ctx.release.root), config, part, "train")
             models = {
                 "released model": mix_models(p_train, q_train, float(part["mix_weight"])),
                 "public-only model": p_train,

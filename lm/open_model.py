@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from lm.arpa import BOS, BOS_LOGPROB, EOS, MIN_PROB, UNK, ArpaError, ArpaModel, kneser_ney
+from lm.arpa import BOS, EOS, UNK, ArpaError, ArpaModel, kneser_ney, model_from_probabilities
 
 __all__ = [
     "MARKERS",
@@ -272,29 +272,7 @@ def noisy_count_model(
         counts[n] = cand.select("ngram", "count")
         listed[n] = p.select("ngram")
         gammas[n] = ctx.select(pl.col("ctx").alias("ngram"), "gamma")
-    return _to_arpa(probs, gammas, order)
-
-
-def _to_arpa(probs: dict[int, pl.DataFrame], gammas: dict[int, pl.DataFrame], order: int) -> ArpaModel:
-    tables: dict[int, pl.DataFrame] = {}
-    for n in range(1, order + 1):
-        t = probs[n].with_columns(
-            logprob=pl.when(pl.col("ngram") == BOS)
-            .then(BOS_LOGPROB)
-            .otherwise(pl.col("prob").clip(MIN_PROB, 1.0).log10())
-        )
-        if n < order:
-            g = gammas.get(n + 1)
-            if g is None or g.height == 0:
-                t = t.with_columns(backoff=pl.lit(0.0))
-            else:
-                t = t.join(g, on="ngram", how="left").with_columns(
-                    backoff=pl.col("gamma").fill_null(1.0).clip(MIN_PROB, None).log10()
-                )
-        else:
-            t = t.with_columns(backoff=pl.lit(None, dtype=pl.Float64))
-        tables[n] = t.select("ngram", "logprob", "backoff").sort("ngram")
-    return ArpaModel(tables)
+    return model_from_probabilities(probs, gammas, order)
 
 
 def model_probabilities(model: ArpaModel, ngrams: dict[int, pl.DataFrame]) -> dict[int, pl.DataFrame]:
@@ -412,4 +390,4 @@ def mix_models(
             )
         )
         gammas[n] = ctx.select(pl.col("ctx").alias("ngram"), "gamma")
-    return _to_arpa(mixed, gammas, order)
+    return model_from_probabilities(mixed, gammas, order)

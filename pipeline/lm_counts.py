@@ -218,7 +218,7 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
     """Stage ``lm_counts``: write ``released/lm_counts.parquet`` (n, ngram, noisy_count) and, with
     ``lm_mix_weight='auto'``, the selected weight λ (report part ``lm_counts``), via
     :func:`pipeline.run.spend_once`. Returns a summary safe for XCom."""
-    from lm.open_model import mix_models, noisy_count_model  # noqa: F401  (mix: see lm/build.py)
+    from lm.open_model import noisy_count_model
 
     config = ctx.config
     epsilon, delta = config.stage_share(STAGE)
