@@ -260,6 +260,14 @@ def mixture_components(
     return vocabulary, public, private
 
 
+def adapted_public(public: Any, private: Any, strength: float) -> Any:
+    """P adapted to Q's unigram distribution with strength β (``lm.open_model.adapt_to_unigrams``);
+    β = 0 is P itself."""
+    from lm.open_model import adapt_to_unigrams, unigram_distribution
+
+    return public if strength == 0 else adapt_to_unigrams(public, unigram_distribution(private), strength)
+
+
 def build_route_mixture(
     ctx: Any, inputs: ReleasedInputs, config: RunConfig, arpa_path: Path
 ) -> dict[str, Any]:
@@ -274,18 +282,23 @@ def build_route_mixture(
     if part is None or not counts_path.is_file():
         raise ConfigError("lm_route: route 'mixture' needs the lm_counts stage (set stage_budget.lm_counts)")
     vocabulary, public, private = mixture_components(inputs, config, part)
-    weight = float(part["mix_weight"])
-    model = mix_models(public, private, weight)
+    weight, adaptation = float(part["mix_weight"]), float(part.get("unigram_adaptation", 0.0))
+    model = mix_models(adapted_public(public, private, adaptation), private, weight)
     counts = write_arpa(model, arpa_path)
     return {
         "route": MIXTURE_ROUTE,
         "sources": {
             "public_corpus": {"kneser_ney": True, "vocabulary_words": len(vocabulary)},
-            "lm_counts": {"mix_weight": weight, "weight_selection": part["weight_selection"]["method"]},
+            "lm_counts": {
+                "mix_weight": weight,
+                "unigram_adaptation": adaptation,
+                "weight_selection": part["weight_selection"]["method"],
+            },
         },
         "counts": counts,
         "smoothing": (
-            f"{weight:g} × noisy-count model (absolute discounting) + {1 - weight:g} × public Kneser-Ney, "
+            f"{weight:g} × noisy-count model (absolute discounting) + {1 - weight:g} × public Kneser-Ney "
+            f"adapted to the noisy unigrams with strength {adaptation:g}, "
             "merged into one backoff model"
         ),
         "mix_weight": weight,
@@ -504,7 +517,11 @@ def compare_with_public(
             part = read_parts(ctx)["lm_counts"]
             _, p_train, q_train = mixture_components(ReleasedInputs(ctx.release.root), config, part, "train")
             models = {
-                "released model": mix_models(p_train, q_train, float(part["mix_weight"])),
+                "released model": mix_models(
+                    adapted_public(p_train, q_train, float(part.get("unigram_adaptation", 0.0))),
+                    q_train,
+                    float(part["mix_weight"]),
+                ),
                 "public-only model": p_train,
             }
             row = {}

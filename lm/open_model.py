@@ -41,6 +41,8 @@ __all__ = [
     "noisy_count_model",
     "context_evidence",
     "mix_models",
+    "adapt_to_unigrams",
+    "unigram_distribution",
     "model_probabilities",
 ]
 
@@ -391,3 +393,83 @@ def mix_models(
         )
         gammas[n] = ctx.select(pl.col("ctx").alias("ngram"), "gamma")
     return model_from_probabilities(mixed, gammas, order)
+
+
+def unigram_distribution(model: ArpaModel) -> pl.DataFrame:
+    """The model's unigram probabilities (``ngram``, ``prob``; ``<s>`` has 0)."""
+    return _probs(model, 1)
+
+
+def adapt_to_unigrams(model: ArpaModel, target: pl.DataFrame, beta: float) -> ArpaModel:
+    """Unigram (MDI) adaptation of a backoff model: p'(w|h) = α(w)·p(w|h)/Z(h) with
+    α(w) = (target(w)/p(w))^β, Z(h) = Σ_w α(w)·p(w|h) (Kneser, Peters & Klakow 1997, "fast
+    marginal adaptation"). ``target``: (``ngram``, ``prob``) unigram distribution over the model's
+    vocabulary. In backoff form: listed n-grams are scaled by α(w)/Z(h) and the backoff weight of h
+    becomes bo(h)·Z(h')/Z(h), with Z computed order by order from the listed n-grams:
+    Z(h) = Σ_listed α(w)p(w|h) + bo(h)·(Z(h') − Σ_listed α(w)p(w|h'))."""
+    order = model.order
+    p1 = _probs(model, 1)
+    alpha = (
+        p1.join(target.rename({"prob": "t"}), on="ngram", how="left")
+        .with_columns(
+            alpha=pl.when((pl.col("prob") > 0) & (pl.col("t").fill_null(0.0) > 0))
+            .then((pl.col("t") / pl.col("prob")).pow(beta))
+            .otherwise(1.0)
+        )
+        .select(pl.col("ngram").alias("w"), "alpha")
+    )
+    z0 = float(
+        p1.join(alpha.rename({"w": "ngram"}), on="ngram")
+        .select((pl.col("prob") * pl.col("alpha")).sum())
+        .item()
+    )
+    full = model_probabilities(model, {n: model.tables[n].select("ngram") for n in range(1, order + 1)})
+    probs: dict[int, pl.DataFrame] = {
+        1: p1.join(alpha.rename({"w": "ngram"}), on="ngram").select(
+            "ngram", prob=pl.col("prob") * pl.col("alpha") / z0
+        )
+    }
+    zs: dict[int, pl.DataFrame] = {0: pl.DataFrame({"ngram": [""], "z": [z0]})}
+    gammas: dict[int, pl.DataFrame] = {}
+    for n in range(2, order + 1):
+        lower = full[n - 1].rename({"ngram": "suf", "prob": "lower"})
+        t = (
+            full[n]
+            .with_columns(ctx=_context(), suf=_suffix(), w=pl.col("ngram").str.extract(r"([^ ]+)$", 1))
+            .join(alpha, on="w", how="left")
+            .join(lower, on="suf", how="left")
+        )
+        bo = model.tables[n - 1].select(
+            pl.col("ngram").alias("ctx"), bo=pl.lit(10.0).pow(pl.col("backoff").fill_null(0.0))
+        )
+        zlow = zs[n - 2] if n > 2 else zs[0]
+        if n == 2:
+            t = t.with_columns(hsuf=pl.lit(""))
+        else:
+            t = t.with_columns(hsuf=pl.col("ctx").str.replace(r"^[^ ]+ ", ""))
+        ctx = (
+            t.group_by("ctx", "hsuf")
+            .agg(a=(pl.col("alpha") * pl.col("prob")).sum(), b=(pl.col("alpha") * pl.col("lower")).sum())
+            .join(bo, on="ctx", how="left")
+            .join(zlow.rename({"ngram": "hsuf", "z": "zl"}), on="hsuf", how="left")
+            .with_columns(z=pl.col("a") + pl.col("bo").fill_null(1.0) * (pl.col("zl") - pl.col("b")))
+        )
+        # contexts with no listed continuation keep Z(h) = Z(h') (pure backoff)
+        all_ctx = (
+            model.tables[n - 1]
+            .select(pl.col("ngram").alias("ctx"))
+            .with_columns(hsuf=pl.lit("") if n == 2 else pl.col("ctx").str.replace(r"^[^ ]+ ", ""))
+        )
+        zfull = (
+            all_ctx.join(ctx.select("ctx", "z"), on="ctx", how="left")
+            .join(zlow.rename({"ngram": "hsuf", "z": "zl"}), on="hsuf", how="left")
+            .with_columns(z=pl.coalesce(pl.col("z"), pl.col("zl")))
+        )
+        zs[n - 1] = zfull.select(pl.col("ctx").alias("ngram"), "z")
+        gammas[n] = zfull.join(bo, on="ctx", how="left").select(
+            pl.col("ctx").alias("ngram"), gamma=pl.col("bo").fill_null(1.0) * pl.col("zl") / pl.col("z")
+        )
+        probs[n] = t.join(ctx.select("ctx", "z"), on="ctx", how="left").select(
+            "ngram", prob=pl.col("alpha") * pl.col("prob") / pl.col("z")
+        )
+    return model_from_probabilities(probs, gammas, order)

@@ -239,12 +239,20 @@ class RunConfig(BaseModel):
         description="'auto': chosen by report-noisy-max on held-out users (0 = public model alone is a "
         "candidate); or a fixed value in [0, 1].",
     )
+    lm_unigram_adaptation: float | Literal["auto"] = Field(
+        "auto",
+        title="LM: unigram adaptation of the public model",
+        description="Strength beta in [0, 1] of adapting the public model to the noisy unigrams "
+        "(p(w|h) * (q(w)/p(w))^beta, renormalised); 'auto': chosen with the weight (0 = none is a "
+        "candidate).",
+    )
     lm_holdout: float = Field(
         0.1,
         gt=0,
         lt=1,
         title="LM: fraction of users for the weight selection",
-        description="With lm_mix_weight='auto', these users score the candidate weights and are not counted "
+        description="With lm_mix_weight or lm_unigram_adaptation 'auto', these users score the candidates "
+        "and are not counted "
         "(disjoint users: no extra privacy cost).",
     )
     lm_order: int = Field(
@@ -484,6 +492,13 @@ class RunConfig(BaseModel):
     @field_validator("lm_mix_weight")
     @classmethod
     def _lm_mix_weight(cls, value: float | str) -> float | str:
+        if value != "auto" and not 0.0 <= float(value) <= 1.0:
+            raise ValueError("must be 'auto' or a number in [0, 1]")
+        return value
+
+    @field_validator("lm_unigram_adaptation")
+    @classmethod
+    def _lm_unigram_adaptation(cls, value: float | str) -> float | str:
         if value != "auto" and not 0.0 <= float(value) <= 1.0:
             raise ValueError("must be 'auto' or a number in [0, 1]")
         return value

@@ -53,6 +53,8 @@ __all__ = [
     "STAGE",
     "COUNTS_PATH",
     "WEIGHT_GRID",
+    "ADAPTATION_GRID",
+    "candidate_grid",
     "SCORE_CLIP_NATS",
     "CountDomain",
     "build_domain",
@@ -68,6 +70,8 @@ VOCABULARY_PATH = "released/vocabulary.parquet"
 KGRAMS_PATH = "released/kgrams.parquet"
 #: Candidate mixture weights λ (0: the public model alone).
 WEIGHT_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+#: Candidate strengths β of the public model's adaptation to Q's unigrams (0: no adaptation).
+ADAPTATION_GRID = (0.0, 0.25, 0.5)
 #: B: a selection user's score (mean natural log-probability per event) is clipped to [−B, 0].
 SCORE_CLIP_NATS = 20.0
 OCCURRENCES = "lm_occurrences"
@@ -166,6 +170,14 @@ def select_weight(
     return float(grid[best]), best
 
 
+def candidate_grid(mix_weight: float | str, adaptation: float | str) -> list[tuple[float, float]]:
+    """The (β, λ) candidates of the selection: every grid value of a parameter set to 'auto', the
+    configured value otherwise. (0, 0) — the public model — is a candidate whenever both are auto."""
+    betas = ADAPTATION_GRID if adaptation == "auto" else (float(adaptation),)
+    lams = WEIGHT_GRID if mix_weight == "auto" else (float(mix_weight),)
+    return [(b, lam) for b in betas for lam in lams]
+
+
 def _write_arpa_temp(model: Any, path: Path) -> None:
     from lm.arpa import write_arpa
 
@@ -173,27 +185,39 @@ def _write_arpa_temp(model: Any, path: Path) -> None:
 
 
 def score_selection_users(
-    wh: Engine, schema: str, *, salt: int, holdout_per_mille: int, public_arpa: Path, private_arpa: Path
+    wh: Engine,
+    schema: str,
+    *,
+    salt: int,
+    holdout_per_mille: int,
+    public_arpas: list[Path],
+    private_arpa: Path,
+    weights: tuple[float, ...] = WEIGHT_GRID,
 ) -> tuple[np.ndarray, int]:
-    """Summed :func:`user_scores` over the selection users (streamed; PRIVATE sums, in-process
-    only) and the number of selection users (PRIVATE: never reported)."""
+    """Summed :func:`user_scores` over the selection users (streamed; PRIVATE sums, in-process only):
+    for each public model variant in ``public_arpas`` (one per adaptation strength β), the scores of
+    every λ in ``weights``, concatenated in that order. Also returns the number of selection users
+    (PRIVATE: never reported)."""
     import kenlm
 
     quiet = kenlm.Config()
     quiet.show_progress = False  # KenLM's ARPA loader draws a progress bar on stderr otherwise
-    pm, qm = kenlm.Model(str(public_arpa), quiet), kenlm.Model(str(private_arpa), quiet)
-    total = np.zeros(len(WEIGHT_GRID), dtype=np.float64)
+    publics = [kenlm.Model(str(p), quiet) for p in public_arpas]
+    qm = kenlm.Model(str(private_arpa), quiet)
+    total = np.zeros(len(publics) * len(weights), dtype=np.float64)
     users = 0
     current: Any = None
-    p_buf: list[float] = []
+    p_bufs: list[list[float]] = [[] for _ in publics]
     q_buf: list[float] = []
 
     def flush() -> None:
         nonlocal total, users
-        if p_buf:
-            total += user_scores(np.array(p_buf), np.array(q_buf))
+        if q_buf:
+            q = np.array(q_buf)
+            total += np.concatenate([user_scores(np.array(pb), q, weights) for pb in p_bufs])
             users += 1
-        p_buf.clear()
+        for pb in p_bufs:
+            pb.clear()
         q_buf.clear()
 
     sql = load_sql("lm_selection_sentences", schema=schema)
@@ -208,7 +232,8 @@ def score_selection_users(
             if not sentence:
                 continue
             text = " ".join(sentence)
-            p_buf.extend(s[0] for s in pm.full_scores(text, bos=True, eos=True))
+            for pm, pb in zip(publics, p_bufs, strict=True):
+                pb.extend(s[0] for s in pm.full_scores(text, bos=True, eos=True))
             q_buf.extend(s[0] for s in qm.full_scores(text, bos=True, eos=True))
     flush()
     return total, users
@@ -227,7 +252,8 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
         raise ConfigError(f"lm_order: the noisy-count model has at most order 3 (got {order})")
     if config.public and not Path(config.public).is_file():
         raise ConfigError(f"public: {config.public} does not exist or is not a file")
-    auto = config.lm_mix_weight == "auto"
+    candidates = candidate_grid(config.lm_mix_weight, config.lm_unigram_adaptation)
+    auto = len(candidates) > 1
     holdout = int(round(1000 * config.lm_holdout)) if auto else 0
 
     def compute(wh: Engine) -> StageResult:
@@ -305,6 +331,8 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
         )
         selection: dict[str, Any]
         if auto:
+            from lm.open_model import adapt_to_unigrams, unigram_distribution
+
             private = noisy_count_model(
                 released.select("n", "ngram", "noisy_count"),
                 domain.public_model,
@@ -312,26 +340,45 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
                 threshold=threshold,
                 discount=config.lm_count_discount * sigma,
             )
+            betas = sorted({b for b, _ in candidates})
+            lams = tuple(sorted({lam for _, lam in candidates}))
             with tempfile.TemporaryDirectory(prefix="dpngram-lmsel-") as tmp:
-                p_arpa, q_arpa = Path(tmp) / "public.arpa", Path(tmp) / "private.arpa"
-                _write_arpa_temp(domain.public_model, p_arpa)
+                q_arpa = Path(tmp) / "private.arpa"
                 _write_arpa_temp(private, q_arpa)
+                p_arpas = []
+                for b in betas:
+                    variant = (
+                        domain.public_model
+                        if b == 0
+                        else adapt_to_unigrams(domain.public_model, unigram_distribution(private), b)
+                    )
+                    p_arpas.append(Path(tmp) / f"public_{len(p_arpas)}.arpa")
+                    _write_arpa_temp(variant, p_arpas[-1])
                 scores, sel_users = score_selection_users(
-                    wh, schema, salt=salt, holdout_per_mille=holdout, public_arpa=p_arpa, private_arpa=q_arpa
+                    wh,
+                    schema,
+                    salt=salt,
+                    holdout_per_mille=holdout,
+                    public_arpas=p_arpas,
+                    private_arpa=q_arpa,
+                    weights=lams,
                 )
+            order_of_scores = [(b, lam) for b in betas for lam in lams]
             # Always through report-noisy-max, even with no selection user (the sum over nobody is
             # the zero vector): whether one user exists must not change what is released.
-            weight, _ = select_weight(scores, epsilon, source)
+            _, best = select_weight(scores, epsilon, source, grid=tuple(range(len(order_of_scores))))
+            adaptation, weight = order_of_scores[best]
             del scores, sel_users
             selection = {
-                "method": "report-noisy-max over the grid on the disjoint selection users",
-                "grid": list(WEIGHT_GRID),
+                "method": "report-noisy-max over the (adaptation, weight) grid on disjoint selection users",
+                "grid": list(lams),
+                "adaptation_grid": list(betas),
                 "score_clip_nats": SCORE_CLIP_NATS,
                 "laplace_scale": 2.0 * SCORE_CLIP_NATS / epsilon,
                 "selection_fraction": holdout / 1000.0,
             }
         else:
-            weight = float(config.lm_mix_weight)
+            adaptation, weight = candidates[0]
             selection = {"method": "fixed (configuration)"}
         with ctx.release.writing(COUNTS_PATH) as tmp_path:
             pq.write_table(table, tmp_path)
@@ -355,6 +402,7 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
                 str(n): int(released.filter(pl.col("n") == n).height) for n in range(1, order + 1)
             },
             "mix_weight": weight,
+            "unigram_adaptation": adaptation,
             "weight_selection": selection,
             "differentially_private": True,
             "guarantee": (

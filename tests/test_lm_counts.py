@@ -562,6 +562,7 @@ def test_run_lm_counts_end_to_end(tmp_path, sample_files):
     assert np.array_equal(on_grid, np.round(on_grid))
 
     assert part["mix_weight"] in lm_counts.WEIGHT_GRID
+    assert part["unigram_adaptation"] in lm_counts.ADAPTATION_GRID
     assert "ran" not in part["weight_selection"]  # whether anyone was selected is private
     assert part["weight_selection"]["laplace_scale"] == pytest.approx(2 * lm_counts.SCORE_CLIP_NATS / epsilon)
 
@@ -580,10 +581,10 @@ def test_fixed_mix_weight_skips_the_selection(tmp_path, sample_files, monkeypatc
         raise AssertionError("a fixed weight must not score selection users")
 
     monkeypatch.setattr(lm_counts, "score_selection_users", no_selection)
-    ctx = counts_run(tmp_path, sample_files, lm_mix_weight=0.4)
+    ctx = counts_run(tmp_path, sample_files, lm_mix_weight=0.4, lm_unigram_adaptation=0.25)
     lm_counts.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(8))
     part = read_parts(ctx)[lm_counts.STAGE]
-    assert part["mix_weight"] == 0.4
+    assert part["mix_weight"] == 0.4 and part["unigram_adaptation"] == 0.25
     assert part["weight_selection"] == {"method": "fixed (configuration)"}
     assert (ctx.release.root / lm_counts.COUNTS_PATH).is_file()
 

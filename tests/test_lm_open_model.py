@@ -374,3 +374,47 @@ def test_model_vocabulary_keeps_dp_words_and_caps_public_words():
     assert model_vocabulary([], public, 3) == ["a", "and", "the"]
     assert model_vocabulary(dp, None, 5) == ["alpha", "rare", "zeta"]
     assert model_vocabulary(dp, public, 0) == ["alpha", "rare", "zeta"]
+
+
+def test_unigram_adaptation_is_exact_mdi_in_backoff_form():
+    """adapt_to_unigrams: for every context (listed or backing off), p'(w|h) = α(w)p(w|h)/Z(h) with
+    α(w) = (t(w)/p(w))^β computed by brute force over the vocabulary; each context sums to 1.
+    Tolerance: float64 sums over < 10 words (1e-12)."""
+    from collections import Counter
+
+    from lm.open_model import adapt_to_unigrams
+
+    c: Counter[str] = Counter()
+    for s in (["a", "b", "c"], ["a", "c"], ["b", "b", "a"], ["c", "a", "b", "c"]):
+        p = ["<s>", *s, "</s>"]
+        for i in range(len(p) - 2):
+            c[" ".join(p[i : i + 3])] += 1.0
+    base = kneser_ney(pl.DataFrame({"ngram": list(c), "count": list(c.values())}), 3, ["a", "b", "c", "d"])
+    words = [w for w in base.tables[1]["ngram"].to_list() if w != "<s>"]
+    target = pl.DataFrame(
+        {"ngram": words, "prob": [0.4 if w == "d" else 0.6 / (len(words) - 1) for w in words]}
+    )
+    p1 = {r["ngram"]: 10 ** r["logprob"] for r in base.tables[1].iter_rows(named=True)}
+    t = dict(zip(target["ngram"], target["prob"], strict=True))
+    bigrams = pl.DataFrame({"ngram": [f"{a} {b}" for a in ["<s>", *words] for b in words]})
+    for beta in (0.5, 1.0):
+        adapted = adapt_to_unigrams(base, target, beta)
+        for h in (("<s>", "a"), ("a", "b"), ("d", "d"), ("b", "a"), ("c", "</s>")):
+            grams = {
+                1: pl.DataFrame({"ngram": words}),
+                2: bigrams,
+                3: pl.DataFrame({"ngram": [f"{h[0]} {h[1]} {w}" for w in words]}),
+            }
+            before = dict(model_probabilities(base, grams)[3].iter_rows())
+            after = dict(model_probabilities(adapted, grams)[3].iter_rows())
+            scaled = {g: (t[g.split()[-1]] / p1[g.split()[-1]]) ** beta * p for g, p in before.items()}
+            z = sum(scaled.values())
+            assert sum(after.values()) == pytest.approx(1.0, abs=1e-12)
+            for g, p in after.items():
+                assert p == pytest.approx(scaled[g] / z, abs=1e-12), (beta, g)
+    # β = 0 changes nothing
+    same = adapt_to_unigrams(base, target, 0.0)
+    for n in (1, 2, 3):
+        assert same.tables[n]["logprob"].to_list() == pytest.approx(
+            base.tables[n]["logprob"].to_list(), abs=1e-12
+        )
