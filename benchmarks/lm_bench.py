@@ -701,6 +701,7 @@ def run_corpus(corpus: Corpus, epsilons: list[float], args: argparse.Namespace) 
         result = {
             "epsilon": eps,
             "mix_weight": counts["mix_weight"],
+            "unigram_adaptation": counts.get("unigram_adaptation"),
             "sigma": counts["sigma"],
             "threshold": counts["threshold"],
             "released_by_order": counts["released_by_order"],
@@ -897,13 +898,21 @@ def machine() -> dict[str, Any]:
     }
 
 
-def git_commit() -> str | None:
+def git_commit() -> dict[str, Any] | None:
+    """HEAD and the files under lm/ and pipeline/ that differ from it (the code measured)."""
     try:
-        return subprocess.run(
+        head = subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
         ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "lm", "pipeline", "sql"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split("\n")
     except (OSError, subprocess.CalledProcessError):
         return None
+    return {"head": head, "uncommitted_in_lm_pipeline_sql": [d[3:] for d in dirty if d.strip()]}
 
 
 def parameters(args: argparse.Namespace, epsilons: list[float]) -> dict[str, Any]:
@@ -1027,6 +1036,7 @@ def main() -> None:
     }
     out["targets"] = {name: block["targets"] for name, block in out["results"].items()}
     out["seconds"] = round(time.perf_counter() - started, 1)
+    out["git_commit_at_end"] = git_commit()  # stage lm re-imports lm/ in each child process
     out["machine"]["load_average_1min_at_end"] = round(os.getloadavg()[0], 2)
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps(out, indent=1, default=str), encoding="utf-8")
