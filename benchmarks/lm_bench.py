@@ -828,6 +828,8 @@ def print_table(name: str, block: dict[str, Any]) -> None:
 
 
 def plot(out: dict[str, Any], path: Path) -> None:
+    """Per corpus: open-vocabulary perplexity and top-3 accuracy vs ε, the DP model (each point
+    labelled with the run's λ and unigram-adaptation β) against flat baselines."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -835,7 +837,7 @@ def plot(out: dict[str, Any], path: Path) -> None:
     from matplotlib.ticker import ScalarFormatter
 
     corpora = list(out["results"])
-    fig, axes = plt.subplots(len(corpora), 2, figsize=(10, 3.8 * len(corpora)), squeeze=False)
+    fig, axes = plt.subplots(len(corpora), 2, figsize=(10, 3.8 * len(corpora) + 0.5), squeeze=False)
     for i, name in enumerate(corpora):
         results = out["results"][name]["results"]
         base = out["results"][name]["baselines"]
@@ -845,22 +847,28 @@ def plot(out: dict[str, Any], path: Path) -> None:
             (axes[i][1], "top3_accuracy", "top-3 next-word accuracy"),
         ):
             ys = [r["rows"]["dp"][key] for r in results]
-            ax.plot(eps, ys, "o-", color="C0", label="DP model (mixture; λ chosen by the run)")
+            ax.plot(eps, ys, "o-", color="C0", label="DP model (mixture; λ, β chosen by the run)")
             for r, y in zip(results, ys, strict=True):
+                beta = r.get("unigram_adaptation")
+                text = f"λ={r['mix_weight']:g}" + (f"\nβ={beta:g}" if isinstance(beta, int | float) else "")
                 ax.annotate(
-                    f"λ={r['mix_weight']:g}",
-                    (r["epsilon"], y),
-                    textcoords="offset points",
-                    xytext=(4, 5),
-                    fontsize=7,
-                    color="C0",
+                    text, (r["epsilon"], y), textcoords="offset points", xytext=(4, 4), fontsize=7, color="C0"
                 )
             for row, style, color, text in (
-                ("public_only", "--", "C2", "public-only"),
-                ("non_private", "--", "k", "non-private"),
-                ("oracle", ":", "C3", f"oracle (λ={base['oracle']['mix_weight']:g})"),
+                ("public_only", "--", "C2", "public-only (lmplz)"),
+                ("non_private", "--", "k", "non-private (lmplz)"),
+                ("oracle", ":", "C3", "oracle (public + restricted non-private, best λ)"),
             ):
                 ax.axhline(base[row][key], linestyle=style, color=color, label=text)
+            ax.annotate(
+                f"oracle λ={base['oracle']['mix_weight']:g}",
+                (0.01, base["oracle"][key]),
+                xycoords=("axes fraction", "data"),
+                textcoords="offset points",
+                xytext=(2, 3),
+                fontsize=7,
+                color="C3",
+            )
             ax.set_xscale("log", base=2)
             ax.set_xticks(eps, [f"{e:g}" for e in eps])
             ax.set_xlabel("ε (whole run)")
@@ -874,9 +882,10 @@ def plot(out: dict[str, Any], path: Path) -> None:
                 f"{name}: {sizes['train_users']:,} training users, {sizes['scored_users']:,} scored",
                 fontsize=9,
             )
-            ax.legend(fontsize=7)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8)
     fig.suptitle("DP language model vs baselines (order 3; held-out users)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
