@@ -359,35 +359,20 @@ def oracle_counts(train_txt: Path, top: set[str], vocabulary: set[str]):
     import polars as pl
 
     from lm.arpa import BOS, UNK
-    from lm.build import ngrams_of_sentences
+    from lm.open_model import sentence_ngram_counts
 
-    totals: dict[int, Any] = {n: None for n in range(1, ORDER + 1)}
     sentences = 0
 
-    def add(batch: list[list[str]]) -> None:
-        series = pl.Series("toks", batch, dtype=pl.List(pl.String))
-        for n in totals:
-            counts = ngrams_of_sentences(series, n, None)
-            prev = totals[n]
-            totals[n] = (
-                counts
-                if prev is None
-                else pl.concat([prev, counts]).group_by("ngram").agg(pl.col("count").sum())
-            )
+    def mapped():
+        nonlocal sentences
+        with open(train_txt, encoding="utf-8") as fh:
+            for line in fh:
+                toks = line.split()
+                if toks:
+                    sentences += 1
+                    yield [t if t in top else (REST if t in vocabulary else UNK) for t in toks]
 
-    batch: list[list[str]] = []
-    with open(train_txt, encoding="utf-8") as fh:
-        for line in fh:
-            toks = line.split()
-            if not toks:
-                continue
-            batch.append([t if t in top else (REST if t in vocabulary else UNK) for t in toks])
-            sentences += 1
-            if len(batch) >= 100_000:
-                add(batch)
-                batch = []
-    if batch:
-        add(batch)
+    totals = sentence_ngram_counts(mapped(), ORDER)
     parts = [
         totals[1].select(n=pl.lit(1, pl.Int64), ngram="ngram", noisy_count="count"),
         pl.DataFrame({"n": [1], "ngram": [BOS], "noisy_count": [float(sentences)]}),

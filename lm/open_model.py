@@ -36,6 +36,7 @@ __all__ = [
     "open_public_model",
     "public_word_counts",
     "model_vocabulary",
+    "sentence_ngram_counts",
     "public_counts",
     "public_model",
     "noisy_count_model",
@@ -109,19 +110,15 @@ def model_vocabulary(
     return sorted(words)
 
 
-def public_counts(
-    path: str | os.PathLike[str],
-    order: int,
-    vocabulary: Iterable[str],
-    lowercase: bool = True,
-    part: str = "all",
+def sentence_ngram_counts(
+    sentences: Iterable[list[str]], order: int, vocabulary: Iterable[str] | None = None
 ) -> dict[int, pl.DataFrame]:
-    """Counts (``ngram``, ``count``) of every order 1..``order`` of the public corpus (``part``),
-    tokens outside ``vocabulary`` mapped to ``<unk>``, one ``<s>``/``</s>`` per sentence (order 1 has
-    no ``<s>``)."""
+    """Counts (``ngram``, ``count``) of every order 1..``order`` of token lists, in batches of
+    :data:`PUBLIC_BATCH_SENTENCES`; tokens outside ``vocabulary`` mapped to ``<unk>`` (None: no
+    mapping), one ``<s>``/``</s>`` per sentence (order 1 has no ``<s>``)."""
     from lm.build import ngrams_of_sentences
 
-    vocab = set(vocabulary)
+    vocab = None if vocabulary is None else set(vocabulary)
     totals: dict[int, pl.DataFrame | None] = {n: None for n in range(1, order + 1)}
 
     def add(batch: list[list[str]]) -> None:
@@ -136,7 +133,7 @@ def public_counts(
             )
 
     batch: list[list[str]] = []
-    for sentence in public_sentences(path, lowercase, part):
+    for sentence in sentences:
         batch.append(sentence)
         if len(batch) >= PUBLIC_BATCH_SENTENCES:
             add(batch)
@@ -145,6 +142,18 @@ def public_counts(
         add(batch)
     empty = pl.DataFrame(schema={"ngram": pl.String, "count": pl.Float64})
     return {n: (t if t is not None else empty) for n, t in totals.items()}
+
+
+def public_counts(
+    path: str | os.PathLike[str],
+    order: int,
+    vocabulary: Iterable[str],
+    lowercase: bool = True,
+    part: str = "all",
+) -> dict[int, pl.DataFrame]:
+    """:func:`sentence_ngram_counts` of the public corpus (``part``) with ``vocabulary``'s ``<unk>``
+    mapping."""
+    return sentence_ngram_counts(public_sentences(path, lowercase, part), order, vocabulary)
 
 
 def open_public_model(
