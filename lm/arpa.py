@@ -42,6 +42,7 @@ __all__ = [
     "UNK",
     "ArpaModel",
     "modified_discounts",
+    "ngrams_of_sentences",
     "raw_marginals",
     "kneser_ney",
     "model_from_probabilities",
@@ -116,6 +117,35 @@ def _discount(col: str, d: tuple[float, float, float]) -> pl.Expr:
     D2 for r < 2.5, else D3+ (equals modified KN on integer counts; <= r for every r >= 0)."""
     c = pl.col(col)
     return pl.when(c < 1.5).then(d[0]).when(c < 2.5).then(d[1]).otherwise(d[2]) * _seen(col)
+
+
+def ngrams_of_sentences(sentences: pl.Series, order: int, vocabulary: set[str] | None) -> pl.DataFrame:
+    """(ngram, count) of sentences (a list[str] series) with one <s> and one </s> per sentence,
+    tokens outside ``vocabulary`` mapped to <unk> (None: no mapping); order-n grams with <s> only
+    first: a sentence of m tokens gives m + 1 - (n - 2) n-grams for n >= 2 (same convention as
+    sql/bayes_occurrences.sql for n = 3)."""
+    frame = pl.DataFrame({"toks": sentences}).filter(pl.col("toks").list.len() > 0)
+    frame = frame.with_row_index("sid").explode("toks")
+    if vocabulary is not None:
+        vocab = pl.Series("v", sorted(vocabulary), dtype=pl.String)
+        frame = frame.with_columns(
+            toks=pl.when(pl.col("toks").is_in(vocab.implode())).then(pl.col("toks")).otherwise(pl.lit(UNK))
+        )
+    padded = (
+        frame.group_by("sid", maintain_order=True)
+        .agg(pl.col("toks"))
+        .select(toks=pl.concat_list(pl.lit(BOS), pl.col("toks"), pl.lit(EOS)))
+    )
+    width = max(order, 2)
+    grams = (
+        padded.with_columns(start=pl.int_ranges(0, pl.col("toks").list.len() - width + 1))
+        .explode("start")
+        .drop_nulls("start")
+        .select(ngram=pl.col("toks").list.slice(pl.col("start") + (width - order), order).list.join(" "))
+    )
+    if order == 1:  # unigrams: every predicted token (not <s>)
+        grams = grams.filter(pl.col("ngram") != BOS)
+    return grams.group_by("ngram").agg(count=pl.len().cast(pl.Float64))
 
 
 def raw_marginals(top: pl.DataFrame, order: int) -> dict[int, pl.DataFrame]:

@@ -26,7 +26,16 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from lm.arpa import BOS, EOS, UNK, ArpaError, ArpaModel, kneser_ney, model_from_probabilities
+from lm.arpa import (
+    BOS,
+    EOS,
+    UNK,
+    ArpaError,
+    ArpaModel,
+    kneser_ney,
+    model_from_probabilities,
+    ngrams_of_sentences,
+)
 
 __all__ = [
     "MARKERS",
@@ -116,8 +125,6 @@ def sentence_ngram_counts(
     """Counts (``ngram``, ``count``) of every order 1..``order`` of token lists, in batches of
     :data:`PUBLIC_BATCH_SENTENCES`; tokens outside ``vocabulary`` mapped to ``<unk>`` (None: no
     mapping), one ``<s>``/``</s>`` per sentence (order 1 has no ``<s>``)."""
-    from lm.build import ngrams_of_sentences
-
     vocab = None if vocabulary is None else set(vocabulary)
     totals: dict[int, pl.DataFrame | None] = {n: None for n in range(1, order + 1)}
 

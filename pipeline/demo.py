@@ -244,10 +244,10 @@ def _print_outputs(console: Any, release: Path) -> None:
         f"δ = {report['privacy']['delta']:g}"
     )
     model = report.get("model") or {}
-    for text, row in (model.get("comparison") or {}).items():
+    for label, row in (model.get("comparison") or {}).items():  # labels name the evaluation text
         for name, m in row.items():
             ppl, top3 = m.get("open_vocab_perplexity"), m.get("top3_accuracy")
             shown = f"open-vocabulary perplexity {ppl:.1f}" if ppl is not None else "perplexity n/a"
             if top3 is not None:
                 shown += f", top-3 next word {top3:.1%}"
-            console.print(f"  {name:<18} {shown}  ({text.split(' (')[0]})")
+            console.print(f"  {name:<18} {shown}  ({label.split(' (')[0]})")
