@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,17 +83,14 @@ WORK_TABLES = (OCCURRENCES, VOCABULARY_TABLE, DOMAIN_TABLE, WEIGHTED_TABLE)
 COUNTS_SCHEMA = pa.schema([("n", pa.int8()), ("ngram", pa.string()), ("noisy_count", pa.float64())])
 
 
+@dataclass
 class CountDomain:
     """The public domain D: ``frame`` (gid 1..|D|, n, ngram), the model vocabulary and the public
     model P (both post-processing of public data and DP outputs)."""
 
-    def __init__(
-        self, frame: pl.DataFrame, vocabulary: list[str], public_model: Any, public_counts: dict
-    ) -> None:
-        self.frame = frame
-        self.vocabulary = vocabulary
-        self.public_model = public_model
-        self.public_counts = public_counts
+    frame: pl.DataFrame
+    vocabulary: list[str]
+    public_model: Any
 
     @property
     def size(self) -> int:
@@ -131,7 +129,7 @@ def build_domain(
     frame = pl.concat([p.with_columns(pl.col("n").cast(pl.Int64)) for p in parts]).with_row_index(
         "gid", offset=1
     )
-    return CountDomain(frame, vocabulary, model, counts)
+    return CountDomain(frame, vocabulary, model)
 
 
 def noisy_release(
@@ -176,12 +174,6 @@ def candidate_grid(mix_weight: float | str, adaptation: float | str) -> list[tup
     betas = ADAPTATION_GRID if adaptation == "auto" else (float(adaptation),)
     lams = WEIGHT_GRID if mix_weight == "auto" else (float(mix_weight),)
     return [(b, lam) for b in betas for lam in lams]
-
-
-def _write_arpa_temp(model: Any, path: Path) -> None:
-    from lm.arpa import write_arpa
-
-    write_arpa(model, path)
 
 
 def score_selection_users(
@@ -331,6 +323,7 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
         )
         selection: dict[str, Any]
         if auto:
+            from lm.arpa import write_arpa
             from lm.open_model import adapt_to_unigrams, unigram_distribution
 
             private = noisy_count_model(
@@ -344,7 +337,7 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
             lams = tuple(sorted({lam for _, lam in candidates}))
             with tempfile.TemporaryDirectory(prefix="dpngram-lmsel-") as tmp:
                 q_arpa = Path(tmp) / "private.arpa"
-                _write_arpa_temp(private, q_arpa)
+                write_arpa(private, q_arpa)
                 p_arpas = []
                 for b in betas:
                     variant = (
@@ -353,7 +346,7 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
                         else adapt_to_unigrams(domain.public_model, unigram_distribution(private), b)
                     )
                     p_arpas.append(Path(tmp) / f"public_{len(p_arpas)}.arpa")
-                    _write_arpa_temp(variant, p_arpas[-1])
+                    write_arpa(variant, p_arpas[-1])
                 scores, sel_users = score_selection_users(
                     wh,
                     schema,
