@@ -33,11 +33,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline import bayes  # noqa: E402
-from pipeline.config import RunConfig  # noqa: E402
-from pipeline.ingest import run_ingest  # noqa: E402
-from pipeline.noise import NoiseSource  # noqa: E402
-from pipeline.run import RunContext, prepare  # noqa: E402
+from dpngram.config import RunConfig  # noqa: E402
+from dpngram.core.noise import NoiseSource  # noqa: E402
+from dpngram.mechanisms import bayes  # noqa: E402
+from dpngram.release.context import RunContext  # noqa: E402
+from dpngram.release.publish import prepare
+from dpngram.stages.ingest import run_ingest  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 EPSILONS = (0.1, 0.2, 0.5, 1.0, 2.0, 4.0)

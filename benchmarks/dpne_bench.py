@@ -55,6 +55,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dpngram.orchestration.plan import run_dpne
+from dpngram.stages import dpne as dpne_stage
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -128,7 +131,7 @@ def peak_rss_mb() -> float:
 
 def corpus(n_users: int) -> Path:
     """The generated corpus of ``n_users`` users (cached; same folders as ingest_bench.py)."""
-    from pipeline.sample import GENERATOR_VERSION, write_sample
+    from dpngram.text.sample import GENERATOR_VERSION, write_sample
 
     folder = CACHE / f"sample_u{n_users}_s{SEED}_g{GENERATOR_VERSION}"
     users = folder / "users.jsonl.gz"
@@ -141,7 +144,7 @@ def corpus(n_users: int) -> Path:
 
 
 def write_sample_default(name: str) -> Any:
-    from pipeline.sample import write_sample
+    from dpngram.text.sample import write_sample
 
     return inspect.signature(write_sample).parameters[name].default
 
@@ -193,8 +196,8 @@ def run_job(workdir: Path, name: str, spec: dict[str, Any]) -> dict[str, Any]:
 def job_main(spec_path: str, spawned_at: str) -> None:
     """Body of a job process: ingest (or clone sentences), DPNE, checks, baselines."""
     spawned = float(spawned_at)
-    from pipeline import dpne  # noqa: F401 - import cost belongs to the measured start-up
-    from pipeline.ingest import run_ingest
+    from dpngram.mechanisms import dpne  # noqa: F401 - import cost belongs to the measured start-up
+    from dpngram.stages.ingest import run_ingest
 
     startup_s = time.time() - spawned  # interpreter start + imports: part of "end to end"
     load_before = os.getloadavg()[0]  # the machine may be shared: recorded with every job
@@ -257,8 +260,9 @@ def job_main(spec_path: str, spawned_at: str) -> None:
 def new_context(
     workdir: Path, name: str, input_path: str, max_n: int, memory_limit: str, warehouse: str | None = None
 ) -> Any:
-    from pipeline.config import RunConfig
-    from pipeline.run import RunContext, prepare
+    from dpngram.config import RunConfig
+    from dpngram.release.context import RunContext
+    from dpngram.release.publish import prepare
 
     config = RunConfig.build(
         input=input_path,
@@ -275,7 +279,7 @@ def clone_sentences(ctx: Any, source: dict[str, str]) -> None:
     """Copy the ingested sentences of an earlier job (its warehouse file and schema) into this
     run's schema, so several runs share one ingest (benchmark plumbing; private table to private
     table)."""
-    from pipeline.store import safe_identifier
+    from dpngram.engines.sql import safe_identifier
 
     schema = safe_identifier(source["schema"])
     with ctx.warehouse() as wh:
@@ -302,8 +306,7 @@ def corpus_stats(ctx: Any, cloned: dict[str, str] | None) -> dict[str, int]:
 
 
 def timed_dpne(ctx: Any, name: str) -> dict[str, Any]:
-    from pipeline import dpne
-    from pipeline.run import read_parts
+    from dpngram.release.context import read_parts
 
     stages: dict[str, float] = {}
     last = time.perf_counter()
@@ -316,7 +319,7 @@ def timed_dpne(ctx: Any, name: str) -> dict[str, Any]:
         last = now
         print(f"  [{name}] {stage} {stages[stage]:.1f} s", file=sys.stderr, flush=True)
 
-    dpne.run_all(ctx, progress=progress)
+    run_dpne(ctx, progress=progress)
     seconds = round(time.perf_counter() - started, 2)
     parts = read_parts(ctx)
     levels = []
@@ -367,7 +370,7 @@ def spurious_check(ctx: Any, levels: list[dict[str, Any]]) -> dict[str, Any]:
     what an analyst cares about (released n-grams nobody wrote)."""
     from scipy import stats
 
-    from pipeline.dpne import level_path
+    from dpngram.release.layout import level_path
 
     eta = ctx.config.eta
     root = ctx.release.root
@@ -423,7 +426,6 @@ def run_one_baseline(
     """One DPSU baseline (§3.1.2) in its own run, on the sentences of ``source_ctx``."""
     import pyarrow.parquet as pq
 
-    from pipeline import dpne
 
     name = f"{source_ctx.run_id}-{method}{'' if k is None else f'-k{k}'}"
     ctx = new_context(
@@ -431,7 +433,7 @@ def run_one_baseline(
     )
     clone_sentences(ctx, {"warehouse": source_ctx.config.warehouse, "schema": source_ctx.schema})
     started = time.perf_counter()
-    dpne.run_baseline(ctx, method, k)
+    dpne_stage.run_baseline(ctx, method, k)
     seconds = round(time.perf_counter() - started, 2)
     ks = pq.read_table(ctx.release.root / f"released/baseline_{method}.parquet", columns=["k"]).column("k")
     per_k = [0] * max_n
@@ -667,7 +669,7 @@ def parse_baselines(text: str | None) -> list[tuple[str, int | None]]:
 
 
 def mode_synthetic(args: argparse.Namespace) -> None:
-    from pipeline.sample import GENERATOR_VERSION, SampleSpec
+    from dpngram.text.sample import GENERATOR_VERSION, SampleSpec
 
     workdir = Path(args.workdir) / "synthetic"
     users_path = corpus(args.users)
@@ -677,7 +679,7 @@ def mode_synthetic(args: argparse.Namespace) -> None:
         {
             **PAPER,
             "generator": {
-                "function": "pipeline.sample.write_sample",
+                "function": "dpngram.text.sample.write_sample",
                 "seed": SEED,
                 "vocab_size": write_sample_default("vocab_size"),
                 "spec": dataclasses.asdict(SampleSpec()),

@@ -29,6 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dpngram.stages import bayes as bayes_stage
+from dpngram.stages import dpne as dpne_stage
+from dpngram.stages import synth as synth_stage
+from dpngram.stages import vocabulary as vocabulary_stage
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
@@ -72,10 +77,10 @@ class PeakMemory:
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
-    from pipeline import bayes, dpne, dpsu, synth
-    from pipeline.config import RunConfig
-    from pipeline.ingest import run_ingest
-    from pipeline.run import RunContext, prepare
+    from dpngram.config import RunConfig
+    from dpngram.release.context import RunContext
+    from dpngram.release.publish import prepare
+    from dpngram.stages.ingest import run_ingest
 
     work = Path(args.workdir)
     config = RunConfig.build(
@@ -99,8 +104,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     if args.engine == "spark":  # one session for the whole run (the CLI's behaviour); its start-up is a stage
         with PeakMemory() as mem:
             t0 = time.perf_counter()
-            from pipeline import engine as engine_module
-            from pipeline.spark_engine import spark_session
+            from dpngram.engines import select as engine_module
+            from dpngram.engines.spark import spark_session
 
             session = spark_session(args.spark_master, config.spark_settings())
             open_engine = engine_module.open_engine
@@ -108,10 +113,10 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         stages["spark_start"] = {"seconds": time.perf_counter() - t0, "peak_mib": mem.peak}
     config = prepare(config)
     ctx = RunContext(config)
-    plan = [("ingest", lambda: run_ingest(ctx)), ("dpne.k1", lambda: dpsu.run_vocabulary(ctx))]
-    plan += [(f"dpne.k{k}", lambda k=k: dpne.run_level(ctx, k)) for k in range(2, args.max_n + 1)]
+    plan = [("ingest", lambda: run_ingest(ctx)), ("dpne.k1", lambda: vocabulary_stage.run_vocabulary(ctx))]
+    plan += [(f"dpne.k{k}", lambda k=k: dpne_stage.run_level(ctx, k)) for k in range(2, args.max_n + 1)]
     if args.public:
-        plan += [("bayes", lambda: bayes.run_bayes(ctx)), ("synth", lambda: synth.run_synth(ctx))]
+        plan += [("bayes", lambda: bayes_stage.run_bayes(ctx)), ("synth", lambda: synth_stage.run_synth(ctx))]
     released: dict[str, int] = {}
     for name, run in plan:
         with PeakMemory() as mem:
@@ -161,7 +166,7 @@ def main() -> None:
         print("RESULT " + json.dumps(worker(args)), flush=True)
         return
 
-    from pipeline.sample import write_sample
+    from dpngram.text.sample import write_sample
 
     base = Path(tempfile.mkdtemp(prefix="engine-bench-"))
     cells: list[dict[str, Any]] = []
@@ -238,7 +243,7 @@ def main() -> None:
 
     import psutil
 
-    from pipeline.sample import GENERATOR_VERSION
+    from dpngram.text.sample import GENERATOR_VERSION
 
     payload = {
         "benchmark": "engine_bench",
@@ -258,7 +263,7 @@ def main() -> None:
             "duckdb_memory_limit": args.memory_limit,
             "spark_master": args.spark_master,
             "spark_conf": args.spark_conf,
-            "corpus": "pipeline.sample.write_sample",
+            "corpus": "dpngram.text.sample.write_sample",
             "generator_version": GENERATOR_VERSION,
             "seed": args.seed,
             "stages_bayes_synth": not args.no_bayes_synth,

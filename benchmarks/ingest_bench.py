@@ -44,7 +44,7 @@ SEED = 20261121
 
 def corpus(n_users: int, public_sentences: int) -> tuple[Path, dict[str, Any]]:
     """Cached sample corpus for ``n_users``; generation stats in a sidecar JSON."""
-    from pipeline.sample import GENERATOR_VERSION, write_sample
+    from dpngram.text.sample import GENERATOR_VERSION, write_sample
 
     folder = DATA / f"sample_u{n_users}_s{SEED}_g{GENERATOR_VERSION}"
     meta_path = folder / "meta.json"
@@ -74,9 +74,9 @@ def worker(input_path: str, memory_limit: str, warehouse: str) -> None:
     """Child process: one ingest; prints a JSON line of measurements."""
     import psutil
 
-    from pipeline.config import RunConfig
-    from pipeline.ingest import ingest_file
-    from pipeline.store import Warehouse
+    from dpngram.config import RunConfig
+    from dpngram.engines.duckdb import Warehouse
+    from dpngram.engines.ingest import ingest_file
 
     proc = psutil.Process()
     peak = {"rss": 0, "rows": 0}
@@ -130,7 +130,7 @@ def tokenizer_worker(input_path: str, max_docs: int) -> None:
     also builds nested Python lists of str, the slower part)."""
     import polars as pl
 
-    from pipeline.ingest import tokenize_frame, tokenize_texts
+    from dpngram.text.tokenizer import tokenize_frame, tokenize_texts
 
     texts = []
     with gzip.open(input_path, "rb") as fh:
@@ -289,7 +289,7 @@ def main() -> None:
 
 
 def _batch_bytes() -> int:
-    from pipeline import ingest
+    from dpngram.text import records as ingest
 
     return ingest.BATCH_BYTES
 

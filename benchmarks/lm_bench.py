@@ -137,7 +137,7 @@ def user_hash(user_id: str) -> int:
 
 def generated_corpus(n_users: int) -> Corpus:
     """The generated corpus of ``n_users`` users and its public corpus (cached)."""
-    from pipeline.sample import GENERATOR_VERSION, SampleSpec, write_sample
+    from dpngram.text.sample import GENERATOR_VERSION, SampleSpec, write_sample
 
     folder = CACHE / f"lm_sample_u{n_users}_p{PUBLIC_SENTENCES}_s{SEED}_g{GENERATOR_VERSION}"
     paths = {"users": folder / "users.jsonl.gz", "public": folder / "public.txt.gz"}
@@ -148,7 +148,7 @@ def generated_corpus(n_users: int) -> Corpus:
         paths = write_sample(folder, n_users=n_users, seed=SEED, public_sentences=PUBLIC_SENTENCES)
         seconds = round(time.perf_counter() - started, 1)
     info = {
-        "generator": "pipeline.sample.write_sample",
+        "generator": "dpngram.text.sample.write_sample",
         "generator_version": GENERATOR_VERSION,
         "n_users": n_users,
         "seed": SEED,
@@ -199,7 +199,8 @@ def split_users(corpus: Corpus, work: Path) -> dict[str, Any]:
 def tokenised_text(source: Path, target: Path, jsonl: bool) -> dict[str, int]:
     """One tokenised sentence per line (the pipeline tokenizer, lower-cased), for lmplz and the
     oracle's counts. Returns sentence and token counts."""
-    from pipeline.ingest import read_public_corpus, tokenize_texts
+    from dpngram.text.public import read_public_corpus
+    from dpngram.text.tokenizer import tokenize_texts
 
     n_sent = n_tok = 0
     with open(target, "w", encoding="utf-8") as out:
@@ -229,7 +230,7 @@ def tokenised_text(source: Path, target: Path, jsonl: bool) -> dict[str, int]:
 
 
 def eval_sentences(path: Path) -> list[list[str]]:
-    from pipeline.ingest import read_public_corpus
+    from dpngram.text.public import read_public_corpus
 
     return [s for s in read_public_corpus(path) if s]
 
@@ -239,7 +240,7 @@ def eval_sentences(path: Path) -> list[list[str]]:
 # ----------------------------------------------------------------------------------------------
 def lmplz_model(text: Path, binary: Path, tmp: Path) -> float:
     """lmplz (order 3) on ``text`` -> ``binary`` with the ARPA file beside it; returns seconds."""
-    from lm.build import compile_binary, run_lmplz
+    from dpngram.lm.build import compile_binary, run_lmplz
 
     started = time.perf_counter()
     arpa = binary.with_suffix(".arpa")
@@ -282,7 +283,7 @@ def placeholder_to_unk(src: Path, dst: Path) -> None:
     n-gram; its unigram and lmplz's own ``<unk>`` unigram merge (probabilities added, the
     placeholder's backoff kept). lmplz never lists ``<unk>`` above order 1 (--skip_symbols), so
     nothing else collides; every context still sums to one."""
-    from lm.arpa import UNK
+    from dpngram.lm.arpa import UNK
 
     with open(src, encoding="utf-8") as fh:
         header: list[str] = []
@@ -324,7 +325,7 @@ def placeholder_to_unk(src: Path, dst: Path) -> None:
 
 def at_vocab_model(text: Path, vocabulary: set[str], binary: Path, tmp: Path) -> dict[str, Any]:
     """lmplz on ``text`` with tokens outside ``vocabulary`` as the placeholder, renamed <unk>."""
-    from lm.build import compile_binary, run_lmplz
+    from dpngram.lm.build import compile_binary, run_lmplz
 
     started = time.perf_counter()
     mapped = tmp / f"{binary.stem}.txt"
@@ -340,7 +341,7 @@ def at_vocab_model(text: Path, vocabulary: set[str], binary: Path, tmp: Path) ->
 
 
 def evaluate(binary: Path, eval_text: Path) -> dict[str, Any]:
-    from lm.evaluate import evaluate_file
+    from dpngram.lm.evaluate import evaluate_file
 
     started = time.perf_counter()
     m = evaluate_file(binary, eval_text, lowercase=True)
@@ -358,8 +359,8 @@ def oracle_counts(train_txt: Path, top: set[str], vocabulary: set[str]):
     the 3,000 words and markers seen >= ORACLE_MIN_COUNT times."""
     import polars as pl
 
-    from lm.arpa import BOS, UNK
-    from lm.open_model import sentence_ngram_counts
+    from dpngram.lm.arpa import BOS, UNK
+    from dpngram.lm.open_model import sentence_ngram_counts
 
     sentences = 0
 
@@ -392,10 +393,10 @@ def oracle_model(
     import kenlm
     import polars as pl
 
-    from lm.arpa import BOS, EOS, MIN_PROB, UNK, ArpaModel, read_arpa, write_arpa
-    from lm.build import compile_binary
-    from lm.evaluate import score_sentences
-    from lm.open_model import mix_models, noisy_count_model
+    from dpngram.lm.arpa import BOS, EOS, MIN_PROB, UNK, ArpaModel, read_arpa, write_arpa
+    from dpngram.lm.build import compile_binary
+    from dpngram.lm.evaluate import score_sentences
+    from dpngram.lm.open_model import mix_models, noisy_count_model
 
     started = time.perf_counter()
     words: Counter[str] = Counter()
@@ -472,9 +473,9 @@ def _vm_hwm_mb() -> float | None:
 
 
 def _lm_child(config_json: str, out: mp.Queue) -> None:
-    from lm.build import run_lm
-    from pipeline.config import RunConfig
-    from pipeline.run import RunContext, stage_timer
+    from dpngram.config import RunConfig
+    from dpngram.release.context import RunContext, stage_timer
+    from dpngram.stages.lm import run_lm
 
     try:
         ctx = RunContext(RunConfig.model_validate_json(config_json))
@@ -556,16 +557,10 @@ def run_lm_stage(config_json: str) -> dict[str, Any]:
 
 def dp_run(corpus: Corpus, eps: float, train: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     """One release on the training users; returns its paths, parts and timings."""
-    from pipeline.config import RunConfig
-    from pipeline.run import (
-        RunContext,
-        prepare,
-        publish_run,
-        read_parts,
-        read_timings,
-        release_plan,
-        stage_timer,
-    )
+    from dpngram.config import RunConfig
+    from dpngram.orchestration.plan import release_plan
+    from dpngram.release.context import RunContext, read_parts, read_timings, stage_timer
+    from dpngram.release.publish import prepare, publish_run
 
     config = RunConfig.build(
         dataset=f"lm-bench-{corpus.name}-eps{eps:g}",
@@ -910,9 +905,9 @@ def git_commit() -> dict[str, Any] | None:
 
 
 def parameters(args: argparse.Namespace, epsilons: list[float]) -> dict[str, Any]:
-    from lm.evaluate import SPELL_ALPHABET, SPELL_MEAN_LENGTH
-    from pipeline.config import RunConfig
-    from pipeline.lm_counts import WEIGHT_GRID
+    from dpngram.config import RunConfig
+    from dpngram.lm.evaluate import SPELL_ALPHABET, SPELL_MEAN_LENGTH
+    from dpngram.mechanisms.lm_counts import WEIGHT_GRID
 
     lm_defaults = {
         k: RunConfig.model_fields[k].default for k in RunConfig.model_fields if k.startswith("lm_")
@@ -951,7 +946,7 @@ def parameters(args: argparse.Namespace, epsilons: list[float]) -> dict[str, Any
         },
         "tokenizer": "pipeline tokenizer, lower-cased (the evaluation's and the pipeline's)",
         "evaluation": {
-            "function": "lm.evaluate.evaluate_file",
+            "function": "dpngram.lm.evaluate.evaluate_file",
             "spelling_model": {"alphabet": SPELL_ALPHABET, "mean_length": SPELL_MEAN_LENGTH},
         },
         "generated": {"users": args.users, "public_sentences": PUBLIC_SENTENCES, "seed": SEED},

@@ -26,7 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.noise import NoiseSource  # noqa: E402
+from dpngram.core.noise import NoiseSource  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "noise.json"
 

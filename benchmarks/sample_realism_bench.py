@@ -39,8 +39,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from dpne_bench import header, write_result  # noqa: E402
 
-from pipeline.ingest import read_public_corpus, tokenize_frame  # noqa: E402
-from pipeline.sample import SampleSpec, write_sample  # noqa: E402
+from dpngram.text.public import read_public_corpus  # noqa: E402
+from dpngram.text.sample import SampleSpec, write_sample  # noqa: E402
+from dpngram.text.tokenizer import tokenize_frame  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 KS = range(1, 8)

@@ -41,9 +41,9 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline import synth  # noqa: E402
-from pipeline.noise import NoiseSource, simulation_rng  # noqa: E402
-from pipeline.store import Warehouse  # noqa: E402
+from dpngram.core.noise import NoiseSource, simulation_rng  # noqa: E402
+from dpngram.engines.duckdb import Warehouse  # noqa: E402
+from dpngram.mechanisms import synth  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 DATA = ROOT.parent / "shared" / "data"
@@ -118,9 +118,11 @@ def word_corpus(
 
 
 def sotu_corpus(wh: Warehouse, tmp: Path, vocab: int) -> tuple[list[str], list[list[int]]] | None:
-    from pipeline.config import RunConfig
-    from pipeline.ingest import run_ingest
-    from pipeline.run import RunContext, prepare, run_schema_name
+    from dpngram.config import RunConfig
+    from dpngram.engines.sql import run_schema_name
+    from dpngram.release.context import RunContext
+    from dpngram.release.publish import prepare
+    from dpngram.stages.ingest import run_ingest
 
     path = DATA / "sotu_users.jsonl.gz"
     if not path.is_file():

@@ -36,9 +36,9 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline import triehh  # noqa: E402
-from pipeline.noise import NoiseSource, simulation_rng  # noqa: E402
-from pipeline.store import Warehouse  # noqa: E402
+from dpngram.core.noise import NoiseSource, simulation_rng  # noqa: E402
+from dpngram.engines.duckdb import Warehouse  # noqa: E402
+from dpngram.mechanisms import triehh  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 RESULTS = ROOT / "benchmarks" / "results"
@@ -83,7 +83,8 @@ def load_sotu(wh: Warehouse, known_top: int, max_depth: int) -> list[str]:
     own SQL (prepare_user_words) to form the users' local datasets."""
     import polars as pl
 
-    from pipeline.ingest import read_public_corpus, tokenize_frame
+    from dpngram.text.public import read_public_corpus
+    from dpngram.text.tokenizer import tokenize_frame
 
     frame = pl.read_ndjson(DATA / "sotu_users.jsonl.gz").select(
         pl.col("user_id").cast(pl.String), pl.lit(0, pl.Int64).alias("doc_id"), pl.col("text")

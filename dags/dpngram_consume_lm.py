@@ -64,8 +64,8 @@ def dpngram_consume_lm() -> None:
     @task(multiple_outputs=False)
     def perplexity(**context: Any) -> dict[str, Any]:
         """Load the triggering release's model with kenlm and score the public text."""
-        from lm.evaluate import evaluate_file
-        from pipeline.store import write_json_atomic
+        from dpngram.lm.evaluate import evaluate_file
+        from dpngram.release.layout import write_json_atomic
 
         events = (
             context["triggering_asset_events"].get(LM_ASSET)

@@ -69,7 +69,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import Asset, Param, dag, task
 
-from pipeline.config import RunConfig
+from dpngram.config import RunConfig
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_DIR = Path(os.environ.get("DPNGRAM_DEMO_DIR", str(REPO / ".dpngram"))).resolve()
@@ -142,11 +142,11 @@ DEFAULT_ARGS: dict[str, Any] = {
 
 #: Errors a retry cannot fix: bad parameters or input, exhausted budget, failed validation.
 BAD_INPUT_ERRORS = (
-    ("pipeline.config", "ConfigError"),
-    ("pipeline.ingest", "IngestError"),
-    ("pipeline.accounting", "BudgetError"),
-    ("lm.arpa", "ArpaError"),
-    ("pipeline.validate", "ValidationFailed"),
+    ("dpngram.core.errors", "ConfigError"),
+    ("dpngram.core.errors", "IngestError"),
+    ("dpngram.core.errors", "BudgetError"),
+    ("dpngram.core.errors", "ArpaError"),
+    ("dpngram.core.errors", "ValidationFailed"),
     ("builtins", "FileNotFoundError"),
 )
 
@@ -187,8 +187,8 @@ def _config(context: dict[str, Any]) -> RunConfig:
     without retry (a retry cannot fix them), with the one-line ConfigError message."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from pipeline.config import ConfigError
-    from pipeline.run import run_id_from
+    from dpngram.core.errors import ConfigError
+    from dpngram.release.context import run_id_from
 
     params = context["params"]
     values = {name: params[name] for name in RunConfig.model_fields if name in params}
@@ -199,7 +199,7 @@ def _config(context: dict[str, Any]) -> RunConfig:
 
 
 def _ctx(context: dict[str, Any]) -> Any:
-    from pipeline.run import RunContext
+    from dpngram.release.context import RunContext
 
     return RunContext(_config(context))
 
@@ -222,7 +222,7 @@ def _budgeted_stage(context: dict[str, Any], stage: str, run: Any) -> dict[str, 
     """Run a privacy-spending stage that is optional: skipped unless ``stage_budget`` gives it a
     share. Returns only the public summary (XCom)."""
     _skip_unless_budgeted(context, stage)
-    from pipeline.run import public_summary, stage_timer
+    from dpngram.release.context import public_summary, stage_timer
 
     ctx = _ctx(context)
     with stage_timer(ctx, stage):
@@ -250,9 +250,8 @@ def dpngram_release() -> None:
         stages the parameters."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        from pipeline.accounting import BudgetError
-        from pipeline.config import ConfigError
-        from pipeline.run import prepare as prepare_run
+        from dpngram.core.errors import BudgetError, ConfigError
+        from dpngram.release.publish import prepare as prepare_run
 
         config = _config(context)
         if _is_scheduled(context) and config.lifetime_epsilon is None:
@@ -268,8 +267,8 @@ def dpngram_release() -> None:
     @task(pool=POOL, multiple_outputs=False)
     @_fail_fast
     def ingest(**context: Any) -> dict[str, Any]:
-        from pipeline.ingest import run_ingest
-        from pipeline.run import public_summary, stage_timer
+        from dpngram.release.context import public_summary, stage_timer
+        from dpngram.stages.ingest import run_ingest
 
         ctx = _ctx(context)
         with stage_timer(ctx, "ingest"):
@@ -283,15 +282,15 @@ def dpngram_release() -> None:
         if method not in ("triehh", "both"):
             _skip(context, f"vocabulary_method is '{method}': no TrieHH stage")
         _skip_unless_budgeted(context, "triehh")
-        from pipeline.triehh import run_triehh
+        from dpngram.stages.triehh import run_triehh
 
         return _budgeted_stage(context, "triehh", run_triehh)
 
     @task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
     @_fail_fast
     def vocabulary(**context: Any) -> dict[str, Any]:
-        from pipeline.dpsu import run_vocabulary
-        from pipeline.run import public_summary, stage_timer
+        from dpngram.release.context import public_summary, stage_timer
+        from dpngram.stages.vocabulary import run_vocabulary
 
         ctx = _ctx(context)
         with stage_timer(ctx, "vocabulary"):
@@ -307,8 +306,8 @@ def dpngram_release() -> None:
             max_n = int(context["params"]["max_n"])
             if k > max_n:
                 _skip(context, f"level {k} is beyond this run's T = {max_n}")
-            from pipeline.dpne import run_level
-            from pipeline.run import public_summary, stage_timer
+            from dpngram.release.context import public_summary, stage_timer
+            from dpngram.stages.dpne import run_level
 
             ctx = _ctx(context)
             with stage_timer(ctx, f"dpne_level_{k}"):
@@ -322,8 +321,8 @@ def dpngram_release() -> None:
         """Merge the released levels into released/kgrams.parquet (post-processing, no spend)."""
         if int(context["params"]["max_n"]) < 2:
             _skip(context, "T = 1: no k-grams beyond the vocabulary")
-        from pipeline.dpne import finalize_kgrams
-        from pipeline.run import public_summary, stage_timer
+        from dpngram.release.context import public_summary, stage_timer
+        from dpngram.stages.dpne import finalize_kgrams
 
         ctx = _ctx(context)
         with stage_timer(ctx, "kgrams"):
@@ -335,7 +334,7 @@ def dpngram_release() -> None:
         """Noisy n-gram counts and the mixture weight for the language model (skipped without an
         'lm_counts' budget)."""
         _skip_unless_budgeted(context, "lm_counts")
-        from pipeline.lm_counts import run_lm_counts
+        from dpngram.stages.lm_counts import run_lm_counts
 
         return _budgeted_stage(context, "lm_counts", run_lm_counts)
 
@@ -344,7 +343,7 @@ def dpngram_release() -> None:
     def bayes(**context: Any) -> dict[str, Any]:
         """Bayesian trigram distribution with the public prior (skipped without a 'bayes' budget)."""
         _skip_unless_budgeted(context, "bayes")
-        from pipeline.bayes import run_bayes
+        from dpngram.stages.bayes import run_bayes
 
         return _budgeted_stage(context, "bayes", run_bayes)
 
@@ -353,7 +352,7 @@ def dpngram_release() -> None:
     def synth(**context: Any) -> dict[str, Any]:
         """Chen et al. n-gram tree + synthetic sequences (skipped without a 'synth' budget)."""
         _skip_unless_budgeted(context, "synth")
-        from pipeline.synth import run_synth
+        from dpngram.stages.synth import run_synth
 
         return _budgeted_stage(context, "synth", run_synth)
 
@@ -361,8 +360,8 @@ def dpngram_release() -> None:
     @_fail_fast
     def validate(**context: Any) -> dict[str, Any]:
         """Great Expectations suites; a failure stops the run before publish."""
-        from pipeline.run import stage_timer
-        from pipeline.validate import validate_run
+        from dpngram.release.context import stage_timer
+        from dpngram.stages.validate import validate_run
 
         ctx = _ctx(context)
         with stage_timer(ctx, "validate"):
@@ -375,13 +374,13 @@ def dpngram_release() -> None:
         skipped when lm_route is 'off' or no stage releases a trigram distribution/synthetic text."""
         if context["params"].get("lm_route") == "off":
             _skip(context, "lm_route is 'off'")
-        from lm.build import lm_enabled
+        from dpngram.stages.lm import lm_enabled
 
         ctx = _ctx(context)
         if not lm_enabled(ctx.config):
             _skip(context, "language model not enabled for this run (lm_route / stage_budget)")
-        from lm.build import run_lm
-        from pipeline.run import public_summary, stage_timer
+        from dpngram.release.context import public_summary, stage_timer
+        from dpngram.stages.lm import run_lm
 
         with stage_timer(ctx, "lm"):
             return public_summary(run_lm(ctx))
@@ -389,8 +388,8 @@ def dpngram_release() -> None:
     @task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
     @_fail_fast
     def report(**context: Any) -> dict[str, Any]:
-        from pipeline.report import write_report
-        from pipeline.run import stage_timer
+        from dpngram.release.context import stage_timer
+        from dpngram.stages.report import write_report
 
         ctx = _ctx(context)
         with stage_timer(ctx, "report"):
@@ -401,7 +400,7 @@ def dpngram_release() -> None:
     def publish(**context: Any) -> dict[str, Any]:
         """Atomic publish (staging -> runs/RUN_ID, then OUT/latest); emits the n-gram and release
         asset events with the release's public metadata."""
-        from pipeline.run import publish_run, release_asset_metadata
+        from dpngram.release.publish import publish_run, release_asset_metadata
 
         path = publish_run(_ctx(context))
         metadata = release_asset_metadata(path)
@@ -414,7 +413,7 @@ def dpngram_release() -> None:
     def publish_lm(**context: Any) -> dict[str, Any]:
         """Emit the language-model asset event for the published release; skipped (no event)
         when the run built no model."""
-        from pipeline.run import release_asset_metadata
+        from dpngram.release.publish import release_asset_metadata
 
         path = _ctx(context).release.final
         metadata = release_asset_metadata(path)["language_model"]

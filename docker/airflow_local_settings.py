@@ -1,8 +1,8 @@
-"""Airflow local settings for dpngram deployments: pre-import the pipeline in the scheduler.
+"""Airflow local settings for dpngram deployments: pre-import dpngram in the scheduler.
 
 With the LocalExecutor, each task runs in a process forked from one of the scheduler's executor
-workers, which are themselves forked from the scheduler. A dpngram task's first import of the
-pipeline (scipy, duckdb, pyarrow, polars: ``import pipeline.run`` alone takes ~6 s on a 2-core
+workers, which are themselves forked from the scheduler. A dpngram task's first import of
+dpngram (scipy, duckdb, pyarrow, polars: ``import dpngram.release.context`` alone takes ~6 s on a 2-core
 machine) is paid once per task, ~20 times per release. Importing the modules here, in the
 scheduler process before its executor forks the workers, lets every task inherit them.
 
@@ -22,12 +22,12 @@ __all__: list[str] = []  # Airflow copies a local-settings module's public names
 
 #: The modules dpngram's tasks import (heaviest dependencies first).
 PRELOAD = (
-    "pipeline.run",
-    "pipeline.ingest",
-    "pipeline.dpsu",
-    "pipeline.dpne",
-    "pipeline.report",
-    "lm.build",
+    "dpngram.orchestration.plan",
+    "dpngram.stages.ingest",
+    "dpngram.stages.vocabulary",
+    "dpngram.stages.dpne",
+    "dpngram.stages.report",
+    "dpngram.stages.lm",
 )
 
 

@@ -47,7 +47,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 vpy="$venv/bin/python"
 
-install_args=(-e ".[dev]" -c "$constraints")
+install_args=(-e ".[${DPNGRAM_EXTRAS:-dev,spark,bench}]" -c "$constraints")
 case "$installer" in
 uv)
     if ! "$venv/bin/uv" --version >/dev/null 2>&1; then
@@ -88,5 +88,5 @@ pip)
     ;;
 esac
 
-"$vpy" -c 'import kenlm, duckdb, pipeline' || die "the venv installed but 'import kenlm, duckdb, pipeline' fails"
+"$vpy" -c 'import kenlm, duckdb, dpngram' || die "the venv installed but 'import kenlm, duckdb, dpngram' fails"
 touch "$venv/.installed"

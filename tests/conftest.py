@@ -12,7 +12,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.noise import TEST_SEED_ENV, TEST_SEED_VALUE, NoiseSource  # noqa: E402
+from dpngram.core.noise import TEST_SEED_ENV, TEST_SEED_VALUE, NoiseSource  # noqa: E402
+from dpngram.orchestration.plan import run_dpne
+from dpngram.stages import ingest as ingest_stage  # noqa: E402
 
 os.environ.setdefault(TEST_SEED_ENV, TEST_SEED_VALUE)
 
@@ -27,7 +29,7 @@ def secure_noise() -> NoiseSource:
 def spark():
     """One local[2] SparkSession per test process (Spark tests are marked ``spark``); skipped
     with the reason when no Java runtime is found (PySpark itself is a declared dependency)."""
-    from pipeline.spark_engine import java_available, spark_session
+    from dpngram.engines.spark import java_available, spark_session
 
     if not java_available():
         pytest.skip("Spark needs a Java runtime (none on PATH/JAVA_HOME)")
@@ -46,9 +48,9 @@ def run_through_dpne(tmp_path: Path, files: dict[str, Path], *, public: bool = T
     """A run on a sample corpus taken through prepare -> ingest -> DPNE (vocabulary + levels), so a
     test can exercise a later stage. ``files`` is what ``pipeline.sample.write_sample`` returned;
     ``config_values`` are RunConfig fields (input/out/warehouse/public are filled in here)."""
-    from pipeline import dpne, ingest
-    from pipeline.config import RunConfig
-    from pipeline.run import RunContext, prepare
+    from dpngram.config import RunConfig
+    from dpngram.release.context import RunContext
+    from dpngram.release.publish import prepare
 
     paths = {
         "input": str(files["users"]),
@@ -58,6 +60,6 @@ def run_through_dpne(tmp_path: Path, files: dict[str, Path], *, public: bool = T
     if public:
         paths["public"] = str(files["public"])
     ctx = RunContext(prepare(RunConfig.build(**paths, **config_values)))
-    ingest.run_ingest(ctx)
-    dpne.run_all(ctx)
+    ingest_stage.run_ingest(ctx)
+    run_dpne(ctx)
     return ctx

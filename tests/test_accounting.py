@@ -20,9 +20,8 @@ import pytest
 from scipy import optimize, stats
 from scipy.special import comb
 
-from pipeline.accounting import (
+from dpngram.core.accounting import (
     Accountant,
-    BudgetError,
     PrivacyEvent,
     compose_gaussian_sigmas,
     dpne_sigmas,
@@ -32,7 +31,8 @@ from pipeline.accounting import (
     gaussian_sigma,
     laplace_scale,
 )
-from pipeline.noise import NoiseSource
+from dpngram.core.errors import BudgetError
+from dpngram.core.noise import NoiseSource
 
 mpmath.mp.dps = 50
 

@@ -38,9 +38,9 @@ from typing import Any
 
 import pytest
 
-from pipeline.demo import airflow_env, ensure_airflow
-from pipeline.run import run_id_from
-from pipeline.store import run_schema_name
+from dpngram.demo import airflow_env, ensure_airflow
+from dpngram.engines.sql import run_schema_name
+from dpngram.release.context import run_id_from
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
@@ -62,7 +62,7 @@ def _free_port() -> int:
 
 def write_marker_corpus(directory: Path) -> dict[str, Path]:
     """The synthetic sample (300 users) plus one user whose text holds :data:`MARKER`."""
-    from pipeline.sample import write_sample
+    from dpngram.text.sample import write_sample
 
     files = write_sample(directory / "sample", n_users=300, seed=7, public_sentences=2000)
     users = directory / "users_with_marker.jsonl.gz"

@@ -15,13 +15,17 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import run_through_dpne
 
-from pipeline import bayes, validate
-from pipeline.accounting import Accountant, PrivacyEvent
-from pipeline.config import ConfigError, RunConfig
-from pipeline.noise import NoiseSource
-from pipeline.run import RunContext, read_parts
-from pipeline.sample import write_sample
-from pipeline.store import Warehouse
+from dpngram.config import RunConfig
+from dpngram.core.accounting import Accountant, PrivacyEvent
+from dpngram.core.errors import ConfigError
+from dpngram.core.noise import NoiseSource
+from dpngram.engines.duckdb import Warehouse
+from dpngram.mechanisms import bayes
+from dpngram.release import layout
+from dpngram.release.context import RunContext, read_parts
+from dpngram.stages import bayes as bayes_stage
+from dpngram.stages import validate as validate_stage
+from dpngram.text.sample import write_sample
 
 SCHEMA = "run_bayes_test"
 
@@ -213,8 +217,8 @@ def dpne_run(tmp_path, files, **overrides) -> RunContext:
 
 def test_run_bayes_end_to_end(tmp_path, sample_files):
     ctx = dpne_run(tmp_path, sample_files)
-    summary = bayes.run_bayes(ctx)
-    path = ctx.release.root / bayes.TRIGRAM_DIST_PATH
+    summary = bayes_stage.run_bayes(ctx)
+    path = ctx.release.root / layout.TRIGRAM_DIST
     table = pq.read_table(path)
     assert table.column_names == ["w1", "w2", "w3", "prob"]
     prob = np.asarray(table["prob"])
@@ -272,18 +276,18 @@ def test_run_bayes_end_to_end(tmp_path, sample_files):
     assert json.dumps(part)  # JSON-able
 
     # V's tokens are the DP vocabulary's (or markers): the GX suite checks it on the whole table
-    result = validate.validate_run(ctx, ["released.trigram_dist"])
+    result = validate_stage.validate_run(ctx, ["released.trigram_dist"])
     assert result["success"]
 
-    again = bayes.run_bayes(ctx)  # a retry reloads the persisted release: no fresh noise, no new spend
+    again = bayes_stage.run_bayes(ctx)  # a retry reloads the persisted release: no fresh noise, no new spend
     assert again["reused"] and pq.read_table(path).equals(table)
     with pytest.raises(ConfigError, match="already released"):
-        bayes.run_bayes_baseline(ctx, "laplace")
+        bayes_stage.run_bayes_baseline(ctx, "laplace")
 
 
 def test_brute_force_calibration_needs_the_not_dp_flag_and_is_marked(tmp_path, sample_files):
     ctx = dpne_run(tmp_path, sample_files, bayes_calibration="brute-force-NOT-DP", bayes_S=0.1, bayes_rho=0.3)
-    bayes.run_bayes(ctx)
+    bayes_stage.run_bayes(ctx)
     part = read_parts(ctx)["bayes"]
     assert part["differentially_private"] is False
     assert part["guarantee"].startswith("NO differential-privacy guarantee")
@@ -296,9 +300,9 @@ def test_brute_force_calibration_needs_the_not_dp_flag_and_is_marked(tmp_path, s
 def test_baselines_end_to_end(tmp_path, sample_files, method):
     ctx = dpne_run(tmp_path, sample_files)
     with pytest.raises(ConfigError, match="method"):
-        bayes.run_bayes_baseline(ctx, "gaussian")
-    bayes.run_bayes_baseline(ctx, method, noise=NoiseSource.seeded_for_tests(1))
-    table = pq.read_table(ctx.release.root / bayes.TRIGRAM_DIST_PATH)
+        bayes_stage.run_bayes_baseline(ctx, "gaussian")
+    bayes_stage.run_bayes_baseline(ctx, method, noise=NoiseSource.seeded_for_tests(1))
+    table = pq.read_table(ctx.release.root / layout.TRIGRAM_DIST)
     assert table.column_names == ["w1", "w2", "w3", "prob"]
     assert np.asarray(table["prob"]).sum() == pytest.approx(1.0)
     part = read_parts(ctx)["bayes"]
@@ -351,4 +355,4 @@ def test_missing_public_corpus_is_a_clear_error(tmp_path, sample_files):
     ctx = dpne_run(tmp_path, sample_files)
     ctx = RunContext(ctx.config.model_copy(update={"public": None}))
     with pytest.raises(ConfigError, match="^public: the bayes stage needs a public corpus"):
-        bayes.run_bayes(ctx)
+        bayes_stage.run_bayes(ctx)

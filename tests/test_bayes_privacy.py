@@ -20,10 +20,10 @@ import pyarrow as pa
 import pytest
 from scipy import stats
 
-from pipeline import bayes
-from pipeline.accounting import Accountant, PrivacyEvent
-from pipeline.noise import simulation_rng
-from pipeline.store import Warehouse
+from dpngram.core.accounting import Accountant, PrivacyEvent
+from dpngram.core.noise import simulation_rng
+from dpngram.engines.duckdb import Warehouse
+from dpngram.mechanisms import bayes
 
 FALSE_FAILURE = 1e-4
 

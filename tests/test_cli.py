@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli import build_parser, config_from_args, main
-from pipeline.config import RunConfig
-from pipeline.run import run_id_from
+from dpngram.cli import build_parser, config_from_args, main
+from dpngram.config import RunConfig
+from dpngram.release.context import run_id_from
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "zyzzyvaquux"
@@ -20,7 +20,7 @@ SECRET = "zyzzyvaquux"
 
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory) -> dict[str, Path]:
-    from pipeline.sample import write_sample
+    from dpngram.text.sample import write_sample
 
     return write_sample(tmp_path_factory.mktemp("sample"), n_users=200, seed=7, public_sentences=200)
 
@@ -63,7 +63,7 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
 def first_result(finished_run):
     base, args = finished_run
     proc = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=600
+        [sys.executable, "-m", "dpngram.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=600
     )
     return base, proc
 
@@ -143,7 +143,7 @@ def test_missing_input_is_one_line_exit_2_without_traceback(tmp_path):
         [
             sys.executable,
             "-m",
-            "pipeline.cli",
+            "dpngram.cli",
             "run",
             "--input",
             str(tmp_path / "nope.jsonl"),
@@ -167,8 +167,9 @@ def test_missing_input_is_one_line_exit_2_without_traceback(tmp_path):
 def test_hadoop_uri_input_needs_the_spark_engine(tmp_path):
     """hdfs:// and s3a:// inputs are read by Spark itself: refused on DuckDB with the reason,
     not checked against the local file system on Spark; local inputs must exist on both."""
-    from pipeline.cli import _check_input
-    from pipeline.config import ConfigError, RunConfig
+    from dpngram.cli import _check_input
+    from dpngram.config import RunConfig
+    from dpngram.core.errors import ConfigError
 
     def config(engine: str, path: str) -> RunConfig:
         return RunConfig.build(
@@ -275,7 +276,7 @@ def test_ingest_prints_the_operator_summary_but_no_raw_text(tmp_path, capsys):
 def test_unexpected_errors_are_one_line_and_database_messages_withheld(tmp_path, capsys, monkeypatch):
     import duckdb
 
-    from pipeline import run as run_module
+    from dpngram.orchestration import plan as run_module
 
     src = tmp_path / "in.jsonl"
     src.write_text('{"user_id": "u", "text": "hi"}\n')
@@ -301,8 +302,8 @@ def test_unexpected_errors_are_one_line_and_database_messages_withheld(tmp_path,
 
 
 def test_validation_failure_exits_1_with_failure_lines(tmp_path, capsys, monkeypatch):
-    from pipeline import run as run_module
-    from pipeline.validate import ValidationFailed
+    from dpngram.core.errors import ValidationFailed
+    from dpngram.orchestration import plan as run_module
 
     src = tmp_path / "in.jsonl"
     src.write_text('{"user_id": "u", "text": "hi"}\n')

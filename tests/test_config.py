@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import STAGES, ConfigError, RunConfig
+from dpngram.config import STAGES, RunConfig
+from dpngram.core.errors import ConfigError
 
 BASE = {"input": "users.jsonl", "out": "out"}
 

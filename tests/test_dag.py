@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import RunConfig
-from pipeline.demo import airflow_env
-from pipeline.run import PUBLIC_SUMMARY_KEYS
+from dpngram.config import RunConfig
+from dpngram.demo import airflow_env
+from dpngram.release.context import PUBLIC_SUMMARY_KEYS
 
 pytestmark = pytest.mark.airflow
 
@@ -46,7 +46,7 @@ def airflow(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="session")
 def sample(tmp_path_factory) -> dict[str, Path]:
-    from pipeline.sample import write_sample
+    from dpngram.text.sample import write_sample
 
     return write_sample(tmp_path_factory.mktemp("dag-sample"), n_users=300, seed=11, public_sentences=300)
 
@@ -244,8 +244,8 @@ def test_dags_test_on_the_spark_engine(airflow, sample):
     session (local[2] here, a cluster master in production), the release validates and is
     published, and the private tables live only under spark_warehouse (the DuckDB file keeps
     the ledger alone)."""
-    from pipeline.spark_engine import java_available
-    from pipeline.store import run_schema_name
+    from dpngram.engines.spark import java_available
+    from dpngram.engines.sql import run_schema_name
 
     if not java_available():
         pytest.skip("Spark needs a Java runtime (none on PATH/JAVA_HOME)")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.demo import POOL as DEMO_POOL
+from dpngram.demo import POOL as DEMO_POOL
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"
@@ -58,7 +58,7 @@ def test_image_builds_kenlm_and_installs_exactly_as_make_does():
     args = dict(rest.split("=", 1) for word, rest in instructions if word == "ARG" and "=" in rest)
     assert args["KENLM_VERSION"] == make["KENLM_VERSION"]
     assert args["KENLM_MAX_ORDER"] == make["KENLM_MAX_ORDER"]
-    from lm.kenlm_bin import KENLM_MAX_ORDER
+    from dpngram.lm.kenlm_bin import KENLM_MAX_ORDER
 
     assert int(make["KENLM_MAX_ORDER"]) == KENLM_MAX_ORDER  # binaries and Python module agree
     runs = [rest for word, rest in instructions if word == "RUN"]

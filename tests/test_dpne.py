@@ -15,12 +15,19 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
-from pipeline import dpne, dpsu
-from pipeline.accounting import Accountant, Ledger, PrivacyEvent, dpne_sigmas
-from pipeline.config import ConfigError, RunConfig
-from pipeline.noise import NoiseSource, simulation_rng
-from pipeline.run import RunContext, prepare, read_parts
-from pipeline.store import Warehouse
+from dpngram.config import RunConfig
+from dpngram.core.accounting import Accountant, PrivacyEvent, dpne_sigmas
+from dpngram.core.errors import ConfigError
+from dpngram.core.noise import NoiseSource, simulation_rng
+from dpngram.engines.duckdb import Warehouse
+from dpngram.mechanisms import dpne, dpsu
+from dpngram.orchestration.plan import run_dpne
+from dpngram.release import layout
+from dpngram.release.context import RunContext, read_parts
+from dpngram.release.ledger import Ledger
+from dpngram.release.publish import prepare
+from dpngram.stages import dpne as dpne_stage
+from dpngram.stages import vocabulary as vocabulary_stage
 
 SCHEMA = "run_dpne_test"
 FALSE_FAILURE = 1e-4
@@ -141,7 +148,7 @@ def make_context(tmp_path, rows, **overrides) -> RunContext:
 def released(ctx: RunContext) -> dict[int, set[str]]:
     vocab = pq.read_table(ctx.release.root / dpsu.VOCABULARY_PATH).column("token").to_pylist()
     out = {1: set(vocab)} | {k: set() for k in range(2, ctx.config.max_n + 1)}
-    table = pq.read_table(ctx.release.root / dpne.KGRAMS_PATH).to_pylist()
+    table = pq.read_table(ctx.release.root / layout.KGRAMS).to_pylist()
     for row in table:
         out.setdefault(row["k"], set()).add(row["ngram"])
     return out
@@ -292,7 +299,7 @@ def test_release_is_closed_and_has_no_structural_tell(tmp_path, pruning, variant
     k-grams (ground truth known only to the test)."""
     rows = markov_corpus(5, users=60, vocab=12, sentences=2)
     ctx = make_context(tmp_path, rows, pruning=pruning, dpne_variant=variant)
-    dpne.run_all(ctx)
+    run_dpne(ctx)
     s = released(ctx)
     spurious_total = 0
     for k in range(2, 5):
@@ -327,10 +334,10 @@ def test_release_is_closed_and_has_no_structural_tell(tmp_path, pruning, variant
 def test_outputs_are_keys_only_and_sorted(tmp_path):
     rows = markov_corpus(6, users=40, vocab=8)
     ctx = make_context(tmp_path, rows, max_n=3)
-    out = dpne.run_all(ctx)
+    out = run_dpne(ctx)
     root = ctx.release.root
     vocab = pq.read_table(root / dpsu.VOCABULARY_PATH)
-    kgrams = pq.read_table(root / dpne.KGRAMS_PATH)
+    kgrams = pq.read_table(root / layout.KGRAMS)
     assert vocab.schema.names == ["token"] and vocab.schema.field("token").type == pa.string()
     assert kgrams.schema.names == ["k", "ngram"]
     assert kgrams.schema.field("k").type == pa.int32() and kgrams.schema.field("ngram").type == pa.string()
@@ -362,7 +369,7 @@ def test_theorem_2_1_accounting(tmp_path):
         assert Accountant(events).total_epsilon(1e-7) == pytest.approx(4.0, rel=1e-6)
     rows = markov_corpus(7, users=30, vocab=6)
     ctx = make_context(tmp_path, rows, epsilon=3.0, delta=1e-4, max_n=4, sigma_decay=0.8)
-    dpne.run_all(ctx)
+    run_dpne(ctx)
     summary = read_parts(ctx)["dpne.summary"]
     assert summary["composed_epsilon"] == pytest.approx(3.0, rel=1e-6)
     with Warehouse(ctx.config.warehouse) as wh:
@@ -375,13 +382,13 @@ def test_empty_previous_level_still_charges(tmp_path):
     """If S_(k-1) is empty, S_k is empty; the level is still charged (Thm. 2.1 composes all T)."""
     rows = [(f"u{i}", [f"only{i}"]) for i in range(20)]  # every token unique: P(any released) <= 1e-7
     ctx = make_context(tmp_path, rows, epsilon=1.0, delta=1e-8, max_n=3)
-    dpne.run_all(ctx)
+    run_dpne(ctx)
     parts = read_parts(ctx)
     for k in (1, 2, 3):
         assert parts[f"dpne.k{k}"]["released"] == 0
     assert parts["dpne.k2"]["valid"] == 0 and parts["dpne.k2"]["rho"] is None
     assert parts["dpne.summary"]["composed_epsilon"] == pytest.approx(1.0, rel=1e-6)
-    assert pq.read_table(ctx.release.root / dpne.KGRAMS_PATH).num_rows == 0
+    assert pq.read_table(ctx.release.root / layout.KGRAMS).num_rows == 0
 
 
 def test_seeded_runs_are_reproducible(tmp_path):
@@ -390,11 +397,11 @@ def test_seeded_runs_are_reproducible(tmp_path):
         outputs = []
         for name in ("a", "b"):
             ctx = make_context(tmp_path / variant / name, rows, dpne_variant=variant)
-            dpne.run_all(ctx, noise=NoiseSource.seeded_for_tests(99))
+            run_dpne(ctx, noise=NoiseSource.seeded_for_tests(99))
             outputs.append(
                 (
                     pq.read_table(ctx.release.root / dpsu.VOCABULARY_PATH),
-                    pq.read_table(ctx.release.root / dpne.KGRAMS_PATH),
+                    pq.read_table(ctx.release.root / layout.KGRAMS),
                 )
             )
         assert outputs[0][0].equals(outputs[1][0]) and outputs[0][1].equals(outputs[1][1])
@@ -408,16 +415,16 @@ def test_retry_reuses_and_restore_rebuilds_private_state(tmp_path):
     outputs = []
     for name, wipe in (("kept", False), ("wiped", True)):
         ctx = make_context(tmp_path / name, rows, max_n=3)
-        dpsu.run_vocabulary(ctx, noise=NoiseSource.seeded_for_tests(5))
-        first = dpne.run_level(ctx, 2, noise=NoiseSource.seeded_for_tests(6))
-        again = dpne.run_level(ctx, 2, noise=NoiseSource.seeded_for_tests(7))
+        vocabulary_stage.run_vocabulary(ctx, noise=NoiseSource.seeded_for_tests(5))
+        first = dpne_stage.run_level(ctx, 2, noise=NoiseSource.seeded_for_tests(6))
+        again = dpne_stage.run_level(ctx, 2, noise=NoiseSource.seeded_for_tests(7))
         assert not first["reused"] and again["reused"] and again["released_rows"] == first["released_rows"]
         if wipe:
             with ctx.warehouse() as wh:
                 wh.drop_run_schema(ctx.run_id)
                 wh.run_schema(ctx.run_id)
                 _create_sentences(wh, ctx.schema, rows)
-        dpne.run_level(ctx, 3, noise=NoiseSource.seeded_for_tests(8))
+        dpne_stage.run_level(ctx, 3, noise=NoiseSource.seeded_for_tests(8))
         outputs.append(pq.read_table(ctx.release.root / dpne.level_path(3)))
     assert outputs[0].equals(outputs[1])
 
@@ -427,21 +434,21 @@ def test_parameter_validation(tmp_path):
     ctx = make_context(tmp_path, rows, max_n=3)
     for bad in (1, 13, "3", 2.0):
         with pytest.raises(ConfigError, match="k: must be an integer"):
-            dpne.run_level(ctx, bad)
-    assert dpne.run_level(ctx, 4) == {"skipped": True, "k": 4}
+            dpne_stage.run_level(ctx, bad)
+    assert dpne_stage.run_level(ctx, 4) == {"skipped": True, "k": 4}
     with pytest.raises(ConfigError, match="vocabulary"):
-        dpne.run_level(ctx, 2)
-    dpsu.run_vocabulary(ctx)
+        dpne_stage.run_level(ctx, 2)
+    vocabulary_stage.run_vocabulary(ctx)
     with pytest.raises(ConfigError, match="level 2 must be released"):
-        dpne.run_level(ctx, 3)
+        dpne_stage.run_level(ctx, 3)
     with pytest.raises(ConfigError, match="levels not released"):
-        dpne.finalize_kgrams(ctx)
+        dpne_stage.finalize_kgrams(ctx)
     with pytest.raises(ConfigError, match="method"):
-        dpne.run_baseline(ctx, "dpsu-some")
+        dpne_stage.run_baseline(ctx, "dpsu-some")
     with pytest.raises(ConfigError, match="k: dpsu-single"):
-        dpne.run_baseline(ctx, "dpsu-single", k=9)
+        dpne_stage.run_baseline(ctx, "dpsu-single", k=9)
     with pytest.raises(ConfigError, match="already spent"):
-        dpne.run_baseline(ctx, "dpsu-all")
+        dpne_stage.run_baseline(ctx, "dpsu-all")
     with pytest.raises(ConfigError, match="dpne_variant"):
         dpne.choose_variant("fast", 10, 5)
     with pytest.raises(ConfigError, match="eta"):
@@ -468,7 +475,7 @@ def test_level_threshold_controls_expected_spurious():
 def test_baselines(tmp_path, method, k):
     rows = markov_corpus(11, users=80, vocab=6)
     ctx = make_context(tmp_path, rows, epsilon=4.0, delta=1e-4, max_n=3, max_contribution=10)
-    out = dpne.run_baseline(ctx, method, k)
+    out = dpne_stage.run_baseline(ctx, method, k)
     table = pq.read_table(ctx.release.root / f"released/baseline_{method}.parquet")
     assert table.schema.names == ["k", "ngram"] and out["released_rows"] == table.num_rows > 0
     pairs = [(r["k"], r["ngram"]) for r in table.to_pylist()]
@@ -481,4 +488,4 @@ def test_baselines(tmp_path, method, k):
     assert part["method"] == method
     assert part["privacy"]["epsilon"] == pytest.approx(4.0, rel=1e-6)  # whole dpne budget
     with pytest.raises(ConfigError, match="already spent"):
-        dpne.run_baseline(ctx, "dpsu-all" if method != "dpsu-all" else "dpsu-even")
+        dpne_stage.run_baseline(ctx, "dpsu-all" if method != "dpsu-all" else "dpsu-even")

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline import dpsu
-from pipeline.accounting import dpsu_threshold, gaussian_sigma
-from pipeline.store import Warehouse, load_sql
+from dpngram.core.accounting import dpsu_threshold, gaussian_sigma
+from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.sql import load_sql
+from dpngram.mechanisms import dpsu
 
 SCHEMA = "run_privacy_test"
 FALSE_FAILURE = 1e-4
@@ -37,7 +38,7 @@ def histogram(rows: list[tuple[str, list[str]]], max_contribution: int) -> Wareh
     wh.con.executemany(
         f"INSERT INTO {SCHEMA}.sentences VALUES (?, 1, ?, ?)", [(u, i, t) for i, (u, t) in enumerate(rows)]
     )
-    wh.con.execute(load_sql("dpsu_vocabulary_source", schema=SCHEMA, target="src"))
+    wh.con.execute(load_sql("dpsu/vocabulary_source", schema=SCHEMA, target="src"))
     dpsu.dpsu_histogram(wh, SCHEMA, "src", "hist", max_contribution=max_contribution, salt=1)
     return wh
 
@@ -46,7 +47,7 @@ def release_frequency(
     wh: Warehouse, tokens: set[str], sigma: float, rho: float, noise, any_of: bool = True
 ) -> int:
     """Number of runs (of RUNS) in which any of ``tokens`` is released."""
-    scan = load_sql("dpsu_histogram_scan", schema=SCHEMA, histogram="hist")
+    scan = load_sql("dpsu/histogram_scan", schema=SCHEMA, histogram="hist")
     hits = 0
     for _ in range(RUNS):
         out = set(

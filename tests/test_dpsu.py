@@ -10,12 +10,16 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
-from pipeline import dpsu
-from pipeline.accounting import Accountant
-from pipeline.config import RunConfig
-from pipeline.noise import NoiseSource
-from pipeline.run import RunContext, prepare, read_parts
-from pipeline.store import Warehouse, load_sql
+from dpngram.config import RunConfig
+from dpngram.core.accounting import Accountant
+from dpngram.core.noise import NoiseSource
+from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.sql import load_sql
+from dpngram.mechanisms import dpsu
+from dpngram.release import layout
+from dpngram.release.context import RunContext, read_parts
+from dpngram.release.publish import prepare
+from dpngram.stages import vocabulary as vocabulary_stage
 
 SCHEMA = "run_dpsu_test"
 FALSE_FAILURE = 1e-4  # per statistical check
@@ -36,7 +40,7 @@ def _warehouse(rows: list[tuple[str, list[str]]]) -> Warehouse:
 
 
 def _histogram(wh: Warehouse, max_contribution: int, salt: int) -> dict[str, float]:
-    wh.con.execute(load_sql("dpsu_vocabulary_source", schema=SCHEMA, target="src"))
+    wh.con.execute(load_sql("dpsu/vocabulary_source", schema=SCHEMA, target="src"))
     dpsu.dpsu_histogram(wh, SCHEMA, "src", "hist", max_contribution=max_contribution, salt=salt)
     return dict(wh.con.sql(f"SELECT item, weight FROM {SCHEMA}.hist").fetchall())
 
@@ -47,7 +51,7 @@ def _released(wh: Warehouse, target: str = "out") -> set[str]:
 
 def test_no_users_release_nothing(secure_noise):
     wh = _warehouse([])
-    wh.con.execute(load_sql("dpsu_vocabulary_source", schema=SCHEMA, target="src"))
+    wh.con.execute(load_sql("dpsu/vocabulary_source", schema=SCHEMA, target="src"))
     # even a threshold far below zero cannot release anything from an empty histogram
     n = dpsu.dpsu_release(
         wh, SCHEMA, "src", "out", sigma=1.0, threshold=-100.0, max_contribution=5, noise=secure_noise
@@ -61,7 +65,7 @@ def test_never_releases_an_item_no_user_holds(secure_noise):
     rows = [(f"u{i}", ["shared", f"own{i}", "common"]) for i in range(30)] + [("z", ["zeta", None])]
     wh = _warehouse(rows)
     held = {t for _, toks in rows for t in toks if t is not None}
-    wh.con.execute(load_sql("dpsu_vocabulary_source", schema=SCHEMA, target="src"))
+    wh.con.execute(load_sql("dpsu/vocabulary_source", schema=SCHEMA, target="src"))
     n = dpsu.dpsu_release(
         wh, SCHEMA, "src", "out", sigma=1.0, threshold=-100.0, max_contribution=5, noise=secure_noise
     )
@@ -107,7 +111,7 @@ def test_threshold_streams_in_batches(secure_noise):
     one everybody passes keeps all, whatever the batch size."""
     wh = _warehouse([(f"u{i}", [f"t{j}" for j in range(i % 7, i % 7 + 5)]) for i in range(40)])
     _histogram(wh, max_contribution=5, salt=1)
-    scan = load_sql("dpsu_histogram_scan", schema=SCHEMA, histogram="hist")
+    scan = load_sql("dpsu/histogram_scan", schema=SCHEMA, histogram="hist")
     total = wh.con.sql(f"SELECT count(*) FROM {SCHEMA}.hist").fetchall()[0][0]
     for batch in (1, 3, 1000):
         everything = dpsu.threshold_histogram(
@@ -121,7 +125,7 @@ def test_threshold_streams_in_batches(secure_noise):
 
 def test_invalid_contribution_is_refused():
     wh = _warehouse([("u", ["a"])])
-    wh.con.execute(load_sql("dpsu_vocabulary_source", schema=SCHEMA, target="src"))
+    wh.con.execute(load_sql("dpsu/vocabulary_source", schema=SCHEMA, target="src"))
     with pytest.raises(ValueError, match="max_contribution"):
         dpsu.dpsu_histogram(wh, SCHEMA, "src", "hist", max_contribution=0, salt=1)
 
@@ -152,8 +156,8 @@ def test_run_vocabulary_contract(tmp_path):
     rows = [(f"u{i}", ["the", "cat", f"secret{i}"]) for i in range(300)]
     # delta small enough that no secret passes: P <= 300 * delta/2 = 1.5e-6
     ctx = _context(tmp_path, rows, epsilon=4.0, delta=1e-8, max_n=3, max_contribution=3)
-    out = dpsu.run_vocabulary(ctx)
-    path = ctx.release.root / dpsu.VOCABULARY_PATH
+    out = vocabulary_stage.run_vocabulary(ctx)
+    path = ctx.release.root / layout.VOCABULARY
     table = pq.read_table(path)
     assert table.schema.names == ["token"] and str(table.schema.field("token").type) == "string"
     tokens = table.column("token").to_pylist()
@@ -168,7 +172,7 @@ def test_run_vocabulary_contract(tmp_path):
     mechanisms = sorted((e["mechanism"], e["delta"]) for e in part["privacy"]["events"])
     assert mechanisms == [("approx", pytest.approx(0.5e-8)), ("gaussian", 0.0)]
     # a retry reuses the persisted output and does not charge again
-    again = dpsu.run_vocabulary(ctx)
+    again = vocabulary_stage.run_vocabulary(ctx)
     assert again["reused"] and pq.read_table(path).equals(table)
     assert out["epsilon"] == pytest.approx(
         Accountant([e for e in params.events("dpne.k1")]).total_epsilon(1e-8)
@@ -177,8 +181,8 @@ def test_run_vocabulary_contract(tmp_path):
 
 def test_run_vocabulary_with_no_users(tmp_path):
     ctx = _context(tmp_path, [], max_n=2)
-    out = dpsu.run_vocabulary(ctx)
-    table = pq.read_table(ctx.release.root / dpsu.VOCABULARY_PATH)
+    out = vocabulary_stage.run_vocabulary(ctx)
+    table = pq.read_table(ctx.release.root / layout.VOCABULARY)
     assert out["released_rows"] == 0 and table.num_rows == 0 and table.schema.names == ["token"]
 
 
@@ -187,6 +191,6 @@ def test_seeded_vocabulary_is_reproducible(tmp_path):
     results = []
     for name in ("a", "b"):
         ctx = _context(tmp_path / name, rows, epsilon=1.0, delta=1e-4, max_n=2, max_contribution=2)
-        dpsu.run_vocabulary(ctx, noise=NoiseSource.seeded_for_tests(2024))
-        results.append(pq.read_table(ctx.release.root / dpsu.VOCABULARY_PATH))
+        vocabulary_stage.run_vocabulary(ctx, noise=NoiseSource.seeded_for_tests(2024))
+        results.append(pq.read_table(ctx.release.root / layout.VOCABULARY))
     assert results[0].equals(results[1])

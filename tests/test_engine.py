@@ -4,16 +4,20 @@ SQL translation and its rewrites (no Spark needed here), and the engine configur
 from __future__ import annotations
 
 import re
+from importlib import resources
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import ConfigError, RunConfig
-from pipeline.engine import Engine, open_engine
-from pipeline.spark_engine import SparkSqlError, to_spark
-from pipeline.store import SQL_DIR, Warehouse, load_sql
+from dpngram.config import RunConfig
+from dpngram.core.errors import ConfigError
+from dpngram.engines.base import Engine
+from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.select import open_engine
+from dpngram.engines.spark import SparkSqlError, to_spark
+from dpngram.engines.sql import SQL_PACKAGE, load_sql
 
 SCHEMA = "run_engine_test"
 
@@ -87,27 +91,27 @@ def _spark(name: str, **identifiers: str) -> tuple[tuple[str, str], ...]:
 
 
 def test_list_index_becomes_one_based_element_at() -> None:
-    ((kind, body),) = _spark("ingest_tokens_view", schema="s")
+    ((kind, body),) = _spark("ingest/tokens_view", schema="s")
     assert kind == "view:s.tokens"
     assert "ELEMENT_AT(s.tokens, g.p)" in body and "tokens[" not in body
     assert "SIZE(s.tokens)" in body  # array_length -> size (Spark's length() is for strings)
 
 
 def test_hash_and_unsigned_cast_are_rewritten() -> None:
-    ((kind, body),) = _spark("dpsu_histogram", schema="s", source="src", histogram="h")
+    ((kind, body),) = _spark("dpsu/histogram", schema="s", source="src", histogram="h")
     assert kind == "ctas:s.h"
     assert "XXHASH64(XXHASH64(item) ^ CAST(:salt AS BIGINT))" in body
     assert "UBIGINT" not in body and "HASH(" not in body.replace("XXHASH64(", "")
 
 
 def test_list_slice_becomes_slice_with_length() -> None:
-    ((_, body),) = _spark("dpsu_ngram_source", schema="s", target="t")
+    ((_, body),) = _spark("dpsu/ngram_source", schema="s", target="t")
     assert "SLICE(s.tokens, s.start_pos, (s.start_pos + l.n - 1 - s.start_pos + 1))" in body
 
 
 def test_statement_kinds_and_unsupported_ddl() -> None:
     kinds = [
-        k for k, _ in _spark("dpne_valid_sides_both", schema="s", left_side="a", right_side="b", previous="p")
+        k for k, _ in _spark("dpne/valid_sides_both", schema="s", left_side="a", right_side="b", previous="p")
     ]
     assert kinds == ["view:s.a", "view:s.b"]
     assert to_spark("DROP TABLE IF EXISTS s.t") == (("drop:s.t", ""),)
@@ -122,11 +126,12 @@ def test_every_spark_stage_sql_transpiles() -> None:
     """The SQL files the Spark engine runs (ingest bookkeeping, vocabulary, every DPNE level, the
     baselines) all translate; the rest (ingest DDL/INSERT, ledger, bayes, synth, validate) stay on
     DuckDB."""
-    names = sorted(p.stem for p in SQL_DIR.glob("*.sql") if p.stem.startswith(("dpne_", "dpsu_")))
-    names += ["ingest_counts", "ingest_quarantine_reasons", "ingest_stats_read", "ingest_stats_write",
-              "ingest_tokens_view"]  # fmt: skip
+    sql_dir = resources.files(SQL_PACKAGE)
+    names = sorted(f"{d}/{p.name[:-4]}" for d in ("dpne", "dpsu") for p in sql_dir.joinpath(d).iterdir())
+    names += ["ingest/counts", "ingest/quarantine_reasons", "ingest/stats_read", "ingest/stats_write",
+              "ingest/tokens_view"]  # fmt: skip
     for name in names:
-        text = (SQL_DIR / f"{name}.sql").read_text(encoding="utf-8")
+        text = sql_dir.joinpath(f"{name}.sql").read_text(encoding="utf-8")
         keys = set(re.findall(r"\{(\w+)\}", text))
         statements = to_spark(load_sql(name, **{k: f"{k}_x" for k in keys}))
         assert statements, name

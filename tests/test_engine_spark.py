@@ -37,14 +37,23 @@ import pyspark  # noqa: E402,F401  (a declared dependency: a missing install mus
 import pytest
 from scipy import stats
 
-from pipeline import bayes, dpne, dpsu, synth
-from pipeline.config import RunConfig
-from pipeline.ingest import ingest_stats, run_ingest
-from pipeline.noise import NoiseSource
-from pipeline.run import RunContext, prepare
-from pipeline.sample import write_sample
-from pipeline.spark_engine import SparkEngine, java_available  # noqa: E402
-from pipeline.store import Warehouse, load_sql
+from dpngram.config import RunConfig
+from dpngram.core.noise import NoiseSource
+from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.ingest import ingest_stats
+from dpngram.engines.spark import SparkEngine, java_available  # noqa: E402
+from dpngram.engines.sql import load_sql
+from dpngram.mechanisms import bayes, dpne, dpsu, synth
+from dpngram.release import layout
+from dpngram.release.context import RunContext
+from dpngram.release.publish import prepare
+from dpngram.stages import bayes as bayes_stage
+from dpngram.stages import dpne as dpne_stage
+from dpngram.stages import synth as synth_stage
+from dpngram.stages import triehh as triehh_stage
+from dpngram.stages import vocabulary as vocabulary_stage
+from dpngram.stages.ingest import run_ingest
+from dpngram.text.sample import write_sample
 
 pytestmark = [
     pytest.mark.spark,
@@ -71,7 +80,7 @@ def corpus(tmp_path_factory):
 def _stages_use(session):
     """Stage functions open their engine with pipeline.engine.open_engine: make a Spark engine
     reuse the test session instead of starting its own."""
-    from pipeline import engine as engine_module
+    from dpngram.engines import select as engine_module
 
     original = engine_module.open_engine
     engine_module.open_engine = lambda cfg, spark=None: original(cfg, spark=session)
@@ -106,10 +115,10 @@ def runs(spark, corpus, tmp_path_factory):
             )
             ctx = RunContext(prepare(config))
             run_ingest(ctx)
-            dpsu.run_vocabulary(ctx)
-            dpne.run_level(ctx, 2)  # (levels 2 and 3 are compared table by table below)
-            bayes.run_bayes(ctx)  # (the aggregates are compared exactly below)
-            synth.run_synth(ctx)
+            vocabulary_stage.run_vocabulary(ctx)
+            dpne_stage.run_level(ctx, 2)  # (levels 2 and 3 are compared table by table below)
+            bayes_stage.run_bayes(ctx)  # (the aggregates are compared exactly below)
+            synth_stage.run_synth(ctx)
             out[name] = ctx
     yield out
 
@@ -161,7 +170,7 @@ def _histogram(engine, schema: str, source: str, target: str) -> pa.Table:
     dpsu.dpsu_histogram(
         engine, schema, source, target, max_contribution=BIG_DELTA, salt=NoiseSource.secure().salt()
     )
-    table = engine.fetch_arrow(load_sql("dpsu_histogram_scan", schema=schema, histogram=target))
+    table = engine.fetch_arrow(load_sql("dpsu/histogram_scan", schema=schema, histogram=target))
     return _sorted(table, ["item"])
 
 
@@ -181,7 +190,7 @@ def _assert_same_histogram(duck: pa.Table, spark: pa.Table, delta0: int) -> None
 def test_vocabulary_histogram_identical(engines) -> None:
     hist = {}
     for name, (engine, schema) in engines.items():
-        engine.execute(load_sql("dpsu_vocabulary_source", schema=schema, target="eq_vocab_source"))
+        engine.execute(load_sql("dpsu/vocabulary_source", schema=schema, target="eq_vocab_source"))
         hist[name] = _histogram(engine, schema, "eq_vocab_source", "eq_vocab_hist")
     _assert_same_histogram(hist["duckdb"], hist["spark"], BIG_DELTA)
 
@@ -189,7 +198,7 @@ def test_vocabulary_histogram_identical(engines) -> None:
 def test_level_candidates_and_histograms_identical(engines) -> None:
     """Feed the same released S_1, S_2 to both engines and compare V_k, candidates and H_k."""
     duck, duck_schema = engines["duckdb"]
-    duck.execute(load_sql("dpsu_vocabulary_source", schema=duck_schema, target="eq_vocab_source"))
+    duck.execute(load_sql("dpsu/vocabulary_source", schema=duck_schema, target="eq_vocab_source"))
     vocab = _histogram(duck, duck_schema, "eq_vocab_source", "eq_vocab_hist")
     s1 = vocab.filter(pc.greater_equal(vocab.column("weight"), 1.0)).select(["item"])
     assert 10 < s1.num_rows < vocab.num_rows
@@ -206,7 +215,7 @@ def test_level_candidates_and_histograms_identical(engines) -> None:
             occurrences = engine.fetch_scalar(f"SELECT count(*) FROM {schema}.{inputs.candidates}")
             histogram = _sorted(
                 engine.fetch_arrow(
-                    load_sql("dpsu_histogram_scan", schema=schema, histogram=inputs.histogram)
+                    load_sql("dpsu/histogram_scan", schema=schema, histogram=inputs.histogram)
                 ),
                 ["item"],
             )
@@ -240,7 +249,7 @@ def test_released_vocabulary_size_within_noise(runs, engines) -> None:
     """|S_1| of each engine's full run vs the expectation from the exact histogram (same
     sigma_1, rho_1 on both: they depend on parameters only)."""
     duck, duck_schema = engines["duckdb"]
-    duck.execute(load_sql("dpsu_vocabulary_source", schema=duck_schema, target="eq_vocab_source"))
+    duck.execute(load_sql("dpsu/vocabulary_source", schema=duck_schema, target="eq_vocab_source"))
     weights = _histogram(duck, duck_schema, "eq_vocab_source", "eq_vocab_hist").column("weight").to_numpy()
     params = dpsu.vocabulary_parameters(runs["spark"].config)
     p = stats.norm.sf((params.threshold - weights) / params.sigma)
@@ -397,7 +406,7 @@ def test_bayes_and_synth_stages_run_on_spark(runs) -> None:
     and the synthetic outputs. (V depends on each run's own DP vocabulary through the <unk>
     mapping, so the two V differ; the aggregates over a common vocabulary are compared above.)"""
     for ctx in runs.values():
-        dist = pq.read_table(ctx.release.root / bayes.TRIGRAM_DIST_PATH)
+        dist = pq.read_table(ctx.release.root / layout.TRIGRAM_DIST)
         assert dist.num_rows > 100 and abs(pc.sum(dist.column("prob")).as_py() - 1.0) < 1e-9
         assert pq.read_table(ctx.release.root / synth.SEQUENCES_PATH).num_rows > 0
         assert pq.read_table(ctx.release.root / synth.COUNTS_PATH).num_rows > 0
@@ -418,7 +427,7 @@ def test_ordered_list_aggregate_keeps_its_order(engines) -> None:
 def test_private_validation_runs_on_the_spark_engine(runs, spark, tmp_path) -> None:
     """The private ingest suite reads the run's tables through the Spark engine itself (the
     DuckDB file holds no view of them, as with a cluster ``spark_warehouse``)."""
-    from pipeline import validate
+    from dpngram import validation as validate
 
     ctx = runs["spark"]
     config = ctx.config.model_copy(
@@ -445,10 +454,10 @@ def test_triehh_user_words_identical_and_stage_runs_on_spark(runs, engines) -> N
     """TrieHH's private input (eligible words per user, with counts) is the same on both engines
     (compared by user id: the integer indexes differ with the hash), and the stage runs on Spark
     end to end through spend_once."""
-    from pipeline import triehh
+    from dpngram.mechanisms import triehh
 
     config = runs["spark"].config
-    params = triehh.trie_parameters(config.model_copy(update={"triehh_users_per_layer": 20}), epsilon0=4.0)
+    params = triehh_stage.trie_parameters(config.model_copy(update={"triehh_users_per_layer": 20}), epsilon0=4.0)
     words = {}
     for name, (engine, schema) in engines.items():
         triehh.prepare_user_words(engine, schema, ["the"], params)
@@ -467,6 +476,6 @@ def test_triehh_user_words_identical_and_stage_runs_on_spark(runs, engines) -> N
     ctx = RunContext(
         config.model_copy(update={"stage_budget": budget, "triehh_users_per_layer": 20, "epsilon": 40.0})
     )
-    summary = triehh.run_triehh(ctx)
+    summary = triehh_stage.run_triehh(ctx)
     assert summary["stage"] == triehh.STAGE
-    assert pq.read_table(ctx.release.root / triehh.OOV_WORDS_PATH).column_names == ["word"]
+    assert pq.read_table(ctx.release.root / layout.OOV_WORDS).column_names == ["word"]

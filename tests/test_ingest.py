@@ -14,11 +14,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import ingest
-from pipeline.config import ConfigError, RunConfig
-from pipeline.ingest import IngestError, detect_format, ingest_file, ingest_stats, run_ingest, tokenize_texts
-from pipeline.run import RunContext, prepare, read_parts
-from pipeline.store import Warehouse
+from dpngram.config import RunConfig
+from dpngram.core.errors import ConfigError, IngestError
+from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.ingest import ingest_file, ingest_stats
+from dpngram.release.context import RunContext, read_parts
+from dpngram.release.publish import prepare
+from dpngram.stages.ingest import run_ingest
+from dpngram.text import records as ingest
+from dpngram.text import tokenizer as tokenizer
+from dpngram.text.records import detect_format
+from dpngram.text.tokenizer import tokenize_texts
 
 SECRET = "zebra-quokka-7731"  # a marker that must never reach logs, errors or published files
 
@@ -476,7 +482,7 @@ def test_run_ingest_publishes_no_counts_and_logs_nothing_private(
     part = read_parts(ctx)["ingest"]
     assert part["input"] == str(path) and part["input_format"] == "jsonl"
     assert part["tokenizer"]["lowercase"] is True and part["row_identity_checked"] is True
-    assert _all_numbers(part) == [ingest.TOKENIZER_VERSION]  # nothing data-derived
+    assert _all_numbers(part) == [tokenizer.TOKENIZER_VERSION]  # nothing data-derived
     published = "".join(p.read_text() for p in ctx.release.root.rglob("*") if p.is_file())
     assert SECRET not in published
     assert SECRET not in caplog.text and "57" not in caplog.text and "59" not in caplog.text

@@ -18,7 +18,13 @@ from pathlib import Path
 import kenlm
 import pytest
 
-from lm.kenlm_bin import KENLM_BIN_ENV, KENLM_MAX_ORDER, KENLM_TOOLS, kenlm_binary, kenlm_cache_bin_dir
+from dpngram.lm.kenlm_bin import (
+    KENLM_BIN_ENV,
+    KENLM_MAX_ORDER,
+    KENLM_TOOLS,
+    kenlm_binary,
+    kenlm_cache_bin_dir,
+)
 
 
 def _fake_tool(directory: Path, name: str) -> Path:

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.accounting import BudgetError, Ledger, PrivacyEvent
-from pipeline.store import Warehouse
+from dpngram.core.accounting import PrivacyEvent
+from dpngram.core.errors import BudgetError
+from dpngram.engines.duckdb import Warehouse
+from dpngram.release.ledger import Ledger
 
 EVENTS = [PrivacyEvent("dpne", "gaussian", sigma=3.5), PrivacyEvent("dpne", "approx", delta=5e-8)]
 

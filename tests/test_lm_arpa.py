@@ -11,11 +11,11 @@ from collections import Counter
 import polars as pl
 import pytest
 
-from lm.arpa import (
+from dpngram.core.errors import ArpaError
+from dpngram.lm.arpa import (
     BOS,
     EOS,
     UNK,
-    ArpaError,
     ArpaModel,
     check_model,
     kneser_ney,
@@ -23,7 +23,7 @@ from lm.arpa import (
     read_arpa,
     write_arpa,
 )
-from lm.kenlm_bin import kenlm_binary
+from dpngram.lm.kenlm_bin import kenlm_binary
 
 SENTENCES = [["a", "b", "c"], ["a", "b"], ["b", "c", "a", "b"], ["c"], ["a", "a", "a", "c", "b"]]
 VOCAB = ["a", "b", "c", "d"]

@@ -29,13 +29,16 @@ import pytest
 from conftest import run_through_dpne
 from scipy import stats
 
-from pipeline import lm_counts
-from pipeline.accounting import Ledger
-from pipeline.bayes import calibrate
-from pipeline.noise import NoiseSource
-from pipeline.run import read_parts
-from pipeline.sample import write_sample
-from pipeline.store import Warehouse, load_sql
+from dpngram.core.noise import NoiseSource
+from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.sql import load_sql
+from dpngram.mechanisms import lm_counts
+from dpngram.mechanisms.bayes import calibrate
+from dpngram.release import layout
+from dpngram.release.context import read_parts
+from dpngram.release.ledger import Ledger
+from dpngram.stages import lm_counts as lm_counts_stage
+from dpngram.text.sample import write_sample
 
 SCHEMA = "lm_counts_test"
 FALSE_FAILURE = 1e-4
@@ -66,7 +69,7 @@ def warehouse(users: dict[str, list[list[str]]]) -> Warehouse:
     wh.con.register("sentences_rows", table)
     wh.con.execute(f"INSERT INTO {SCHEMA}.sentences SELECT * FROM sentences_rows")
     wh.con.unregister("sentences_rows")
-    wh.execute(load_sql("ingest_tokens_view", schema=SCHEMA))
+    wh.execute(load_sql("ingest/tokens_view", schema=SCHEMA))
     return wh
 
 
@@ -94,7 +97,7 @@ def weighted_sums(
         wh.load_table(SCHEMA, lm_counts.DOMAIN_TABLE, [dom], dom.schema)
         wh.execute(
             load_sql(
-                "bayes_occurrences",
+                "bayes/occurrences",
                 schema=SCHEMA,
                 source="tokens",
                 target=lm_counts.OCCURRENCES,
@@ -104,7 +107,7 @@ def weighted_sums(
         )
         wh.execute(
             load_sql(
-                "lm_counts_weighted",
+                "lm_counts/weighted",
                 schema=SCHEMA,
                 target=lm_counts.WEIGHTED_TABLE,
                 occurrences=lm_counts.OCCURRENCES,
@@ -125,7 +128,7 @@ def weighted_sums(
 def selection_users(users: dict[str, list[list[str]]], *, holdout: int, salt: int) -> list[str]:
     wh = warehouse(users)
     try:
-        sql = load_sql("lm_selection_sentences", schema=SCHEMA)
+        sql = load_sql("lm_counts/selection_sentences", schema=SCHEMA)
         rows = wh.con.execute(sql, {"salt": salt, "holdout_per_mille": holdout}).fetchall()
         return [r[0] for r in rows]
     finally:
@@ -509,13 +512,13 @@ def lm_ledger_rows(ctx) -> list[dict]:
 
 
 def test_run_lm_counts_end_to_end(tmp_path, sample_files):
-    from lm.open_model import MARKERS
+    from dpngram.lm.open_model import MARKERS
 
     ctx = counts_run(tmp_path, sample_files)
     config = ctx.config
-    summary = lm_counts.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(5))
+    summary = lm_counts_stage.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(5))
     root = ctx.release.root
-    path = root / lm_counts.COUNTS_PATH
+    path = root / layout.LM_COUNTS
     table = pq.read_table(path)
     assert table.schema.names == ["n", "ngram", "noisy_count"]
     assert (
@@ -535,7 +538,7 @@ def test_run_lm_counts_end_to_end(tmp_path, sample_files):
     assert part["privacy"]["epsilon"] <= epsilon * (1 + 1e-9)
 
     # the domain is public: rebuild it from the released vocabulary, the k-grams and the corpus
-    dp_vocab = [t for t in pq.read_table(root / lm_counts.VOCABULARY_PATH)["token"].to_pylist() if t]
+    dp_vocab = [t for t in pq.read_table(root / layout.VOCABULARY)["token"].to_pylist() if t]
     domain = lm_counts.build_domain(
         dp_vocab,
         config.public,
@@ -570,7 +573,7 @@ def test_run_lm_counts_end_to_end(tmp_path, sample_files):
     before = path.read_bytes()
     spent = lm_ledger_rows(ctx)
     assert len(spent) == 1 and spent[0]["epsilon"] == pytest.approx(part["privacy"]["charged_epsilon"])
-    again = lm_counts.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(6))
+    again = lm_counts_stage.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(6))
     assert again["reused"] and path.read_bytes() == before
     assert lm_ledger_rows(ctx) == spent
     assert read_parts(ctx)[lm_counts.STAGE] == part
@@ -582,16 +585,16 @@ def test_fixed_mix_weight_skips_the_selection(tmp_path, sample_files, monkeypatc
 
     monkeypatch.setattr(lm_counts, "score_selection_users", no_selection)
     ctx = counts_run(tmp_path, sample_files, lm_mix_weight=0.4, lm_unigram_adaptation=0.25)
-    lm_counts.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(8))
+    lm_counts_stage.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(8))
     part = read_parts(ctx)[lm_counts.STAGE]
     assert part["mix_weight"] == 0.4 and part["unigram_adaptation"] == 0.25
     assert part["weight_selection"] == {"method": "fixed (configuration)"}
-    assert (ctx.release.root / lm_counts.COUNTS_PATH).is_file()
+    assert (ctx.release.root / layout.LM_COUNTS).is_file()
 
 
 def selection_in_run(ctx, salt: int, holdout: int) -> list[str]:
     with ctx.warehouse() as wh:
-        sql = load_sql("lm_selection_sentences", schema=ctx.schema)
+        sql = load_sql("lm_counts/selection_sentences", schema=ctx.schema)
         rows = wh.con.execute(sql, {"salt": salt, "holdout_per_mille": holdout}).fetchall()
     return sorted({r[0] for r in rows})
 
@@ -630,7 +633,7 @@ def test_whether_the_selection_ran_does_not_depend_on_one_user(tmp_path, sample_
     parts = []
     for name, files in (("d", sample_files), ("d_prime", {**sample_files, "users": users_prime})):
         ctx = counts_run(tmp_path / name, files, lm_holdout=holdout_fraction)
-        lm_counts.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(seed))
+        lm_counts_stage.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(seed))
         expected = [] if name == "d" else [extra]
         if selection_in_run(ctx, salt, 1) != expected:
             raise RuntimeError("precondition: the stage's salt did not split the users as planned")

@@ -16,8 +16,9 @@ import kenlm
 import polars as pl
 import pytest
 
-from lm.arpa import BOS, EOS, UNK, kneser_ney, read_arpa, write_arpa
-from lm.evaluate import (
+from dpngram.cli import main
+from dpngram.lm.arpa import BOS, EOS, UNK, kneser_ney, read_arpa, write_arpa
+from dpngram.lm.evaluate import (
     SPELL_ALPHABET,
     SPELL_MEAN_LENGTH,
     NextWordPredictor,
@@ -26,8 +27,7 @@ from lm.evaluate import (
     score_sentences,
     spelling_log10prob,
 )
-from lm.kenlm_bin import kenlm_binary
-from pipeline.cli import main
+from dpngram.lm.kenlm_bin import kenlm_binary
 
 CORPUS = [
     ["the", "cat", "sat", "on", "the", "mat"],

@@ -22,9 +22,15 @@ from collections import Counter
 import polars as pl
 import pytest
 
-from lm.arpa import BOS, EOS, UNK, ArpaModel, check_model, kneser_ney, write_arpa
-from lm.kenlm_bin import kenlm_binary
-from lm.open_model import MARKERS, mix_models, model_probabilities, model_vocabulary, noisy_count_model
+from dpngram.lm.arpa import BOS, EOS, UNK, ArpaModel, check_model, kneser_ney, write_arpa
+from dpngram.lm.kenlm_bin import kenlm_binary
+from dpngram.lm.open_model import (
+    MARKERS,
+    mix_models,
+    model_probabilities,
+    model_vocabulary,
+    noisy_count_model,
+)
 
 ORDER = 3
 VOCAB = ["a", "b", "c", "d", "e"]  # d and e never occur in the public text
@@ -382,7 +388,7 @@ def test_unigram_adaptation_is_exact_mdi_in_backoff_form():
     Tolerance: float64 sums over < 10 words (1e-12)."""
     from collections import Counter
 
-    from lm.open_model import adapt_to_unigrams
+    from dpngram.lm.open_model import adapt_to_unigrams
 
     c: Counter[str] = Counter()
     for s in (["a", "b", "c"], ["a", "c"], ["b", "b", "a"], ["c", "a", "b", "c"]):

@@ -10,12 +10,16 @@ import json
 import pytest
 from conftest import run_through_dpne
 
-from lm import build
-from lm.arpa import read_arpa
-from pipeline import bayes
-from pipeline.config import ConfigError, RunConfig
-from pipeline.run import RunContext, read_parts, release_plan
-from pipeline.sample import write_sample
+from dpngram.config import RunConfig
+from dpngram.core.errors import ConfigError
+from dpngram.lm import build
+from dpngram.lm.arpa import read_arpa
+from dpngram.orchestration.plan import release_plan
+from dpngram.release import layout
+from dpngram.release.context import RunContext, read_parts
+from dpngram.stages import bayes as bayes_stage
+from dpngram.stages import lm as lm_stage
+from dpngram.text.sample import write_sample
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +37,7 @@ def released_run(tmp_path_factory):
         bayes_vocab_size=4000,
         lm_sample_sentences=3000,
     )
-    bayes.run_bayes(ctx)
+    bayes_stage.run_bayes(ctx)
     with ctx.warehouse() as wh:  # route A must not need any private table
         wh.con.execute(f"DROP SCHEMA {ctx.schema} CASCADE")
     return ctx, files
@@ -43,7 +47,7 @@ def test_route_a_from_released_files_only(released_run):
     import kenlm
 
     ctx, files = released_run
-    summary = build.run_lm(ctx)
+    summary = lm_stage.run_lm(ctx)
     with ctx.warehouse() as wh:
         assert (
             wh.con.execute(
@@ -52,13 +56,13 @@ def test_route_a_from_released_files_only(released_run):
             == 0
         )
     root = ctx.release.root
-    assert summary["paths"] == [build.MODEL_ARPA, build.MODEL_BINARY, build.MODEL_CARD]
+    assert summary["paths"] == [layout.MODEL_ARPA, layout.MODEL_BINARY, layout.MODEL_CARD]
     assert json.dumps(summary)  # JSON-able for XCom
-    model = kenlm.Model(str(root / build.MODEL_BINARY))
+    model = kenlm.Model(str(root / layout.MODEL_BINARY))
     assert model.order == 3
     score = model.score("the", bos=True, eos=True)
     assert -20 < score < 0
-    declared, tables = read_arpa(root / build.MODEL_ARPA)
+    declared, tables = read_arpa(root / layout.MODEL_ARPA)
     part = read_parts(ctx)["lm"]
     assert part["route"] == "arpa" and part["validation"]["success"] is True
     assert part["counts"] == {str(n): c for n, c in declared.items()}
@@ -69,7 +73,7 @@ def test_route_a_from_released_files_only(released_run):
     assert unigrams - released_vocab <= {"<s>", "</s>", "<unk>"} | set(
         w for g in tables.tables[3]["ngram"].to_list() for w in g.split(" ")
     )
-    card = (root / build.MODEL_CARD).read_text()
+    card = (root / layout.MODEL_CARD).read_text()
     assert "user-level (" in card and "kenlm.Model" in card and "| 3 |" in card
 
 
@@ -118,7 +122,7 @@ def test_auto_route_keeps_the_better_candidate(released_run):
     auto = RunContext(
         ctx.config.model_copy(update={"lm_route": "auto", "lm_eval_text": str(files["public"])})
     )
-    summary = build.run_lm(auto)
+    summary = lm_stage.run_lm(auto)
     part = read_parts(auto)["lm"]
     candidates = part["candidates"]
     assert set(candidates) == {"arpa", "lmplz"}

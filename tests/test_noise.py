@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline.noise import TEST_SEED_ENV, TEST_SEED_VALUE, InsecureSeedError, NoiseSource
+from dpngram.core.noise import TEST_SEED_ENV, TEST_SEED_VALUE, InsecureSeedError, NoiseSource
 
 pytestmark = pytest.mark.statistical
 
@@ -431,7 +431,7 @@ def test_seeded_source_refused_with_wrong_env_value(monkeypatch: pytest.MonkeyPa
 def test_seeded_source_refused_outside_pytest_even_with_env_var() -> None:
     """A process that sets the variable but is not the test harness still gets secure noise only."""
     code = (
-        "from pipeline.noise import NoiseSource, InsecureSeedError\n"
+        "from dpngram.core.noise import NoiseSource, InsecureSeedError\n"
         "try:\n    NoiseSource.seeded_for_tests(1)\nexcept InsecureSeedError:\n    print('refused')\n"
     )
     env = {**os.environ, TEST_SEED_ENV: TEST_SEED_VALUE}

@@ -28,9 +28,10 @@ from collections import defaultdict
 import pyarrow as pa
 import pytest
 
-from pipeline import dpne, triehh
-from pipeline.dpne import SENTENCE_STRIDE, USER_BUCKETS, number_users
-from pipeline.store import Warehouse, load_sql
+from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.sql import load_sql
+from dpngram.mechanisms import dpne, triehh
+from dpngram.mechanisms.dpne import SENTENCE_STRIDE, USER_BUCKETS, number_users
 
 SCHEMA = "run_numbering"
 HEAVY_SENTENCES = 700
@@ -82,14 +83,14 @@ def _load_corpus(engine) -> None:
             "SELECT DISTINCT unnest(tokens) AS item FROM numbering_corpus"
         )
     engine.execute(
-        load_sql("dpne_level1_table", schema=SCHEMA, target="numbering_s1", released="numbering_released")
+        load_sql("dpne/level1_table", schema=SCHEMA, target="numbering_s1", released="numbering_released")
     )
 
 
 def _level1(engine, users: str, target: str) -> None:
     engine.execute(
         load_sql(
-            "dpne_occurrences_level1", schema=SCHEMA, target=target, users=users, vocabulary="numbering_s1"
+            "dpne/occurrences_level1", schema=SCHEMA, target=target, users=users, vocabulary="numbering_s1"
         ),
         {"sentence_stride": SENTENCE_STRIDE},
     )
@@ -215,7 +216,7 @@ def test_install_vocabulary_and_triehh_use_the_shared_numbering(duck) -> None:
 # ----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def spark_engine(spark, tmp_path_factory):
-    from pipeline.spark_engine import SparkEngine
+    from dpngram.engines.spark import SparkEngine
 
     engine = SparkEngine(spark, str(tmp_path_factory.mktemp("numbering_spark") / "tables"))
     engine.create_schema(SCHEMA)
@@ -227,7 +228,7 @@ def spark_engine(spark, tmp_path_factory):
 def _plan(spark, duckdb_sql: str, params: dict | None = None) -> dict[str, str]:
     """Physical plan of each statement of ``duckdb_sql`` (transpiled as the engine runs it),
     keyed by target table; the plan is Spark's executed plan (with AQE: its initial plan)."""
-    from pipeline.spark_engine import to_spark
+    from dpngram.engines.spark import to_spark
 
     plans = {}
     for kind, body in to_spark(duckdb_sql):
@@ -249,10 +250,10 @@ def test_spark_uid_dense_and_sentences_unique(spark_engine, buckets) -> None:
 def test_spark_plans_have_no_single_partition(spark, spark_engine) -> None:
     """The users statement and the level-1 statement shuffle by bucket / user, never into one
     partition; the offsets statement (one row per bucket) is the only global window."""
-    per_user = load_sql("user_sentences", schema=SCHEMA, target="plan_per_user")
+    per_user = load_sql("numbering/sentences", schema=SCHEMA, target="plan_per_user")
     assert "SinglePartition" not in _plan(spark, per_user, {"buckets": USER_BUCKETS})["plan_per_user"]
     spark_engine.execute(per_user, {"buckets": USER_BUCKETS})
-    numbering = load_sql("user_numbering", schema=SCHEMA, target="plan_users", per_user="plan_per_user")
+    numbering = load_sql("numbering/users", schema=SCHEMA, target="plan_users", per_user="plan_per_user")
     spark_engine.execute(numbering)  # plans need the tables each statement reads
     plans = _plan(spark, numbering)
     assert sorted(plans) == ["plan_users", "plan_users_buckets"]
@@ -260,7 +261,7 @@ def test_spark_plans_have_no_single_partition(spark, spark_engine) -> None:
     assert "Window" in plans["plan_users"] and "hashpartitioning" in plans["plan_users"]
     assert "SinglePartition" not in plans["plan_users"]
     level1 = load_sql(
-        "dpne_occurrences_level1",
+        "dpne/occurrences_level1",
         schema=SCHEMA,
         target="plan_occ1",
         users="plan_users",

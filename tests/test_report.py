@@ -9,10 +9,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.accounting import Accountant, PrivacyEvent, compose, gaussian_sigma
-from pipeline.config import RunConfig
-from pipeline.report import REPORT_HTML, privacy_summary, released_tables, write_report
-from pipeline.run import RunContext, prepare, record_part, stage_timer
+from dpngram.config import RunConfig
+from dpngram.core.accounting import Accountant, PrivacyEvent, compose, gaussian_sigma, privacy_summary
+from dpngram.release.context import RunContext, record_part, stage_timer
+from dpngram.release.layout import REPORT_HTML
+from dpngram.release.publish import prepare
+from dpngram.stages.report import released_tables, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

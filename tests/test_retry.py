@@ -29,11 +29,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.accounting import Ledger
-from pipeline.config import RunConfig
-from pipeline.demo import airflow_env
-from pipeline.run import RunContext, run_id_from, run_release
-from pipeline.store import Warehouse
+from dpngram.config import RunConfig
+from dpngram.demo import airflow_env
+from dpngram.engines.duckdb import Warehouse
+from dpngram.orchestration.plan import run_release
+from dpngram.release.context import RunContext, run_id_from
+from dpngram.release.ledger import Ledger
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
@@ -52,7 +53,7 @@ DRIVER = textwrap.dedent(
 
     kill = os.environ.get("KILL_AT", "")
     if kill.startswith("commit:"):
-        from pipeline.accounting import Ledger
+        from dpngram.release.ledger import Ledger
 
         stage = kill.split(":", 1)[1]
         record = Ledger.record
@@ -65,7 +66,7 @@ DRIVER = textwrap.dedent(
 
         Ledger.record = killing_record
     elif kill.startswith("write:"):
-        from pipeline.store import Release
+        from dpngram.release.layout import Release
 
         target = kill.split(":", 1)[1]
         writing = Release.writing
@@ -95,7 +96,7 @@ DRIVER = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def setting(tmp_path_factory) -> dict:
-    from pipeline.sample import write_sample
+    from dpngram.text.sample import write_sample
 
     base = tmp_path_factory.mktemp("retry")
     files = write_sample(base / "sample", n_users=300, seed=5, public_sentences=200)

@@ -7,24 +7,25 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import run as run_module
-from pipeline.accounting import Accountant, BudgetError, Ledger, PrivacyEvent, gaussian_sigma
-from pipeline.config import ConfigError, RunConfig
-from pipeline.run import (
+from dpngram.config import RunConfig
+from dpngram.core.accounting import Accountant, PrivacyEvent, gaussian_sigma
+from dpngram.core.errors import BudgetError, ConfigError
+from dpngram.orchestration import plan as run_module
+from dpngram.orchestration.plan import run_release
+from dpngram.release.context import (
     PUBLIC_SUMMARY_KEYS,
     RunContext,
     StageResult,
-    prepare,
     public_summary,
-    publish_run,
     read_parts,
     read_timings,
     record_part,
     run_id_from,
-    run_release,
-    spend_once,
     stage_timer,
 )
+from dpngram.release.ledger import Ledger
+from dpngram.release.publish import prepare, publish_run
+from dpngram.release.spend import spend_once
 
 
 def make_config(tmp_path: Path, **overrides) -> RunConfig:

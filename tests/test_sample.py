@@ -19,10 +19,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipeline.config import RunConfig
-from pipeline.ingest import ingest_file, read_public_corpus, tokenize_texts
-from pipeline.sample import SampleSpec, write_sample
-from pipeline.store import Warehouse
+from dpngram.config import RunConfig
+from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.ingest import ingest_file
+from dpngram.text.public import read_public_corpus
+from dpngram.text.sample import SampleSpec, write_sample
+from dpngram.text.tokenizer import tokenize_texts
 
 N_USERS = 500
 PUBLIC_SENTENCES = 20000

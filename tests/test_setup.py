@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lm.kenlm_bin import KENLM_MAX_ORDER, KENLM_VERSION, kenlm_cache_bin_dir
+from dpngram.lm.kenlm_bin import KENLM_MAX_ORDER, KENLM_VERSION, kenlm_cache_bin_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 MAKEFILE = ROOT / "Makefile"

@@ -14,13 +14,18 @@ import pytest
 from conftest import run_through_dpne
 from scipy import stats
 
-from pipeline import synth, validate
-from pipeline.accounting import PrivacyEvent
-from pipeline.config import ConfigError, RunConfig
-from pipeline.noise import NoiseSource, simulation_rng
-from pipeline.run import RunContext, read_parts
-from pipeline.sample import write_sample
-from pipeline.store import Warehouse
+from dpngram.config import RunConfig
+from dpngram.core import errors as errors
+from dpngram.core.accounting import PrivacyEvent
+from dpngram.core.errors import ConfigError
+from dpngram.core.noise import NoiseSource, simulation_rng
+from dpngram.engines.duckdb import Warehouse
+from dpngram.mechanisms import synth
+from dpngram.release import layout
+from dpngram.release.context import RunContext, read_parts
+from dpngram.stages import synth as synth_stage
+from dpngram.stages import validate as validate_stage
+from dpngram.text.sample import write_sample
 
 SCHEMA = "run_synth_test"
 ALPHA = 1e-4  # false-failure rate of every statistical assertion in this file
@@ -303,18 +308,18 @@ def synth_run(tmp_path_factory):
         synth_l_max=15,
         synth_n_max=4,
     )
-    summary = synth.run_synth(ctx)
+    summary = synth_stage.run_synth(ctx)
     return ctx, summary
 
 
 def test_stage_releases_counts_and_sequences(synth_run):
     ctx, summary = synth_run
     root = ctx.release.root
-    seqs = pq.read_table(root / synth.SEQUENCES_PATH)
-    counts = pq.read_table(root / synth.COUNTS_PATH)
+    seqs = pq.read_table(root / layout.SYNTHETIC_SEQUENCES)
+    counts = pq.read_table(root / layout.NGRAM_COUNTS_NOISY)
     assert seqs.column_names == ["seq_id", "text"] and counts.column_names == ["ngram", "noisy_count"]
     assert summary["released_rows"] == seqs.num_rows > 0
-    vocab = set(pq.read_table(root / synth.VOCABULARY_PATH)["token"].to_pylist()) | {synth.UNK}
+    vocab = set(pq.read_table(root / layout.VOCABULARY)["token"].to_pylist()) | {synth.UNK}
     texts = seqs["text"].to_pylist()
     assert all(t and set(t.split(" ")) <= vocab for t in texts)
     assert all(len(t.split(" ")) <= ctx.config.synth_l_max for t in texts)
@@ -328,11 +333,11 @@ def test_stage_releases_counts_and_sequences(synth_run):
 
 def test_stage_retry_reuses_outputs_and_gx_suite_passes(synth_run):
     ctx, _ = synth_run
-    before = (ctx.release.root / synth.SEQUENCES_PATH).read_bytes()
-    again = synth.run_synth(ctx)
+    before = (ctx.release.root / layout.SYNTHETIC_SEQUENCES).read_bytes()
+    again = synth_stage.run_synth(ctx)
     assert again["reused"] is True
-    assert (ctx.release.root / synth.SEQUENCES_PATH).read_bytes() == before
-    result = validate.validate_run(ctx, suites=["released.synth"])
+    assert (ctx.release.root / layout.SYNTHETIC_SEQUENCES).read_bytes() == before
+    result = validate_stage.validate_run(ctx, suites=["released.synth"])
     assert result["success"], result.get("failures")
 
 
@@ -340,12 +345,12 @@ def test_gx_suite_catches_tokens_outside_the_universe(synth_run, tmp_path):
     import pyarrow as pa
 
     ctx, _ = synth_run
-    path = ctx.release.root / synth.SEQUENCES_PATH
+    path = ctx.release.root / layout.SYNTHETIC_SEQUENCES
     original = path.read_bytes()
     try:
         pq.write_table(pa.table({"seq_id": [0, 1], "text": ["not-a-vocab-token", ""]}), path)
-        with pytest.raises(validate.ValidationFailed) as err:
-            validate.validate_run(ctx, suites=["released.synth"])
+        with pytest.raises(errors.ValidationFailed) as err:
+            validate_stage.validate_run(ctx, suites=["released.synth"])
         text = str(err.value)
         assert "sequence_tokens_outside_items" in text and "empty_sequences" in text
     finally:
@@ -361,7 +366,7 @@ def test_missing_vocabulary_is_a_clear_error(tmp_path):
         run_id="r1",
     )
     with pytest.raises(ConfigError, match="vocabulary"):
-        synth.run_synth(RunContext(config))
+        synth_stage.run_synth(RunContext(config))
 
 
 def test_tree_is_reproducible_with_a_seeded_source():

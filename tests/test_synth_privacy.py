@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline import synth
+from dpngram.mechanisms import synth
 
 ALPHA = 1e-4
 

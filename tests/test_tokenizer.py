@@ -10,9 +10,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline.config import RunConfig
-from pipeline.ingest import ingest_file, read_public_corpus, tokenize_frame, tokenize_texts
-from pipeline.store import Warehouse
+from dpngram.config import RunConfig
+from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.ingest import ingest_file
+from dpngram.text.public import read_public_corpus
+from dpngram.text.tokenizer import tokenize_frame, tokenize_texts
 
 
 def sents(text: str, lowercase: bool = True) -> list[list[str]]:

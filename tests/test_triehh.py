@@ -18,12 +18,21 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
-from pipeline import dpsu, ingest, triehh
-from pipeline.accounting import Ledger
-from pipeline.config import ConfigError, RunConfig
-from pipeline.noise import simulation_rng
-from pipeline.run import RunContext, prepare, read_parts, release_plan
-from pipeline.store import Warehouse
+from dpngram.config import RunConfig
+from dpngram.core.errors import ConfigError
+from dpngram.core.noise import simulation_rng
+from dpngram.engines.duckdb import Warehouse
+from dpngram.mechanisms import triehh
+from dpngram.orchestration.plan import release_plan
+from dpngram.release import layout
+from dpngram.release.context import RunContext, read_parts
+from dpngram.release.ledger import Ledger
+from dpngram.release.publish import prepare
+from dpngram.stages import ingest as ingest_stage
+from dpngram.stages import triehh as triehh_stage
+from dpngram.stages import validate as validate_stage
+from dpngram.stages import vocabulary as vocabulary_stage
+from dpngram.text import public as public_text
 
 SCHEMA = "run_triehh_test"
 PLANTED = ["zorblax", "quibbit", "frobnic"]
@@ -196,7 +205,7 @@ def triehh_context(tmp_path: Path, files: dict[str, Path], **values) -> RunConte
         "max_n": 2,
     }
     ctx = RunContext(prepare(RunConfig.build(**{**base, **values})))
-    ingest.run_ingest(ctx)
+    ingest_stage.run_ingest(ctx)
     return ctx
 
 
@@ -210,8 +219,8 @@ def test_stage_finds_planted_oov_words_and_feeds_the_vocabulary(tmp_path):
     users), so they are among the k = 10 kept."""
     files = write_corpus(tmp_path / "data")
     ctx = triehh_context(tmp_path, files)
-    summary = triehh.run_triehh(ctx)
-    words = pq.read_table(ctx.release.root / triehh.OOV_WORDS_PATH).column("word").to_pylist()
+    summary = triehh_stage.run_triehh(ctx)
+    words = pq.read_table(ctx.release.root / layout.OOV_WORDS).column("word").to_pylist()
     assert set(PLANTED) <= set(words)
     assert not set(words) & set(COMMON)  # OOV mode: known words never come out
     assert summary["released_rows"] == len(words) and summary["reused"] is False
@@ -222,16 +231,15 @@ def test_stage_finds_planted_oov_words_and_feeds_the_vocabulary(tmp_path):
     assert "cnt" not in json.dumps(part)  # no exact statistics in the report fragment
 
     # vocabulary_method = triehh: S_1 = TrieHH words + known vocabulary, no DPSU spend.
-    dpsu.run_vocabulary(ctx)
-    vocabulary = set(pq.read_table(ctx.release.root / dpsu.VOCABULARY_PATH).column("token").to_pylist())
+    vocabulary_stage.run_vocabulary(ctx)
+    vocabulary = set(pq.read_table(ctx.release.root / layout.VOCABULARY).column("token").to_pylist())
     assert vocabulary == set(words) | set(COMMON)
     events = read_parts(ctx)["dpne.k1"]["privacy"]["events"]
     assert [(e["mechanism"], e["epsilon"], e["delta"]) for e in events] == [("approx", 0.0, 0.0)]
-    assert dpsu.run_vocabulary(ctx)["reused"] is True  # a retried vocabulary stage reloads
+    assert vocabulary_stage.run_vocabulary(ctx)["reused"] is True  # a retried vocabulary stage reloads
 
-    from pipeline import validate
 
-    outcome = validate.validate_run(ctx, suites=["released.oov_words"])
+    outcome = validate_stage.validate_run(ctx, suites=["released.oov_words"])
     assert outcome["success"] is True
 
 
@@ -240,20 +248,20 @@ def test_nothing_is_found_with_tiny_groups(tmp_path):
     single reports can carry for any prefix a planted word could get through all layers."""
     files = write_corpus(tmp_path / "data", n_users=200)
     ctx = triehh_context(tmp_path, files, triehh_users_per_layer=3, triehh_epsilon0=1.0)
-    triehh.run_triehh(ctx)
-    assert pq.read_table(ctx.release.root / triehh.OOV_WORDS_PATH).num_rows == 0
+    triehh_stage.run_triehh(ctx)
+    assert pq.read_table(ctx.release.root / layout.OOV_WORDS).num_rows == 0
 
 
 def test_retry_reuses_the_release_and_charges_once(tmp_path):
     files = write_corpus(tmp_path / "data", n_users=400)
     ctx = triehh_context(tmp_path, files, triehh_users_per_layer=40, triehh_max_depth=8)
-    first = triehh.run_triehh(ctx)
-    words = pq.read_table(ctx.release.root / triehh.OOV_WORDS_PATH).column("word").to_pylist()
+    first = triehh_stage.run_triehh(ctx)
+    words = pq.read_table(ctx.release.root / layout.OOV_WORDS).column("word").to_pylist()
     with ctx.warehouse() as wh:
         spent = Ledger(wh.con).spent(ctx.config.dataset, ctx.run_id)
-    second = triehh.run_triehh(ctx)
+    second = triehh_stage.run_triehh(ctx)
     assert first["reused"] is False and second["reused"] is True
-    assert pq.read_table(ctx.release.root / triehh.OOV_WORDS_PATH).column("word").to_pylist() == words
+    assert pq.read_table(ctx.release.root / layout.OOV_WORDS).column("word").to_pylist() == words
     with ctx.warehouse() as wh:
         assert Ledger(wh.con).spent(ctx.config.dataset, ctx.run_id) == spent
     assert spent[0] == pytest.approx(first["epsilon"])
@@ -263,9 +271,9 @@ def test_too_few_users_is_a_clear_error(tmp_path):
     files = write_corpus(tmp_path / "data", n_users=50)
     ctx = triehh_context(tmp_path, files, triehh_users_per_layer=10, triehh_max_depth=9)
     with pytest.raises(ConfigError, match="triehh_users_per_layer: the input has fewer users") as err:
-        triehh.run_triehh(ctx)
+        triehh_stage.run_triehh(ctx)
     assert "50" not in str(err.value)  # the population size is not disclosed
-    assert not (ctx.release.root / triehh.OOV_WORDS_PATH).exists()
+    assert not (ctx.release.root / layout.OOV_WORDS).exists()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -303,8 +311,8 @@ def test_epsilon0_above_the_budget_is_refused_and_default_fits():
         triehh_epsilon0=5.0,
     )
     with pytest.raises(ConfigError, match="triehh_epsilon0: 5 gives user-level central epsilon"):
-        triehh.privacy_plan(config)
-    plan = triehh.privacy_plan(config.model_copy(update={"triehh_epsilon0": None}))
+        triehh_stage.privacy_plan(config)
+    plan = triehh_stage.privacy_plan(config.model_copy(update={"triehh_epsilon0": None}))
     assert plan["central_epsilon"] <= 1.0 and plan["user_ldp_epsilon"] == pytest.approx(4 * plan["epsilon0"])
     assert plan["central_delta"] < plan["budget_delta"]
 
@@ -320,11 +328,11 @@ def test_release_plan_runs_triehh_between_ingest_and_vocabulary():
 
 def test_known_vocabulary_missing_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="known_vocabulary: .* does not exist"):
-        triehh.load_known_vocabulary(tmp_path / "nope.txt")
+        public_text.load_known_vocabulary(tmp_path / "nope.txt")
     path = tmp_path / "known.txt.gz"
     import gzip
 
     with gzip.open(path, "wt", encoding="utf-8") as fh:
         fh.write("The\nCat's\n")
-    assert triehh.load_known_vocabulary(path) == ["cat's", "the"]  # tokenized like private text
-    assert pa.array(triehh.load_known_vocabulary(None), pa.string()).to_pylist() == []
+    assert public_text.load_known_vocabulary(path) == ["cat's", "the"]  # tokenized like private text
+    assert pa.array(public_text.load_known_vocabulary(None), pa.string()).to_pylist() == []

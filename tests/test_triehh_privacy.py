@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline import triehh
-from pipeline.noise import NoiseSource
+from dpngram.core.noise import NoiseSource
+from dpngram.mechanisms import triehh
 
 FALSE_FAILURE = 1e-4
 

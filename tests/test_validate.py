@@ -9,17 +9,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import RunConfig
-from pipeline.run import RunContext, read_parts, record_part
-from pipeline.validate import (
-    DATA_DOCS_DIR,
-    KGRAMS_PATH,
-    RESULTS_PATH,
-    SUITES,
-    VOCABULARY_PATH,
-    ValidationFailed,
-    validate_run,
-)
+from dpngram.config import RunConfig
+from dpngram.core.errors import ValidationFailed
+from dpngram.release.context import RunContext, read_parts, record_part
+from dpngram.release.layout import DATA_DOCS_DIR, KGRAMS, VALIDATION_RESULTS, VOCABULARY
+from dpngram.stages.validate import validate_run
+from dpngram.validation import SUITES
 
 RELEASED = ["released.vocabulary", "released.kgrams"]
 VOCAB = ["a", "b", "c", "d"]
@@ -39,14 +34,14 @@ def make_ctx(tmp_path: Path, **overrides) -> RunContext:
 
 
 def write_release(ctx: RunContext, vocab=VOCAB, kgrams=GOOD_KGRAMS, extra: dict | None = None) -> None:
-    vocab_path = ctx.release.path(VOCABULARY_PATH)
+    vocab_path = ctx.release.path(VOCABULARY)
     pq.write_table(pa.table({"token": pa.array(vocab, pa.string())}), vocab_path)
     columns = {
         "k": pa.array([k for k, _ in kgrams], pa.int32()),
         "ngram": pa.array([g for _, g in kgrams], pa.string()),
     }
     columns.update(extra or {})
-    pq.write_table(pa.table(columns), ctx.release.path(KGRAMS_PATH))
+    pq.write_table(pa.table(columns), ctx.release.path(KGRAMS))
 
 
 def failures_of(ctx: RunContext, **kw) -> list[str]:
@@ -76,7 +71,7 @@ def test_good_release_passes_and_writes_results_and_docs(tmp_path):
         "released.kgrams.table",
     }
     assert all(s["failed"] == 0 and s["evaluated"] > 0 for s in part["suites"])
-    results = json.loads((ctx.release.root / RESULTS_PATH).read_text())
+    results = json.loads((ctx.release.root / VALIDATION_RESULTS).read_text())
     assert results["success"] is True
     assert (ctx.release.root / DATA_DOCS_DIR / "index.html").is_file()
     assert read_parts(ctx)["validation"]["success"] is True
@@ -140,14 +135,14 @@ def test_wrong_k_duplicates_and_range(tmp_path):
 
 def test_promised_but_missing_file_fails(tmp_path):
     ctx = make_ctx(tmp_path)
-    pq.write_table(pa.table({"token": pa.array(VOCAB)}), ctx.release.path(VOCABULARY_PATH))
-    record_part(ctx, "dpne.k2", {"outputs": [KGRAMS_PATH]})
-    assert failures_of(ctx, suites=RELEASED) == [f"released.kgrams: {KGRAMS_PATH} is missing"]
+    pq.write_table(pa.table({"token": pa.array(VOCAB)}), ctx.release.path(VOCABULARY))
+    record_part(ctx, "dpne.k2", {"outputs": [KGRAMS]})
+    assert failures_of(ctx, suites=RELEASED) == [f"released.kgrams: {KGRAMS} is missing"]
 
 
 def test_suites_not_applicable_are_skipped(tmp_path):
     ctx = make_ctx(tmp_path)
-    pq.write_table(pa.table({"token": pa.array(VOCAB)}), ctx.release.path(VOCABULARY_PATH))
+    pq.write_table(pa.table({"token": pa.array(VOCAB)}), ctx.release.path(VOCABULARY))
     part = validate_run(ctx)  # no ingest part, no kgrams promised: only the vocabulary suite runs
     assert part["suites_run"] == ["released.vocabulary"]
 
@@ -157,7 +152,7 @@ SECRET = "zyzzyvaquux"
 
 
 def ingested_ctx(tmp_path: Path) -> RunContext:
-    from pipeline.ingest import run_ingest
+    from dpngram.stages.ingest import run_ingest
 
     lines = [
         json.dumps({"user_id": f"u{i}", "text": f"The {SECRET} said hello. Then it left {i}."})
@@ -176,7 +171,7 @@ def test_ingest_suite_passes_and_publishes_no_private_values(tmp_path):
     part = validate_run(ctx, suites=["ingest"])
     assert part["success"] is True
     assert {s["suite"] for s in part["suites"]} == {"ingest.tokens_sample", "ingest.consistency"}
-    results = json.loads((ctx.release.root / RESULTS_PATH).read_text())
+    results = json.loads((ctx.release.root / VALIDATION_RESULTS).read_text())
     for suite in results["suites"]:
         assert suite["private"] is True
         assert all("result" not in e for e in suite["expectations"])  # BOOLEAN_ONLY: pass/fail only

@@ -1,0 +1,5 @@
+"""SQL statements, one folder per stage, run on DuckDB or (transpiled by sqlglot) on Spark.
+
+Shipped inside the installed package as ``dpngram.sql`` data; read with
+:func:`dpngram.engines.sql.load_sql` (``load_sql("dpne/level_table", ...)``).
+"""

@@ -1,0 +1,610 @@
+"""``dpngram`` command line: run a release (or one part of it) in-process, with progress and a summary.
+
+Sub-commands::
+
+    dpngram sample   --out DIR [--users N] [--seed S]        synthetic corpus for trying things out
+    dpngram ingest   --input PATH [...]                      ingest only; operator summary (console)
+    dpngram run      --input PATH --out DIR [...]            prepare, ingest, vocabulary, levels 2..T,
+                                                             merge, validate, report, publish
+    dpngram baseline --method dpsu-all|dpsu-even|dpsu-single [--k K] --input PATH --out DIR [...]
+    dpngram ledger   --dataset NAME [--warehouse PATH]       privacy spend history of a dataset
+    dpngram demo                                             sample corpus + Airflow `dags test` run
+    dpngram evaluate --model PATH --text FILE [--arpa PATH] [--json]   open-vocab perplexity, top-k, OOV rate
+
+Every :class:`pipeline.config.RunConfig` field is a flag of ``run``/``baseline``/``ingest``
+(generated from ``RunConfig.model_fields``, so flags never drift from the configuration).
+
+Errors: a bad parameter, unreadable input or exhausted budget (ConfigError, IngestError,
+BudgetError, FileNotFoundError) prints one line ``dpngram: error: ...`` and exits 2; a failed
+validation prints its failure lines and exits 1; anything unexpected prints one line and exits 1
+(``--debug`` shows the traceback). Raw input text is never printed; exact input statistics appear
+only in ``dpngram ingest``'s operator summary on this console (never in a released file or log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import types
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+from dpngram.config import RunConfig
+from dpngram.core.errors import ConfigError
+from dpngram.demo import DEMO_USERS
+from dpngram.engines.base import is_remote_path
+
+PROG = "dpngram"
+
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+#: Short metavars for the paper's symbols.
+_METAVARS = {
+    "epsilon": "E",
+    "delta": "D",
+    "max_n": "T",
+    "max_contribution": "D0",
+    "eta": "ETA",
+    "sigma_decay": "C",
+    "input": "PATH",
+    "out": "DIR",
+    "public": "PATH",
+    "warehouse": "PATH",
+    "dataset": "NAME",
+    "run_id": "ID",
+    "memory_limit": "SIZE",
+    "threads": "N",
+    "lifetime_epsilon": "E",
+    "lifetime_delta": "D",
+    "stage_budget": "STAGE=F,...",
+    "exact_max_valid": "N",
+    "user_field": "NAME",
+    "text_field": "NAME",
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# RunConfig -> argparse flags
+# ----------------------------------------------------------------------------------------------
+def _parse_budget(value: str) -> dict[str, float]:
+    """``dpne=0.6,bayes=0.4`` or a JSON object -> {stage: fraction}."""
+    value = value.strip()
+    if value.startswith("{"):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            raise argparse.ArgumentTypeError("expected STAGE=FRACTION,... or a JSON object") from None
+        if not isinstance(parsed, dict):
+            raise argparse.ArgumentTypeError("expected a JSON object")
+        return {str(k): float(v) for k, v in parsed.items()}
+    out: dict[str, float] = {}
+    for item in filter(None, (p.strip() for p in value.split(","))):
+        stage, sep, fraction = item.partition("=")
+        try:
+            out[stage.strip()] = float(fraction)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected STAGE=FRACTION (got {item!r})") from None
+        if not sep:
+            raise argparse.ArgumentTypeError(f"expected STAGE=FRACTION (got {item!r})")
+    return out
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    if get_origin(annotation) in (Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def add_config_flags(
+    parser: argparse.ArgumentParser, *, optional: Sequence[str] = (), skip: Sequence[str] = ()
+) -> None:
+    """One flag per RunConfig field (``max_n`` -> ``--max-n``); defaults stay RunConfig's.
+
+    Fields RunConfig requires are required flags unless listed in ``optional``."""
+    group = parser.add_argument_group("run parameters (see RunConfig)")
+    for name, field in RunConfig.model_fields.items():
+        if name in skip:
+            continue
+        annotation = _unwrap_optional(field.annotation)
+        flag = "--" + name.replace("_", "-")
+        default = None if field.is_required() else field.get_default(call_default_factory=True)
+        help_text = f"{field.title or name}: {field.description or ''}".rstrip(": ")
+        if default is not None:
+            help_text += f" (default: {default})"
+        kwargs: dict[str, Any] = {"dest": name, "default": None, "help": help_text.replace("%", "%%")}
+        if annotation is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            kwargs["metavar"] = _METAVARS.get(name, name.upper())
+            if get_origin(annotation) is Literal:
+                kwargs["choices"] = list(get_args(annotation))
+                kwargs.pop("metavar")
+            elif get_origin(annotation) is dict:
+                kwargs["type"] = _parse_budget
+            elif annotation in (int, float):
+                kwargs["type"] = annotation
+            if field.is_required() and name not in optional:
+                kwargs["required"] = True
+        group.add_argument(flag, **kwargs)
+
+
+def config_from_args(args: argparse.Namespace, **overrides: Any) -> RunConfig:
+    values = {name: getattr(args, name, None) for name in RunConfig.model_fields}
+    values.update(overrides)
+    return RunConfig.build(**values)
+
+
+# ----------------------------------------------------------------------------------------------
+# Output helpers
+# ----------------------------------------------------------------------------------------------
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def _check_input(config: RunConfig) -> None:
+    """Local inputs must exist; a Hadoop-style URI (``hdfs://``, ``s3a://``) is read by Spark
+    itself, so it is accepted only with ``--engine spark`` (and checked when Spark opens it)."""
+    if is_remote_path(config.input):
+        if config.engine != "spark":
+            raise ConfigError(
+                f"input: {config.input} is a Hadoop-style URI; only the Spark engine reads those "
+                "(--engine spark)"
+            )
+    elif not Path(str(config.input).removeprefix("file://")).exists():
+        raise FileNotFoundError(f"input {config.input} does not exist")
+    if config.public and not Path(config.public).exists():
+        raise FileNotFoundError(f"public corpus {config.public} does not exist")
+
+
+class _StageProgress:
+    """Rich progress rows, one per stage (on stderr, so ``--json`` output stays clean)."""
+
+    def __init__(self, enabled: bool) -> None:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=_console(stderr=True),
+            transient=False,
+            disable=not enabled,
+        )
+        self.tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> _StageProgress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)
+
+    def on_stage(self, name: str, event: str, summary: dict[str, Any]) -> None:
+        if event == "start":
+            self.tasks[name] = self.progress.add_task(name, total=1)
+            return
+        detail = []
+        if summary.get("skipped"):
+            detail.append("skipped")
+        if "released_rows" in summary:
+            detail.append(f"released {summary['released_rows']:,}")
+        if summary.get("epsilon"):
+            detail.append(f"ε {summary['epsilon']:.4g}")
+        if summary.get("reused"):
+            detail.append("reused")
+        text = name + (f" — {', '.join(detail)}" if detail else "")
+        self.progress.update(self.tasks[name], completed=1, description=f"[green]✓[/green] {text}")
+
+    def on_records(self, records: int) -> None:
+        # Operator console only: the exact number of records read so far.
+        task = self.tasks.get("ingest")
+        if task is not None:
+            self.progress.update(task, description=f"ingest — {records:,} records read")
+
+
+def _run_summary(result: dict[str, Any]) -> dict[str, Any]:
+    """What a finished release reports to the operator (from its report.json: public facts only)."""
+    release = Path(result["release"]).resolve()
+    report = json.loads((release / "report.json").read_text(encoding="utf-8"))
+    privacy = report["privacy"]
+    return {
+        "run_id": report["run_id"],
+        "dataset": report["dataset"],
+        "release": str(release),
+        "latest": str(release.parent.parent / "latest"),
+        "report": str(release / "report.json"),
+        "report_html": str(release / "report.html"),
+        "data_docs": str(release / report["validation"]["data_docs"])
+        if report["validation"].get("ran")
+        else None,
+        "ngrams_per_k": report["released"]["ngrams_per_k"],
+        "released_tables": {name: t["rows"] for name, t in report["released"]["tables"].items()},
+        "epsilon_per_stage": {name: s["charged_epsilon"] for name, s in privacy["stages"].items()},
+        "epsilon_total": privacy["total"]["epsilon"],
+        "epsilon_basic_composition": privacy["basic_composition"]["epsilon"],
+        "delta": privacy["delta"],
+        "validation_passed": report["validation"].get("success"),
+        "noise": report["noise"]["mode"],
+    }
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    console = _console()
+    counts = Table(title="Released n-grams", title_justify="left", min_width=40)
+    counts.add_column("k", justify="right")
+    counts.add_column("n-grams", justify="right")
+    for k, n in summary["ngrams_per_k"].items():
+        counts.add_row(str(k), f"{n:,}")
+    if not summary["ngrams_per_k"]:
+        for name, n in summary["released_tables"].items():
+            counts.add_row(name, f"{n:,}")
+    spend = Table(title=f"Privacy spent (δ = {summary['delta']:g})", title_justify="left", min_width=40)
+    spend.add_column("stage")
+    spend.add_column("ε charged", justify="right")
+    for stage, eps in summary["epsilon_per_stage"].items():
+        spend.add_row(stage, f"{eps:.4f}")
+    spend.add_row("[bold]total (composed)[/bold]", f"[bold]{summary['epsilon_total']:.4f}[/bold]")
+    spend.add_row("basic composition (Σ stage ε)", f"{summary['epsilon_basic_composition']:.4f}")
+    paths = Table(title=f"Release {summary['run_id']}", title_justify="left", show_header=False, min_width=40)
+    paths.add_column(no_wrap=True)
+    paths.add_column(overflow="fold")
+    for key in ("release", "latest", "report", "report_html", "data_docs"):
+        if summary.get(key):
+            paths.add_row(key, summary[key])
+    console.print(counts)
+    console.print(spend)
+    console.print(paths)
+
+
+# ----------------------------------------------------------------------------------------------
+# Commands
+# ----------------------------------------------------------------------------------------------
+def cmd_sample(args: argparse.Namespace) -> int:
+    from dpngram.text.sample import write_sample
+
+    if args.users < 1:
+        raise ConfigError(f"users: must be >= 1 (got {args.users})")
+    paths = write_sample(args.out, n_users=args.users, seed=args.seed)
+    console = _console()
+    for key, path in paths.items():
+        console.print(f"{key}: {path}")
+    return EXIT_OK
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from dpngram.engines.ingest import ingest_stats
+    from dpngram.release.context import RunContext
+    from dpngram.release.publish import prepare
+    from dpngram.stages.ingest import run_ingest
+    from dpngram.text.records import QUARANTINE_REASONS, quarantine_summary
+
+    config = config_from_args(args, out=args.out or ".dpngram/ingest-runs")
+    _check_input(config)
+    config = prepare(config)
+    ctx = RunContext(config)
+    with _StageProgress(enabled=not args.quiet) as progress:
+        progress.on_stage("ingest", "start", {})
+        run_ingest(ctx, progress.on_records)
+        progress.on_stage("ingest", "done", {})
+    with ctx.engine() as engine:
+        stats = ingest_stats(engine, ctx.schema)
+    console = _console()
+    table = Table(title="Ingest (exact counts: operator console only, never released)", title_justify="left")
+    table.add_column("")
+    table.add_column("count", justify="right")
+    for key in ("rows_read", "rows_loaded", "rows_quarantined", "users", "documents", "sentences", "tokens"):
+        if key in stats:
+            table.add_row(key.replace("_", " "), f"{stats[key]:,}")
+    console.print(table)
+    reasons = quarantine_summary(stats)
+    if reasons:
+        quarantine = Table(title="Quarantined records by reason", title_justify="left")
+        quarantine.add_column("reason")
+        quarantine.add_column("rows", justify="right")
+        quarantine.add_column("meaning")
+        for reason, n in reasons:
+            quarantine.add_row(reason, f"{n:,}", QUARANTINE_REASONS.get(reason, ""))
+        console.print(quarantine)
+    console.print(f"run id {ctx.run_id}; private tables in schema {ctx.schema} of {config.warehouse}")
+    return EXIT_OK
+
+
+def _release(args: argparse.Namespace, baseline: str | None = None, baseline_k: int | None = None) -> int:
+    from dpngram.orchestration.plan import run_release
+
+    config = config_from_args(args)
+    _check_input(config)
+    with _StageProgress(enabled=not args.quiet) as progress:
+        result = run_release(
+            config,
+            baseline=baseline,
+            baseline_k=baseline_k,
+            on_stage=progress.on_stage,
+            ingest_progress=progress.on_records,
+        )
+    summary = _run_summary(result)
+    if args.json:
+        sys.stdout.write(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    else:
+        _print_summary(summary)
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    return _release(args)
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    return _release(args, baseline=args.method, baseline_k=args.k)
+
+
+def cmd_ledger(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from dpngram.engines.duckdb import Warehouse
+
+    path = Path(args.warehouse)
+    if not path.is_file():
+        raise FileNotFoundError(f"warehouse {path} does not exist (no run has used it yet)")
+    with Warehouse(path, read_only=True) as wh:
+        rows = (
+            wh.query("ledger/history", {"dataset": args.dataset}).fetchall()
+            if wh.table_exists("ledger", "privacy_spend")
+            else []
+        )
+    entries = [
+        {
+            "run_id": r[0],
+            "stage": r[1],
+            "epsilon": float(r[2]),
+            "delta": float(r[3]),
+            "recorded_at": str(r[4]),
+        }
+        for r in rows
+    ]
+    totals = {
+        "epsilon": sum(e["epsilon"] for e in entries),
+        "delta": sum(e["delta"] for e in entries),
+        "runs": len({e["run_id"] for e in entries}),
+    }
+    if args.json:
+        sys.stdout.write(
+            json.dumps({"dataset": args.dataset, "entries": entries, "total": totals}, indent=2) + "\n"
+        )
+        return EXIT_OK
+    table = Table(
+        title=f"Privacy ledger of dataset '{args.dataset}' (runs add up by basic composition)",
+        title_justify="left",
+    )
+    for column, justify in (
+        ("recorded at", "left"),
+        ("run", "left"),
+        ("stage", "left"),
+        ("ε", "right"),
+        ("δ", "right"),
+    ):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for e in entries:
+        table.add_row(
+            e["recorded_at"][:19], e["run_id"], e["stage"], f"{e['epsilon']:.4f}", f"{e['delta']:.3g}"
+        )
+    table.add_row(
+        "",
+        f"[bold]{totals['runs']} run(s)[/bold]",
+        "[bold]total[/bold]",
+        f"[bold]{totals['epsilon']:.4f}[/bold]",
+        f"[bold]{totals['delta']:.3g}[/bold]",
+    )
+    _console().print(table)
+    return EXIT_OK
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Perplexities, OOV rate and next-word accuracy of a KenLM model on a text file."""
+    from dpngram.lm.evaluate import SPELL_ALPHABET, SPELL_MEAN_LENGTH, evaluate_file
+
+    result = evaluate_file(args.model, args.text, lowercase=not args.keep_case, arpa_path=args.arpa)
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+        return EXIT_OK
+    print(f"sentences {result['sentences']}  tokens {result['tokens']}  order {result['order']}")
+    print(f"perplexity (OOVs as <unk>)  {result['perplexity']:.3f}  (rewards a small vocabulary)")
+    print(f"perplexity without OOVs     {result['perplexity_without_oov']:.3f}  (OOV events left out)")
+    print(
+        f"open-vocabulary perplexity  {result['open_vocab_perplexity']:.3f}  (an OOV costs p(<unk>) x the"
+        f" same spelling probability for every model: 1/{SPELL_ALPHABET} per character, mean length"
+        f" {SPELL_MEAN_LENGTH})"
+    )
+    print(f"OOV rate                    {result['oov_rate']:.4f}")
+    if result["top1_accuracy"] is None:
+        print(f"next-word accuracy          n/a: {result['accuracy_note']}")
+    else:
+        n = result["prediction_events"]
+        print(
+            f"top-1 next-word accuracy    {result['top1_accuracy']:.4f}  (the true next word is the"
+            f" model's most probable word; {n} predictions, OOV targets are misses)"
+        )
+        print(
+            f"top-3 next-word accuracy    {result['top3_accuracy']:.4f}  (the true next word is among"
+            " its 3 most probable)"
+        )
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from dpngram.demo import run_demo
+
+    return run_demo(users=args.users, max_n=args.max_n, epsilon=args.epsilon, fresh_sample=args.fresh_sample)
+
+
+# ----------------------------------------------------------------------------------------------
+# Parser and entry point
+# ----------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
+    common.add_argument("--verbose", "-v", action="store_true", help="log stage progress (INFO)")
+
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        parents=[common],
+        description="Differentially private n-grams from private user text (user-level DP).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("sample", parents=[common], help="write a synthetic sample corpus")
+    p.add_argument(
+        "--out", required=True, metavar="DIR", help="directory for users.jsonl.gz and public.txt.gz"
+    )
+    p.add_argument("--users", type=int, default=2000, metavar="N", help="number of users (default: 2000)")
+    p.add_argument("--seed", type=int, default=None, metavar="S", help="seed (same seed, same files)")
+    p.set_defaults(func=cmd_sample)
+
+    p = sub.add_parser("ingest", parents=[common], help="ingest only and print the operator summary")
+    add_config_flags(p, optional=("out",))
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("run", parents=[common], help="run a whole release in this process")
+    add_config_flags(p)
+    p.add_argument("--json", action="store_true", help="print the final summary as JSON")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("baseline", parents=[common], help="release with a DPSU baseline instead of DPNE")
+    p.add_argument(
+        "--method",
+        required=True,
+        choices=["dpsu-all", "dpsu-even", "dpsu-single"],
+        help="DPNE §3.1.2 baseline",
+    )
+    p.add_argument("--k", type=int, default=None, metavar="K", help="the single length for dpsu-single")
+    add_config_flags(p)
+    p.add_argument("--json", action="store_true", help="print the final summary as JSON")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    p.set_defaults(func=cmd_baseline)
+
+    p = sub.add_parser("ledger", parents=[common], help="privacy spend history of a dataset")
+    p.add_argument("--dataset", default=RunConfig.model_fields["dataset"].default, metavar="NAME")
+    p.add_argument("--warehouse", default=RunConfig.model_fields["warehouse"].default, metavar="PATH")
+    p.add_argument("--json", action="store_true", help="print the history as JSON")
+    p.set_defaults(func=cmd_ledger)
+
+    p = sub.add_parser(
+        "evaluate",
+        parents=[common],
+        help="perplexities and next-word accuracy of a KenLM model on a text file",
+    )
+    p.add_argument("--model", required=True, metavar="PATH", help="model.binary or model.arpa")
+    p.add_argument("--text", required=True, metavar="FILE", help="plain text (.gz accepted)")
+    p.add_argument("--keep-case", action="store_true", help="do not lower-case (a run with lowercase=False)")
+    p.add_argument(
+        "--arpa",
+        default=None,
+        metavar="PATH",
+        help="ARPA file of the model, for top-k accuracy (default: the model if ARPA, else X.arpa beside)",
+    )
+    p.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="sample corpus + the Airflow DAG via `airflow dags test` (idempotent set-up)",
+    )
+    p.add_argument(
+        "--users",
+        type=int,
+        default=DEMO_USERS,
+        metavar="N",
+        help=f"users in the sample (default: {DEMO_USERS})",
+    )
+    p.add_argument(
+        "--max-n", type=int, default=None, metavar="T", help="longest n-gram (default: RunConfig's)"
+    )
+    p.add_argument("--epsilon", type=float, default=None, metavar="E", help="epsilon (default: RunConfig's)")
+    p.add_argument("--fresh-sample", action="store_true", help="rewrite the sample corpus even if present")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    from dpngram.core.errors import ArpaError, BudgetError, IngestError
+
+    return (ConfigError, IngestError, BudgetError, FileNotFoundError, ArpaError)
+
+
+def _error(message: str) -> None:
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+
+
+def _one_line(err: BaseException) -> str:
+    """A one-line description of an unexpected error. Database errors can quote values from the
+    data they failed on, so their message is withheld (it is shown with --debug)."""
+    name = type(err).__name__
+    module = type(err).__module__ or ""
+    if module.split(".")[0] in ("duckdb", "_duckdb", "pyarrow", "polars"):
+        return f"unexpected {name} (message withheld: it may quote private data)"
+    first = (str(err).strip().splitlines() or [""])[0][:300]
+    return f"unexpected {name}: {first}" if first else f"unexpected {name}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``dpngram`` console script; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    func: Callable[[argparse.Namespace], int] = args.func
+    expected = _expected_errors()
+    from dpngram.core.errors import ValidationFailed
+
+    try:
+        return func(args)
+    except expected as err:
+        if args.debug:
+            raise
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if (
+            isinstance(err, FileNotFoundError)
+            and err.filename
+            and not message.startswith(("input", "public"))
+        ):
+            message = f"{err.strerror or 'not found'}: {err.filename}"
+        _error(message)
+        return EXIT_USAGE
+    except ValidationFailed as err:
+        if args.debug:
+            raise
+        _error(str(err))
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        _error("interrupted; nothing was published")
+        return 130
+    except Exception as err:  # noqa: BLE001 - the CLI's last line of defence
+        if args.debug:
+            raise
+        _error(f"{_one_line(err)}; run with --debug for the traceback")
+        return EXIT_FAILED
+
+
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

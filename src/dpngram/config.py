@@ -1,0 +1,615 @@
+"""Typed, validated run configuration.
+
+One model, :class:`RunConfig`, is the single source of truth for run parameters: the CLI builds it
+from flags, the Airflow DAG builds its Params (JSON schema, titles, descriptions) from
+:meth:`RunConfig.param_schema`, and every stage reads it. Errors name the field and the rule
+(:class:`ConfigError`), never a traceback.
+
+Rules that void the privacy guarantee are refused here (epsilon <= 0, delta outside (0, 1),
+Delta < 1, eta outside (0, 1)); the data-dependent rule ``delta < 1/n_users`` is checked by
+:meth:`RunConfig.check_against_users` once ingest has counted users (the count itself is not
+released: only the pass/fail decision is used to stop the run).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from dpngram.core.errors import ConfigError
+
+#: Stages that spend privacy budget, in run order. ``stage_budget`` splits (epsilon, delta) among
+#: the ones that are enabled.
+STAGES = ("dpne", "lm_counts", "bayes", "synth", "triehh")
+
+
+_MEMORY_RE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|KiB|MB|MiB|GB|GiB|TB|TiB)\s*$", re.IGNORECASE)
+
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+
+
+class RunConfig(BaseModel):
+    """Everything a run needs. Field descriptions become the Airflow trigger-form help text."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # -- data --------------------------------------------------------------------------------
+    dataset: str = Field(
+        "default",
+        title="Dataset name",
+        description="Key of the privacy ledger: runs on the same dataset share its lifetime budget.",
+    )
+    input: str = Field(
+        ...,
+        title="Input path",
+        description=(
+            "JSONL, CSV or Parquet file (.gz accepted), or a directory of .txt files (one user per file)."
+        ),
+    )
+    input_format: Literal["auto", "jsonl", "csv", "parquet", "textdir"] = Field(
+        "auto",
+        title="Input format",
+        description="'auto' picks from the file name or directory.",
+    )
+    user_field: str = Field("user_id", title="User-id field", description="Column/key holding the user id.")
+    text_field: str = Field("text", title="Text field", description="Column/key holding the text.")
+    public: str | None = Field(
+        None,
+        title="Public corpus",
+        description="Plain-text public corpus (one sentence per line, .gz accepted) used as a prior.",
+    )
+    out: str = Field(
+        ...,
+        title="Output directory",
+        description="Releases go to OUT/runs/RUN_ID; OUT/latest points to the newest.",
+    )
+    warehouse: str = Field(
+        ".dpngram/warehouse.duckdb",
+        title="Warehouse database",
+        description="DuckDB file holding private working tables (never published) and the privacy ledger.",
+    )
+    run_id: str | None = Field(None, title="Run id", description="Defaults to a timestamped id.")
+
+    # -- tokenizer ---------------------------------------------------------------------------
+    lowercase: bool = Field(
+        True, title="Lower-case tokens", description="Fold case after NFKC normalisation."
+    )
+
+    # -- privacy ------------------------------------------------------------------------------
+    epsilon: float = Field(
+        4.0, gt=0, le=100, title="Epsilon", description="Total privacy loss of the run (epsilon > 0)."
+    )
+    delta: float = Field(
+        1e-7,
+        gt=0,
+        lt=1,
+        title="Delta",
+        description="Total failure probability of the run; must also be below 1/number of users.",
+    )
+    stage_budget: dict[str, float] = Field(
+        default_factory=lambda: {"dpne": 1.0},
+        title="Budget split",
+        description="Fractions of (epsilon, delta) per stage (dpne, bayes, synth); must sum to at most 1.",
+    )
+    lifetime_epsilon: float | None = Field(
+        None,
+        gt=0,
+        title="Lifetime epsilon",
+        description="Refuse the run if the dataset's recorded spend plus this run would exceed it.",
+    )
+    lifetime_delta: float | None = Field(None, gt=0, lt=1, title="Lifetime delta")
+
+    # -- DPSU / DPNE -------------------------------------------------------------------------
+    max_n: int = Field(
+        5, ge=1, le=12, title="T (longest n-gram)", description="Extract k-grams for k = 1..T."
+    )
+    max_contribution: int = Field(
+        100,
+        ge=1,
+        le=100_000,
+        title="Delta0 (per-user contribution)",
+        description="Each user contributes at most this many distinct items per level.",
+    )
+    eta: float = Field(0.01, gt=0, lt=1, title="eta", description="Tolerated fraction of spurious k-grams.")
+    sigma_decay: float = Field(
+        1.0, gt=0, le=10, title="sigma decay c", description="sigma_k = c * sigma_{k-1}."
+    )
+    pruning: Literal["both", "single"] = Field(
+        "both", title="Pruning rule", description="Valid k-grams: both-side or single-side."
+    )
+    dpne_variant: Literal["auto", "exact", "scalable"] = Field(
+        "auto",
+        title="DPNE variant",
+        description="exact materialises V_k; scalable samples it; auto picks by size.",
+    )
+    exact_max_valid: int = Field(
+        5_000_000,
+        ge=1,
+        title="Exact-variant limit",
+        description="With dpne_variant=auto, use the exact variant when |V_k| is at most this.",
+    )
+
+    # -- Bayesian trigram distribution (pipeline/bayes.py, Ramadan et al.) --------------------
+    bayes_vocab_size: int = Field(
+        50_000,
+        ge=1,
+        le=5_000_000,
+        title="Bayes: |V| cap",
+        description=(
+            "Trigram vocabulary V = public trigrams + DPNE-released trigrams, capped at this size by "
+            "public count."
+        ),
+    )
+    bayes_clip_count: int = Field(
+        1,
+        ge=1,
+        le=1000,
+        title="Bayes: C (per-user count clamp)",
+        description="Each user's count of a trigram is clamped to C (the paper uses 1 or 10).",
+    )
+    bayes_max_trigrams: int = Field(
+        64,
+        ge=1,
+        le=100_000,
+        title="Bayes: W (trigrams per user)",
+        description="Each user contributes at most W distinct trigrams (a random subset).",
+    )
+    bayes_S: float | Literal["auto"] = Field(
+        "auto",
+        title="Bayes: S (decay slope)",
+        description="w = min(1, S N / C); a number > 0, or 'auto' to choose it on public data "
+        "(zero privacy cost).",
+    )
+    bayes_rho: float | Literal["auto"] = Field(
+        "auto",
+        title="Bayes: rho (private weight)",
+        description="mu_ps = rho w x + (1 - rho) mu_p; a number in (0, 1), or 'auto' to choose it on "
+        "public data.",
+    )
+    bayes_log_clip: float = Field(
+        4.0,
+        gt=0,
+        le=50,
+        title="Bayes: L (clip on the mean log-count)",
+        description="Public clip on the centring constant mean(log(1 + c)); makes the sensitivity bound "
+        "data-independent.",
+    )
+    bayes_calibration: Literal["global", "brute-force-NOT-DP"] = Field(
+        "global",
+        title="Bayes: noise calibration",
+        description="'global': data-independent sensitivity bound (DP). 'brute-force-NOT-DP': the paper's "
+        "data-dependent brute force, NOT differentially private, for comparison only.",
+    )
+
+    # -- language model (lm/, issue 6: KenLM model from the DP artifacts only) ----------------
+    lm_route: Literal["auto", "mixture", "arpa", "lmplz", "off"] = Field(
+        "auto",
+        title="LM: route",
+        description="'mixture': the public model mixed with the model of the noisy counts (stage "
+        "lm_counts); 'arpa': Kneser-Ney on pseudo-counts from the trigram distribution; 'lmplz': lmplz "
+        "on synthetic/sampled text; 'auto': 'mixture' when the run has an lm_counts share, else the "
+        "better of the others on lm_eval_text if given, else 'arpa'; 'off': no model.",
+    )
+    lm_public_vocab_size: int = Field(
+        100_000,
+        ge=0,
+        le=10_000_000,
+        title="LM: public words in the model vocabulary",
+        description="The model vocabulary is the DP vocabulary plus this many of the public corpus's most "
+        "frequent words (0: DP vocabulary only). Public data: no privacy cost.",
+    )
+    lm_count_domain: int = Field(
+        200_000,
+        ge=0,
+        le=100_000_000,
+        title="LM counts: public n-grams per order",
+        description="Stage lm_counts counts, for each order 2..N, this many of the most frequent public "
+        "n-grams plus the DPNE-released k-grams (every model word at order 1).",
+    )
+    lm_count_clip: float = Field(
+        1.0,
+        gt=0,
+        le=1e6,
+        title="LM counts: per-user l2 bound C",
+        description="Each user's n-gram count vector is scaled to l2 norm at most C (the sensitivity).",
+    )
+    lm_count_threshold: float = Field(
+        3.0,
+        ge=0,
+        le=100,
+        title="LM counts: release threshold (in sigma)",
+        description="Order >= 2 noisy counts below this many noise standard deviations are not released.",
+    )
+    lm_count_discount: float = Field(
+        1.0,
+        ge=0,
+        le=100,
+        title="LM counts: absolute discount (in sigma)",
+        description="The noisy-count model subtracts this many noise standard deviations from each count.",
+    )
+    lm_mix_weight: float | Literal["auto"] = Field(
+        "auto",
+        title="LM: weight of the private model",
+        description="'auto': chosen by report-noisy-max on held-out users (0 = public model alone is a "
+        "candidate); or a fixed value in [0, 1].",
+    )
+    lm_unigram_adaptation: float | Literal["auto"] = Field(
+        "auto",
+        title="LM: unigram adaptation of the public model",
+        description="Strength beta in [0, 1] of adapting the public model to the noisy unigrams "
+        "(p(w|h) * (q(w)/p(w))^beta, renormalised); 'auto': chosen with the weight (0 = none is a "
+        "candidate).",
+    )
+    lm_holdout: float = Field(
+        0.1,
+        gt=0,
+        lt=1,
+        title="LM: fraction of users for the weight selection",
+        description="With lm_mix_weight or lm_unigram_adaptation 'auto', these users score the candidates "
+        "and are not counted "
+        "(disjoint users: no extra privacy cost).",
+    )
+    lm_order: int = Field(
+        3, ge=1, le=6, title="LM: order", description="N-gram order (route arpa: at most 3)."
+    )
+    lm_theta_tokens: float = Field(
+        30_000.0,
+        ge=0,
+        le=1e12,
+        title="LM: M (pseudo-occurrences of the trigram distribution)",
+        description="Route arpa: the trigram distribution counts as M trigram occurrences (M * prob).",
+    )
+    lm_public_weight: float = Field(
+        1.0,
+        ge=0,
+        le=1e6,
+        title="LM: lambda (public-count weight)",
+        description="Route arpa: public-corpus n-gram counts are added with this weight (0: not used).",
+    )
+    lm_kgram_count: float = Field(
+        1.0,
+        ge=0,
+        le=1e9,
+        title="LM: kappa (pseudo-count per released k-gram)",
+        description="Route arpa: each DPNE-released k-gram of the model's order adds this pseudo-count.",
+    )
+    lm_sample_sentences: int = Field(
+        200_000,
+        ge=1,
+        le=100_000_000,
+        title="LM: sentences sampled from theta",
+        description="Route lmplz without a synthetic corpus: sentences sampled from the trigram "
+        "distribution.",
+    )
+    lm_memory: str = Field("1G", title="LM: lmplz memory (-S)", description="e.g. 1G or 512M.")
+    lm_eval_text: str | None = Field(
+        None,
+        title="LM: evaluation text",
+        description="Plain-text file the model card's metrics (and lm_route='auto') use; default: the "
+        "public corpus.",
+    )
+
+    # -- synthetic sequences (pipeline/synth.py, Chen et al. 2012 variable-length n-grams) ----
+    synth_n_max: int = Field(
+        5,
+        ge=1,
+        le=10,
+        title="Synth: n_max (tree height)",
+        description="Largest n-gram size explored by the exploration tree (Chen et al. Algorithm 1).",
+    )
+    synth_l_max: int = Field(
+        20,
+        ge=1,
+        le=1000,
+        title="Synth: l_max (items per user)",
+        description="Each user's token stream (sentences joined with '&') is truncated to l_max items; "
+        "the Laplace sensitivity is l_max.",
+    )
+    synth_allocation: Literal["adaptive", "uniform"] = Field(
+        "adaptive",
+        title="Synth: budget allocation",
+        description=(
+            "'adaptive': Markov-estimated per-node budgets (paper §4.3.2); 'uniform': epsilon/n_max "
+            "per level."
+        ),
+    )
+
+    # -- vocabulary method / LDP TrieHH OOV discovery (pipeline/triehh.py, Sun et al. 2024) ------
+    vocabulary_method: Literal["dpsu", "triehh", "both"] = Field(
+        "dpsu",
+        title="Vocabulary method",
+        description="S_1 from DPSU, from LDP TrieHH words (plus the known vocabulary), or their union "
+        "('triehh'/'both' need stage_budget.triehh).",
+    )
+    known_vocabulary: str | None = Field(
+        None,
+        title="Known vocabulary (OOV mode)",
+        description="Public word list (one word per line, .gz accepted); TrieHH then discovers only words "
+        "outside it.",
+    )
+    triehh_max_depth: int = Field(
+        12,
+        ge=2,
+        le=64,
+        title="TrieHH: L (max depth)",
+        description="Trie layers; words have at most L - 1 characters (plus the end symbol).",
+    )
+    triehh_max_words: int = Field(
+        4,
+        ge=1,
+        le=1000,
+        title="TrieHH: m (reports per user)",
+        description="Each participating user sends m Subset Selection reports (padded with a dummy).",
+    )
+    triehh_users_per_layer: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000_000,
+        title="TrieHH: n (users per layer)",
+        description="Fresh users per layer; the input needs n x L x passes users.",
+    )
+    triehh_max_prefixes: int = Field(
+        10,
+        ge=1,
+        le=100_000,
+        title="TrieHH: k (prefixes kept per layer)",
+        description="At most k prefixes with the most votes (and above the noise threshold) survive a layer.",
+    )
+    triehh_passes: int = Field(
+        1, ge=1, le=10, title="TrieHH: passes", description="Tries built one after another on disjoint users."
+    )
+    triehh_sampling: Literal["greedy", "random"] = Field(
+        "random",
+        title="TrieHH: local sampler",
+        description="greedy: a user's most frequent prefixes; random: uniform over its distinct prefixes.",
+    )
+    triehh_epsilon0: float | None = Field(
+        None,
+        gt=0,
+        le=50,
+        title="TrieHH: eps0 (per-report LDP)",
+        description="Default: the largest eps0 whose user-level central epsilon after shuffling fits the "
+        "triehh share.",
+    )
+    triehh_alphabet: str = Field(
+        "abcdefghijklmnopqrstuvwxyz0123456789'-",
+        min_length=1,
+        max_length=1000,
+        title="TrieHH: alphabet",
+        description="Characters words may use (others make a word ineligible).",
+    )
+    triehh_end_symbol: str = Field(
+        "$", min_length=1, max_length=1, title="TrieHH: end symbol", description="Not in the alphabet."
+    )
+    triehh_spurious_rate: float = Field(
+        0.01,
+        gt=0,
+        lt=1,
+        title="TrieHH: noise threshold rate",
+        description="Per layer, probability bound that any unreported prefix passes the vote threshold.",
+    )
+
+    # -- engine ------------------------------------------------------------------------------
+    memory_limit: str = Field(
+        "4GB", title="DuckDB memory limit", description="e.g. 4GB; larger work spills to disk."
+    )
+    threads: int | None = Field(None, ge=1, le=256, title="DuckDB threads")
+    engine: Literal["duckdb", "spark"] = Field(
+        "duckdb",
+        title="Engine",
+        description="Where ingest, the vocabulary and the DPNE levels run: 'duckdb' (embedded, one "
+        "machine) or 'spark' (a SparkSession; see spark_master). Noise is drawn on the driver either way.",
+    )
+    spark_master: str = Field(
+        "local[2]",
+        title="Spark master",
+        description="With engine=spark: local[N] (one machine) or a cluster URL (spark://host:7077, yarn, "
+        "k8s://...). One Spark session per task.",
+    )
+    spark_warehouse: str | None = Field(
+        None,
+        title="Spark table directory",
+        description="With engine=spark: where the run's private Parquet tables live (any Hadoop path: "
+        "hdfs://, s3a://, local). Default: next to the warehouse file (WAREHOUSE.spark).",
+    )
+    spark_conf: str | None = Field(
+        None,
+        title="Spark settings",
+        description="With engine=spark: extra Spark settings as KEY=VALUE pairs separated by commas, e.g. "
+        "spark.executor.memory=8g,spark.sql.shuffle.partitions=400.",
+    )
+
+    # -- validators ---------------------------------------------------------------------------
+    @field_validator("dataset")
+    @classmethod
+    def _dataset_name(cls, value: str) -> str:
+        if not _NAME_RE.match(value):
+            raise ValueError("must be 1-64 characters of letters, digits, '_', '.', '-'")
+        return value
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.:+\-]{0,127}$", value):
+            raise ValueError("must be 1-128 characters of letters, digits, '_', '.', ':', '+', '-'")
+        return value
+
+    @field_validator("spark_conf")
+    @classmethod
+    def _spark_conf(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        for item in filter(None, (p.strip() for p in value.split(","))):
+            key, sep, setting = item.partition("=")
+            if not sep or not re.match(r"^spark\.[A-Za-z0-9_.\-]+$", key.strip()) or not setting.strip():
+                raise ValueError("must be spark.KEY=VALUE pairs separated by commas")
+        return value
+
+    def spark_settings(self) -> dict[str, str]:
+        """``spark_conf`` as a dict (validated)."""
+        pairs = (p.strip().partition("=") for p in (self.spark_conf or "").split(",") if p.strip())
+        return {key.strip(): setting.strip() for key, _, setting in pairs}
+
+    @field_validator("memory_limit")
+    @classmethod
+    def _memory(cls, value: str) -> str:
+        if not _MEMORY_RE.match(value):
+            raise ValueError("must look like '4GB' or '512MB'")
+        return value.replace(" ", "")
+
+    @field_validator("stage_budget")
+    @classmethod
+    def _budget(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(STAGES))
+        if unknown:
+            raise ValueError(f"unknown stage(s) {unknown}; known: {list(STAGES)}")
+        if any(not (0 < f <= 1) for f in value.values()):
+            raise ValueError("every fraction must be in (0, 1]")
+        if sum(value.values()) > 1 + 1e-9:
+            raise ValueError(f"fractions sum to {sum(value.values()):.4g} > 1")
+        return value
+
+    @field_validator("bayes_S")
+    @classmethod
+    def _bayes_s(cls, value: float | str) -> float | str:
+        if value != "auto" and not (0 < float(value) <= 1e4):
+            raise ValueError("must be 'auto' or a number in (0, 10000]")
+        return value
+
+    @field_validator("bayes_rho")
+    @classmethod
+    def _bayes_rho(cls, value: float | str) -> float | str:
+        if value != "auto" and not (0 < float(value) < 1):
+            raise ValueError("must be 'auto' or a number in (0, 1)")
+        return value
+
+    @field_validator("lm_mix_weight")
+    @classmethod
+    def _lm_mix_weight(cls, value: float | str) -> float | str:
+        if value != "auto" and not 0.0 <= float(value) <= 1.0:
+            raise ValueError("must be 'auto' or a number in [0, 1]")
+        return value
+
+    @field_validator("lm_unigram_adaptation")
+    @classmethod
+    def _lm_unigram_adaptation(cls, value: float | str) -> float | str:
+        if value != "auto" and not 0.0 <= float(value) <= 1.0:
+            raise ValueError("must be 'auto' or a number in [0, 1]")
+        return value
+
+    @field_validator("lm_memory")
+    @classmethod
+    def _lm_memory(cls, value: str) -> str:
+        if not re.match(r"^\d+[KMGT%]?$", value.strip()):
+            raise ValueError("must look like '1G', '512M' or '10%' (lmplz -S)")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _triehh(self) -> RunConfig:
+        alphabet, end = self.triehh_alphabet, self.triehh_end_symbol
+        if len(set(alphabet)) != len(alphabet) or any(ch.isspace() for ch in alphabet):
+            raise ValueError("triehh_alphabet: must not repeat characters or contain whitespace")
+        if end in alphabet or end.isspace():
+            raise ValueError("triehh_end_symbol: must be a non-space character outside triehh_alphabet")
+        uses_triehh = self.vocabulary_method in ("triehh", "both")
+        if uses_triehh and self.stage_budget.get("triehh", 0) <= 0:
+            raise ValueError(
+                f"vocabulary_method: '{self.vocabulary_method}' needs a budget share stage_budget.triehh"
+            )
+        if not uses_triehh and "triehh" in self.stage_budget:
+            raise ValueError("stage_budget: 'triehh' has a share but vocabulary_method is 'dpsu'")
+        return self
+
+    @model_validator(mode="after")
+    def _lifetime(self) -> RunConfig:
+        if self.lifetime_epsilon is not None and self.lifetime_epsilon < self.epsilon:
+            raise ValueError(
+                f"lifetime_epsilon ({self.lifetime_epsilon}) is below this run's epsilon ({self.epsilon})"
+            )
+        if self.lifetime_delta is not None and self.lifetime_delta < self.delta:
+            raise ValueError(
+                f"lifetime_delta ({self.lifetime_delta}) is below this run's delta ({self.delta})"
+            )
+        return self
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def build(cls, **values: Any) -> RunConfig:
+        """Validate ``values`` (None means 'use the default'), raising :class:`ConfigError`."""
+        cleaned = {k: v for k, v in values.items() if v is not None}
+        try:
+            return cls(**cleaned)
+        except ValidationError as err:
+            raise ConfigError(format_errors(err)) from None
+
+    def stage_share(self, stage: str) -> tuple[float, float]:
+        """(epsilon, delta) allotted to ``stage`` by ``stage_budget``."""
+        fraction = self.stage_budget.get(stage, 0.0)
+        if fraction <= 0:
+            raise ConfigError(f"stage_budget: stage '{stage}' has no budget (set stage_budget.{stage})")
+        return self.epsilon * fraction, self.delta * fraction
+
+    def check_against_users(self, n_users: int) -> None:
+        """Refuse parameters that void the guarantee for a dataset of ``n_users`` users."""
+        if n_users > 0 and self.delta >= 1.0 / n_users:
+            raise ConfigError(
+                f"delta: must be < 1/number of users for a meaningful guarantee (got {self.delta:g}; "
+                f"the input has too few users for it — lower delta)"
+            )
+
+    def resolved_paths(self) -> dict[str, Path]:
+        return {"input": Path(self.input), "out": Path(self.out), "warehouse": Path(self.warehouse)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True)
+
+    @classmethod
+    def param_schema(cls) -> dict[str, dict[str, Any]]:
+        """JSON-schema fragments per field (type, bounds, enum, title, description, default),
+        in the form Airflow ``Param(default, **schema)`` takes."""
+        schema = cls.model_json_schema()
+        out: dict[str, dict[str, Any]] = {}
+        for name, prop in schema["properties"].items():
+            frag: dict[str, Any] = {}
+            if "anyOf" in prop:  # Optional[...]: allow null
+                types = [p.get("type") for p in prop["anyOf"] if p.get("type")]
+                frag["type"] = types
+                for p in prop["anyOf"]:
+                    for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+                        if key in p:
+                            frag[key] = p[key]
+            else:
+                for key in ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+                    if key in prop:
+                        frag[key] = prop[key]
+                if "additionalProperties" in prop:
+                    frag["additionalProperties"] = prop["additionalProperties"]
+            frag["title"] = prop.get("title", name)
+            if "description" in prop:
+                frag["description"] = prop["description"]
+            field = cls.model_fields[name]
+            if not field.is_required():
+                frag["default"] = field.get_default(call_default_factory=True)
+            out[name] = frag
+        return out
+
+
+def format_errors(err: ValidationError) -> str:
+    """One line per problem: ``field: rule (got value)``."""
+    lines = []
+    for problem in err.errors():
+        where = ".".join(str(p) for p in problem["loc"]) or "config"
+        message = problem["msg"].removeprefix("Value error, ")
+        if problem["type"] == "extra_forbidden":
+            message = "unknown parameter"
+        elif problem["type"] == "missing":
+            message = "is required"
+        got = problem.get("input")
+        shown = "" if problem["type"] in ("missing",) or isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"{where}: {message}{shown}")
+    return "; ".join(lines)

@@ -1,0 +1,250 @@
+"""``dpngram demo`` / ``make demo``: a synthetic corpus released through the real Airflow DAG.
+
+Idempotent set-up, then one DAG run:
+
+1. the synthetic sample corpus (:func:`pipeline.sample.write_sample`, fixed seed) is written to
+   ``<repo>/.dpngram/sample/`` unless it is already there with the same size and seed;
+2. Airflow state lives in ``<repo>/.airflow`` (``AIRFLOW_HOME``, absolute path; SQLite metadata
+   DB), DAGs are read from ``<repo>/dags``, examples are off; ``airflow db migrate`` runs once
+   per Airflow version and the one-slot pool ``dpngram_warehouse`` is created once (a stamp file
+   records both);
+3. ``airflow dags test dpngram_release -c '{conf}'`` runs the DAG in-process with input/public
+   pointing at the sample, the warehouse at ``<repo>/.dpngram/warehouse.duckdb`` and
+   out=``<repo>/demo-output``; its full log goes to ``<repo>/.airflow/demo-logs/``;
+4. the paths of report.json, report.html, the Data Docs index (and a language model, once a
+   stage writes one) are printed. The exit code is non-zero if the DAG run failed.
+
+The sample corpus is synthetic (no real person's text), so the demo's fixed seed is harmless;
+the DP noise of the run is drawn from the OS CSPRNG as in any run.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+DAG_ID = "dpngram_release"
+
+
+DEMO_SEED = 20260101
+
+
+POOL = "dpngram_warehouse"
+
+
+POOL_DESCRIPTION = "dpngram DuckDB warehouse: one writer at a time"
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def demo_paths(repo: Path = REPO) -> dict[str, Path]:
+    repo = repo.resolve()
+    state = repo / ".dpngram"
+    return {
+        "repo": repo,
+        "state": state,
+        "sample": state / "sample",
+        "warehouse": state / "warehouse.duckdb",
+        "airflow_home": repo / ".airflow",
+        "dags": repo / "dags",
+        "out": repo / "demo-output",
+        "logs": repo / ".airflow" / "demo-logs",
+    }
+
+
+def airflow_env(paths: dict[str, Path], base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for Airflow commands of the demo (absolute paths throughout)."""
+    env = dict(os.environ if base is None else base)
+    env.update(
+        {
+            "AIRFLOW_HOME": str(paths["airflow_home"]),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(paths["dags"]),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "DPNGRAM_DEMO_DIR": str(paths["state"]),
+            "DPNGRAM_OUT": str(paths["out"]),
+            "GX_ANALYTICS_ENABLED": "False",
+        }
+    )
+    env.pop("DPNGRAM_INSECURE_TEST_SEED", None)  # a real run never uses seeded noise
+    return env
+
+
+def _airflow_bin() -> str:
+    local = Path(sys.executable).parent / "airflow"
+    if local.exists():
+        return str(local)
+    found = shutil.which("airflow")
+    if not found:
+        raise FileNotFoundError("the 'airflow' command is not installed in this environment")
+    return found
+
+
+#: Users in the demo's sample corpus: with text as sparse as real text (pipeline.sample), 10,000
+#: users give a DP vocabulary of a few hundred words at the demo's budget; 2,000 gave ~50.
+DEMO_USERS = 10_000
+
+
+def ensure_sample(paths: dict[str, Path], users: int, fresh: bool = False) -> dict[str, Path]:
+    """Write the sample corpus unless the same one (users, seed, generator) is already there."""
+    from dpngram.text.sample import GENERATOR_VERSION, write_sample
+
+    sample = paths["sample"]
+    stamp = sample / "SAMPLE.json"
+    files = {"users": sample / "users.jsonl.gz", "public": sample / "public.txt.gz"}
+    wanted = {"users": users, "seed": DEMO_SEED, "generator": GENERATOR_VERSION}
+    if not fresh and stamp.is_file() and all(p.is_file() for p in files.values()):
+        if json.loads(stamp.read_text(encoding="utf-8")) == wanted:
+            return files
+    written = write_sample(sample, n_users=users, seed=DEMO_SEED)
+    stamp.write_text(json.dumps(wanted) + "\n", encoding="utf-8")
+    return {"users": Path(written["users"]), "public": Path(written["public"])}
+
+
+def _airflow_version() -> str:
+    from importlib.metadata import version
+
+    return version("apache-airflow")
+
+
+def _run(cmd: list[str], env: dict[str, str], log: Path) -> int:
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write(f"$ {' '.join(cmd)}\n")
+        fh.flush()
+        return subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, check=False).returncode
+
+
+def ensure_airflow(paths: dict[str, Path], env: dict[str, str], log: Path) -> None:
+    """``airflow db migrate`` and the pool, once per Airflow version (stamp file)."""
+    home = paths["airflow_home"]
+    home.mkdir(parents=True, exist_ok=True)
+    stamp = home / ".dpngram-setup.json"
+    wanted = {"airflow": _airflow_version(), "migrated": True, "pool": POOL}
+    if (
+        stamp.is_file()
+        and json.loads(stamp.read_text(encoding="utf-8")) == wanted
+        and (home / "airflow.db").is_file()
+    ):
+        return
+    airflow = _airflow_bin()
+    if _run([airflow, "db", "migrate"], env, log) != 0:
+        raise RuntimeError(f"airflow db migrate failed (log: {log})")
+    if _run([airflow, "pools", "set", POOL, "1", POOL_DESCRIPTION], env, log) != 0:
+        raise RuntimeError(f"airflow pools set failed (log: {log})")
+    stamp.write_text(json.dumps(wanted) + "\n", encoding="utf-8")
+
+
+def _latest(out: Path) -> Path | None:
+    link = out / "latest"
+    return link.resolve() if link.is_symlink() else None
+
+
+def _dags_test(cmd: list[str], env: dict[str, str], log: Path, console: Any) -> int:
+    """Run ``airflow dags test``, logging everything and showing the current task."""
+    started = re.compile(r"\[DAG TEST\] starting task_id=(\S+)")
+    with log.open("a", encoding="utf-8") as fh, console.status("airflow dags test: starting") as status:
+        fh.write(f"$ {' '.join(cmd)}\n")
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            bufsize=1,
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            fh.write(line)
+            match = started.search(line)
+            if match:
+                status.update(f"airflow dags test: task {match.group(1)}")
+                console.print(f"  task {match.group(1)}")
+        return proc.wait()
+
+
+def run_demo(
+    users: int = DEMO_USERS,
+    max_n: int | None = None,
+    epsilon: float | None = None,
+    fresh_sample: bool = False,
+    repo: Path = REPO,
+) -> int:
+    """Set up (idempotently) and run the demo DAG; returns the exit code for ``dpngram demo``."""
+    from rich.console import Console
+
+    console = Console(highlight=False, soft_wrap=True)
+    paths = demo_paths(repo)
+    paths["logs"].mkdir(parents=True, exist_ok=True)
+    log = paths["logs"] / f"demo-{_dt.datetime.now(_dt.UTC).strftime('%Y%m%dT%H%M%SZ')}.log"
+    env = airflow_env(paths)
+
+    console.print(f"[bold]1/3[/bold] sample corpus in {paths['sample']}")
+    sample = ensure_sample(paths, users, fresh_sample)
+    console.print(f"[bold]2/3[/bold] Airflow home {paths['airflow_home']} (metadata DB, pool {POOL})")
+    ensure_airflow(paths, env, log)
+
+    conf: dict[str, Any] = {
+        "dataset": "demo",
+        "input": str(sample["users"]),
+        "public": str(sample["public"]),
+        "out": str(paths["out"]),
+        "warehouse": str(paths["warehouse"]),
+        # Every stage: DPNE k-grams, the noisy n-gram counts the language model mixes with the
+        # public corpus, the Bayesian trigram distribution (the sample's public corpus as prior) and
+        # Chen et al. synthetic sequences.
+        "stage_budget": {"dpne": 0.4, "lm_counts": 0.3, "bayes": 0.15, "synth": 0.15},
+    }
+    if max_n is not None:
+        conf["max_n"] = max_n
+    if epsilon is not None:
+        conf["epsilon"] = epsilon
+    before = _latest(paths["out"])
+    console.print(f"[bold]3/3[/bold] airflow dags test {DAG_ID} (full log: {log})")
+    code = _dags_test([_airflow_bin(), "dags", "test", DAG_ID, "-c", json.dumps(conf)], env, log, console)
+    after = _latest(paths["out"])
+    if code != 0 or after is None or after == before:
+        console.print(
+            f"[red]The DAG run failed[/red] (exit code {code}); nothing new was published. See the log: {log}"
+        )
+        return code or 1
+    _print_outputs(console, after)
+    return 0
+
+
+def _print_outputs(console: Any, release: Path) -> None:
+    console.print(f"[green]Published[/green] {release}")
+    rows = [
+        ("report.json", release / "report.json"),
+        ("report.html", release / "report.html"),
+        ("Data Docs", release / "validation" / "data_docs" / "index.html"),
+    ]
+    models = sorted(p for pattern in ("*.binary", "*.arpa", "*.arpa.gz") for p in release.rglob(pattern))
+    rows += [("model", p) for p in models]
+    rows.append(("model card", release / "model" / "MODEL_CARD.md"))
+    for name, path in rows:
+        if path.exists():
+            console.print(f"  {name:<12} {path}")
+    report = json.loads((release / "report.json").read_text(encoding="utf-8"))
+    per_k = ", ".join(f"k={k}: {n}" for k, n in report["released"]["ngrams_per_k"].items())
+    console.print(f"  released     {per_k}")
+    console.print(
+        f"  privacy      ε = {report['privacy']['total']['epsilon']:.4g} (composed), "
+        f"δ = {report['privacy']['delta']:g}"
+    )
+    model = report.get("model") or {}
+    for label, row in (model.get("comparison") or {}).items():  # labels name the evaluation text
+        for name, m in row.items():
+            ppl, top3 = m.get("open_vocab_perplexity"), m.get("top3_accuracy")
+            shown = f"open-vocabulary perplexity {ppl:.1f}" if ppl is not None else "perplexity n/a"
+            if top3 is not None:
+                shown += f", top-3 next word {top3:.1%}"
+            console.print(f"  {name:<18} {shown}  ({label.split(' (')[0]})")

@@ -1,0 +1,90 @@
+"""The engine abstraction: where the heavy SQL stages run (DuckDB embedded, or Apache Spark).
+
+The stages (ingest, the DPSU vocabulary, every DPNE level, the Bayesian and Chen count
+aggregations) talk to an :class:`Engine`: a small
+set of operations over SQL text loaded from ``sql/*.sql`` (:func:`pipeline.store.load_sql`), so the
+SQL is written once, in DuckDB's dialect. Two implementations:
+
+* :class:`pipeline.store.Warehouse` — DuckDB (default): the warehouse file, run-scoped schemas.
+* :class:`pipeline.spark_engine.SparkEngine` — a SparkSession (``local[*]`` or a cluster master);
+  the same SQL text is transpiled once per statement with ``sqlglot`` (read="duckdb",
+  write="spark") plus a few documented rewrites, and cached. See ``docs/engines.md``.
+
+Noise never runs inside an engine: stages stream the aggregated, user-free histogram out of it
+(``fetch_batches``) and draw the noise on the driver with :mod:`pipeline.noise`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+import pyarrow as pa
+
+ENGINES = ("duckdb", "spark")
+
+
+_URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+
+
+def is_remote_path(path: str) -> bool:
+    """True for a Hadoop-style URI other than ``file://`` (``hdfs://``, ``s3a://``, ``gs://``,
+    ...): only the Spark engine reads and writes those."""
+    text = str(path)
+    return bool(_URI_SCHEME.match(text)) and not text.startswith("file://")
+
+
+ObjectType = Literal["BASE TABLE", "VIEW"]
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What the heavy stages need from an engine. ``sql`` is text from :func:`load_sql`
+    (identifiers already substituted and validated); values are bound from ``params`` ($name)."""
+
+    name: str
+
+    def execute(self, sql: str, params: dict[str, Any] | None = None) -> None:
+        """Run every statement of ``sql`` (DDL / CREATE TABLE AS / CREATE VIEW / DROP)."""
+
+    def fetch_arrow(self, sql: str, params: dict[str, Any] | None = None) -> pa.Table:
+        """Result of one SELECT as an Arrow table (for small, public or released results)."""
+
+    def fetch_batches(
+        self, sql: str, params: dict[str, Any] | None = None, batch_rows: int = 1 << 20
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream a SELECT's result in Arrow record batches (bounded driver memory)."""
+
+    def fetch_numpy(self, sql: str, params: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
+        """Result of one SELECT as numpy columns."""
+
+    def fetch_scalar(self, sql: str, params: dict[str, Any] | None = None) -> Any:
+        """First value of a one-row SELECT (None if no row)."""
+
+    def registered(self, **views: Any) -> AbstractContextManager[None]:
+        """Expose in-memory Arrow tables as views for the duration of a ``with`` block."""
+
+    def object_type(self, schema: str, name: str) -> ObjectType | None:
+        """'BASE TABLE', 'VIEW' or None: what ``schema.name`` is, if it exists."""
+
+    def table_exists(self, schema: str, table: str) -> bool: ...
+
+    def drop(self, schema: str, *names: str) -> None:
+        """Drop tables or views (whichever each name is; missing names are ignored)."""
+
+    def create_schema(self, schema: str) -> None: ...
+
+    def write_parquet(self, sql: str, path: str, params: dict[str, Any] | None = None) -> None:
+        """Write a SELECT's result to Parquet at ``path`` (a file for DuckDB, a directory for Spark)."""
+
+    def load_table(self, schema: str, table: str, batches: Iterable[pa.Table], columns: pa.Schema) -> None:
+        """Create (or replace) ``schema.table`` with ``columns`` from driver-side Arrow batches
+        (public data or DP outputs the driver holds: a public corpus, a released vocabulary),
+        streamed batch by batch; no batch gives an empty table."""
+
+    def close(self) -> None: ...
+
+

@@ -1,0 +1,161 @@
+"""TODO docstring (moved from pipeline/store.py)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from dpngram.engines.sql import load_sql, run_schema_name, safe_identifier
+
+
+class Warehouse:
+    """A DuckDB connection to the warehouse file with the project's resource settings."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        memory_limit: str = "4GB",
+        threads: int | None = None,
+        temp_directory: str | os.PathLike[str] | None = None,
+        read_only: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        if str(path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        spill = Path(temp_directory) if temp_directory else self.path.with_name(self.path.name + ".tmp")
+        config: dict[str, Any] = {
+            "memory_limit": memory_limit,
+            "preserve_insertion_order": False,
+        }
+        if str(path) != ":memory:":
+            spill.mkdir(parents=True, exist_ok=True)
+            config["temp_directory"] = str(spill)
+        if threads:
+            config["threads"] = threads
+        try:
+            self.con = duckdb.connect(str(path), read_only=read_only, config=config)
+        except duckdb.IOException as err:
+            raise RuntimeError(
+                f"cannot open the warehouse {path}: {str(err).splitlines()[0]} "
+                "(another process may hold it open for writing)"
+            ) from None
+        # DuckDB's progress bar writes to stdout (a session-level option); stages report their own.
+        self.con.execute("SET enable_progress_bar = false")
+
+    # -- SQL ----------------------------------------------------------------------------------
+    def run_sql(self, name: str, params: dict[str, Any] | None = None, **identifiers: str) -> None:
+        """Execute every statement of ``sql/NAME.sql``."""
+        self.con.execute(load_sql(name, **identifiers), params or {})
+
+    def query(
+        self, name: str, params: dict[str, Any] | None = None, **identifiers: str
+    ) -> duckdb.DuckDBPyConnection:
+        """Execute ``sql/NAME.sql`` (one statement) and return the cursor to fetch from."""
+        return self.con.execute(load_sql(name, **identifiers), params or {})
+
+    def scalar(self, sql: str, params: dict[str, Any] | list[Any] | None = None) -> Any:
+        rows = self.con.execute(sql, params or []).fetchall()  # fetchall: leave no result open
+        return rows[0][0] if rows else None
+
+    @contextmanager
+    def registered(self, **views: Any) -> Iterator[None]:
+        """Expose in-memory tables (Arrow tables, polars/pandas frames) to SQL under the given
+        view names for the duration of the block; they are unregistered however it exits."""
+        for name, data in views.items():
+            self.con.register(safe_identifier(name), data)
+        try:
+            yield
+        finally:
+            for name in views:
+                self.con.unregister(name)
+
+    def table_exists(self, schema: str, table: str) -> bool:
+        return bool(
+            self.scalar(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
+                [schema, table],
+            )
+        )
+
+    # -- the Engine interface (pipeline/engine.py): SQL text from load_sql, $name parameters ----
+    name = "duckdb"
+
+    def execute(self, sql: str, params: dict[str, Any] | None = None) -> None:
+        """Run every statement of ``sql``."""
+        self.con.execute(sql, params or {})
+
+    def fetch_arrow(self, sql: str, params: dict[str, Any] | None = None) -> pa.Table:
+        return self.con.sql(sql, params=params or None).to_arrow_table()
+
+    def fetch_batches(
+        self, sql: str, params: dict[str, Any] | None = None, batch_rows: int = 1 << 20
+    ) -> Iterator[pa.RecordBatch]:
+        """Record batches of the result; at least one (empty if no row), so the schema is known."""
+        reader = self.con.sql(sql, params=params or None).to_arrow_reader(batch_rows)
+        empty = True
+        for batch in reader:
+            empty = False
+            yield batch
+        if empty:
+            yield pa.RecordBatch.from_pylist([], schema=reader.schema)
+
+    def fetch_numpy(self, sql: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self.con.sql(sql, params=params or None).fetchnumpy()
+
+    def fetch_scalar(self, sql: str, params: dict[str, Any] | None = None) -> Any:
+        """First value of a one-row query, fully consumed (an open DuckDB 2 result would block
+        the next ``con.sql`` on the connection)."""
+        rows = self.con.sql(sql, params=params or None).fetchall()
+        return rows[0][0] if rows else None
+
+    def object_type(self, schema: str, name: str) -> str | None:
+        return self.fetch_scalar(load_sql("dpne/object_type"), {"schema": schema, "name": name})
+
+    def drop(self, schema: str, *names: str) -> None:
+        """Drop private working tables or views (whichever each name is)."""
+        for table in names:
+            kind = self.object_type(schema, table)
+            if kind is not None:
+                self.con.execute(
+                    f"DROP {'VIEW' if kind == 'VIEW' else 'TABLE'} "
+                    f"{safe_identifier(schema)}.{safe_identifier(table)}"
+                )
+
+    def create_schema(self, schema: str) -> None:
+        self.con.execute(f"CREATE SCHEMA IF NOT EXISTS {safe_identifier(schema)}")
+
+    def write_parquet(self, sql: str, path: str, params: dict[str, Any] | None = None) -> None:
+        self.con.sql(sql, params=params or None).write_parquet(str(path))
+
+    def load_table(self, schema: str, table: str, batches: Iterable[pa.Table], columns: pa.Schema) -> None:
+        target = f"{safe_identifier(schema)}.{safe_identifier(table)}"
+        with self.registered(load_table_batch=columns.empty_table()):
+            self.con.execute(f"CREATE OR REPLACE TABLE {target} AS SELECT * FROM load_table_batch")
+        for batch in batches:
+            with self.registered(load_table_batch=batch.select(columns.names).cast(columns)):
+                self.con.execute(f"INSERT INTO {target} SELECT * FROM load_table_batch")
+
+    # -- run schemas --------------------------------------------------------------------------
+    def run_schema(self, run_id: str) -> str:
+        schema = run_schema_name(run_id)
+        self.con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        return schema
+
+    def drop_run_schema(self, run_id: str) -> None:
+        self.con.execute(f"DROP SCHEMA IF EXISTS {run_schema_name(run_id)} CASCADE")
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Warehouse:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

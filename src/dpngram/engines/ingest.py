@@ -1,0 +1,148 @@
+"""TODO docstring (moved from pipeline/ingest.py)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from dpngram.config import RunConfig
+from dpngram.core.errors import IngestError
+from dpngram.text.records import (
+    IngestStats,
+    _Batch,
+    _csv_batches,
+    _jsonl_batches,
+    _parquet_batches,
+    _prefetch,
+    _text_files,
+    _textdir_batches,
+    detect_format,
+    tokenize_batch,
+)
+
+if TYPE_CHECKING:
+    from dpngram.engines.base import Engine
+    from dpngram.engines.duckdb import Warehouse
+
+log = logging.getLogger(__name__)
+
+
+
+def _load_batch(
+    wh: Warehouse, schema: str, batch: _Batch, lowercase: bool, where: Callable[[int], tuple[str, int | None]]
+) -> None:
+    """Tokenize one batch and append it (documents without tokens -> quarantine 'no_tokens')."""
+    raw_rows, sentences, quarantine = tokenize_batch(batch, lowercase, where)
+    names = {
+        "raw_batch": "ingest_raw_batch",
+        "sentence_batch": "ingest_sentence_batch",
+        "quarantine_batch": "ingest_quarantine_batch",
+    }
+    batches = {
+        names["raw_batch"]: raw_rows,
+        names["sentence_batch"]: sentences,
+        names["quarantine_batch"]: quarantine,
+    }
+    with wh.registered(**batches):
+        wh.run_sql("ingest/load_batch", schema=schema, **names)
+
+
+def ingest_file(
+    wh: Warehouse,
+    schema: str,
+    config: RunConfig,
+    progress: Callable[[int], None] | None = None,
+) -> IngestStats:
+    """Read ``config.input`` into ``schema`` (tables above) and return the exact statistics.
+
+    ``progress``, if given, is called after every batch with the cumulative number of input
+    records read (an exact count: wire it to the operator's console only, never to a log).
+    Raises :class:`IngestError` if the input cannot be read at all.
+    """
+    started = time.perf_counter()
+    path = Path(config.input)
+    fmt = detect_format(path, config.input_format)
+    log.info("ingest: reading %s input", fmt)
+    wh.run_sql("ingest/create", schema=schema)
+    wh.run_sql("ingest/tokens_view", schema=schema)
+
+    if fmt == "textdir":
+        files = _text_files(path)
+        batches = _textdir_batches(path)
+
+        def where(doc_id: int) -> tuple[str, int | None]:
+            return files[doc_id - 1].relative_to(path).as_posix(), None
+    else:
+        reader = {"jsonl": _jsonl_batches, "csv": _csv_batches, "parquet": _parquet_batches}[fmt]
+        batches = reader(path, config.user_field, config.text_field)
+
+        def where(doc_id: int) -> tuple[str, int | None]:
+            return str(path), doc_id
+
+    rows_read = 0
+    for batch in _prefetch(batches):
+        _load_batch(wh, schema, batch, config.lowercase, where)
+        rows_read += batch.read
+        if progress is not None:
+            progress(rows_read)
+
+    stats = _count(wh, schema, rows_read)
+    stats.seconds = round(time.perf_counter() - started, 3)
+    _write_stats(wh, schema, stats)
+    log.info("ingest: done")
+    return stats
+
+
+def _count(wh: Warehouse, schema: str, rows_read: int) -> IngestStats:
+    row = wh.query("ingest/counts", schema=schema).fetchone()
+    assert row is not None
+    loaded, quarantined, users, documents, sentences, tokens = (int(v) for v in row)
+    if rows_read != loaded + quarantined or documents != loaded:
+        # A bookkeeping bug, not bad data: refuse to continue (no counts in the message).
+        raise RuntimeError("ingest: rows read != rows loaded + rows quarantined (internal error)")
+    reasons = {str(r): int(n) for r, n in wh.query("ingest/quarantine_reasons", schema=schema).fetchall()}
+    return IngestStats(
+        rows_read=rows_read,
+        rows_loaded=loaded,
+        rows_quarantined=quarantined,
+        quarantine_reasons=reasons,
+        users=users,
+        documents=documents,
+        sentences=sentences,
+        tokens=tokens,
+    )
+
+
+def _write_stats(wh: Warehouse, schema: str, stats: IngestStats) -> None:
+    metrics = {k: v for k, v in stats.as_dict().items() if isinstance(v, int)}
+    metrics.update({f"quarantined.{reason}": n for reason, n in stats.quarantine_reasons.items()})
+    frame = pl.DataFrame(
+        {"metric": list(metrics), "value": list(metrics.values())},
+        schema={"metric": pl.String, "value": pl.Int64},
+    )
+    with wh.registered(ingest_stats_batch=frame):
+        wh.run_sql("ingest/stats_write", schema=schema, stats_batch="ingest_stats_batch")
+
+
+def ingest_stats(engine: Engine, schema: str) -> dict[str, Any]:
+    """The exact statistics of the last finished ingest in ``schema`` on either engine (PRIVATE:
+    operator console only). Keys as :class:`IngestStats` (without seconds); raises
+    :class:`IngestError` if ingest has not finished in that schema."""
+    from dpngram.engines.sql import load_sql
+
+    if not engine.table_exists(schema, "ingest_stats"):
+        raise IngestError(f"no finished ingest in schema {schema}")
+    out: dict[str, Any] = {"quarantine_reasons": {}}
+    table = engine.fetch_arrow(load_sql("ingest/stats_read", schema=schema))
+    metrics = zip(table.column("metric").to_pylist(), table.column("value").to_pylist(), strict=True)
+    for metric, value in metrics:
+        if metric.startswith("quarantined."):
+            out["quarantine_reasons"][metric.removeprefix("quarantined.")] = int(value)
+        else:
+            out[metric] = int(value)
+    return out

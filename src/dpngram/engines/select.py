@@ -1,0 +1,27 @@
+"""Which engine a run uses: :func:`open_engine` opens the DuckDB warehouse or a Spark engine from
+the run's configuration.
+
+Owns: engine selection. Imports: :mod:`dpngram.engines.duckdb`, :mod:`dpngram.engines.spark`
+(lazily: pyspark is an optional extra)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpngram.engines.base import ENGINES, Engine
+
+
+def open_engine(config: Any, *, spark: Any = None) -> Engine:
+    """The engine a run's configuration selects (``config.engine``), opened on the run's
+    warehouse. ``spark``: an existing SparkSession to reuse (tests); otherwise the Spark engine
+    creates one from ``config.spark_master``/``config.spark_conf`` and stops it on close."""
+    engine = getattr(config, "engine", "duckdb")
+    if engine == "duckdb":
+        from dpngram.engines.duckdb import Warehouse
+
+        return Warehouse(config.warehouse, memory_limit=config.memory_limit, threads=config.threads)
+    if engine == "spark":
+        from dpngram.engines.spark import SparkEngine
+
+        return SparkEngine.for_config(config, spark=spark)
+    raise ValueError(f"engine: must be one of {list(ENGINES)} (got {engine!r})")

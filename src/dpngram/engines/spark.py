@@ -1,0 +1,819 @@
+"""The Spark engine: the heavy stages on Apache Spark (PySpark 4.x), from the same ``sql/`` files.
+
+Design (``docs/engines.md`` has the full argument):
+
+* **SQL**: every statement loaded by :func:`pipeline.store.load_sql` (DuckDB dialect) is parsed
+  and rewritten once with ``sqlglot`` (read="duckdb", write="spark") and cached by text
+  (:func:`to_spark`). On top of sqlglot's translation, five rewrites are applied, each because
+  the dialects disagree on meaning, not just spelling:
+
+  - ``list[i]`` -> ``element_at(list, i)``: DuckDB lists are 1-based, Spark's ``[]`` is 0-based
+    (sqlglot 30 leaves the bracket unchanged), ``element_at`` is 1-based;
+  - ``hash(x)`` -> ``xxhash64(x)``: DuckDB's 64-bit hash; Spark's ``hash`` is 32-bit murmur3.
+    The values differ across engines (the salted Delta-subset of an over-contributing user is
+    a different pseudo-random subset: both are data-independent selections, see
+    :mod:`pipeline.dpsu`);
+  - ``CAST(x AS UBIGINT)`` -> ``CAST(x AS BIGINT)`` (Spark has no unsigned types; salts are
+    < 2^62);
+  - ``list_slice(l, a, b)`` -> ``slice(l, a, b - a + 1)`` (Spark takes a length);
+  - ``list(v ORDER BY k)`` -> ``transform(array_sort(collect_list(struct(k, v))), e -> e.v)``
+    (sqlglot drops the ORDER BY, and Spark's collect_list keeps no order).
+
+* **Tables**: a run schema is a Spark database in the session catalog; each table is a Parquet
+  directory ``{root}/{schema}/{table}`` registered as an external table. ``CREATE OR REPLACE
+  TABLE t AS SELECT`` writes the SELECT to a fresh directory first, then swaps it in, so a
+  statement may read the table it replaces. Views are Spark views whose (transpiled) text is
+  also saved under ``{root}/{schema}/_views/``. A new engine (a new Airflow task, a new
+  process) re-registers both from ``{root}``, so stages hand tables to each other exactly as
+  with DuckDB's file. ``root`` is any Hadoop-compatible URI (local, ``hdfs://``, ``s3a://``):
+  files are moved with the Hadoop FileSystem API, never with Python file calls.
+
+* **Noise**: never inside Spark. The histogram H(item, weight) is a function of the data in
+  which every user's contribution is already bounded (l2 norm <= 1); it is streamed to the
+  driver (:meth:`SparkEngine.fetch_batches`, bounded chunks) and :mod:`pipeline.noise` adds the
+  noise there, from one CSPRNG-seeded source. No partition draws random numbers, so there is
+  no per-partition seeding to get wrong, and retries of Spark tasks cannot change the release.
+
+* **Ingest** (:func:`ingest_spark`): JSONL or Parquet from any Hadoop-compatible path, read by
+  ``spark.read``; records are numbered like the DuckDB path (line / row number in the file), then
+  classified and tokenized in Python workers with ``mapInArrow`` by the same code as
+  :mod:`pipeline.ingest` (:func:`pipeline.ingest.sentence_tokens_expr`), so the tokens are
+  identical.
+
+* **Ledger**: the privacy ledger stays in the DuckDB warehouse file (``.con`` is a DuckDB
+  connection to it): it is small, written by the driver, and shared with DuckDB runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+
+from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.sql import load_sql, run_schema_name, safe_identifier
+
+_PARAM_RE = re.compile(r":([A-Za-z_][A-Za-z0-9_]*)")
+
+
+VIEWS_DIR = "_views"
+
+
+class SparkSqlError(RuntimeError):
+    """A statement the Spark engine cannot run (one line; no data in the message)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# SQL: DuckDB dialect -> Spark
+# ----------------------------------------------------------------------------------------------
+def _rewrite(node: exp.Expression) -> exp.Expression:
+    if isinstance(node, exp.Bracket) and len(node.expressions) == 1:
+        return exp.Anonymous(this="element_at", expressions=[node.this, node.expressions[0]])
+    if isinstance(node, exp.Anonymous) and str(node.this).lower() == "hash" and len(node.expressions) == 1:
+        return exp.Anonymous(this="xxhash64", expressions=list(node.expressions))
+    if isinstance(node, exp.Anonymous) and str(node.this).lower() == "list_slice":
+        arr, start, stop = node.expressions
+        length = exp.Add(
+            this=exp.Sub(this=stop.copy(), expression=start.copy()), expression=exp.Literal.number(1)
+        )
+        return exp.Anonymous(this="slice", expressions=[arr, start, exp.Paren(this=length)])
+    if isinstance(node, exp.DataType) and node.this == exp.DataType.Type.UBIGINT:
+        return exp.DataType.build("BIGINT")
+    if isinstance(node, exp.ArrayAgg) and isinstance(node.this, exp.Order):
+        return _ordered_list(node.this)
+    return node
+
+
+def _ordered_list(order: exp.Order) -> exp.Expression:
+    """DuckDB ``list(v ORDER BY k1, k2)`` -> ``transform(array_sort(collect_list(struct(k1, k2,
+    v))), e -> e.v)``: Spark's collect_list keeps no order (sqlglot drops the ORDER BY), and sorting
+    the structs orders by their fields left to right. Ascending keys only."""
+    keys = []
+    for ordered in order.expressions:
+        if ordered.args.get("desc"):
+            raise SparkSqlError("list(... ORDER BY ... DESC) is not supported on Spark")
+        keys.append(ordered.this.sql(dialect="spark"))
+    fields = ", ".join(
+        [*(f"{k} AS k{i}" for i, k in enumerate(keys)), f"{order.this.sql(dialect='spark')} AS v"]
+    )
+    return sqlglot.parse_one(
+        f"TRANSFORM(ARRAY_SORT(COLLECT_LIST(STRUCT({fields}))), dpngram_e -> dpngram_e.v)", read="spark"
+    )
+
+
+@lru_cache(maxsize=512)
+def to_spark(sql: str) -> tuple[tuple[str, str], ...]:
+    """Transpile DuckDB SQL text to Spark statements, cached by text: ``((kind, sql), ...)`` with
+    kind one of ``ctas`` (sql = the SELECT, plus the target in ``kind``), ``view``, ``drop``,
+    ``select``. CREATE TABLE AS / VIEW targets are returned as ``ctas:schema.table`` /
+    ``view:schema.view``."""
+    out: list[tuple[str, str]] = []
+    for statement in sqlglot.parse(sql, read="duckdb"):
+        if statement is None:
+            continue
+        for _ in range(8):  # to a fixpoint: a rewritten node's children are rewritten next pass
+            before = statement.sql(dialect="duckdb")
+            statement = statement.transform(_rewrite)
+            if statement.sql(dialect="duckdb") == before:
+                break
+        if isinstance(statement, exp.Create):
+            kind = (statement.args.get("kind") or "").upper()
+            target = statement.this
+            if isinstance(target, exp.Schema):  # CREATE TABLE t (col type, ...): DDL
+                raise SparkSqlError("CREATE TABLE with a column list is not supported on Spark")
+            name = target.sql(dialect="spark")
+            body = statement.expression
+            if body is None:
+                raise SparkSqlError(f"CREATE {kind} without AS SELECT is not supported on Spark")
+            out.append((f"{'ctas' if kind == 'TABLE' else 'view'}:{name}", body.sql(dialect="spark")))
+        elif isinstance(statement, exp.Drop):
+            if (statement.args.get("kind") or "").upper() not in ("TABLE", "VIEW"):
+                raise SparkSqlError("only DROP TABLE / DROP VIEW are supported on Spark")
+            targets = statement.args.get("tables") or [statement.this]
+            out.extend((f"drop:{t.sql(dialect='spark')}", "") for t in targets if t is not None)
+        elif isinstance(statement, (exp.Select, exp.Union, exp.Subquery)):
+            out.append(("select", statement.sql(dialect="spark")))
+        else:
+            raise SparkSqlError(f"{type(statement).__name__} statements are not supported on Spark")
+    return tuple(out)
+
+
+def _args(sql: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    """Only the parameters a statement uses (Spark named parameter markers ``:name``)."""
+    if not params:
+        return {}
+    used = set(_PARAM_RE.findall(sql))
+    return {k: v for k, v in params.items() if k in used}
+
+
+def _split_name(qualified: str) -> tuple[str, str]:
+    parts = qualified.replace("`", "").split(".")
+    if len(parts) != 2:
+        raise SparkSqlError(f"tables must be schema-qualified on Spark (got {qualified})")
+    return safe_identifier(parts[0]), safe_identifier(parts[1])
+
+
+# ----------------------------------------------------------------------------------------------
+# Session
+# ----------------------------------------------------------------------------------------------
+def java_available() -> bool:
+    """True if a Java runtime is on PATH or JAVA_HOME (Spark needs one)."""
+    import shutil
+
+    home = os.environ.get("JAVA_HOME")
+    return bool(shutil.which("java") or (home and (Path(home) / "bin" / "java").exists()))
+
+
+def default_conf(master: str, local_dir: str | None = None) -> dict[str, str]:
+    """Session settings for a one-machine run; cluster runs override them with ``spark_conf``."""
+    conf = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.ui.showConsoleProgress": "false",
+    }
+    if master.startswith("local"):
+        conf.update(
+            {
+                "spark.sql.shuffle.partitions": "8",
+                "spark.driver.memory": "4g",
+                "spark.ui.enabled": "false",
+                "spark.pyspark.python": sys.executable,
+                "spark.pyspark.driver.python": sys.executable,
+            }
+        )
+        if local_dir:
+            conf["spark.local.dir"] = local_dir
+    return conf
+
+
+def spark_session(master: str = "local[2]", conf: dict[str, str] | None = None, app: str = "dpngram") -> Any:
+    """A SparkSession (created, or the active one if it exists). Quiet logs."""
+    from pyspark.sql import SparkSession
+
+    if not java_available():
+        raise RuntimeError("the Spark engine needs Java (17+): install a JRE or set JAVA_HOME")
+    if master.startswith("local"):  # workers run this interpreter (polars, pyarrow, pipeline)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(master).appName(app)
+    for key, value in {**default_conf(master), **(conf or {})}.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    ship_package(session)
+    global _STOP_REGISTERED
+    if not _STOP_REGISTERED:  # one session per process (an Airflow task, or a whole CLI run)
+        import atexit
+
+        atexit.register(_stop_active)
+        _STOP_REGISTERED = True
+    return session
+
+
+_STOP_REGISTERED = False
+
+
+def _stop_active() -> None:
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+
+
+def ship_package(spark: Any) -> None:
+    """Make ``pipeline`` importable in the Python workers (the ingest tokenizer runs there): a zip
+    of the package is added to the SparkContext once (``addPyFile``; executors of a cluster
+    download it). Its dependencies (polars, pyarrow) must be installed on the executors."""
+    import tempfile
+    import zipfile
+
+    context = spark.sparkContext
+    if getattr(context, "_dpngram_shipped", False):
+        return
+    package = Path(__file__).resolve().parent
+    target = Path(tempfile.mkdtemp(prefix="dpngram-pyfiles-")) / "dpngram_pipeline.zip"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        for source in sorted(package.rglob("*.py")):
+            archive.write(source, Path("pipeline") / source.relative_to(package))
+    context.addPyFile(str(target))
+    context._dpngram_shipped = True
+
+
+def default_root(warehouse: str) -> str:
+    """Where the Spark engine keeps a run's private tables by default: next to the DuckDB
+    warehouse file (``WAREHOUSE.spark``)."""
+    return str(Path(warehouse).resolve()) + ".spark"
+
+
+# ----------------------------------------------------------------------------------------------
+# The engine
+# ----------------------------------------------------------------------------------------------
+class SparkEngine:
+    """:class:`pipeline.engine.Engine` on a SparkSession; tables are Parquet under ``root``."""
+
+    name = "spark"
+
+    def __init__(
+        self,
+        spark: Any,
+        root: str,
+        *,
+        owns_session: bool = False,
+        ledger: Warehouse | None = None,
+        batch_rows: int = 1 << 20,
+    ) -> None:
+        self.spark = spark
+        self.root = root.rstrip("/")
+        self.owns_session = owns_session
+        self.ledger = ledger
+        self.batch_rows = batch_rows
+        self._registered_schemas: set[str] = set()
+        jvm = spark.sparkContext._jvm
+        self._Path = jvm.org.apache.hadoop.fs.Path
+        self._fs = self._Path(self.root).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        self._fs.mkdirs(self._Path(self.root))
+        ship_package(spark)
+
+    @classmethod
+    def for_config(cls, config: Any, *, spark: Any = None) -> SparkEngine:
+        """The engine of a run: session from ``spark_master``/``spark_conf`` (or ``spark``), tables
+        under ``spark_warehouse`` (default: next to the warehouse file), ledger in the DuckDB file."""
+        root = getattr(config, "spark_warehouse", None) or default_root(config.warehouse)
+        owns = spark is None
+        if spark is None:
+            conf = config.spark_settings() if hasattr(config, "spark_settings") else {}
+            conf.setdefault("spark.sql.warehouse.dir", root.rstrip("/") + "/_spark_sql")
+            spark = spark_session(config.spark_master, conf)
+        ledger = Warehouse(config.warehouse, memory_limit=config.memory_limit, threads=config.threads)
+        return cls(spark, root, owns_session=owns, ledger=ledger)
+
+    # -- DuckDB side (ledger) -----------------------------------------------------------------
+    @property
+    def con(self) -> Any:
+        """DuckDB connection to the warehouse file: the privacy ledger lives there."""
+        if self.ledger is None:
+            raise RuntimeError("this Spark engine has no ledger warehouse")
+        return self.ledger.con
+
+    def run_schema(self, run_id: str) -> str:
+        schema = run_schema_name(run_id)
+        self.create_schema(schema)
+        if self.ledger is not None:
+            self.ledger.run_schema(run_id)
+        return schema
+
+    # -- storage ------------------------------------------------------------------------------
+    def _p(self, *parts: str) -> Any:
+        return self._Path("/".join([self.root, *parts]))
+
+    def _table_dir(self, schema: str, table: str) -> str:
+        return f"{self.root}/{schema}/{table}"
+
+    def _write_text(self, path: Any, text: str) -> None:
+        out = self._fs.create(path, True)
+        try:
+            out.write(bytearray(text.encode("utf-8")))
+        finally:
+            out.close()
+
+    def _read_text(self, path: Any) -> str:
+        stream = self._fs.open(path)
+        reader = self.spark.sparkContext._jvm.java.io.BufferedReader(
+            self.spark.sparkContext._jvm.java.io.InputStreamReader(stream, "UTF-8")
+        )
+        lines = []
+        try:
+            while (line := reader.readLine()) is not None:
+                lines.append(line)
+        finally:
+            reader.close()
+        return "\n".join(lines)
+
+    def create_schema(self, schema: str) -> None:
+        """Create the database and register the tables/views stored under ``root/schema``."""
+        schema = safe_identifier(schema)
+        if schema in self._registered_schemas:
+            return
+        self._registered_schemas.add(schema)
+        if self.spark.catalog.databaseExists(schema):
+            # Same session (e.g. the CLI running stage after stage): every change went through
+            # an engine on this session, so its catalog is already current.
+            return
+        self.spark.sql(f"CREATE DATABASE IF NOT EXISTS {schema}")
+        base = self._p(schema)
+        if not self._fs.exists(base):
+            self._fs.mkdirs(base)
+            return
+        for status in self._fs.listStatus(base):
+            name = status.getPath().getName()
+            if status.isDirectory() and not name.startswith((".", "_")):
+                self._register_table(schema, name)
+        views_dir = self._p(schema, VIEWS_DIR)
+        if self._fs.exists(views_dir):
+            pending = {
+                s.getPath().getName().removesuffix(".sql"): self._read_text(s.getPath())
+                for s in self._fs.listStatus(views_dir)
+                if s.getPath().getName().endswith(".sql")
+            }
+            while pending:  # views may reference views: create in dependency order
+                progressed = False
+                for view, body in list(pending.items()):
+                    try:
+                        self.spark.sql(f"CREATE OR REPLACE VIEW {schema}.{view} AS {body}")
+                    except Exception:  # noqa: BLE001 - a dependency is not created yet
+                        continue
+                    del pending[view]
+                    progressed = True
+                if not progressed:  # stale views over dropped tables: forget them
+                    for view in pending:
+                        self._fs.delete(self._p(schema, VIEWS_DIR, f"{view}.sql"), False)
+                    break
+
+    def _register_table(self, schema: str, table: str, columns: Any = None) -> None:
+        """Register ``root/schema/table`` as an external Parquet table (``columns``: its Spark
+        schema when known, which spares Spark a job reading the footers)."""
+        self.spark.sql(f"DROP TABLE IF EXISTS {schema}.{table}")
+        location = self._table_dir(schema, table)
+        if columns is None:
+            self.spark.sql(f"CREATE TABLE {schema}.{table} USING parquet LOCATION '{location}'")
+        else:
+            self.spark.catalog.createTable(
+                f"{schema}.{table}", path=location, source="parquet", schema=columns
+            )
+
+    def materialize(self, schema: str, table: str, df: Any) -> None:
+        """Write a DataFrame as table ``schema.table`` (replacing it; it may read the old one)."""
+        schema, table = safe_identifier(schema), safe_identifier(table)
+        self.create_schema(schema)
+        tmp = self._staging_dir(schema, table)
+        df.write.mode("overwrite").parquet(tmp)
+        self._swap_in(schema, table, tmp, df.schema)
+
+    def _staging_dir(self, schema: str, table: str) -> str:
+        return f"{self.root}/{schema}/.{table}.{uuid.uuid4().hex[:12]}"
+
+    def _swap_in(self, schema: str, table: str, tmp: str, columns: Any) -> None:
+        """Replace table ``schema.table`` by the Parquet directory ``tmp``."""
+        self.drop(schema, table)
+        final = self._p(schema, table)
+        if self._fs.exists(final):
+            self._fs.delete(final, True)
+        if not self._fs.rename(self._Path(tmp), final):
+            raise RuntimeError(f"cannot move a Spark table into place: {schema}.{table}")
+        self._register_table(schema, table, columns)
+
+    def load_table(self, schema: str, table: str, batches: Iterable[pa.Table], columns: pa.Schema) -> None:
+        """Driver-side Arrow batches (public data, DP outputs) appended one by one to a fresh
+        Parquet directory, then swapped in as ``schema.table``."""
+        schema, table = safe_identifier(schema), safe_identifier(table)
+        self.create_schema(schema)
+        tmp = self._staging_dir(schema, table)
+        spark_columns = None
+        for batch in batches:
+            frame = self.spark.createDataFrame(batch.select(columns.names).cast(columns))
+            spark_columns = frame.schema
+            frame.write.mode("append").parquet(tmp)
+        if spark_columns is None:  # no batch: an empty table with the declared columns
+            frame = self.spark.createDataFrame(columns.empty_table())
+            spark_columns = frame.schema
+            frame.write.mode("overwrite").parquet(tmp)
+        self._swap_in(schema, table, tmp, spark_columns)
+
+    # -- Engine interface ---------------------------------------------------------------------
+    def sql(self, sql: str, params: dict[str, Any] | None = None) -> Any:
+        """DataFrame of one SELECT (DuckDB SQL text, transpiled)."""
+        statements = to_spark(sql)
+        if len(statements) != 1 or statements[0][0] != "select":
+            raise SparkSqlError("expected exactly one SELECT statement")
+        spark_sql = statements[0][1]
+        return self.spark.sql(spark_sql, args=_args(spark_sql, params) or None)
+
+    def execute(self, sql: str, params: dict[str, Any] | None = None) -> None:
+        for kind, body in to_spark(sql):
+            if kind.startswith("ctas:"):
+                schema, table = _split_name(kind.removeprefix("ctas:"))
+                self.materialize(schema, table, self.spark.sql(body, args=_args(body, params) or None))
+            elif kind.startswith("view:"):
+                schema, view = _split_name(kind.removeprefix("view:"))
+                self.create_schema(schema)
+                if _args(body, params):
+                    raise SparkSqlError("views cannot take parameters on Spark")
+                if self.object_type(schema, view) == "BASE TABLE":
+                    self.drop(schema, view)
+                self.spark.sql(f"CREATE OR REPLACE VIEW {schema}.{view} AS {body}")
+                self._write_text(self._p(schema, VIEWS_DIR, f"{view}.sql"), body)
+            elif kind.startswith("drop:"):
+                self.drop(*_split_name(kind.removeprefix("drop:")))
+            else:
+                self.spark.sql(body, args=_args(body, params) or None).collect()
+
+    def fetch_arrow(self, sql: str, params: dict[str, Any] | None = None) -> pa.Table:
+        return self.sql(sql, params).toArrow()
+
+    def fetch_batches(
+        self, sql: str, params: dict[str, Any] | None = None, batch_rows: int | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream a result to the driver in chunks of about ``batch_rows`` rows: the result is
+        split by ``pmod(xxhash64(first column), chunks)`` and each chunk is collected (and kept
+        in the query's order) in turn, so driver memory is bounded by one chunk."""
+        batch_rows = batch_rows or self.batch_rows
+        df = self.sql(sql, params)
+        total = df.count()
+        chunks = max(1, -(-total // batch_rows))
+        if chunks == 1:
+            table = df.toArrow()
+            batches = table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]
+            yield from batches
+            return
+        from pyspark.sql import functions as F
+
+        first = df.columns[0]
+        bucket = F.pmod(F.xxhash64(F.col(first)), F.lit(chunks))
+        for index in range(chunks):
+            yield from df.filter(bucket == index).toArrow().to_batches()
+
+    def fetch_numpy(self, sql: str, params: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
+        table = self.fetch_arrow(sql, params)
+        return {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
+
+    def fetch_scalar(self, sql: str, params: dict[str, Any] | None = None) -> Any:
+        rows = self.sql(sql, params).take(1)
+        return rows[0][0] if rows else None
+
+    @contextmanager
+    def registered(self, **views: Any) -> Iterator[None]:
+        """In-memory tables (Arrow, or frames with ``to_arrow``) as Spark temporary views."""
+        for name, data in views.items():
+            table = data if isinstance(data, pa.Table) else data.to_arrow()
+            self.spark.createDataFrame(table).createOrReplaceTempView(safe_identifier(name))
+        try:
+            yield
+        finally:
+            for name in views:
+                self.spark.catalog.dropTempView(name)
+
+    def object_type(self, schema: str, name: str) -> str | None:
+        self.create_schema(schema)
+        if not self.spark.catalog.tableExists(f"{safe_identifier(schema)}.{safe_identifier(name)}"):
+            return None
+        kind = self.spark.catalog.getTable(f"{schema}.{name}").tableType
+        return "VIEW" if str(kind).upper() == "VIEW" else "BASE TABLE"
+
+    def table_exists(self, schema: str, table: str) -> bool:
+        return self.object_type(schema, table) is not None
+
+    def drop(self, schema: str, *names: str) -> None:
+        for name in names:
+            kind = self.object_type(schema, name)
+            if kind == "VIEW":
+                self.spark.sql(f"DROP VIEW IF EXISTS {schema}.{name}")
+                self._fs.delete(self._p(schema, VIEWS_DIR, f"{name}.sql"), False)
+            elif kind is not None:
+                self.spark.sql(f"DROP TABLE IF EXISTS {schema}.{name}")  # external: files stay
+            path = self._p(schema, name)
+            if self._fs.exists(path):
+                self._fs.delete(path, True)
+
+    def drop_run_schema(self, run_id: str) -> None:
+        schema = run_schema_name(run_id)
+        self.spark.sql(f"DROP DATABASE IF EXISTS {schema} CASCADE")
+        self._fs.delete(self._p(schema), True)
+        self._registered_schemas.discard(schema)
+
+    def write_parquet(self, sql: str, path: str, params: dict[str, Any] | None = None) -> None:
+        self.sql(sql, params).write.mode("overwrite").parquet(str(path))
+
+    def close(self) -> None:
+        if self.ledger is not None:
+            self.ledger.close()
+            self.ledger = None
+        # The session is not stopped here: the next stage of the same process (a CLI run)
+        # reuses it; it is stopped when the process exits (an Airflow task ends).
+
+    def __enter__(self) -> SparkEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# Ingest on Spark
+# ----------------------------------------------------------------------------------------------
+_FILE_SHIFT = 40  # doc_id = file_index * 2^40 + record number (file_index 0 for a single file)
+
+
+_STAGED_FIELDS = [
+    ("kind", pa.string()),  # 'raw', 'sentence' or 'quarantine'
+    ("user_id", pa.string()),
+    ("doc_id", pa.int64()),
+    ("text", pa.string()),
+    ("sent_id", pa.int32()),
+    ("tokens", pa.list_(pa.string())),
+    ("source", pa.string()),
+    ("line_no", pa.int64()),
+    ("reason", pa.string()),
+    ("raw", pa.string()),
+]
+
+
+_STAGED_SCHEMA = pa.schema(_STAGED_FIELDS)
+
+
+_STAGED_DDL = (
+    "kind string, user_id string, doc_id bigint, text string, sent_id int, tokens array<string>, "
+    "source string, line_no bigint, reason string, raw string"
+)
+
+
+def spark_input_format(path: str, input_format: str) -> str:
+    from dpngram.core.errors import IngestError
+
+    if input_format in ("jsonl", "parquet"):
+        return input_format
+    if input_format != "auto":
+        raise IngestError(
+            f"input {path}: input_format '{input_format}' is not supported by the Spark engine "
+            "(use jsonl or parquet)"
+        )
+    name = path.rstrip("/").lower().removesuffix(".gz")
+    if name.endswith((".jsonl", ".json", ".ndjson")):
+        return "jsonl"
+    if name.endswith((".parquet", ".pq")):
+        return "parquet"
+    raise IngestError(f"input {path}: the Spark engine reads JSONL or Parquet; set input_format")
+
+
+def _numbered(df: Any) -> tuple[Any, int, int]:
+    """Add ``doc_id``: the 1-based record number in its file (line for JSONL, row for Parquet), as
+    the DuckDB path numbers them; with several files, + file_index * 2^40 (files sorted by path).
+
+    Rows of one file block are contiguous and in order inside one scan partition, so the record
+    number is (records in earlier blocks of the file) + (position in the block); the block sizes
+    are counted first (one extra pass over the input, aggregated in the JVM)."""
+    from pyspark.sql import functions as F
+
+    df = df.withColumn("_mid", F.monotonically_increasing_id())
+    blocks = (
+        df.groupBy(
+            F.col("_metadata.file_path").alias("_file"), F.col("_metadata.file_block_start").alias("_block")
+        )
+        .agg(F.count(F.lit(1)).alias("_n"), F.min("_mid").alias("_first"))
+        .collect()
+    )
+    files = sorted({r["_file"] for r in blocks})
+    file_index = {f: i for i, f in enumerate(files)}
+    rows = []
+    seen: dict[str, int] = {}
+    for r in sorted(blocks, key=lambda r: (r["_file"], r["_block"])):
+        before = seen.get(r["_file"], 0)
+        base = (file_index[r["_file"]] << _FILE_SHIFT) + before + 1 - r["_first"]
+        rows.append((r["_file"], int(r["_block"]), int(base)))
+        seen[r["_file"]] = before + int(r["_n"])
+    spark = df.sparkSession
+    offsets = spark.createDataFrame(rows, "_file string, _block long, _base long")
+    joined = df.join(
+        F.broadcast(offsets),
+        (F.col("_metadata.file_path") == offsets["_file"])
+        & (F.col("_metadata.file_block_start") == offsets["_block"]),
+    )
+    numbered = joined.withColumn("doc_id", F.col("_mid") + F.col("_base")).withColumn(
+        "_source", F.col("_metadata.file_path")
+    )
+    return numbered, len(files), sum(int(r["_n"]) for r in blocks)
+
+
+def _jsonl_records(batch: pa.RecordBatch, user_field: str, text_field: str, source_name: str) -> Any:
+    """Classify JSON lines with :func:`pipeline.ingest.classify_jsonl_line` (the DuckDB reader's
+    rules); returns an ingest ``_Batch``."""
+    from dpngram.text.records import _Batch, classify_jsonl_line
+
+    decode = json.JSONDecoder().decode
+    out = _Batch(read=batch.num_rows)
+    lines = batch.column("line").to_pylist()
+    doc_ids = batch.column("doc_id").to_pylist()
+    sources = batch.column("_source").to_pylist() if source_name == "" else None
+    for i, (line, line_no) in enumerate(zip(lines, doc_ids, strict=True)):
+        source = sources[i] if sources is not None else source_name
+        if line_no & ((1 << _FILE_SHIFT) - 1) == 1:
+            line = line.removeprefix(b"\xef\xbb\xbf")
+        classify_jsonl_line(out, source, line_no, line, user_field, text_field, decode)
+    return out
+
+
+def _parquet_records(batch: pa.RecordBatch, user_field: str, text_field: str, source_name: str) -> Any:
+    """Classify Parquet rows exactly like :func:`pipeline.ingest._parquet_batches`."""
+    import polars as pl
+
+    from dpngram.text.records import classify_frame
+
+    frame = pl.from_arrow(pa.Table.from_batches([batch]))
+    assert isinstance(frame, pl.DataFrame)
+    frame = frame.select(
+        user_id=pl.col(user_field).cast(pl.String),
+        text=pl.col(text_field).cast(pl.String),
+        doc_id=pl.col("doc_id").cast(pl.Int64),
+        source=pl.col("_source") if source_name == "" else pl.lit(source_name),
+    )
+    return classify_frame(frame, user_field, text_field)
+
+
+def _tokenize_records(records: Any, lowercase: bool, source_of: dict[int, str]) -> pa.RecordBatch:
+    """Tokenize one classified batch as :func:`pipeline.ingest._load_batch` does and return the
+    staged rows (raw texts, sentences, quarantine) in one Arrow batch."""
+    import polars as pl
+
+    from dpngram.text.records import tokenize_batch
+
+    raw_rows, sentences, quarantine = tokenize_batch(
+        records, lowercase, lambda doc_id: (source_of.get(doc_id, ""), doc_id)
+    )
+    parts = [
+        raw_rows.select(pl.lit("raw").alias("kind"), "user_id", "doc_id", "text"),
+        sentences.select(pl.lit("sentence").alias("kind"), "user_id", "doc_id", "sent_id", "tokens"),
+        quarantine.select(pl.lit("quarantine").alias("kind"), "source", "line_no", "reason", "raw"),
+    ]
+    staged = pl.concat(parts, how="diagonal_relaxed").to_arrow()
+    columns = [
+        staged.column(name).cast(dtype) if name in staged.column_names else pa.nulls(staged.num_rows, dtype)
+        for name, dtype in _STAGED_FIELDS
+    ]
+    return pa.RecordBatch.from_arrays(
+        [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns], schema=_STAGED_SCHEMA
+    )
+
+
+def ingest_spark(engine: SparkEngine, schema: str, config: Any) -> Any:
+    """Ingest ``config.input`` (JSONL or Parquet; file, directory or glob on any Hadoop-compatible
+    path) into ``schema`` on Spark: tables raw_text, sentences, quarantine, ingest_stats and the
+    tokens view, with the same columns, record numbering, quarantine reasons and tokens as
+    :func:`pipeline.ingest.ingest_file`. Returns the (PRIVATE) :class:`IngestStats`."""
+    import time
+
+    from pyspark.sql import functions as F
+
+    from dpngram.core.errors import IngestError
+    from dpngram.engines.ingest import _count, _write_stats
+    from dpngram.text.records import IngestStats
+
+    started = time.perf_counter()
+    path = str(config.input)
+    fmt = spark_input_format(path, config.input_format)
+    spark = engine.spark
+    user_field, text_field, lowercase = config.user_field, config.text_field, config.lowercase
+    try:
+        if fmt == "jsonl":
+            df = spark.read.text(path).select(F.col("value").cast("binary").alias("line"), "_metadata")
+        else:
+            df = spark.read.parquet(path)
+    except Exception as err:  # noqa: BLE001 - AnalysisException etc.: name the path only
+        raise IngestError(f"input {path} cannot be read by Spark ({type(err).__name__})") from None
+    if fmt == "parquet":
+        from pyspark.sql import types as T
+
+        fields = {f.name: f.dataType for f in df.schema.fields}
+        for name in (user_field, text_field):
+            if name not in fields:
+                raise IngestError(
+                    f"input {path}: the Parquet input has no column '{name}' (see user_field/text_field)"
+                )
+        if not isinstance(fields[user_field], (T.StringType, T.IntegralType)):
+            raise IngestError(
+                f"input {path}: column '{user_field}' has type {fields[user_field].simpleString()}; "
+                "expected string or integer"
+            )
+        if not isinstance(fields[text_field], T.StringType):
+            raise IngestError(
+                f"input {path}: column '{text_field}' has type {fields[text_field].simpleString()}; "
+                "expected string"
+            )
+        df = df.select(user_field, text_field, "_metadata")
+    numbered, n_files, rows_read = _numbered(df)
+    single_file = n_files <= 1
+    # The DuckDB path names the input path as the source of a single file's records.
+    source_name = path if single_file else ""
+    columns = ["doc_id", "_source"] + (["line"] if fmt == "jsonl" else [user_field, text_field])
+    classify = _jsonl_records if fmt == "jsonl" else _parquet_records
+
+    def stage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            records = classify(batch, user_field, text_field, source_name)
+            sources = batch.column("_source").to_pylist() if source_name == "" else None
+            source_of = (
+                {d: s for d, s in zip(batch.column("doc_id").to_pylist(), sources, strict=True)}
+                if sources is not None
+                else {d: source_name for d in records.doc_ids}
+            )
+            yield _tokenize_records(records, lowercase, source_of)
+
+    from pyspark import StorageLevel
+
+    # Tokenize once: the three tables are filtered from the cached (spillable) staged rows.
+    table = numbered.select(*columns).mapInArrow(stage, _STAGED_DDL).persist(StorageLevel.MEMORY_AND_DISK)
+    engine.materialize(
+        schema,
+        "raw_text",
+        table.filter(F.col("kind") == "raw").select("user_id", "doc_id", "text"),
+    )
+    engine.materialize(
+        schema,
+        "sentences",
+        table.filter(F.col("kind") == "sentence").select("user_id", "doc_id", "sent_id", "tokens"),
+    )
+    engine.materialize(
+        schema,
+        "quarantine",
+        table.filter(F.col("kind") == "quarantine").select("source", "line_no", "reason", "raw"),
+    )
+    table.unpersist()
+    engine.drop(schema, "ingest_stats")
+    engine.execute(load_sql("ingest/tokens_view", schema=schema))
+    stats: IngestStats = _count(_QueryAdapter(engine), schema, rows_read)
+    stats.seconds = round(time.perf_counter() - started, 3)
+    _write_stats(_QueryAdapter(engine), schema, stats)
+    return stats
+
+
+class _QueryAdapter:
+    """The two ``Warehouse`` calls :mod:`pipeline.ingest`'s bookkeeping uses (``query(name)`` and
+    ``run_sql(name)`` / ``registered``), on a Spark engine."""
+
+    def __init__(self, engine: SparkEngine) -> None:
+        self.engine = engine
+
+    def query(self, name: str, params: dict[str, Any] | None = None, **identifiers: str) -> Any:
+        rows = [tuple(r) for r in self.engine.sql(load_sql(name, **identifiers), params).collect()]
+        return _Rows(rows)
+
+    def run_sql(self, name: str, params: dict[str, Any] | None = None, **identifiers: str) -> None:
+        self.engine.execute(load_sql(name, **identifiers), params)
+
+    def registered(self, **views: Any) -> Any:
+        return self.engine.registered(**views)
+
+
+class _Rows:
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self.rows = rows
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self.rows

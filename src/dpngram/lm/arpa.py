@@ -1,0 +1,378 @@
+"""ARPA language models from (fractional) n-gram pseudo-counts: interpolated modified Kneser-Ney
+with fractional counts, an ARPA writer, and an ARPA reader (for validation and tests).
+
+Smoothing (docs/lm.md, "Route A"): interpolated modified Kneser-Ney (Chen & Goodman 1998, §3.5,
+§4.1.6 — what KenLM's lmplz estimates) extended to fractional pseudo-counts r >= 0 (e.g. M·θ) in
+the spirit of Zhang & Chiang, "Kneser-Ney Smoothing on Expected Counts" (ACL 2014): a count r < 1
+is a partial occurrence, so
+
+* "seen" becomes min(1, r): continuation counts N1+(• g) = Σ_v min(1, r(v g));
+* an n-gram gives up D(r)·min(1, r) with D(r) = D1, D2, D3+ for r < 1.5, < 2.5, >= 2.5
+  (:func:`modified_discounts`, Chen & Goodman's estimates from counts-of-counts with r binned to
+  the nearest integer). On integer counts this is exactly modified KN.
+
+For an n-gram g = (h, w) with adjusted count a (raw pseudo-count at the top order, continuation
+count below; n-grams starting with ``<s>`` keep their raw count, as in lmplz):
+
+    p(w | h) = (a(hw) - D(a(hw)) min(1, a(hw))) / S(h) + γ(h) p(w | h'),   S(h) = Σ_w a(h w),
+    γ(h)     = Σ_w D(a(hw)) min(1, a(hw)) / S(h)                       (the ARPA backoff of h),
+
+and at order 1 the lower distribution is uniform over the vocabulary without ``<s>``. Every
+context's listed probabilities plus γ(h) times the lower-order mass sum to exactly 1. A context
+whose continuations all have zero count (present only for ARPA closure) gets γ(h) = 1.
+
+ARPA validity rules enforced by :func:`write_arpa` (what KenLM's ``build_binary`` needs): exact
+``\\data\\`` counts, every n-gram's context (prefix) and suffix present at order n - 1, ``<s>``,
+``</s>``, ``<unk>`` among the unigrams, log10 probabilities <= 0, no backoff column at the top
+order. Memory: the tables are polars frames (one row per n-gram), never per-user data.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from dpngram.core.errors import ArpaError
+
+BOS, EOS, UNK = "<s>", "</s>", "<unk>"
+
+
+#: log10 probability written for <s> (it is never predicted; the SRILM/KenLM convention).
+BOS_LOGPROB = -99.0
+
+
+D_MIN, D_MAX = 0.05, (0.95, 1.45, 2.45)
+
+
+DEFAULT_DISCOUNTS = (0.5, 1.0, 1.5)
+
+
+#: Probabilities are floored here before log10 (a context-closure n-gram can have p ~ 1e-300).
+MIN_PROB = 1e-98
+
+
+@dataclass
+class ArpaModel:
+    """One frame per order n = 1..N with columns ``ngram`` (space-joined tokens), ``logprob``
+    (log10) and ``backoff`` (log10; null at the top order)."""
+
+    tables: dict[int, pl.DataFrame]
+
+    @property
+    def order(self) -> int:
+        return max(self.tables)
+
+    def counts(self) -> dict[int, int]:
+        return {n: self.tables[n].height for n in sorted(self.tables)}
+
+
+def _context(col: str = "ngram") -> pl.Expr:
+    return pl.col(col).str.replace(r" [^ ]+$", "")
+
+
+def _suffix(col: str = "ngram") -> pl.Expr:
+    return pl.col(col).str.replace(r"^[^ ]+ ", "")
+
+
+def _first(col: str = "ngram") -> pl.Expr:
+    return pl.col(col).str.extract(r"^([^ ]+)", 1)
+
+
+def _seen(col: str) -> pl.Expr:
+    """min(1, r): a fractional count r < 1 is a partial occurrence."""
+    return pl.col(col).clip(None, 1.0)
+
+
+def modified_discounts(counts: pl.Series) -> tuple[float, float, float]:
+    """Chen & Goodman's modified-KN discounts (D1, D2, D3+) from counts-of-counts, with
+    fractional counts binned to the nearest integer (n_k = #{r : k - 1/2 <= r < k + 1/2}):
+    Y = n1/(n1 + 2 n2), D1 = 1 - 2Y n2/n1, D2 = 2 - 3Y n3/n2, D3+ = 3 - 4Y n4/n3. Clamped so that
+    a count is never discounted below 0 (D1 <= 0.95, D2 <= 1.45, D3+ <= 2.45) nor by less than 0.05;
+    a missing count-of-count gives the defaults (0.5, 1.0, 1.5)."""
+    r = counts.cast(pl.Float64)
+    n = [float(((r >= k - 0.5) & (r < k + 0.5)).sum()) for k in (1, 2, 3, 4)]
+    if min(n) <= 0:
+        return DEFAULT_DISCOUNTS
+    y = n[0] / (n[0] + 2 * n[1])
+    raw = (1 - 2 * y * n[1] / n[0], 2 - 3 * y * n[2] / n[1], 3 - 4 * y * n[3] / n[2])
+    return tuple(min(hi, max(D_MIN, d)) for d, hi in zip(raw, D_MAX, strict=True))  # type: ignore[return-value]
+
+
+def _discount(col: str, d: tuple[float, float, float]) -> pl.Expr:
+    """Mass taken from an n-gram with (pseudo-)count r: D(r) * min(1, r) with D(r) = D1 for r < 1.5,
+    D2 for r < 2.5, else D3+ (equals modified KN on integer counts; <= r for every r >= 0)."""
+    c = pl.col(col)
+    return pl.when(c < 1.5).then(d[0]).when(c < 2.5).then(d[1]).otherwise(d[2]) * _seen(col)
+
+
+def ngrams_of_sentences(sentences: pl.Series, order: int, vocabulary: set[str] | None) -> pl.DataFrame:
+    """(ngram, count) of sentences (a list[str] series) with one <s> and one </s> per sentence,
+    tokens outside ``vocabulary`` mapped to <unk> (None: no mapping); order-n grams with <s> only
+    first: a sentence of m tokens gives m + 1 - (n - 2) n-grams for n >= 2 (same convention as
+    sql/bayes_occurrences.sql for n = 3)."""
+    frame = pl.DataFrame({"toks": sentences}).filter(pl.col("toks").list.len() > 0)
+    frame = frame.with_row_index("sid").explode("toks")
+    if vocabulary is not None:
+        vocab = pl.Series("v", sorted(vocabulary), dtype=pl.String)
+        frame = frame.with_columns(
+            toks=pl.when(pl.col("toks").is_in(vocab.implode())).then(pl.col("toks")).otherwise(pl.lit(UNK))
+        )
+    padded = (
+        frame.group_by("sid", maintain_order=True)
+        .agg(pl.col("toks"))
+        .select(toks=pl.concat_list(pl.lit(BOS), pl.col("toks"), pl.lit(EOS)))
+    )
+    width = max(order, 2)
+    grams = (
+        padded.with_columns(start=pl.int_ranges(0, pl.col("toks").list.len() - width + 1))
+        .explode("start")
+        .drop_nulls("start")
+        .select(ngram=pl.col("toks").list.slice(pl.col("start") + (width - order), order).list.join(" "))
+    )
+    if order == 1:  # unigrams: every predicted token (not <s>)
+        grams = grams.filter(pl.col("ngram") != BOS)
+    return grams.group_by("ngram").agg(count=pl.len().cast(pl.Float64))
+
+
+def raw_marginals(top: pl.DataFrame, order: int) -> dict[int, pl.DataFrame]:
+    """Raw (pseudo-)counts of every order from top-order counts (``ngram``, ``count``).
+
+    With one ``<s>`` and one ``</s>`` per sentence, every occurrence of an n-gram g not starting
+    with ``<s>`` is the suffix of exactly one (n+1)-gram occurrence (v may be ``<s>``), and every
+    occurrence of g starting with ``<s>`` (and not ending with ``</s>``) is the prefix of one: so
+    r(g) = Σ_v r(v g), and r(<s> g') = Σ_w r(<s> g' w). Exact on complete counts."""
+    raw = {order: top.group_by("ngram").agg(pl.col("count").sum()).filter(pl.col("count") > 0)}
+    for n in range(order - 1, 0, -1):
+        higher = raw[n + 1]
+        from_left = higher.group_by(_suffix().alias("ngram")).agg(pl.col("count").sum())
+        from_right = (
+            higher.filter(_first() == BOS).group_by(_context().alias("ngram")).agg(pl.col("count").sum())
+        )
+        if n == 1:
+            from_right = from_right.with_columns(count=pl.lit(0.0))  # <s> is never predicted
+        raw[n] = pl.concat([from_left, from_right]).group_by("ngram").agg(pl.col("count").sum())
+    return raw
+
+
+def _adjusted(raw: dict[int, pl.DataFrame], order: int) -> dict[int, pl.DataFrame]:
+    """KN counts: raw at the top order and for n-grams starting with <s>; below, fractional
+    continuation counts Σ_v min(1, r(v g))."""
+    adjusted = {order: raw[order]}
+    for n in range(order - 1, 0, -1):
+        cont = raw[n + 1].group_by(_suffix().alias("ngram")).agg(_seen("count").sum().alias("count"))
+        starts = raw[n].filter(_first() == BOS)
+        adjusted[n] = pl.concat([cont, starts]).group_by("ngram").agg(pl.col("count").sum())
+    return adjusted
+
+
+def _close(tables: dict[int, pl.DataFrame], order: int, vocabulary: Iterable[str]) -> dict[int, pl.DataFrame]:
+    """Add zero-count n-grams so that every n-gram's prefix and suffix exist one order below,
+    and every vocabulary word plus <s>, </s>, <unk> is a unigram."""
+    out = dict(tables)
+    for n in range(order, 1, -1):
+        needed = pl.concat(
+            [out[n].select(_context().alias("ngram")), out[n].select(_suffix().alias("ngram"))]
+        ).unique()
+        missing = needed.join(out[n - 1].select("ngram"), on="ngram", how="anti")
+        if missing.height:
+            out[n - 1] = pl.concat([out[n - 1], missing.with_columns(count=pl.lit(0.0))])
+    words = pl.DataFrame({"ngram": sorted({*vocabulary, BOS, EOS, UNK})}, schema={"ngram": pl.String})
+    missing = words.join(out[1].select("ngram"), on="ngram", how="anti")
+    out[1] = pl.concat([out[1], missing.with_columns(count=pl.lit(0.0))])
+    return out
+
+
+def kneser_ney(
+    top: pl.DataFrame,
+    order: int,
+    vocabulary: Iterable[str] = (),
+    discounts: dict[int, tuple[float, float, float]] | None = None,
+) -> ArpaModel:
+    """Interpolated modified Kneser-Ney on fractional counts (module docstring) from top-order
+    pseudo-counts.
+
+    ``top``: columns ``ngram`` (``order`` space-joined tokens, with ``<s>`` only first and ``</s>``
+    only last) and ``count`` (float >= 0). ``vocabulary``: words that must be unigrams even
+    without counts. ``discounts``: fixed (D1, D2, D3+) per order (default: :func:`modified_discounts`)."""
+    if order < 1:
+        raise ArpaError(f"order: must be >= 1 (got {order})")
+    top = top.select(pl.col("ngram").cast(pl.String), pl.col("count").cast(pl.Float64))
+    if top.filter(pl.col("count") < 0).height or top.filter(pl.col("count").is_nan()).height:
+        raise ArpaError("count: pseudo-counts must be >= 0")
+    bad = top.filter(pl.col("ngram").str.split(" ").list.len() != order)
+    if bad.height:
+        raise ArpaError(f"ngram: {bad.height} row(s) do not have exactly {order} tokens")
+    adjusted = _close(_adjusted(raw_marginals(top, order), order), order, vocabulary)
+    discounts = dict(discounts or {})
+    for n in range(1, order + 1):
+        adjusted[n] = adjusted[n].group_by("ngram").agg(pl.col("count").sum())
+        if n not in discounts:
+            discounts[n] = modified_discounts(adjusted[n].filter(pl.col("count") > 0)["count"])
+
+    probs: dict[int, pl.DataFrame] = {}
+    gammas: dict[int, pl.DataFrame] = {}  # order n -> (context of order n-1, gamma)
+    for n in range(1, order + 1):
+        d = discounts[n]
+        table = adjusted[n]
+        if n == 1:
+            table = table.filter(pl.col("ngram") != BOS)
+            total = float(table["count"].sum())
+            gamma0 = float(table.select(_discount("count", d).sum()).item()) / total if total > 0 else 1.0
+            uniform = 1.0 / table.height
+            alpha = (pl.col("count") - _discount("count", d)) / total if total > 0 else pl.lit(0.0)
+            p = table.select("ngram", prob=alpha + gamma0 * uniform)
+            p = pl.concat([p, pl.DataFrame({"ngram": [BOS], "prob": [0.0]})])
+        else:
+            table = table.with_columns(ctx=_context(), suf=_suffix())
+            ctx = (
+                table.group_by("ctx")
+                .agg(total=pl.col("count").sum(), seen=_discount("count", d).sum())
+                .with_columns(
+                    gamma=pl.when(pl.col("total") > 0).then(pl.col("seen") / pl.col("total")).otherwise(1.0)
+                )
+            )
+            gammas[n] = ctx.select(pl.col("ctx").alias("ngram"), "gamma")
+            lower = probs[n - 1].rename({"ngram": "suf", "prob": "lower"})
+            p = (
+                table.join(ctx, on="ctx", how="left")
+                .join(lower, on="suf", how="left")
+                .select(
+                    "ngram",
+                    prob=pl.when(pl.col("total") > 0)
+                    .then((pl.col("count") - _discount("count", d)) / pl.col("total"))
+                    .otherwise(0.0)
+                    + pl.col("gamma") * pl.col("lower"),
+                )
+            )
+            if p["prob"].null_count():
+                raise ArpaError(f"order {n}: a suffix is missing one order below (closure failed)")
+        probs[n] = p
+
+    return model_from_probabilities(probs, gammas, order)
+
+
+def model_from_probabilities(
+    probs: dict[int, pl.DataFrame], gammas: dict[int, pl.DataFrame], order: int
+) -> ArpaModel:
+    """ARPA tables from probabilities ``probs[n]`` (``ngram``, ``prob``) and backoff weights
+    ``gammas[n]`` (``ngram`` = a context of order n − 1, ``gamma``): log10 values, ``<s>`` at
+    :data:`BOS_LOGPROB`, probabilities floored at :data:`MIN_PROB`, backoff 1 (log10 0) for a
+    context with no entry, no backoff column at the top order."""
+    tables: dict[int, pl.DataFrame] = {}
+    for n in range(1, order + 1):
+        t = probs[n].with_columns(
+            logprob=pl.when(pl.col("ngram") == BOS)
+            .then(BOS_LOGPROB)
+            .otherwise(pl.col("prob").clip(MIN_PROB, 1.0).log10())
+        )
+        if n < order:
+            g = gammas.get(n + 1, pl.DataFrame(schema={"ngram": pl.String, "gamma": pl.Float64}))
+            t = t.join(g, on="ngram", how="left").with_columns(
+                backoff=pl.col("gamma").fill_null(1.0).clip(MIN_PROB, None).log10()
+            )
+        else:
+            t = t.with_columns(backoff=pl.lit(None, dtype=pl.Float64))
+        tables[n] = t.select("ngram", "logprob", "backoff").sort("ngram")
+    return ArpaModel(tables)
+
+
+def check_model(model: ArpaModel) -> None:
+    """Raise :class:`ArpaError` unless the tables satisfy the ARPA rules (module docstring)."""
+    order = model.order
+    if sorted(model.tables) != list(range(1, order + 1)):
+        raise ArpaError("orders: every order 1..N must be present")
+    unigrams = set(model.tables[1]["ngram"].to_list())
+    for marker in (BOS, EOS, UNK):
+        if marker not in unigrams:
+            raise ArpaError(f"unigrams: {marker} is missing")
+    for n, t in model.tables.items():
+        if t["ngram"].n_unique() != t.height:
+            raise ArpaError(f"order {n}: duplicate n-grams")
+        if t.filter(pl.col("logprob") > 0).height or t["logprob"].null_count():
+            raise ArpaError(f"order {n}: log10 probabilities must be <= 0")
+        if n == order and t["backoff"].null_count() != t.height:
+            raise ArpaError(f"order {n}: the top order has no backoff")
+        if n > 1:
+            lower = model.tables[n - 1].select("ngram")
+            for name, expr in (("context", _context()), ("suffix", _suffix())):
+                missing = t.select(expr.alias("ngram")).unique().join(lower, on="ngram", how="anti")
+                if missing.height:
+                    raise ArpaError(f"order {n}: {missing.height} n-gram {name}(s) missing at order {n - 1}")
+
+
+def write_arpa(model: ArpaModel, path: str | os.PathLike[str]) -> dict[int, int]:
+    """Check the rules, then write the ARPA file (atomically: ``path.tmp`` then rename). Returns
+    the counts per order written in ``\\data\\``."""
+    check_model(model)
+    target = Path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    counts = model.counts()
+    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write("\\data\\\n")
+        for n, c in counts.items():
+            fh.write(f"ngram {n}={c}\n")
+        for n in counts:
+            fh.write(f"\n\\{n}-grams:\n")
+            t = model.tables[n]
+            cols = [pl.col("logprob").round(7).cast(pl.String), pl.col("ngram")]
+            if n < model.order:
+                cols.append(pl.col("backoff").round(7).cast(pl.String))
+            lines = t.select(pl.concat_str(cols, separator="\t").alias("line"))["line"]
+            fh.write("\n".join(lines.to_list()))
+            fh.write("\n")
+        fh.write("\n\\end\\\n")
+    os.replace(tmp, target)
+    return counts
+
+
+def read_arpa(path: str | os.PathLike[str]) -> tuple[dict[int, int], ArpaModel]:
+    """Parse an ARPA file: (counts declared in ``\\data\\``, the tables as read). Raises
+    :class:`ArpaError` on a malformed file (one line, no data values)."""
+    declared: dict[int, int] = {}
+    rows: dict[int, list[tuple[str, float, float | None]]] = {}
+    section: int | None = None
+    with open(path, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, 1):
+            line = line.rstrip("\n")
+            if not line.strip():
+                continue
+            if line == "\\data\\":
+                section = 0
+                continue
+            if line == "\\end\\":
+                break
+            if line.startswith("\\") and line.endswith("-grams:"):
+                try:
+                    section = int(line[1:-7])
+                except ValueError:
+                    raise ArpaError(f"line {line_no}: bad section header") from None
+                rows.setdefault(section, [])
+                continue
+            if section == 0:
+                if not line.startswith("ngram "):
+                    raise ArpaError(f"line {line_no}: bad \\data\\ line")
+                n, c = line[6:].split("=")
+                declared[int(n)] = int(c)
+                continue
+            if section is None:
+                raise ArpaError(f"line {line_no}: text before \\data\\")
+            fields = line.split("\t")
+            if len(fields) not in (2, 3):
+                raise ArpaError(f"line {line_no}: expected 2 or 3 tab-separated fields")
+            try:
+                logprob = float(fields[0])
+                backoff = float(fields[2]) if len(fields) == 3 else None
+            except ValueError:
+                raise ArpaError(f"line {line_no}: non-numeric probability or backoff") from None
+            rows[section].append((fields[1], logprob, backoff))
+    tables = {
+        n: pl.DataFrame(
+            r, schema={"ngram": pl.String, "logprob": pl.Float64, "backoff": pl.Float64}, orient="row"
+        )
+        for n, r in sorted(rows.items())
+    }
+    return declared, ArpaModel(tables)

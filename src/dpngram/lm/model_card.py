@@ -1,0 +1,193 @@
+"""``model/MODEL_CARD.md``: what the language model is, its privacy guarantee in plain words, how
+it was built, its size and metrics, and how to load it. Holds only public facts (parameters,
+released-table sizes, the composed (ε, δ), metrics on public or user-supplied text)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpngram.config import RunConfig
+from dpngram.core.accounting import privacy_summary
+
+_STAGE_NAMES = {
+    "dpne": "DPSU vocabulary + DPNE k-gram sets (Kim et al.)",
+    "bayes": "Bayesian trigram distribution (Ramadan et al.)",
+    "synth": "synthetic sequences (Chen et al.)",
+    "lm_counts": "noisy n-gram counts + the mixture weight (this model's private evidence)",
+}
+
+
+def render_model_card(
+    config: RunConfig, run_id: str, parts: dict[str, dict[str, Any]], part: dict[str, Any]
+) -> str:
+    """The card of run ``run_id`` from its report ``parts`` (every stage's public fragment) and the
+    ``lm`` stage's own ``part``."""
+    privacy = privacy_summary(parts, config.delta, config.epsilon)
+    total = privacy.get("total", {})
+    eps, delta = float(total.get("epsilon", 0.0)), float(total.get("delta", 0.0))
+    not_dp = any(p.get("differentially_private") is False for p in parts.values())
+    lines = [
+        f"# Language model card — run `{run_id}` (dataset `{config.dataset}`)",
+        "",
+        "## Privacy guarantee",
+        "",
+    ]
+    if not_dp:
+        lines.append(
+            "**NO differential-privacy guarantee**: a stage of this run used a comparison setting "
+            "that is not differentially private (see report.json). Do not share this model."
+        )
+    else:
+        lines.append(
+            f"This model satisfies **user-level ({eps:.4g}, {delta:.3g})-differential privacy**. The unit of "
+            "privacy is the user: whether or not any one person's entire text was in the training data "
+            f"changes the probability of obtaining this model by at most a factor e^{eps:.4g} "
+            f"(about {_factor(eps)}), except with probability at most {delta:.3g}. The model was built only "
+            "from the run's released differentially private outputs (post-processing, no extra privacy "
+            "cost) and, optionally, a public corpus; it never read the private text."
+        )
+    lines += [
+        "",
+        f"Total composed with `{total.get('method', 'n/a')}` over every stage of the run "
+        f"(run budget ε = {config.epsilon:g}, δ = {config.delta:g}).",
+        "",
+        "Per stage, what the privacy ledger was charged: the levels of one stage are charged the",
+        "increment of their exact composition, so the rows add up to at least the composed total.",
+        "",
+        "| stage | what it released | ε charged | δ charged |",
+        "|---|---|---|---|",
+    ]
+    for name, stage in privacy.get("stages", {}).items():
+        label = _STAGE_NAMES.get(name.split(".")[0], name)
+        eps = float(stage.get("charged_epsilon", stage["epsilon"]))
+        delta = float(stage.get("charged_delta", stage.get("delta")) or 0)
+        lines.append(f"| {name} | {label} | {eps:.4g} | {delta:.3g} |")
+    lines += [
+        "| lm | this model | 0 (post-processing) | 0 |",
+        "",
+        "## How it was built",
+        "",
+        f"- route: **{part['route']}** ({part['route_selection']})",
+        f"- smoothing: {part['smoothing']}",
+        f"- inputs: {', '.join(f'{k} {v}' for k, v in part['sources'].items())}",
+        _vocabulary_line(part),
+        f"- tokenizer: the pipeline's (NFKC, lower-case = {config.lowercase}; docs/tokenizer.md)",
+        "- parameters: "
+        + ", ".join(
+            f"{k} = {getattr(config, k)}" for k in _PARAMETERS.get(part["route"], _PARAMETERS["arpa"])
+        ),
+        "",
+        "| order | n-grams |",
+        "|---|---|",
+        *(f"| {n} | {c} |" for n, c in part["counts"].items()),
+        "",
+        "## Metrics",
+        "",
+    ]
+    metrics = part.get("metrics")
+    comparison = part.get("comparison")
+    if comparison:
+        lines += _comparison_lines(comparison)
+    elif comparison == {}:
+        lines.append("No evaluation text was given (set `public` or `lm_eval_text`).")
+    if metrics:
+        lines += [
+            f"On {metrics['text']} text only ({metrics['sentences']} sentences, {metrics['tokens']} tokens; "
+            "never on the private data)"
+            + (
+                ". Caution: the public corpus is also a training input of route arpa, so this is an "
+                "in-sample, optimistic number; pass held-out text as lm_eval_text."
+                if metrics["text"] == "public corpus"
+                else ":"
+            ),
+            "",
+            f"- perplexity (OOVs scored as `<unk>`): {metrics['perplexity']:.2f}",
+            f"- perplexity without OOVs: {metrics['perplexity_without_oov']:.2f}",
+            f"- OOV rate: {metrics['oov_rate']:.4f}",
+        ]
+    elif comparison is None:
+        lines.append("No evaluation text was given (set `lm_eval_text` or `public`).")
+    lines += [
+        "",
+        "## How to load it",
+        "",
+        "```python",
+        "import kenlm",
+        "model = kenlm.Model('model/model.binary')  # or model/model.arpa",
+        "model.score('a tokenised sentence', bos=True, eos=True)  # log10 probability",
+        "```",
+        "",
+        "Command line: `dpngram evaluate --model model/model.binary --text FILE [--json]`. "
+        "Tokenise input with the pipeline's tokenizer (`pipeline.ingest.tokenize_texts`).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+_PARAMETERS = {
+    "mixture": (
+        "max_n",
+        "max_contribution",
+        "lm_public_vocab_size",
+        "lm_count_domain",
+        "lm_count_clip",
+        "lm_count_threshold",
+        "lm_count_discount",
+        "lm_mix_weight",
+        "lm_holdout",
+    ),
+    "arpa": ("max_n", "max_contribution", "lm_theta_tokens", "lm_public_weight", "lm_kgram_count"),
+}
+
+
+def _vocabulary_line(part: dict[str, Any]) -> str:
+    vocab = part.get("vocabulary")
+    if vocab:
+        return (
+            f"- order: {part['order']}; vocabulary: {vocab['model']} words = {vocab['rule']} "
+            f"({vocab['dp']} DP words), plus `<s>`, `</s>`, `<unk>`; only words outside it are `<unk>`"
+        )
+    return (
+        f"- order: {part['order']}; vocabulary: {part['vocabulary_size']} unigrams (DP vocabulary, markers "
+        "`<s>`, `</s>`, `<unk>`); tokens outside it are scored as `<unk>`"
+    )
+
+
+def _fmt(value: Any, pattern: str) -> str:
+    return "n/a" if value is None else format(value, pattern)
+
+
+def _comparison_lines(comparison: dict[str, Any]) -> list[str]:
+    lines = [
+        "Compared with the model a team could build from the public corpus alone (the same Kneser-Ney",
+        "recipe, no private data). Never measured on the private data.",
+        "",
+        "- open-vocabulary perplexity: an unknown word costs p(`<unk>`) times a fixed spelling model",
+        "  shared by every model (docs/lm_evaluation.md), so a small vocabulary cannot look good;",
+        "- top-1 / top-3: how often the next word is the model's first / among its first three",
+        "  guesses (an unknown word is a miss), the keyboard use case.",
+        "",
+    ]
+    for text, row in comparison.items():
+        lines += [
+            f"**{text}**",
+            "",
+            "| model | open-vocab perplexity | top-1 | top-3 | OOV rate | perplexity (OOV as `<unk>`) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, m in row.items():
+            lines.append(
+                f"| {name} | {_fmt(m.get('open_vocab_perplexity'), '.2f')} "
+                f"| {_fmt(m.get('top1_accuracy'), '.3f')} "
+                f"| {_fmt(m.get('top3_accuracy'), '.3f')} | {_fmt(m.get('oov_rate'), '.4f')} "
+                f"| {_fmt(m.get('perplexity'), '.2f')} |"
+            )
+        lines.append("")
+    return lines
+
+
+def _factor(eps: float) -> str:
+    import math
+
+    return f"{math.exp(eps):.3g}×" if eps < 50 else "a very large factor"
+

@@ -1,0 +1,474 @@
+"""The open-vocabulary language model: a public Kneser-Ney model P, a model Q estimated from the
+run's DP-noisy n-gram counts (stage ``lm_counts``), and their linear interpolation written as one
+ARPA backoff model (docs/lm.md, "Open-vocabulary model").
+
+Everything here is post-processing: inputs are the public corpus, released DP outputs (the DP
+vocabulary, the noisy counts, the selected weight λ) and public parameters. No private data.
+
+* :func:`model_vocabulary` — V_LM = DP vocabulary ∪ the public corpus's words (at most
+  ``public_cap`` of them, by public count): a word public text knows never becomes ``<unk>``.
+* :func:`public_counts` — order-1..N counts of the public corpus with V_LM's ``<unk>`` mapping.
+* :func:`public_model` — P: interpolated modified Kneser-Ney on the public counts
+  (:func:`lm.arpa.kneser_ney`).
+* :func:`noisy_count_model` — Q: interpolated absolute discounting on noisy counts whose context
+  totals are the noisy counts of the contexts themselves; its unigram level backs off to P's
+  unigrams, so with no private evidence Q's unigram level is P's.
+* :func:`mix_models` — λ·Q + (1 − λ)·P as one ARPA model (a static mixture, as SRILM's
+  ``-mix-lm``): exact for every n-gram listed in P or Q; other n-grams back off with weights that
+  make every context sum to one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterable
+
+import polars as pl
+
+from dpngram.core.errors import ArpaError
+from dpngram.lm.arpa import (
+    BOS,
+    EOS,
+    UNK,
+    ArpaModel,
+    kneser_ney,
+    model_from_probabilities,
+    ngrams_of_sentences,
+)
+
+MARKERS = (BOS, EOS, UNK)
+
+
+PUBLIC_BATCH_SENTENCES = 100_000
+
+
+def _context() -> pl.Expr:
+    return pl.col("ngram").str.replace(r" [^ ]+$", "")
+
+
+def _suffix() -> pl.Expr:
+    return pl.col("ngram").str.replace(r"^[^ ]+ ", "")
+
+
+#: Every HELDOUT_EVERY-th public sentence (index % HELDOUT_EVERY == HELDOUT_EVERY - 1) is the
+#: model card's held-out public text. The released model trains on every sentence; the card's
+#: numbers on this text come from stand-ins built the same way without it (lm/build.py).
+HELDOUT_EVERY = 20
+
+
+def public_sentences(path: str | os.PathLike[str], lowercase: bool = True, part: str = "train"):
+    """Sentences of the public corpus (the pipeline tokenizer): ``part`` 'train' (all but every
+    :data:`HELDOUT_EVERY`-th), 'heldout' (those) or 'all'."""
+    from dpngram.text.public import read_public_corpus
+
+    for i, sentence in enumerate(read_public_corpus(path, lowercase)):
+        held = i % HELDOUT_EVERY == HELDOUT_EVERY - 1
+        if part == "all" or (part == "heldout") == held:
+            yield sentence
+
+
+def write_heldout_text(
+    path: str | os.PathLike[str], target: str | os.PathLike[str], lowercase: bool = True
+) -> int:
+    """The held-out public sentences as a text file (one tokenised sentence a line); returns how many."""
+    n = 0
+    with open(target, "w", encoding="utf-8") as fh:
+        for sentence in public_sentences(path, lowercase, "heldout"):
+            fh.write(" ".join(sentence) + "\n")
+            n += 1
+    return n
+
+
+def public_word_counts(
+    path: str | os.PathLike[str], lowercase: bool = True, part: str = "all"
+) -> Counter[str]:
+    """Token counts of the public corpus (``part``: see :func:`public_sentences`)."""
+    counts: Counter[str] = Counter()
+    for sentence in public_sentences(path, lowercase, part):
+        counts.update(sentence)
+    return counts
+
+
+def model_vocabulary(
+    dp_vocabulary: Iterable[str], public_words: Counter[str] | None, public_cap: int
+) -> list[str]:
+    """V_LM: the DP vocabulary ∪ the ``public_cap`` most frequent public words (ties broken by the
+    word, so the choice is deterministic), without the markers. Public data and a DP output only."""
+    words = {w for w in dp_vocabulary if w and w not in MARKERS}
+    if public_words and public_cap > 0:
+        ranked = sorted(((-c, w) for w, c in public_words.items() if w not in MARKERS))
+        words.update(w for _, w in ranked[:public_cap])
+    return sorted(words)
+
+
+def sentence_ngram_counts(
+    sentences: Iterable[list[str]], order: int, vocabulary: Iterable[str] | None = None
+) -> dict[int, pl.DataFrame]:
+    """Counts (``ngram``, ``count``) of every order 1..``order`` of token lists, in batches of
+    :data:`PUBLIC_BATCH_SENTENCES`; tokens outside ``vocabulary`` mapped to ``<unk>`` (None: no
+    mapping), one ``<s>``/``</s>`` per sentence (order 1 has no ``<s>``)."""
+    vocab = None if vocabulary is None else set(vocabulary)
+    totals: dict[int, pl.DataFrame | None] = {n: None for n in range(1, order + 1)}
+
+    def add(batch: list[list[str]]) -> None:
+        series = pl.Series("toks", batch, dtype=pl.List(pl.String))
+        for n in totals:
+            counts = ngrams_of_sentences(series, n, vocab)
+            prev = totals[n]
+            totals[n] = (
+                counts
+                if prev is None
+                else pl.concat([prev, counts]).group_by("ngram").agg(pl.col("count").sum())
+            )
+
+    batch: list[list[str]] = []
+    for sentence in sentences:
+        batch.append(sentence)
+        if len(batch) >= PUBLIC_BATCH_SENTENCES:
+            add(batch)
+            batch = []
+    if batch:
+        add(batch)
+    empty = pl.DataFrame(schema={"ngram": pl.String, "count": pl.Float64})
+    return {n: (t if t is not None else empty) for n, t in totals.items()}
+
+
+def public_counts(
+    path: str | os.PathLike[str],
+    order: int,
+    vocabulary: Iterable[str],
+    lowercase: bool = True,
+    part: str = "all",
+) -> dict[int, pl.DataFrame]:
+    """:func:`sentence_ngram_counts` of the public corpus (``part``) with ``vocabulary``'s ``<unk>``
+    mapping."""
+    return sentence_ngram_counts(public_sentences(path, lowercase, part), order, vocabulary)
+
+
+def open_public_model(
+    dp_vocabulary: Iterable[str],
+    public_path: str | None,
+    *,
+    order: int,
+    public_cap: int,
+    lowercase: bool = True,
+    part: str = "all",
+) -> tuple[list[str], dict[int, pl.DataFrame], ArpaModel]:
+    """(V_LM, public counts per order, P) from the DP vocabulary and the public corpus (or none).
+    ``part='train'`` leaves out the held-out sentences (evaluation stand-ins for the model card)."""
+    words = public_word_counts(public_path, lowercase, part) if public_path else None
+    vocabulary = model_vocabulary(dp_vocabulary, words, public_cap)
+    empty = pl.DataFrame(schema={"ngram": pl.String, "count": pl.Float64})
+    counts = (
+        public_counts(public_path, order, vocabulary, lowercase, part)
+        if public_path
+        else {n: empty for n in range(1, order + 1)}
+    )
+    return vocabulary, counts, public_model(counts, order, vocabulary)
+
+
+def public_model(counts: dict[int, pl.DataFrame], order: int, vocabulary: Iterable[str]) -> ArpaModel:
+    """P: interpolated modified Kneser-Ney on the public top-order counts over ``vocabulary``."""
+    top = counts[order]
+    if top.height == 0:  # no public text: a uniform model over the vocabulary
+        top = pl.DataFrame(schema={"ngram": pl.String, "count": pl.Float64})
+    return kneser_ney(top, order, vocabulary)
+
+
+def _probs(model: ArpaModel, n: int) -> pl.DataFrame:
+    return model.tables[n].select(
+        "ngram",
+        prob=pl.when(pl.col("ngram") == BOS).then(0.0).otherwise(pl.lit(10.0).pow(pl.col("logprob"))),
+    )
+
+
+def noisy_count_model(
+    noisy: pl.DataFrame,
+    base: ArpaModel,
+    order: int,
+    *,
+    threshold: float,
+    discount: float,
+) -> ArpaModel:
+    """Q from noisy counts ``noisy`` (columns ``n``, ``ngram``, ``noisy_count``; order 1 holds every
+    word of the domain, higher orders the released rows). ``base``: P, whose unigrams are Q's
+    bottom level and fix Q's vocabulary.
+
+    * total T = Σ of all order-1 noisy counts (``<s>`` excluded): the noise averages out over the
+      whole domain, so T estimates the (weighted) number of predicted tokens well;
+    * order 1: a word with ĉ ≥ ``threshold`` gets (ĉ − D)/T; the rest of the mass, γ₀ = 1 − Σ that,
+      goes to P's unigram distribution: Q(w) = (ĉ(w) − D)₊/T + γ₀ P(w);
+    * order n ≥ 2: an n-gram hw is listed when ĉ(hw) ≥ ``threshold`` and its context h and suffix
+      h'w are listed one order below (so the model is closed); S(h) = max(ĉ(h), Σ_w ĉ(hw)) with
+      ĉ(h) the context's own noisy count (every occurrence of a context is followed by a token or
+      ``</s>``), Q(w|h) = (ĉ(hw) − D)₊/S(h) + γ(h) Q(w|h'), γ(h) = 1 − Σ_w (ĉ(hw) − D)₊/S(h).
+
+    ``discount`` D (in count units) is the absolute discount; ``threshold`` the release threshold.
+    """
+    if order < 1:
+        raise ArpaError(f"order: must be >= 1 (got {order})")
+    rows = noisy.select(
+        pl.col("n").cast(pl.Int64), pl.col("ngram").cast(pl.String), pl.col("noisy_count").cast(pl.Float64)
+    )
+    base1 = _probs(base, 1).rename({"prob": "base"})
+    ones = rows.filter(pl.col("n") == 1)
+    words = ones.filter(pl.col("ngram") != BOS)
+    total = float(words["noisy_count"].sum()) if words.height else 0.0
+    listed1 = words.filter(pl.col("noisy_count") >= threshold).join(
+        base1.select("ngram"), on="ngram", how="semi"
+    )
+    disc1 = listed1.select("ngram", mass=(pl.col("noisy_count") - discount).clip(0.0, None))
+    mass_sum = float(disc1["mass"].sum()) if disc1.height else 0.0
+    scale = max(total, mass_sum)
+    if scale <= 0:
+        disc1 = disc1.with_columns(mass=pl.lit(0.0))
+        gamma0 = 1.0
+    else:
+        disc1 = disc1.with_columns(mass=pl.col("mass") / scale)
+        gamma0 = max(0.0, 1.0 - mass_sum / scale)
+    uni = (
+        base1.join(disc1, on="ngram", how="left")
+        .with_columns(prob=pl.col("mass").fill_null(0.0) + gamma0 * pl.col("base"))
+        .select("ngram", "prob")
+    )
+    probs: dict[int, pl.DataFrame] = {1: uni}
+    counts: dict[int, pl.DataFrame] = {1: ones.select("ngram", count=pl.col("noisy_count"))}
+    listed: dict[int, pl.DataFrame] = {1: uni.select("ngram")}
+    gammas: dict[int, pl.DataFrame] = {}
+    for n in range(2, order + 1):
+        cand = rows.filter((pl.col("n") == n) & (pl.col("noisy_count") >= threshold)).select(
+            "ngram", count=pl.col("noisy_count")
+        )
+        cand = cand.with_columns(ctx=_context(), suf=_suffix())
+        # closure: the context and the suffix must be listed one order below
+        cand = cand.join(listed[n - 1].rename({"ngram": "ctx"}), on="ctx", how="semi")
+        cand = cand.join(listed[n - 1].rename({"ngram": "suf"}), on="suf", how="semi")
+        ctx_count = counts[n - 1].rename({"ngram": "ctx", "count": "ctx_count"})
+        ctx = (
+            cand.group_by("ctx")
+            .agg(cont=pl.col("count").sum(), kept=(pl.col("count") - discount).clip(0.0, None).sum())
+            .join(ctx_count, on="ctx", how="left")
+            .with_columns(S=pl.max_horizontal(pl.col("ctx_count").fill_null(0.0), pl.col("cont")))
+            .with_columns(
+                gamma=pl.when(pl.col("S") > 0)
+                .then(1.0 - pl.col("kept") / pl.col("S"))
+                .otherwise(1.0)
+                .clip(0.0, 1.0)
+            )
+        )
+        lower = probs[n - 1].rename({"ngram": "suf", "prob": "lower"})
+        p = (
+            cand.join(ctx.select("ctx", "S", "gamma"), on="ctx", how="left")
+            .join(lower, on="suf", how="left")
+            .select(
+                "ngram",
+                prob=pl.when(pl.col("S") > 0)
+                .then((pl.col("count") - discount).clip(0.0, None) / pl.col("S"))
+                .otherwise(0.0)
+                + pl.col("gamma") * pl.col("lower"),
+            )
+        )
+        probs[n] = p
+        counts[n] = cand.select("ngram", "count")
+        listed[n] = p.select("ngram")
+        gammas[n] = ctx.select(pl.col("ctx").alias("ngram"), "gamma")
+    return model_from_probabilities(probs, gammas, order)
+
+
+def model_probabilities(model: ArpaModel, ngrams: dict[int, pl.DataFrame]) -> dict[int, pl.DataFrame]:
+    """The model's probability p(w|h) (listed or backed off, ARPA semantics) of every n-gram in
+    ``ngrams[n]`` (column ``ngram``), for n = 1..order. Each ``ngrams[n]`` must contain the suffixes
+    of ``ngrams[n + 1]`` (closure), as the union of two ARPA models' n-grams does."""
+    out: dict[int, pl.DataFrame] = {}
+    for n in sorted(ngrams):
+        own = model.tables[n].select(
+            "ngram",
+            own=pl.when(pl.col("ngram") == BOS).then(0.0).otherwise(pl.lit(10.0).pow(pl.col("logprob"))),
+        )
+        g = ngrams[n].select("ngram").unique().join(own, on="ngram", how="left")
+        if n == 1:
+            out[1] = g.select("ngram", prob=pl.col("own").fill_null(0.0))
+            continue
+        bo = model.tables[n - 1].select(
+            pl.col("ngram").alias("ctx"), bo=pl.lit(10.0).pow(pl.col("backoff").fill_null(0.0))
+        )
+        lower = out[n - 1].rename({"ngram": "suf", "prob": "lower"})
+        g = (
+            g.with_columns(ctx=_context(), suf=_suffix())
+            .join(bo, on="ctx", how="left")
+            .join(lower, on="suf", how="left")
+        )
+        if g["lower"].null_count():
+            raise ArpaError(f"order {n}: a suffix is missing from the n-grams one order below")
+        out[n] = g.select(
+            "ngram", prob=pl.coalesce(pl.col("own"), pl.col("bo").fill_null(1.0) * pl.col("lower"))
+        )
+    return out
+
+
+def context_evidence(noisy: pl.DataFrame, order: int) -> dict[int, pl.DataFrame]:
+    """Private evidence per context, from the released noisy counts: order 0 is the total T (Σ of
+    the order-1 counts without ``<s>``, as ngram ''), order n ≥ 1 the released order-n counts
+    (negative values count as 0). A context that was not released has evidence 0."""
+    rows = noisy.select(
+        pl.col("n").cast(pl.Int64), pl.col("ngram").cast(pl.String), pl.col("noisy_count").cast(pl.Float64)
+    )
+    words = rows.filter((pl.col("n") == 1) & (pl.col("ngram") != BOS))
+    total = max(0.0, float(words["noisy_count"].sum())) if words.height else 0.0
+    out = {0: pl.DataFrame({"ngram": [""], "count": [total]})}
+    for n in range(1, order):
+        out[n] = rows.filter(pl.col("n") == n).select("ngram", count=pl.col("noisy_count").clip(0.0, None))
+    return out
+
+
+def mix_models(
+    public: ArpaModel,
+    private: ArpaModel,
+    weight: float,
+    *,
+    evidence: dict[int, pl.DataFrame] | None = None,
+    prior: float | None = None,
+) -> ArpaModel:
+    """λ(h)·private + (1 − λ(h))·public as one ARPA model over the union of the two models'
+    n-grams. With ``prior`` None, λ(h) = ``weight`` everywhere (a static mixture, SRILM's
+    ``-mix-lm``); with a prior β and the private ``evidence`` c(h) of each context
+    (:func:`context_evidence`), λ(h) = weight·c(h)/(c(h) + β): the private model counts in
+    proportion to how much private evidence its context has (a Dirichlet prior of strength β
+    centred on the public model), and not at all where it has none.
+
+    Listed n-grams get the exact mixture; the backoff weight of a context h is
+    (1 − Σ listed p(w|h)) / (1 − Σ listed p(w|h')) so every context sums to one. Both models must
+    have the same order and the same unigrams."""
+    if not 0.0 <= weight <= 1.0:
+        raise ArpaError(f"weight: must be in [0, 1] (got {weight})")
+    if prior is not None and (evidence is None or prior <= 0):
+        raise ArpaError("prior: needs the context evidence and a prior > 0")
+    order = public.order
+    if private.order != order:
+        raise ArpaError(f"orders differ: public {order}, private {private.order}")
+    uni_p, uni_q = set(public.tables[1]["ngram"].to_list()), set(private.tables[1]["ngram"].to_list())
+    if uni_p != uni_q:
+        raise ArpaError("the two models must have the same unigrams (vocabulary)")
+    union = {
+        n: pl.concat([public.tables[n].select("ngram"), private.tables[n].select("ngram")]).unique()
+        for n in range(1, order + 1)
+    }
+    pp = model_probabilities(public, union)
+    qq = model_probabilities(private, union)
+    mixed: dict[int, pl.DataFrame] = {}
+    for n in range(1, order + 1):
+        frame = pp[n].join(qq[n].rename({"prob": "q"}), on="ngram", how="left")
+        if prior is None:
+            frame = frame.with_columns(lam=pl.lit(weight))
+        else:
+            assert evidence is not None
+            ctx_expr = _context() if n > 1 else pl.lit("")
+            ev = evidence.get(n - 1, pl.DataFrame(schema={"ngram": pl.String, "count": pl.Float64}))
+            frame = (
+                frame.with_columns(ctx=ctx_expr)
+                .join(ev.rename({"ngram": "ctx", "count": "ev"}), on="ctx", how="left")
+                .with_columns(
+                    lam=weight * pl.col("ev").fill_null(0.0) / (pl.col("ev").fill_null(0.0) + prior)
+                )
+            )
+        mixed[n] = frame.select(
+            "ngram", prob=(1.0 - pl.col("lam")) * pl.col("prob") + pl.col("lam") * pl.col("q").fill_null(0.0)
+        )
+    gammas: dict[int, pl.DataFrame] = {}
+    for n in range(2, order + 1):
+        lower = mixed[n - 1].rename({"ngram": "suf", "prob": "lower"})
+        ctx = (
+            mixed[n]
+            .with_columns(ctx=_context(), suf=_suffix())
+            .join(lower, on="suf", how="left")
+            .group_by("ctx")
+            .agg(num=1.0 - pl.col("prob").sum(), den=1.0 - pl.col("lower").sum())
+            .with_columns(
+                gamma=pl.when(pl.col("den") > 1e-12)
+                .then(pl.col("num").clip(0.0, None) / pl.col("den"))
+                .otherwise(0.0)
+            )
+        )
+        gammas[n] = ctx.select(pl.col("ctx").alias("ngram"), "gamma")
+    return model_from_probabilities(mixed, gammas, order)
+
+
+def unigram_distribution(model: ArpaModel) -> pl.DataFrame:
+    """The model's unigram probabilities (``ngram``, ``prob``; ``<s>`` has 0)."""
+    return _probs(model, 1)
+
+
+def adapt_to_unigrams(model: ArpaModel, target: pl.DataFrame, beta: float) -> ArpaModel:
+    """Unigram (MDI) adaptation of a backoff model: p'(w|h) = α(w)·p(w|h)/Z(h) with
+    α(w) = (target(w)/p(w))^β, Z(h) = Σ_w α(w)·p(w|h) (Kneser, Peters & Klakow 1997, "fast
+    marginal adaptation"). ``target``: (``ngram``, ``prob``) unigram distribution over the model's
+    vocabulary. In backoff form: listed n-grams are scaled by α(w)/Z(h) and the backoff weight of h
+    becomes bo(h)·Z(h')/Z(h), with Z computed order by order from the listed n-grams:
+    Z(h) = Σ_listed α(w)p(w|h) + bo(h)·(Z(h') − Σ_listed α(w)p(w|h'))."""
+    order = model.order
+    p1 = _probs(model, 1)
+    alpha = (
+        p1.join(target.rename({"prob": "t"}), on="ngram", how="left")
+        .with_columns(
+            alpha=pl.when((pl.col("prob") > 0) & (pl.col("t").fill_null(0.0) > 0))
+            .then((pl.col("t") / pl.col("prob")).pow(beta))
+            .otherwise(1.0)
+        )
+        .select(pl.col("ngram").alias("w"), "alpha")
+    )
+    z0 = float(
+        p1.join(alpha.rename({"w": "ngram"}), on="ngram")
+        .select((pl.col("prob") * pl.col("alpha")).sum())
+        .item()
+    )
+    full = model_probabilities(model, {n: model.tables[n].select("ngram") for n in range(1, order + 1)})
+    probs: dict[int, pl.DataFrame] = {
+        1: p1.join(alpha.rename({"w": "ngram"}), on="ngram").select(
+            "ngram", prob=pl.col("prob") * pl.col("alpha") / z0
+        )
+    }
+    zs: dict[int, pl.DataFrame] = {0: pl.DataFrame({"ngram": [""], "z": [z0]})}
+    gammas: dict[int, pl.DataFrame] = {}
+    for n in range(2, order + 1):
+        lower = full[n - 1].rename({"ngram": "suf", "prob": "lower"})
+        t = (
+            full[n]
+            .with_columns(ctx=_context(), suf=_suffix(), w=pl.col("ngram").str.extract(r"([^ ]+)$", 1))
+            .join(alpha, on="w", how="left")
+            .join(lower, on="suf", how="left")
+        )
+        bo = model.tables[n - 1].select(
+            pl.col("ngram").alias("ctx"), bo=pl.lit(10.0).pow(pl.col("backoff").fill_null(0.0))
+        )
+        zlow = zs[n - 2] if n > 2 else zs[0]
+        if n == 2:
+            t = t.with_columns(hsuf=pl.lit(""))
+        else:
+            t = t.with_columns(hsuf=pl.col("ctx").str.replace(r"^[^ ]+ ", ""))
+        ctx = (
+            t.group_by("ctx", "hsuf")
+            .agg(a=(pl.col("alpha") * pl.col("prob")).sum(), b=(pl.col("alpha") * pl.col("lower")).sum())
+            .join(bo, on="ctx", how="left")
+            .join(zlow.rename({"ngram": "hsuf", "z": "zl"}), on="hsuf", how="left")
+            .with_columns(z=pl.col("a") + pl.col("bo").fill_null(1.0) * (pl.col("zl") - pl.col("b")))
+        )
+        # contexts with no listed continuation keep Z(h) = Z(h') (pure backoff)
+        all_ctx = (
+            model.tables[n - 1]
+            .select(pl.col("ngram").alias("ctx"))
+            .with_columns(hsuf=pl.lit("") if n == 2 else pl.col("ctx").str.replace(r"^[^ ]+ ", ""))
+        )
+        zfull = (
+            all_ctx.join(ctx.select("ctx", "z"), on="ctx", how="left")
+            .join(zlow.rename({"ngram": "hsuf", "z": "zl"}), on="hsuf", how="left")
+            .with_columns(z=pl.coalesce(pl.col("z"), pl.col("zl")))
+        )
+        zs[n - 1] = zfull.select(pl.col("ctx").alias("ngram"), "z")
+        gammas[n] = zfull.join(bo, on="ctx", how="left").select(
+            pl.col("ctx").alias("ngram"), gamma=pl.col("bo").fill_null(1.0) * pl.col("zl") / pl.col("z")
+        )
+        probs[n] = t.join(ctx.select("ctx", "z"), on="ctx", how="left").select(
+            "ngram", prob=pl.col("alpha") * pl.col("prob") / pl.col("z")
+        )
+    return model_from_probabilities(probs, gammas, order)

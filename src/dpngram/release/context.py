@@ -1,0 +1,178 @@
+"""TODO docstring (moved from pipeline/run.py)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpngram.config import RunConfig
+from dpngram.core.accounting import PrivacyEvent
+from dpngram.core.errors import ConfigError
+from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.sql import run_schema_name
+from dpngram.release.layout import PARTS_DIR, TIMINGS_DIR, Release, write_json_atomic
+
+
+def new_run_id() -> str:
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+@dataclass
+class RunContext:
+    """Where one run keeps its state."""
+
+    config: RunConfig
+
+    def __post_init__(self) -> None:
+        if not self.config.run_id:
+            raise ConfigError("run_id: is required once a run has started (call prepare() first)")
+
+    @property
+    def run_id(self) -> str:
+        assert self.config.run_id
+        return self.config.run_id
+
+    @property
+    def schema(self) -> str:
+        return run_schema_name(self.run_id)
+
+    @property
+    def release(self) -> Release:
+        return Release(self.config.out, self.run_id)
+
+    @contextmanager
+    def engine(self) -> Iterator[Any]:
+        """The engine the configuration selects (:func:`pipeline.engine.open_engine`): the DuckDB
+        warehouse, or a Spark engine (whose ``.con`` is the DuckDB warehouse, for the ledger).
+        The run schema exists in it."""
+        if self.config.engine == "duckdb":
+            with self.warehouse() as wh:
+                yield wh
+            return
+        from dpngram.engines.select import open_engine
+
+        engine = open_engine(self.config)
+        try:
+            engine.run_schema(self.run_id)
+            yield engine
+        finally:
+            engine.close()
+
+    @contextmanager
+    def warehouse(self, read_only: bool = False) -> Iterator[Warehouse]:
+        wh = Warehouse(
+            self.config.warehouse,
+            memory_limit=self.config.memory_limit,
+            threads=self.config.threads,
+            read_only=read_only,
+        )
+        try:
+            if not read_only:
+                wh.run_schema(self.run_id)
+            yield wh
+        finally:
+            wh.close()
+
+
+@dataclass
+class StageResult:
+    """What a privacy-spending stage computed: its privacy events and a report fragment."""
+
+    events: list[PrivacyEvent]
+    report: dict[str, Any]
+
+
+def record_part(ctx: RunContext, stage: str, fragment: dict[str, Any]) -> Path:
+    """Store a stage's report fragment (JSON) in the staged release."""
+    path = ctx.release.path(PARTS_DIR, f"{stage}.json")
+    write_json_atomic(path, fragment)
+    return path
+
+
+def read_parts(ctx: RunContext) -> dict[str, dict[str, Any]]:
+    parts_dir = ctx.release.root / PARTS_DIR
+    if not parts_dir.is_dir():
+        return {}
+    return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(parts_dir.glob("*.json"))}
+
+
+def released_summary(
+    ctx: RunContext, stage: str, spent: dict[str, Any], outputs: list[str], **extra: Any
+) -> dict[str, Any]:
+    """The public summary of a privacy-spending stage after :func:`spend_once`: released row
+    count of its first output (a released table, so the count is public), epsilon, reuse flag and
+    paths. ``extra`` adds public identifiers such as ``k`` or ``method``."""
+    import pyarrow.parquet as pq
+
+    paths = [ctx.release.root / o for o in outputs]
+    return {
+        "stage": stage,
+        **extra,
+        "released_rows": pq.ParquetFile(paths[0]).metadata.num_rows,
+        "epsilon": spent["epsilon"],
+        "reused": spent["reused"],
+        "paths": [str(p) for p in paths],
+    }
+
+
+#: Keys of a stage's return value that may go to logs and Airflow XCom: identifiers, paths, row
+#: counts of released tables and epsilon/delta. Anything else a stage returns is dropped.
+PUBLIC_SUMMARY_KEYS = (
+    "stage",
+    "k",
+    "method",
+    "run_id",
+    "released_rows",
+    "epsilon",
+    "delta",
+    "paths",
+    "outputs",
+    "skipped",
+    "reused",
+    "ok",
+    "success",
+    "path",
+)
+
+
+def run_id_from(external_id: str) -> str:
+    """A run id usable as a directory and schema name from an external id (e.g. Airflow's
+    ``manual__2026-01-01T00:00:00+00:00`` -> ``manual__2026-01-01T00_00_00_00_00``)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.\-]", "_", external_id).strip("._-")[:128]
+    if not cleaned:
+        raise ConfigError(f"run_id: cannot derive a run id from {external_id!r}")
+    return cleaned
+
+
+def public_summary(result: dict[str, Any] | None) -> dict[str, Any]:
+    """The part of a stage's return value that is safe for XCom/logs (:data:`PUBLIC_SUMMARY_KEYS`)."""
+    return {k: v for k, v in (result or {}).items() if k in PUBLIC_SUMMARY_KEYS}
+
+
+def read_timings(ctx: RunContext) -> dict[str, float]:
+    timings_dir = ctx.release.root / TIMINGS_DIR
+    if not timings_dir.is_dir():
+        return {}
+    out = {}
+    for path in sorted(timings_dir.glob("*.json"), key=lambda p: p.stat().st_mtime):
+        out[path.stem] = float(json.loads(path.read_text(encoding="utf-8"))["seconds"])
+    return out
+
+
+@contextmanager
+def stage_timer(ctx: RunContext, stage: str) -> Iterator[None]:
+    """Record the wall-clock time of a stage in the staged release (only when it succeeds)."""
+    started = time.perf_counter()
+    yield
+    write_json_atomic(
+        ctx.release.path(TIMINGS_DIR, f"{stage}.json"), {"seconds": round(time.perf_counter() - started, 3)}
+    )

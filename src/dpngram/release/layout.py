@@ -1,0 +1,117 @@
+"""The on-disk layout of a release: one constant per published path, and the staged directory.
+
+A run writes everything it publishes under ``OUT/runs/RUN_ID.staging``; :class:`Release` publishes it
+by one ``rename`` to ``OUT/runs/RUN_ID`` followed by an atomic swap of the ``OUT/latest`` symlink, so a
+failed run never leaves a partial release and the previous one stays ``latest``. Every path a stage
+writes or a reader opens is a constant (or function) here, relative to the release root.
+
+Owns: release paths, :class:`Release`, :func:`write_json_atomic`. Imports: the standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+# -- released tables (DP keys or DP-noisy values only) -----------------------------------------
+VOCABULARY = "released/vocabulary.parquet"  # S_1: token
+KGRAMS = "released/kgrams.parquet"  # S_2..S_T merged: k, ngram
+TRIGRAM_DIST = "released/trigram_dist.parquet"  # Bayesian θ: w1, w2, w3, prob (noisy)
+SYNTHETIC_SEQUENCES = "released/synthetic_sequences.parquet"  # Chen et al.: seq_id, text
+NGRAM_COUNTS_NOISY = "released/ngram_counts_noisy.parquet"  # Chen et al.: ngram, noisy_count
+LM_COUNTS = "released/lm_counts.parquet"  # n, ngram, noisy_count
+OOV_WORDS = "released/oov_words.parquet"  # TrieHH: word
+
+
+def level_path(k: int) -> str:
+    """One DPNE level's released k-grams (merged into :data:`KGRAMS` by stage ``kgrams``)."""
+    return f"released/kgrams/k={k}.parquet"
+
+
+def baseline_path(method: str) -> str:
+    """A DPSU baseline's released n-grams (``dpngram baseline``; for comparison only)."""
+    return f"released/baseline_{method}.parquet"
+
+
+# -- language model ------------------------------------------------------------------------------
+MODEL_ARPA = "model/model.arpa"
+MODEL_BINARY = "model/model.binary"
+MODEL_CARD = "model/MODEL_CARD.md"
+
+# -- validation (Great Expectations) ---------------------------------------------------------------
+VALIDATION_RESULTS = "validation/results.json"
+MODEL_VALIDATION_RESULTS = "validation/model_results.json"
+DATA_DOCS_DIR = "validation/data_docs"
+
+# -- report ------------------------------------------------------------------------------------------
+REPORT_JSON = "report.json"
+REPORT_HTML = "report.html"
+PLOTS_DIR = "plots"
+PARTS_DIR = "report.parts"  # per-stage report fragments, merged into report.json by stage report
+TIMINGS_DIR = "report.timings"  # wall-clock seconds per stage, merged into report.json
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    """Write JSON via a temporary file and rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(payload, fh, indent=2, sort_keys=True, default=str)
+        fh.write("\n")
+    os.chmod(tmp, 0o644)  # mkstemp creates 0600; releases are read by other users
+    os.replace(tmp, path)
+
+
+class Release:
+    """The output directory of one run: staged, then published atomically."""
+
+    def __init__(self, out_dir: str | os.PathLike[str], run_id: str) -> None:
+        self.out_dir = Path(out_dir)
+        self.run_id = run_id
+        self.runs = self.out_dir / "runs"
+        self.final = self.runs / run_id
+        self.staging = self.runs / f"{run_id}.staging"
+
+    @property
+    def published(self) -> bool:
+        return self.final.is_dir()
+
+    @property
+    def root(self) -> Path:
+        """Where this run's files are now: the staging dir until published, then the final one."""
+        return self.final if self.published else self.staging
+
+    def path(self, *parts: str) -> Path:
+        """A path inside the (staging) release; parent directories are created."""
+        target = self.root.joinpath(*parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target
+
+    @contextmanager
+    def writing(self, *parts: str) -> Iterator[Path]:
+        """Yield a temporary path; on success it is renamed to ``parts`` (never half-written)."""
+        target = self.path(*parts)
+        tmp = target.with_name(f".{target.name}.partial")
+        if tmp.exists():
+            tmp.unlink()
+        yield tmp
+        os.replace(tmp, target)
+
+    def publish(self) -> Path:
+        """Rename staging -> runs/RUN_ID and point ``latest`` at it. Idempotent."""
+        if not self.published:
+            if not self.staging.is_dir():
+                raise FileNotFoundError(f"nothing staged for run {self.run_id} in {self.staging}")
+            os.replace(self.staging, self.final)
+        link = self.out_dir / "latest"
+        tmp_link = self.out_dir / f".latest.{os.getpid()}"
+        if tmp_link.is_symlink() or tmp_link.exists():
+            tmp_link.unlink()
+        tmp_link.symlink_to(Path("runs") / self.run_id)
+        os.replace(tmp_link, link)
+        return self.final

@@ -1,0 +1,104 @@
+"""TODO docstring (moved from pipeline/run.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dpngram.config import RunConfig
+from dpngram.core.errors import ConfigError
+from dpngram.release.context import RunContext, new_run_id, read_parts, record_part
+from dpngram.release.ledger import Ledger
+
+
+def prepare(config: RunConfig) -> RunConfig:
+    """Fix the run id, refuse a run that would exceed the dataset's lifetime budget (before any
+    data is read), and create the staging directory with the run's parameters."""
+    if not config.run_id:
+        config = config.model_copy(update={"run_id": new_run_id()})
+    ctx = RunContext(config)
+    if ctx.release.published:
+        raise ConfigError(f"run_id: run '{ctx.run_id}' is already published in {ctx.release.final}")
+    with ctx.warehouse() as wh:
+        Ledger(wh.con).check(
+            config.dataset,
+            config.epsilon,
+            config.delta,
+            config.lifetime_epsilon,
+            config.lifetime_delta,
+            ctx.run_id,
+        )
+    record_part(ctx, "parameters", {"parameters": json.loads(config.to_json()), "run_id": ctx.run_id})
+    return config
+
+
+def publish_run(ctx: RunContext) -> Path:
+    """Publish the staged release (atomic rename, then swap ``OUT/latest``).
+
+    Refused unless the run passed validation (report part 'validation' with success) and its
+    report was written: a run that failed anywhere before stays staged and unpublished, and
+    ``latest`` keeps pointing at the previous release."""
+    release = ctx.release
+    if release.published:
+        return release.publish()  # idempotent: a retried publish re-points latest
+    validation = read_parts(ctx).get("validation")
+    if not validation or validation.get("success") is not True:
+        raise RuntimeError(
+            f"run {ctx.run_id} has not passed validation; refusing to publish (staged in {release.staging})"
+        )
+    if not (release.staging / "report.json").is_file():
+        raise RuntimeError(f"run {ctx.run_id} has no report.json; write the report before publishing")
+    return release.publish()
+
+
+def release_asset_metadata(release: Path) -> dict[str, Any]:
+    """Public metadata of a published release, for downstream consumers (the ``extra`` of the
+    Airflow asset events emitted by ``dags/dpngram_release.py``).
+
+    Read only from the release's ``report.json`` (itself public: DP values, released row counts
+    and parameters) and the file tree; never from the warehouse. Returns ``{"release": {...},
+    "ngrams": {...}, "language_model": {...} | None}``; each holds run_id, dataset, the run's
+    composed epsilon and its delta, what the ledger was charged, and absolute paths. The model
+    entry is None when the run built no model."""
+    release = Path(release).resolve()
+    report = json.loads((release / "report.json").read_text(encoding="utf-8"))
+    privacy = report.get("privacy", {})
+    charged = privacy.get("ledger_charged", {})
+    released = report.get("released", {})
+    common = {
+        "run_id": report.get("run_id", release.name),
+        "dataset": report.get("dataset"),
+        "epsilon": privacy.get("total", {}).get("epsilon"),
+        "delta": privacy.get("delta"),
+        "epsilon_budget": privacy.get("epsilon_budget"),
+        "ledger_epsilon": charged.get("epsilon"),
+        "ledger_delta": charged.get("delta"),
+        "release": str(release),
+        "report": str(release / "report.json"),
+    }
+    tables = {name: t.get("rows") for name, t in released.get("tables", {}).items() if "/" not in name}
+    release_meta = {**common, "released_rows": tables}
+    ngram_paths = {
+        name: str(release / "released" / f"{name}.parquet")
+        for name in ("vocabulary", "kgrams")
+        if (release / "released" / f"{name}.parquet").is_file()
+    }
+    ngrams = {
+        **common,
+        "ngrams_per_k": released.get("ngrams_per_k", {}),
+        "released_rows": {name: tables.get(name) for name in ngram_paths},
+        "paths": ngram_paths,
+    }
+    model = report.get("model") or {}
+    model_paths = {name: release / rel for name, rel in (model.get("paths") or {}).items()}
+    language_model = None
+    if model_paths.get("binary") is not None and model_paths["binary"].is_file():
+        language_model = {
+            **common,
+            "order": model.get("order"),
+            "route": model.get("route"),
+            "ngram_counts": model.get("counts", {}),
+            "paths": {name: str(p) for name, p in model_paths.items() if p.is_file()},
+        }
+    return {"release": release_meta, "ngrams": ngrams, "language_model": language_model}

@@ -1,0 +1,119 @@
+"""TODO docstring (moved from pipeline/run.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from dpngram.config import RunConfig
+from dpngram.core.accounting import Accountant, PrivacyEvent
+from dpngram.engines.duckdb import Warehouse
+from dpngram.release.context import RunContext, StageResult, read_parts
+from dpngram.release.layout import PARTS_DIR, write_json_atomic
+from dpngram.release.ledger import Ledger
+
+
+def spend_once(
+    ctx: RunContext,
+    stage: str,
+    outputs: list[str],
+    compute: Callable[[Warehouse], StageResult],
+    *,
+    engine: bool = False,
+) -> dict[str, Any]:
+    """Run a privacy-spending stage at most once per run.
+
+    ``engine=True``: ``compute`` receives the configured engine (:meth:`RunContext.engine`: DuckDB
+    or Spark) instead of the DuckDB warehouse; the ledger is in the DuckDB file either way.
+
+    ``compute`` draws the noise, writes every file named in ``outputs`` (relative to the release,
+    via :meth:`Release.writing`) and returns its events. Then, in this order: the stage's
+    marker (events + report fragment) is written, and the spend is committed to the ledger.
+    If the marker and all outputs already exist (a retry), nothing is recomputed; the ledger entry
+    is (re)committed idempotently.
+    """
+    release = ctx.release
+    marker = release.path(PARTS_DIR, f"{stage}.json")
+    started = time.perf_counter()
+    with ctx.engine() if engine else ctx.warehouse() as wh:
+        reused = marker.exists() and all((release.root / o).exists() for o in outputs)
+        if reused:
+            fragment = json.loads(marker.read_text(encoding="utf-8"))
+            events = [PrivacyEvent(**e) for e in fragment["privacy"]["events"]]
+        else:
+            result = compute(wh)
+            missing = [o for o in outputs if not (release.root / o).exists()]
+            if missing:
+                raise RuntimeError(f"stage {stage} did not write {missing}")
+            events = result.events
+            stage_eps, stage_delta = _stage_share(ctx.config, stage)
+            earlier = _earlier_sibling_events(ctx, stage)
+            summary = _summary(events, stage_delta)
+            # What the ledger is charged. A sub-stage (e.g. one DPNE level) is charged only the
+            # increment of its parent's composed epsilon, so the ledger sum over the parent's
+            # sub-stages telescopes to the exact composition; the parent's delta is charged once,
+            # by its first sub-stage.
+            parent_total = summary["epsilon"]
+            # A stage whose events are all pure-epsilon (Laplace) is charged (sum of epsilons, 0):
+            # its composed epsilon at delta > 0 may be smaller, but that one needs the delta.
+            uses_delta = any(e.mechanism != "laplace" for e in events)
+            if uses_delta or not events:
+                charged_epsilon, charged_delta = summary["epsilon"], stage_delta if events else 0.0
+            else:
+                charged_epsilon, charged_delta = sum(e.epsilon * e.count for e in events), 0.0
+            if earlier:
+                before = _summary(earlier, stage_delta)["epsilon"]
+                parent_total = _summary(earlier + list(events), stage_delta)["epsilon"]
+                charged_epsilon, charged_delta = max(0.0, parent_total - before), 0.0
+            summary = {
+                **summary,
+                "parent_total_epsilon": parent_total,
+                "charged_epsilon": charged_epsilon,
+                "charged_delta": charged_delta,
+            }
+            fragment = {
+                **result.report,
+                "privacy": {**summary, "budget_epsilon": stage_eps, "budget_delta": stage_delta},
+                "outputs": outputs,
+                "seconds": round(time.perf_counter() - started, 3),
+            }
+            if parent_total > stage_eps * (1 + 1e-6):
+                raise RuntimeError(
+                    f"stage {stage} brings its stage's epsilon to {parent_total:.6g} > its budget "
+                    f"{stage_eps:.6g}; "
+                    "refusing to commit (this is a bug in the stage's calibration)"
+                )
+            write_json_atomic(marker, fragment)
+        privacy = fragment["privacy"]
+        Ledger(wh.con).record(
+            ctx.config.dataset,
+            ctx.run_id,
+            stage,
+            privacy["charged_epsilon"],
+            privacy["charged_delta"],
+            events,
+        )
+    return {"stage": stage, "reused": reused, "epsilon": privacy["epsilon"], "outputs": outputs}
+
+
+def _stage_share(config: RunConfig, stage: str) -> tuple[float, float]:
+    """Budget of a stage; sub-stages ``parent.part`` (e.g. ``dpne.k3``) share their parent's."""
+    return config.stage_share(stage.split(".", 1)[0])
+
+
+def _summary(events: list[PrivacyEvent], delta: float) -> dict[str, Any]:
+    return Accountant(list(events)).summary(delta) if events else {"epsilon": 0.0, "delta": 0.0}
+
+
+def _earlier_sibling_events(ctx: RunContext, stage: str) -> list[PrivacyEvent]:
+    """Events already committed by sibling sub-stages (``parent.*``) of ``stage`` in this run."""
+    if "." not in stage:
+        return []
+    parent = stage.split(".", 1)[0]
+    events: list[PrivacyEvent] = []
+    for name, fragment in read_parts(ctx).items():
+        if name != stage and name.split(".", 1)[0] == parent and "privacy" in fragment:
+            events.extend(PrivacyEvent(**e) for e in fragment["privacy"].get("events", []))
+    return events

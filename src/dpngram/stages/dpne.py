@@ -1,0 +1,269 @@
+"""TODO docstring (moved from pipeline/dpne.py)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dpngram.core.accounting import Accountant, PrivacyEvent, dpsu_threshold, gaussian_sigma
+from dpngram.core.errors import ConfigError
+from dpngram.core.noise import NoiseSource
+from dpngram.engines.base import Engine
+from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.sql import load_sql
+from dpngram.mechanisms.dpne import (
+    BASELINES,
+    KGRAM_COLUMNS,
+    _check_k,
+    _drop,
+    _file_rows,
+    _level,
+    _level_size,
+    _occ,
+    _table_exists,
+    install_vocabulary,
+    level_sigmas,
+    level_stage,
+    release_level,
+    restore_level,
+)
+from dpngram.mechanisms.dpsu import VOCABULARY_STAGE, VOCABULARY_TABLE, dpsu_release, write_keys_parquet
+from dpngram.release.context import RunContext, StageResult, read_parts, record_part, released_summary
+from dpngram.release.layout import KGRAMS, PARTS_DIR, VOCABULARY, baseline_path, level_path
+from dpngram.release.spend import spend_once
+
+
+def _ensure_level_state(wh: Engine, ctx: RunContext, upto: int) -> None:
+    """Make sure the private level tables for levels 1..upto match the released files; rebuild
+    them from those files when missing or stale (e.g. a retried task in a fresh warehouse)."""
+    root = ctx.release.root
+    schema = ctx.schema
+    vocab = root / VOCABULARY
+    if not vocab.exists() or not (root / PARTS_DIR / f"{VOCABULARY_STAGE}.json").exists():
+        raise ConfigError("dpne: the vocabulary (stage dpne.k1) must be released before k-gram levels")
+    for j in range(2, upto + 1):
+        if not (root / level_path(j)).exists() or not (root / PARTS_DIR / f"{level_stage(j)}.json").exists():
+            raise ConfigError(f"dpne: level {j} must be released before level {upto + 1}")
+
+    def consistent(j: int) -> bool:
+        path = vocab if j == 1 else root / level_path(j)
+        return (
+            _table_exists(wh, schema, _level(j))
+            and _table_exists(wh, schema, _occ(j))
+            and _table_exists(wh, schema, _occ(1))
+            and _level_size(wh, schema, j) == _file_rows(path)
+        )
+
+    if all(_table_exists(wh, schema, _level(j)) for j in range(1, upto)) and consistent(upto):
+        return
+    with wh.registered(dpne_released_vocabulary=pq.read_table(vocab, columns=["token"])):
+        wh.execute(
+            load_sql(
+                "dpne/vocabulary_restore",
+                schema=schema,
+                target=VOCABULARY_TABLE,
+                released="dpne_released_vocabulary",
+            )
+        )
+    install_vocabulary(wh, schema)
+    for j in range(2, upto + 1):
+        restore_level(wh, schema, j, ctx.config.pruning, root / level_path(j))
+        if j > 2:
+            _drop(wh, schema, _occ(j - 1))
+
+
+# ----------------------------------------------------------------------------------------------
+# Stage functions (called by the CLI and the Airflow DAG)
+# ----------------------------------------------------------------------------------------------
+def run_level(
+    ctx: RunContext,
+    k: int,
+    *,
+    noise: NoiseSource | None = None,
+    valid_count: Literal["exact", "estimate"] = "exact",
+    sampling_probability: float = 0.01,
+) -> dict[str, Any]:
+    """Stage ``dpne.k{k}``: release S_k to ``released/kgrams/k={k}.parquet`` (2 <= k <= 12).
+
+    Returns ``{'skipped': True, 'k': k}`` when k > T. One Gaussian event sigma_k is charged
+    whatever the output (also when S_{k-1} is empty and so S_k is): Thm. 2.1 composes all T
+    levels. ``noise`` is for seeded tests only (default: a fresh CSPRNG source)."""
+    _check_k(k)
+    config = ctx.config
+    if k > config.max_n:
+        return {"skipped": True, "k": k}
+    sigma = level_sigmas(config)[k - 1]
+    stage, output = level_stage(k), level_path(k)
+
+    def compute(wh: Engine) -> Any:
+        _ensure_level_state(wh, ctx, k - 1)
+        outcome = release_level(
+            wh,
+            ctx.schema,
+            k,
+            sigma=sigma,
+            eta=config.eta,
+            max_contribution=config.max_contribution,
+            pruning=config.pruning,
+            variant=config.dpne_variant,
+            exact_max_valid=config.exact_max_valid,
+            noise=noise or NoiseSource.secure(),
+            valid_count=valid_count,
+            sampling_probability=sampling_probability,
+        )
+        _export_level(wh, ctx, k)
+        report = {
+            **outcome.report(),
+            "max_contribution": config.max_contribution,
+            "eta": config.eta,
+            "pruning": config.pruning,
+        }
+        return StageResult(
+            events=[PrivacyEvent(stage=stage, mechanism="gaussian", sigma=sigma)], report=report
+        )
+
+    result = spend_once(ctx, stage, [output], compute, engine=True)
+    return released_summary(ctx, stage, result, [output], k=k)
+
+
+def _export_level(wh: Engine, ctx: RunContext, k: int) -> None:
+    table = wh.fetch_arrow(load_sql("dpne/level_export", schema=ctx.schema, level=_level(k)), {"k": k})
+    with ctx.release.writing(level_path(k)) as tmp:
+        write_keys_parquet(table, tmp, KGRAM_COLUMNS)
+
+
+def finalize_kgrams(ctx: RunContext) -> dict[str, Any]:
+    """Merge the level files into ``released/kgrams.parquet`` (k = 2..T; columns k, ngram; sorted
+    by k then n-gram). Post-processing only: no noise, no spend. Also records the composed DPNE
+    spend (Thm. 2.1) in the report part ``dpne.summary``."""
+    config = ctx.config
+    root = ctx.release.root
+    paths = [root / level_path(k) for k in range(2, config.max_n + 1)]
+    missing = [p.name for p in paths if not p.exists()]
+    if missing:
+        raise ConfigError(f"dpne: levels not released yet: {missing} (run every level before finalize)")
+    with Warehouse(":memory:", memory_limit=config.memory_limit, threads=config.threads) as wh:
+        if paths:
+            table = wh.fetch_arrow(load_sql("dpne/merge_levels"), {"paths": [str(p) for p in paths]})
+        else:
+            table = pa.schema([pa.field(n, t) for n, t in KGRAM_COLUMNS.items()]).empty_table()
+    with ctx.release.writing(KGRAMS) as tmp:
+        write_keys_parquet(table, tmp, KGRAM_COLUMNS)
+    parts = read_parts(ctx)
+    events = [
+        PrivacyEvent(**e)
+        for name, part in parts.items()
+        if name.split(".", 1)[0] == "dpne" and "privacy" in part
+        for e in part["privacy"]["events"]
+    ]
+    _, delta = config.stage_share("dpne")
+    counts = {"1": parts.get(VOCABULARY_STAGE, {}).get("released")}
+    counts.update({str(k): _file_rows(p) for k, p in zip(range(2, config.max_n + 1), paths, strict=True)})
+    record_part(
+        ctx,
+        "dpne.summary",
+        {
+            "released_per_level": counts,
+            "released_kgrams": table.num_rows,
+            "composed_epsilon": Accountant(events).total_epsilon(delta) if events else 0.0,
+            "composed_delta": delta,
+        },
+    )
+    out = root / KGRAMS
+    return {"stage": "dpne.finalize", "released_rows": table.num_rows, "epsilon": 0.0, "paths": [str(out)]}
+
+
+
+
+# ----------------------------------------------------------------------------------------------
+# DPSU baselines (DPNE §3.1.2), for comparison only
+# ----------------------------------------------------------------------------------------------
+def run_baseline(
+    ctx: RunContext, method: str, k: int | None = None, *, noise: NoiseSource | None = None
+) -> dict[str, Any]:
+    """DPSU applied to n-grams directly (§3.1.2), writing ``released/baseline_<method>.parquet``
+    (columns k, ngram) and spending the whole dpne share under stage ``dpne``:
+
+    * ``dpsu-all``: one DPSU over all n-grams of lengths 1..T, contribution T Delta_0, sigma* from
+      eq. (1) at delta/2, threshold at delta/2.
+    * ``dpsu-even``: one DPSU per length with Delta_0 and sigma = sigma* sqrt(T) (T Gaussians
+      compose exactly to sigma*, Prop. 2.3 — the paper's "eps/sqrt(T) by advanced composition"
+      is the same idea with a looser bound), each threshold at delta/(2T).
+    * ``dpsu-single``: all of the budget on the single length ``k``, Delta_0.
+
+    A baseline spends the whole dpne budget, so it must be the run's only dpne stage."""
+    if method not in BASELINES:
+        raise ConfigError(f"method: must be one of {list(BASELINES)} (got {method!r})")
+    config = ctx.config
+    if method == "dpsu-single":
+        if not isinstance(k, int) or not 1 <= k <= config.max_n:
+            raise ConfigError(f"k: dpsu-single needs a length 1..{config.max_n} (got {k!r})")
+    elif k is not None:
+        raise ConfigError(f"k: only dpsu-single takes a length (got {k!r} for {method})")
+    parts = read_parts(ctx)
+    other = [n for n in parts if n.split(".", 1)[0] == "dpne" and n != "dpne"]
+    if other or ("dpne" in parts and parts["dpne"].get("method") != method):
+        raise ConfigError(
+            "run_baseline: the dpne budget of this run is already spent; run a baseline in its own run"
+        )
+    epsilon, delta = config.stage_share("dpne")
+    sigma_star = gaussian_sigma(epsilon, delta / 2.0)
+    T, delta0 = config.max_n, config.max_contribution
+    if method == "dpsu-all":
+        plan = [(1, T, sigma_star, delta / 2.0, T * delta0)]
+    elif method == "dpsu-even":
+        plan = [(n, n, sigma_star * math.sqrt(T), delta / (2.0 * T), delta0) for n in range(1, T + 1)]
+    else:
+        plan = [(k, k, sigma_star, delta / 2.0, delta0)]
+    output = baseline_path(method)
+
+    def compute(wh: Engine) -> Any:
+        source = "dpsu_baseline_source"
+        source_noise = noise or NoiseSource.secure()
+        events: list[PrivacyEvent] = []
+        released: list[pa.Table] = []
+        per_length: list[dict[str, Any]] = []
+        for lo, hi, sigma, delta_t, contribution in plan:
+            wh.execute(
+                load_sql("dpsu/ngram_source", schema=ctx.schema, target=source), {"min_n": lo, "max_n": hi}
+            )
+            rho = dpsu_threshold(sigma, delta_t, contribution)
+            target = "dpsu_baseline_released"
+            count = dpsu_release(
+                wh,
+                ctx.schema,
+                source,
+                target,
+                sigma=sigma,
+                threshold=rho,
+                max_contribution=contribution,
+                noise=source_noise,
+            )
+            released.append(
+                wh.fetch_arrow(load_sql("dpsu/baseline_export", schema=ctx.schema, released=target))
+            )
+            events += [
+                PrivacyEvent(stage="dpne", mechanism="gaussian", sigma=sigma),
+                PrivacyEvent(stage="dpne", mechanism="approx", delta=delta_t, note="DPSU threshold"),
+            ]
+            per_length.append(
+                {
+                    "lengths": [lo, hi],
+                    "sigma": sigma,
+                    "rho": rho,
+                    "max_contribution": contribution,
+                    "released": count,
+                }
+            )
+            _drop(wh, ctx.schema, source, target)
+        table = pa.concat_tables(released)
+        table = table.sort_by([("k", "ascending"), ("ngram", "ascending")])
+        with ctx.release.writing(output) as tmp:
+            write_keys_parquet(table, tmp, KGRAM_COLUMNS)
+        return StageResult(events=events, report={"method": method, "k": k, "runs": per_length})
+
+    result = spend_once(ctx, "dpne", [output], compute, engine=True)
+    return released_summary(ctx, "dpne", result, [output], method=method)

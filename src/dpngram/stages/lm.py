@@ -1,0 +1,149 @@
+"""TODO docstring (moved from lm/build.py)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from dpngram.config import RunConfig
+from dpngram.core.errors import ArpaError, ConfigError
+from dpngram.lm.build import (
+    DEFAULT_ROUTE,
+    MIXTURE_ROUTE,
+    ROUTES,
+    STAGE,
+    ReleasedInputs,
+    _build,
+    _seed,
+    build_route_mixture,
+    compare_with_public,
+    compile_binary,
+)
+from dpngram.lm.kenlm_bin import KENLM_MAX_ORDER
+from dpngram.release.context import read_parts
+from dpngram.release.layout import MODEL_ARPA, MODEL_BINARY, MODEL_CARD
+
+log = logging.getLogger(__name__)
+
+
+
+def lm_enabled(config: RunConfig) -> bool:
+    """The stage runs unless lm_route='off', when some stage releases θ or synthetic sequences."""
+    return config.lm_route != "off" and any(s in config.stage_budget for s in ("lm_counts", "bayes", "synth"))
+
+
+def run_lm(ctx: Any) -> dict[str, Any]:
+    """Stage ``lm`` (after validate, before report): build the model from released files only,
+    compile it, check it (GX suite ``model.arpa``), evaluate it on public / user-supplied text,
+    write the model card and report part ``lm``. Returns a public summary (paths, counts)."""
+    from dpngram.lm.evaluate import evaluate_file
+    from dpngram.lm.model_card import render_model_card
+    from dpngram.release.context import record_part
+
+    config: RunConfig = ctx.config
+    if config.lm_order > KENLM_MAX_ORDER:
+        raise ConfigError(
+            f"lm_order: at most {KENLM_MAX_ORDER} (KenLM's compiled limit; got {config.lm_order})"
+        )
+    started = time.perf_counter()
+    release = ctx.release
+    inputs = ReleasedInputs(release.root)
+    arpa = release.path(MODEL_ARPA)
+    binary = release.path(MODEL_BINARY)
+    seed = _seed(ctx.run_id)
+    eval_text = config.lm_eval_text or config.public
+    eval_kind = "user-supplied" if config.lm_eval_text else ("public corpus" if config.public else None)
+
+    candidates: dict[str, dict[str, Any]] = {}
+    mixture = config.lm_route == MIXTURE_ROUTE or (
+        config.lm_route == "auto" and "lm_counts" in config.stage_budget
+    )
+    if mixture:
+        route = MIXTURE_ROUTE
+    elif config.lm_route in ROUTES:
+        route = config.lm_route
+    elif config.lm_eval_text:  # auto with evaluation text: build both, keep the better one
+        for r in ROUTES:
+            trial = arpa.with_name(f"candidate_{r}.arpa")
+            try:
+                info = _build(r, inputs, config, trial, seed)
+            except ConfigError as err:
+                candidates[r] = {"error": str(err)}
+                continue
+            compile_binary(trial, trial.with_suffix(".binary"))
+            metrics = evaluate_file(trial.with_suffix(".binary"), config.lm_eval_text, config.lowercase)
+            candidates[r] = {"perplexity": metrics["perplexity"], "info": info}
+        usable = {r: c for r, c in candidates.items() if "perplexity" in c}
+        if not usable:
+            raise ConfigError("lm_route: neither route can be built from this run's released files")
+        route = min(usable, key=lambda r: usable[r]["perplexity"])
+    else:
+        route = DEFAULT_ROUTE
+
+    if route == MIXTURE_ROUTE:
+        info = build_route_mixture(read_parts(ctx).get("lm_counts"), inputs, config, arpa)
+    elif route in candidates and "info" in candidates[route]:
+        info = candidates[route]["info"]
+        os.replace(arpa.with_name(f"candidate_{route}.arpa"), arpa)
+    else:
+        info = _build(route, inputs, config, arpa, seed)
+    for r in ROUTES:
+        for suffix in (".arpa", ".binary"):
+            arpa.with_name(f"candidate_{r}{suffix}").unlink(missing_ok=True)
+    compile_binary(arpa, binary)
+
+    from dpngram.validation import validate_model
+
+    check = validate_model(ctx, MODEL_ARPA)
+    public_model = info.pop("public_model", None)
+    comparison = (
+        compare_with_public(read_parts(ctx)["lm_counts"], inputs, binary, public_model, config)
+        if public_model is not None
+        else None
+    )
+    if comparison is not None:
+        metrics = None  # the comparison table replaces the single in-sample number
+    else:
+        metrics = evaluate_file(binary, eval_text, config.lowercase) if eval_text else None
+    build_seconds = round(time.perf_counter() - started, 3)
+    part = {
+        "route": route,
+        "route_selection": (
+            "configured"
+            if config.lm_route in (*ROUTES, MIXTURE_ROUTE)
+            else "auto: the run released noisy counts (stage lm_counts)"
+            if route == MIXTURE_ROUTE
+            else "auto: lowest perplexity on the evaluation text"
+            if candidates
+            else f"auto: default route '{DEFAULT_ROUTE}' (benchmarks/lm_bench.py)"
+        ),
+        "candidates": {r: {k: v for k, v in c.items() if k != "info"} for r, c in candidates.items()},
+        "order": config.lm_order,
+        "counts": {str(n): c for n, c in info["counts"].items()},
+        "vocabulary_size": int(info["counts"].get(1, 0)),
+        "smoothing": info["smoothing"],
+        "sources": info["sources"],
+        "paths": {"arpa": MODEL_ARPA, "binary": MODEL_BINARY, "card": MODEL_CARD},
+        "validation": check,
+        "metrics": {"text": eval_kind, **metrics} if metrics else None,
+        "comparison": comparison,
+        "mix_weight": info.get("mix_weight"),
+        "vocabulary": info.get("vocabulary"),
+        "seconds": build_seconds,
+        "privacy_spend": "none: post-processing of released DP outputs only",
+    }
+    record_part(ctx, STAGE, part)
+    with ctx.release.writing(MODEL_CARD) as tmp:
+        tmp.write_text(render_model_card(ctx.config, ctx.run_id, read_parts(ctx), part), encoding="utf-8")
+    if not check.get("success"):
+        raise ArpaError("model.arpa failed its validation suite (see report part 'lm')")
+    log.info("lm: route %s, order %d, counts %s", route, config.lm_order, part["counts"])
+    return {
+        "stage": STAGE,
+        "method": route,
+        "paths": [MODEL_ARPA, MODEL_BINARY, MODEL_CARD],
+        "released_rows": sum(info["counts"].values()),
+        "epsilon": 0.0,
+    }

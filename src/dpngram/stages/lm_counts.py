@@ -1,0 +1,224 @@
+"""TODO docstring (moved from pipeline/lm_counts.py)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dpngram.core.accounting import PrivacyEvent
+from dpngram.core.errors import ConfigError
+from dpngram.core.noise import NoiseSource
+from dpngram.engines.base import Engine
+from dpngram.engines.sql import load_sql
+from dpngram.mechanisms.lm_counts import (
+    COUNTS_SCHEMA,
+    DOMAIN_TABLE,
+    OCCURRENCES,
+    SCORE_CLIP_NATS,
+    STAGE,
+    VOCABULARY_TABLE,
+    WEIGHTED_TABLE,
+    WORK_TABLES,
+    build_domain,
+    candidate_grid,
+    noisy_release,
+    released_kgrams,
+    score_selection_users,
+    select_weight,
+)
+from dpngram.release.context import RunContext, StageResult, released_summary
+from dpngram.release.layout import LM_COUNTS, VOCABULARY
+from dpngram.release.spend import spend_once
+
+
+def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str, Any]:
+    """Stage ``lm_counts``: write ``released/lm_counts.parquet`` (n, ngram, noisy_count) and, with
+    ``lm_mix_weight='auto'``, the selected weight λ (report part ``lm_counts``), via
+    :func:`pipeline.run.spend_once`. Returns a summary safe for XCom."""
+    from dpngram.lm.open_model import noisy_count_model
+
+    config = ctx.config
+    epsilon, delta = config.stage_share(STAGE)
+    order = config.lm_order
+    if order > 3:
+        raise ConfigError(f"lm_order: the noisy-count model has at most order 3 (got {order})")
+    if config.public and not Path(config.public).is_file():
+        raise ConfigError(f"public: {config.public} does not exist or is not a file")
+    candidates = candidate_grid(config.lm_mix_weight, config.lm_unigram_adaptation)
+    auto = len(candidates) > 1
+    holdout = int(round(1000 * config.lm_holdout)) if auto else 0
+
+    def compute(wh: Engine) -> StageResult:
+        source = noise or NoiseSource.secure()
+        root = ctx.release.root
+        vocab_path = root / VOCABULARY
+        if not vocab_path.is_file():
+            raise ConfigError(
+                "lm_counts: released/vocabulary.parquet is missing (run the vocabulary stage first)"
+            )
+        dp_vocab = [t for t in pq.read_table(vocab_path, columns=["token"])["token"].to_pylist() if t]
+        kgrams = {n: released_kgrams(root, n) for n in range(2, order + 1)}
+        domain = build_domain(
+            dp_vocab,
+            config.public,
+            order=order,
+            public_cap=config.lm_public_vocab_size,
+            domain_cap=config.lm_count_domain,
+            kgrams=kgrams,
+            lowercase=config.lowercase,
+        )
+        schema = ctx.schema
+        salt = source.salt()
+        vocab_table = pa.table({"token": pa.array(domain.vocabulary, pa.string())})
+        wh.load_table(schema, VOCABULARY_TABLE, [vocab_table], vocab_table.schema)
+        dom = domain.frame.to_arrow()
+        dom = pa.table(
+            {
+                "gid": pa.array(dom["gid"].to_numpy().astype(np.int64)),
+                "n": pa.array(dom["n"].to_numpy().astype(np.int64)),
+                "ngram": dom["ngram"].cast(pa.string()),
+            }
+        )
+        wh.load_table(schema, DOMAIN_TABLE, [dom], dom.schema)
+        wh.execute(
+            load_sql(
+                "bayes/occurrences",
+                schema=schema,
+                source="tokens",
+                target=OCCURRENCES,
+                vocabulary=VOCABULARY_TABLE,
+            ),
+            {"map_unk": True},
+        )
+        wh.execute(
+            load_sql(
+                "lm_counts/weighted",
+                schema=schema,
+                target=WEIGHTED_TABLE,
+                occurrences=OCCURRENCES,
+                domain=DOMAIN_TABLE,
+            ),
+            {"salt": int(salt), "holdout_per_mille": holdout, "clip": float(config.lm_count_clip)},
+        )
+        cols = wh.fetch_numpy(f"SELECT gid, weighted FROM {schema}.{WEIGHTED_TABLE}")
+        weighted = np.zeros(domain.size, dtype=np.float64)
+        weighted[np.asarray(cols["gid"], dtype=np.int64) - 1] = np.asarray(cols["weighted"], dtype=np.float64)
+        del cols
+        noisy, calibration = noisy_release(
+            weighted, epsilon=epsilon, delta=delta, clip=float(config.lm_count_clip), noise=source
+        )
+        del weighted
+        sigma = calibration.sigma
+        threshold = config.lm_count_threshold * sigma
+        released = domain.frame.with_columns(noisy_count=pl.Series(noisy)).filter(
+            (pl.col("n") == 1) | (pl.col("noisy_count") >= threshold)
+        )
+        table = pa.table(
+            {
+                "n": pa.array(released["n"].to_numpy().astype(np.int8)),
+                "ngram": pa.array(released["ngram"].to_list(), pa.string()),
+                "noisy_count": pa.array(released["noisy_count"].to_numpy(), pa.float64()),
+            },
+            schema=COUNTS_SCHEMA,
+        )
+        selection: dict[str, Any]
+        if auto:
+            from dpngram.lm.arpa import write_arpa
+            from dpngram.lm.open_model import adapt_to_unigrams, unigram_distribution
+
+            private = noisy_count_model(
+                released.select("n", "ngram", "noisy_count"),
+                domain.public_model,
+                order,
+                threshold=threshold,
+                discount=config.lm_count_discount * sigma,
+            )
+            betas = sorted({b for b, _ in candidates})
+            lams = tuple(sorted({lam for _, lam in candidates}))
+            with tempfile.TemporaryDirectory(prefix="dpngram-lmsel-") as tmp:
+                q_arpa = Path(tmp) / "private.arpa"
+                write_arpa(private, q_arpa)
+                p_arpas = []
+                for b in betas:
+                    variant = (
+                        domain.public_model
+                        if b == 0
+                        else adapt_to_unigrams(domain.public_model, unigram_distribution(private), b)
+                    )
+                    p_arpas.append(Path(tmp) / f"public_{len(p_arpas)}.arpa")
+                    write_arpa(variant, p_arpas[-1])
+                scores, sel_users = score_selection_users(
+                    wh,
+                    schema,
+                    salt=salt,
+                    holdout_per_mille=holdout,
+                    public_arpas=p_arpas,
+                    private_arpa=q_arpa,
+                    weights=lams,
+                )
+            order_of_scores = [(b, lam) for b in betas for lam in lams]
+            # Always through report-noisy-max, even with no selection user (the sum over nobody is
+            # the zero vector): whether one user exists must not change what is released.
+            _, best = select_weight(scores, epsilon, source, grid=tuple(range(len(order_of_scores))))
+            adaptation, weight = order_of_scores[best]
+            del scores, sel_users
+            selection = {
+                "method": "report-noisy-max over the (adaptation, weight) grid on disjoint selection users",
+                "grid": list(lams),
+                "adaptation_grid": list(betas),
+                "score_clip_nats": SCORE_CLIP_NATS,
+                "laplace_scale": 2.0 * SCORE_CLIP_NATS / epsilon,
+                "selection_fraction": holdout / 1000.0,
+            }
+        else:
+            adaptation, weight = candidates[0]
+            selection = {"method": "fixed (configuration)"}
+        with ctx.release.writing(LM_COUNTS) as tmp_path:
+            pq.write_table(table, tmp_path)
+        wh.drop(schema, *WORK_TABLES)
+        report = {
+            "method": "Gaussian mechanism on per-user l2-bounded n-gram counts over a public domain",
+            "order": order,
+            "domain_size": domain.size,
+            "domain_by_order": {
+                str(n): int(domain.frame.filter(pl.col("n") == n).height) for n in range(1, order + 1)
+            },
+            "model_vocabulary_size": len(domain.vocabulary),
+            "dp_vocabulary_size": len(dp_vocab),
+            "clip_l2": float(config.lm_count_clip),
+            "sigma": sigma,
+            "grid": calibration.grid,
+            "snapped_sensitivity": calibration.snapped_sensitivity,
+            "threshold": threshold,
+            "discount": config.lm_count_discount * sigma,
+            "released_by_order": {
+                str(n): int(released.filter(pl.col("n") == n).height) for n in range(1, order + 1)
+            },
+            "mix_weight": weight,
+            "unigram_adaptation": adaptation,
+            "weight_selection": selection,
+            "differentially_private": True,
+            "guarantee": (
+                f"user-level ({epsilon:.4g}, {delta:.3g})-differential privacy for this stage (Gaussian "
+                "counts on the counting users, report-noisy-max on the disjoint selection users; "
+                "docs/lm_privacy.md)"
+            ),
+            "noise_mode": source.mode,
+        }
+        event = PrivacyEvent(
+            stage=STAGE,
+            mechanism="gaussian",
+            sigma=sigma,
+            sensitivity=calibration.snapped_sensitivity,
+            note="noisy n-gram counts (l2-bounded per user); the weight selection runs on disjoint users",
+        )
+        return StageResult(events=[event], report=report)
+
+    result = spend_once(ctx, STAGE, [LM_COUNTS], compute, engine=True)
+    return released_summary(ctx, STAGE, result, [LM_COUNTS])

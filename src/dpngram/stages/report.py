@@ -1,0 +1,371 @@
+"""The run report: ``report.json``, a self-contained ``report.html`` and PNG plots.
+
+:func:`write_report` merges the report parts that stages recorded in the staged release
+(:func:`pipeline.run.read_parts`) with facts computed here:
+
+* privacy: each stage's recorded spend, and the run's total **composed** by
+  :class:`pipeline.accounting.Accountant` over all events of all stages at the run's delta
+  (Gaussian events merged exactly, DPNE Prop. 2.3; mixed events via prv-accountant), next to
+  the basic-composition sum of the stages' epsilons (always sound, usually looser); plus what the
+  ledger charged for this run;
+* row counts of every released table (``released/*.parquet``; those tables are public, so their
+  sizes are too), per k for tables with a ``k`` column;
+* timings per stage (stage parts' ``seconds`` and :func:`pipeline.run.stage_timer` records);
+* noise mode (secure vs seeded-test) and the validation summary.
+
+The report holds no private statistic: only released tables are counted, and parts are written by
+stages under the same rule. Unknown parts (added by later stages) are carried into report.json
+as they are and rendered in the HTML as key/value tables, so the report needs no change when a
+stage is added.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from dpngram.core.accounting import privacy_summary
+from dpngram.release.context import RunContext, read_parts, read_timings
+from dpngram.release.layout import PLOTS_DIR, REPORT_HTML, REPORT_JSON, write_json_atomic
+
+#: Parts rendered in their own sections; every other part is rendered generically.
+_KNOWN_PARTS = {"parameters", "validation"}
+
+
+def released_tables(root: Path) -> dict[str, dict[str, Any]]:
+    """Rows (and rows per k) of every released parquet file under ``root/released``."""
+    out: dict[str, dict[str, Any]] = {}
+    released = root / "released"
+    if not released.is_dir():
+        return out
+    for path in sorted(released.rglob("*.parquet")):
+        meta = pq.ParquetFile(path)
+        entry: dict[str, Any] = {
+            "path": path.relative_to(root).as_posix(),
+            "rows": meta.metadata.num_rows,
+            "columns": meta.schema_arrow.names,
+        }
+        if "k" in meta.schema_arrow.names:
+            counts = pc.value_counts(pq.read_table(path, columns=["k"]).column("k")).to_pylist()
+            per_k = sorted((c["values"], c["counts"]) for c in counts if c["values"] is not None)
+            entry["rows_per_k"] = {str(k): int(n) for k, n in per_k}
+        out[path.relative_to(released).with_suffix("").as_posix()] = entry
+    return out
+
+
+def _ngrams_per_k(tables: dict[str, dict[str, Any]]) -> dict[int, int]:
+    """Released n-grams per k: the vocabulary is k = 1, the k-gram table gives k >= 2; a baseline
+    run (no DPNE tables) counts its ``baseline_*`` tables."""
+    per_k: dict[int, int] = {}
+    if "vocabulary" in tables:
+        per_k[1] = tables["vocabulary"]["rows"]
+    sources = ["kgrams"] if per_k or "kgrams" in tables else [n for n in tables if n.startswith("baseline_")]
+    for name in sources:
+        for k, n in tables.get(name, {}).get("rows_per_k", {}).items():
+            per_k[int(k)] = per_k.get(int(k), 0) + n
+    return dict(sorted(per_k.items()))
+
+
+def _ledger_charged(ctx: RunContext) -> dict[str, Any] | None:
+    """What the ledger recorded for this run (None if there is no warehouse or ledger yet)."""
+    if not Path(ctx.config.warehouse).exists():
+        return None
+    with ctx.warehouse(read_only=True) as wh:
+        if not wh.table_exists("ledger", "privacy_spend"):
+            return None
+        row = wh.query("ledger/run_total", {"dataset": ctx.config.dataset, "run_id": ctx.run_id}).fetchone()
+    return {"epsilon": float(row[0]), "delta": float(row[1]), "entries": int(row[2])}
+
+
+def _timings(parts: dict[str, dict[str, Any]], recorded: dict[str, float]) -> dict[str, float]:
+    """Wall-clock seconds per orchestration stage (CLI/DAG timers); without timer records (stages
+    called directly), the ``seconds`` the stages' own parts report."""
+    if recorded:
+        return dict(recorded)
+    return {
+        name: float(part["seconds"])
+        for name, part in parts.items()
+        if isinstance(part.get("seconds"), (int, float))
+    }
+
+
+def _noise_mode(parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Noise mode per stage where a stage recorded one ('noise_mode' or 'noise': {'mode': ...})."""
+    modes = {}
+    for name, part in parts.items():
+        noise = part.get("noise")
+        mode = part.get("noise_mode") or (noise.get("mode") if isinstance(noise, dict) else None)
+        if mode:
+            modes[name] = mode
+    insecure = sorted(n for n, m in modes.items() if m != "secure")
+    return {
+        "mode": "seeded-test (NOT PRIVATE)" if insecure else "secure",
+        "per_stage": modes,
+        "note": "stages draw noise from NoiseSource.secure() (OS CSPRNG); a seeded source exists only "
+        "inside the test suite" + (f"; seeded stages: {insecure}" if insecure else ""),
+    }
+
+
+def write_report(ctx: RunContext) -> Path:
+    """Write ``report.json``, ``report.html`` and ``plots/*.png`` into the staged release."""
+    parts = read_parts(ctx)
+    root = ctx.release.root
+    tables = released_tables(root)
+    per_k = _ngrams_per_k(tables)
+    privacy = privacy_summary(parts, ctx.config.delta, ctx.config.epsilon)
+    ledger = _ledger_charged(ctx)
+    if ledger is not None:
+        privacy["ledger_charged"] = ledger
+    report: dict[str, Any] = {
+        "run_id": ctx.run_id,
+        "dataset": ctx.config.dataset,
+        "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "parameters": parts.get("parameters", {}).get("parameters", json.loads(ctx.config.to_json())),
+        "privacy": privacy,
+        "released": {"tables": tables, "ngrams_per_k": {str(k): n for k, n in per_k.items()}},
+        "timings_seconds": _timings(parts, read_timings(ctx)),
+        "noise": _noise_mode(parts),
+        "validation": _validation_summary(parts.get("validation")),
+        "model": parts.get("lm"),  # language model (lm/): paths, order, counts per order, metrics
+        "stages": {name: part for name, part in parts.items() if name not in _KNOWN_PARTS},
+    }
+    plots = _plots(root, per_k, privacy)
+    report["plots"] = plots
+    path = ctx.release.path(REPORT_JSON)
+    write_json_atomic(path, report)
+    html_path = ctx.release.path(REPORT_HTML)
+    with ctx.release.writing(REPORT_HTML) as tmp:
+        tmp.write_text(render_html(report), encoding="utf-8")
+    assert html_path.exists()
+    return path
+
+
+def _validation_summary(part: dict[str, Any] | None) -> dict[str, Any]:
+    if not part:
+        return {"ran": False}
+    return {
+        "ran": True,
+        "success": part.get("success"),
+        "suites": [
+            {k: s.get(k) for k in ("suite", "success", "evaluated", "failed")} for s in part.get("suites", [])
+        ],
+        "failures": [f"{s['suite']}: {f}" for s in part.get("suites", []) for f in s.get("failures", [])],
+        "data_docs": part.get("data_docs"),
+        "results": part.get("results"),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Plots (matplotlib, Agg backend: no display needed)
+# ----------------------------------------------------------------------------------------------
+def _plots(root: Path, per_k: dict[int, int], privacy: dict[str, Any]) -> dict[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out: dict[str, str] = {}
+    (root / PLOTS_DIR).mkdir(parents=True, exist_ok=True)
+    if per_k:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ks = list(per_k)
+        bars = ax.bar([str(k) for k in ks], [per_k[k] for k in ks], color="#4C72B0")
+        ax.bar_label(bars, fontsize=8)
+        ax.set_xlabel("k (n-gram length)")
+        ax.set_ylabel("released n-grams")
+        ax.set_title("Released n-grams per k")
+        if max(per_k.values()) / max(1, min(per_k.values())) > 100:
+            ax.set_yscale("log")
+        out["ngrams_per_k"] = _save(fig, root, "ngrams_per_k.png")
+        plt.close(fig)
+    stages = privacy.get("stages", {})
+    if stages:
+        fig, ax = plt.subplots(figsize=(6, 0.5 + 0.4 * len(stages) + 1))
+        names = list(stages)
+        values = [stages[n]["charged_epsilon"] for n in names]
+        ax.barh(names, values, color="#DD8452")
+        total = privacy["total"]["epsilon"]
+        ax.axvline(total, color="black", linestyle="--", linewidth=1, label=f"composed total {total:.3g}")
+        ax.axvline(
+            privacy["epsilon_budget"],
+            color="#C44E52",
+            linewidth=1,
+            label=f"budget {privacy['epsilon_budget']:.3g}",
+        )
+        ax.invert_yaxis()
+        ax.set_xlabel("epsilon charged")
+        ax.set_title("Privacy spend per stage")
+        ax.legend(fontsize=8, loc="lower right")
+        out["privacy_per_stage"] = _save(fig, root, "privacy_per_stage.png")
+        plt.close(fig)
+    return out
+
+
+def _save(fig: Any, root: Path, name: str) -> str:
+    relative = f"{PLOTS_DIR}/{name}"
+    fig.tight_layout()
+    target = root / relative
+    tmp = target.with_name(f".{name}.partial.png")
+    fig.savefig(tmp, dpi=110)
+    tmp.replace(target)
+    return relative
+
+
+# ----------------------------------------------------------------------------------------------
+# HTML
+# ----------------------------------------------------------------------------------------------
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:980px;
+color:#222;line-height:1.45;padding:0 1rem}
+h1{font-size:1.6rem}h2{font-size:1.2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
+h3{font-size:1rem;margin-bottom:.3rem}
+table{border-collapse:collapse;margin:.5rem 0 1rem;font-size:.9rem}
+th,td{border:1px solid #ddd;padding:.25rem .6rem;text-align:left;vertical-align:top}
+th{background:#f5f5f5}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.ok{color:#1a7f37;font-weight:600}.bad{color:#c0392b;font-weight:600}.muted{color:#666;font-size:.85rem}
+img{max-width:100%;border:1px solid #eee;margin:.5rem 0}code{background:#f3f3f3;padding:0 .2rem}
+"""
+
+
+def _esc(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if value == 0 or not math.isfinite(value):
+            return str(value)
+        return f"{value:.6g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, default=str)
+    return str(value)
+
+
+def _kv_table(data: dict[str, Any]) -> str:
+    rows = []
+    for key, value in data.items():
+        if isinstance(value, dict) and value and all(not isinstance(v, (dict, list)) for v in value.values()):
+            inner = _kv_table(value)
+            rows.append(f"<tr><th>{_esc(key)}</th><td>{inner}</td></tr>")
+        else:
+            cls = ' class="num"' if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
+            rows.append(f"<tr><th>{_esc(key)}</th><td{cls}>{_esc(_fmt(value))}</td></tr>")
+    return "<table>" + "".join(rows) + "</table>"
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{_esc(h)}</th>" for h in header)
+    body = []
+    for row in rows:
+        cells = []
+        for v in row:
+            cls = ' class="num"' if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
+            cells.append(f"<td{cls}>{_esc(_fmt(v))}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def render_html(report: dict[str, Any]) -> str:
+    """The report as one HTML page (inline CSS; plots are the PNG files next to it)."""
+    privacy = report["privacy"]
+    total = privacy["total"]
+    validation = report["validation"]
+    sections = [
+        f"<h1>dpngram release <code>{_esc(report['run_id'])}</code></h1>",
+        f"<p class='muted'>dataset {_esc(report['dataset'])} · generated {_esc(report['generated_at'])} · "
+        f"noise: {_esc(report['noise']['mode'])}</p>",
+    ]
+
+    status = "ok" if privacy.get("within_budget") else "bad"
+    sections.append("<h2>Privacy</h2>")
+    n_events = len(privacy.get("events", []))
+    spent, budget = _esc(_fmt(total["epsilon"])), _esc(_fmt(privacy["epsilon_budget"]))
+    basic, delta = _esc(_fmt(privacy["basic_composition"]["epsilon"])), _esc(_fmt(privacy["delta"]))
+    sections.append(
+        f"<p>Total spent (composed over all {n_events} mechanism events at δ = {delta}): "
+        f"<span class='{status}'>ε = {spent}</span> of the run's budget ε = {budget} "
+        f"(method: {_esc(total.get('method'))}). Basic-composition sum over stages: ε = {basic}.</p>"
+    )
+    if privacy["stages"]:
+        sections.append(
+            _table(
+                ["stage", "ε (own events)", "ε charged", "δ", "stage budget ε", "events"],
+                [
+                    [n, s["epsilon"], s["charged_epsilon"], s["delta"], s["budget_epsilon"], s["events"]]
+                    for n, s in privacy["stages"].items()
+                ],
+            )
+        )
+    if "ledger_charged" in privacy:
+        sections.append(
+            f"<p class='muted'>Ledger entries for this run: {privacy['ledger_charged']['entries']}, "
+            f"ε charged {_esc(_fmt(privacy['ledger_charged']['epsilon']))}.</p>"
+        )
+    if "privacy_per_stage" in report["plots"]:
+        sections.append(
+            f"<img src='{_esc(report['plots']['privacy_per_stage'])}' alt='privacy spend per stage'>"
+        )
+
+    sections.append("<h2>Released n-grams</h2>")
+    per_k = report["released"]["ngrams_per_k"]
+    if per_k:
+        sections.append(_table(["k", "released n-grams"], [[k, n] for k, n in per_k.items()]))
+    if "ngrams_per_k" in report["plots"]:
+        sections.append(f"<img src='{_esc(report['plots']['ngrams_per_k'])}' alt='released n-grams per k'>")
+    tables = report["released"]["tables"]
+    if tables:
+        sections.append("<h3>Released tables</h3>")
+        sections.append(
+            _table(
+                ["table", "file", "rows", "columns"],
+                [[n, t["path"], t["rows"], ", ".join(t["columns"])] for n, t in tables.items()],
+            )
+        )
+
+    sections.append("<h2>Validation (Great Expectations)</h2>")
+    if not validation.get("ran"):
+        sections.append("<p class='bad'>Validation has not run.</p>")
+    else:
+        word, cls = ("passed", "ok") if validation["success"] else ("FAILED", "bad")
+        sections.append(
+            f"<p>All suites <span class='{cls}'>{word}</span>. "
+            f"<a href='{_esc(validation['data_docs'])}'>Data Docs</a> · "
+            f"<a href='{_esc(validation['results'])}'>results.json</a></p>"
+        )
+        sections.append(
+            _table(
+                ["suite", "passed", "expectations", "failed"],
+                [[s["suite"], s["success"], s["evaluated"], s["failed"]] for s in validation["suites"]],
+            )
+        )
+        if validation["failures"]:
+            sections.append("<ul>" + "".join(f"<li>{_esc(f)}</li>" for f in validation["failures"]) + "</ul>")
+
+    sections.append("<h2>Timings (seconds)</h2>")
+    sections.append(_table(["stage", "seconds"], [[n, s] for n, s in report["timings_seconds"].items()]))
+
+    sections.append("<h2>Parameters</h2>")
+    sections.append(_kv_table(report["parameters"]))
+
+    sections.append("<h2>Stages</h2>")
+    for name, part in report["stages"].items():
+        shown = {k: v for k, v in part.items() if k != "privacy"}
+        if isinstance(part.get("privacy"), dict):
+            shown["privacy"] = {k: v for k, v in part["privacy"].items() if k != "events"}
+        sections.append(f"<h3>{_esc(name)}</h3>{_kv_table(shown)}")
+
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>dpngram report {_esc(report['run_id'])}</title><style>{_CSS}</style></head><body>"
+        + "\n".join(sections)
+        + "</body></html>\n"
+    )

@@ -1,0 +1,142 @@
+"""TODO docstring (moved from pipeline/triehh.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dpngram.core.accounting import PrivacyEvent
+from dpngram.core.errors import ConfigError
+from dpngram.core.noise import NoiseSource
+from dpngram.engines.base import Engine
+from dpngram.mechanisms.triehh import (
+    DELTA_SHARE_USED,
+    STAGE,
+    TrieParameters,
+    WarehouseSource,
+    _drop_work_tables,
+    closed_form_epsilon,
+    epsilon0_for_budget,
+    numerical_epsilon,
+    prepare_user_words,
+    run_trie,
+)
+from dpngram.release.context import RunContext, StageResult, released_summary
+from dpngram.release.layout import OOV_WORDS
+from dpngram.release.spend import spend_once
+from dpngram.text.public import load_known_vocabulary
+
+
+def trie_parameters(config: Any, epsilon0: float) -> TrieParameters:
+    return TrieParameters(
+        epsilon0=epsilon0,
+        users_per_layer=config.triehh_users_per_layer,
+        max_depth=config.triehh_max_depth,
+        max_words=config.triehh_max_words,
+        max_prefixes=config.triehh_max_prefixes,
+        passes=config.triehh_passes,
+        sampling=config.triehh_sampling,
+        alphabet=config.triehh_alphabet,
+        end_symbol=config.triehh_end_symbol,
+        spurious_rate=config.triehh_spurious_rate,
+    )
+
+
+def privacy_plan(config: Any) -> dict[str, float]:
+    """eps0 and the guarantees it gives, from the triehh share of (epsilon, delta) (public)."""
+    epsilon, delta = config.stage_share(STAGE)
+    delta_used = delta * DELTA_SHARE_USED
+    n, m = config.triehh_users_per_layer, config.triehh_max_words
+    if config.triehh_epsilon0 is None:
+        epsilon0 = epsilon0_for_budget(epsilon, delta_used, n, m)
+    else:
+        epsilon0 = float(config.triehh_epsilon0)
+    central = numerical_epsilon(m * epsilon0, n, delta_used)
+    if central > epsilon * (1 + 1e-9):
+        raise ConfigError(
+            f"triehh_epsilon0: {epsilon0:g} gives user-level central epsilon {central:.4g} after "
+            f"shuffling groups of {n}, above the triehh share {epsilon:.4g}; lower it or leave it unset"
+        )
+    return {
+        "epsilon0": epsilon0,
+        "user_ldp_epsilon": m * epsilon0,
+        "central_epsilon": central,
+        "central_delta": delta_used,
+        "central_epsilon_closed_form": closed_form_epsilon(m * epsilon0, n, delta_used),
+        "item_level_central_epsilon": numerical_epsilon(epsilon0, n * m, delta_used),
+        "budget_epsilon": epsilon,
+        "budget_delta": delta,
+    }
+
+
+
+
+
+
+GUARANTEE = (
+    "user-level ({eps:.4g}, {delta:.3g})-differential privacy (central, after shuffling/secure "
+    "aggregation of each layer's reports; FMT21 numerical bound for {n} users per layer of "
+    "{ueps:.4g}-LDP messages, max over layers since every user reports in one layer only); each "
+    "single report is {eps0:.4g}-LDP (item level), each user's message {ueps:.4g}-LDP (user level)"
+)
+
+
+def run_triehh(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str, Any]:
+    """Stage ``triehh``: discover words with LDP TrieHH and release ``released/oov_words.parquet``
+    (column ``word``), spending the triehh share of (eps, delta) as one (eps, delta) event via
+    :func:`pipeline.run.spend_once` (output persisted before the spend; a retry reuses it).
+    Returns a summary safe for XCom. ``noise`` is for seeded tests only."""
+    config = ctx.config
+    plan = privacy_plan(config)  # refuses an impossible eps0 before any data is read
+    params = trie_parameters(config, plan["epsilon0"])
+
+    def compute(wh: Engine) -> StageResult:
+        source_noise = noise or NoiseSource.secure()
+        known = load_known_vocabulary(config.known_vocabulary, config.lowercase)
+        prepare_user_words(wh, ctx.schema, known, params)
+        source = WarehouseSource(wh, ctx.schema, params.end_symbol)
+        try:
+            result = run_trie(source, source.n_users(), params, source_noise)
+        finally:
+            _drop_work_tables(wh, ctx.schema)
+        with ctx.release.writing(OOV_WORDS) as tmp:
+            pq.write_table(pa.table({"word": pa.array(result.words, pa.string())}), tmp)
+        report = {
+            "method": "ldp-triehh",
+            "paper": "Sun et al. 2024 (Gboard OOV discovery), Alg. 1-2; FMT21 amplification",
+            "mode": "oov" if config.known_vocabulary else "all-words",
+            "unit_of_privacy": "user",
+            **plan,
+            "users_per_layer": params.users_per_layer,
+            "max_words_per_user": params.max_words,
+            "max_depth": params.max_depth,
+            "max_prefixes_per_layer": params.max_prefixes,
+            "passes": params.passes,
+            "sampling": params.sampling,
+            "alphabet": params.alphabet,
+            "end_symbol": params.end_symbol,
+            "spurious_rate": params.spurious_rate,
+            "words_discovered": len(result.words),
+            "layers": [vars(layer) for layer in result.layers],
+            "guarantee": GUARANTEE.format(
+                eps=plan["central_epsilon"],
+                delta=plan["central_delta"],
+                n=params.users_per_layer,
+                ueps=plan["user_ldp_epsilon"],
+                eps0=plan["epsilon0"],
+            ),
+            "noise_mode": source_noise.mode,
+        }
+        event = PrivacyEvent(
+            stage=STAGE,
+            mechanism="approx",
+            epsilon=plan["central_epsilon"],
+            delta=plan["central_delta"],
+            note="LDP TrieHH: user-level central (eps, delta) after shuffling (FMT21 numerical)",
+        )
+        return StageResult(events=[event], report=report)
+
+    spent = spend_once(ctx, STAGE, [OOV_WORDS], compute, engine=True)
+    return released_summary(ctx, STAGE, spent, [OOV_WORDS], method="ldp-triehh")

@@ -1,0 +1,77 @@
+"""TODO docstring (moved from pipeline/validate.py)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from dpngram.core.errors import ValidationFailed
+from dpngram.release.context import RunContext, record_part
+from dpngram.release.layout import DATA_DOCS_DIR, VALIDATION_RESULTS, write_json_atomic
+from dpngram.validation import (
+    PART,
+    SUITES,
+    Sources,
+    _gx_context,
+    _replace_tree,
+    _run_batch,
+    _scrub_fingerprints,
+)
+
+if TYPE_CHECKING:
+
+    pass
+
+log = logging.getLogger(__name__)
+
+
+
+# ----------------------------------------------------------------------------------------------
+# Runner
+# ----------------------------------------------------------------------------------------------
+def validate_run(ctx: RunContext, suites: list[str] | None = None) -> dict[str, Any]:
+    """Run every applicable registered suite (or the named ``suites``) on the run.
+
+    Writes ``validation/results.json`` and ``validation/data_docs/`` into the staged release,
+    records report part 'validation', and raises :class:`ValidationFailed` if any expectation
+    failed. Returns the part (suite names, pass/fail, counts of expectations; no data values)."""
+    started = time.perf_counter()
+    names = list(SUITES) if suites is None else suites
+    unknown = [n for n in names if n not in SUITES]
+    if unknown:
+        raise ValueError(f"unknown validation suite(s) {unknown}; known: {list(SUITES)}")
+    chosen = [SUITES[n] for n in names if SUITES[n].applies(ctx)]
+    if not chosen:
+        raise ValidationFailed([f"no validation suite applies to run {ctx.run_id} (nothing was released?)"])
+
+    sources = Sources(ctx)
+    try:
+        batches = [batch for suite in chosen for batch in suite.batches(sources)]
+    finally:
+        sources.close()
+
+    with _gx_context() as (gx, context, docs_dir):
+        results = [_run_batch(gx, context, batch) for batch in batches]
+        _scrub_fingerprints(context)
+        context.build_data_docs()
+        target = ctx.release.path(DATA_DOCS_DIR)
+        _replace_tree(docs_dir, target)
+
+    failures = [f"{r['suite']}: {line}" for r in results for line in r["failures"]]
+    write_json_atomic(ctx.release.path(VALIDATION_RESULTS), {"success": not failures, "suites": results})
+    part = {
+        "success": not failures,
+        "suites": [
+            {k: r[k] for k in ("suite", "private", "success", "evaluated", "failed", "failures")}
+            for r in results
+        ],
+        "suites_run": [s.name for s in chosen],
+        "results": VALIDATION_RESULTS,
+        "data_docs": f"{DATA_DOCS_DIR}/index.html",
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    record_part(ctx, PART, part)
+    if failures:
+        raise ValidationFailed(failures)
+    return part

@@ -1,0 +1,65 @@
+"""TODO docstring (moved from pipeline/dpsu.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from dpngram.core.accounting import PrivacyEvent
+from dpngram.core.noise import NoiseSource
+from dpngram.engines.base import Engine
+from dpngram.engines.sql import load_sql
+from dpngram.mechanisms import triehh
+from dpngram.mechanisms.dpsu import (
+    VOCABULARY_STAGE,
+    VOCABULARY_TABLE,
+    release_vocabulary,
+    vocabulary_parameters,
+    write_keys_parquet,
+)
+from dpngram.release.context import RunContext, StageResult, released_summary
+from dpngram.release.layout import OOV_WORDS, VOCABULARY
+from dpngram.release.spend import spend_once
+from dpngram.text.public import load_known_vocabulary
+
+
+def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str, Any]:
+    """Stage ``dpne.k1``: release the vocabulary S_1 (DPSU) to ``released/vocabulary.parquet``.
+
+    Spends sigma_1 (Gaussian) + (0, delta_dpne/2) (threshold) of the dpne budget, via
+    :func:`pipeline.run.spend_once` (noisy output persisted before the spend is committed; a retry
+    reuses it). Returns a summary safe for XCom: released row count, epsilon, output path.
+    ``noise`` is for seeded tests only (default: a fresh CSPRNG source)."""
+    params = vocabulary_parameters(ctx.config)
+
+    def compute(wh: Engine) -> StageResult:
+        from dpngram.mechanisms import dpne  # level tables derived from S_1
+
+        method = getattr(ctx.config, "vocabulary_method", "dpsu")  # issue 8: dpsu | triehh | both
+        if method != "triehh":
+            released = release_vocabulary(wh, ctx.schema, params, noise or NoiseSource.secure())
+        if method != "dpsu":  # S_1 also takes the TrieHH words (released by stage triehh) + known words
+            words = triehh.discovered_words(ctx.release.path(OOV_WORDS)).column("word").to_pylist()
+            words += load_known_vocabulary(ctx.config.known_vocabulary, ctx.config.lowercase)
+            triehh.merge_into_vocabulary(wh, ctx.schema, VOCABULARY_TABLE, words, replace=method == "triehh")
+            released = None
+        dpne.install_vocabulary(wh, ctx.schema)
+        table = wh.fetch_arrow(load_sql("dpne/level_export", schema=ctx.schema, level="dpne_s1"), {"k": 1})
+        with ctx.release.writing(VOCABULARY) as tmp:
+            write_keys_parquet(table.rename_columns(["k", "token"]), tmp, {"token": pa.string()})
+        report = {
+            "k": 1,
+            "released": released,
+            "sigma": params.sigma,
+            "rho": params.threshold,
+            "max_contribution": params.max_contribution,
+            "variant": method,
+        }
+        events = params.events(VOCABULARY_STAGE)
+        if method == "triehh":  # no DPSU spend: a zero event keeps the stage's marker format
+            events = [PrivacyEvent(VOCABULARY_STAGE, "approx", note="S_1 from TrieHH (stage triehh)")]
+        return StageResult(events=events, report=report)
+
+    result = spend_once(ctx, VOCABULARY_STAGE, [VOCABULARY], compute, engine=True)
+    return released_summary(ctx, VOCABULARY_STAGE, result, [VOCABULARY])

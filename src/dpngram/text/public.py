@@ -1,0 +1,44 @@
+"""TODO docstring (moved from pipeline/triehh.py)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from dpngram.core.errors import ConfigError, IngestError
+from dpngram.text.records import _open_binary, _read_lines
+from dpngram.text.tokenizer import tokenize_texts
+
+
+def load_known_vocabulary(path: str | Path | None, lowercase: bool = True) -> list[str]:
+    """Tokens of the public known-vocabulary file (one word per line is typical; any text works,
+    tokenized like private text, ``.gz`` accepted). ``None``: no known vocabulary."""
+    if path is None:
+        return []
+    from dpngram.core.errors import IngestError
+    from dpngram.text.public import read_public_corpus
+
+    try:
+        return sorted({tok for sentence in read_public_corpus(path, lowercase) for tok in sentence})
+    except IngestError:
+        raise ConfigError(f"known_vocabulary: {path} does not exist or is not a file") from None
+
+
+def read_public_corpus(path: str | os.PathLike[str], lowercase: bool = True) -> Iterator[list[str]]:
+    """Sentences (token lists) of a plain-text public corpus, in file order.
+
+    Each line holds one or more sentences (``.gz`` accepted); lines are tokenized exactly like
+    private text. The corpus is public, so undecodable bytes are replaced (U+FFFD) rather than
+    quarantined. Streams in batches of about :data:`BATCH_BYTES` / 2 bytes of lines."""
+    src = Path(path)
+    if not src.is_file():
+        raise IngestError(f"public corpus {src} does not exist or is not a file")
+    with _open_binary(src) as fh:
+        while True:
+            lines = _read_lines(fh, src)
+            if not lines:
+                return
+            texts = [line.decode("utf-8", errors="replace") for line in lines]
+            for doc in tokenize_texts(texts, lowercase):
+                yield from doc
