@@ -323,7 +323,7 @@ def timed_dpne(ctx: Any, name: str) -> dict[str, Any]:
     seconds = round(time.perf_counter() - started, 2)
     parts = read_parts(ctx)
     levels = []
-    for k in range(1, ctx.config.max_n + 1):
+    for k in range(1, ctx.config.dpne.max_n + 1):
         part = parts.get(f"dpne.k{k}", {})
         levels.append(
             {
@@ -372,7 +372,7 @@ def spurious_check(ctx: Any, levels: list[dict[str, Any]]) -> dict[str, Any]:
 
     from dpngram.release.layout import level_path
 
-    eta = ctx.config.eta
+    eta = ctx.config.dpne.eta
     root = ctx.release.root
     rows = []
     with ctx.warehouse() as wh:

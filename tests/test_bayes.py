@@ -311,7 +311,7 @@ def test_baselines_end_to_end(tmp_path, sample_files, method):
     assert part["privacy"]["events"][0]["mechanism"] == "laplace"
     assert part["privacy"]["epsilon"] == pytest.approx(epsilon)
     assert part["laplace_scale"] == pytest.approx(
-        ctx.config.bayes_max_trigrams * ctx.config.bayes_clip_count / epsilon
+        ctx.config.bayes.max_trigrams * ctx.config.bayes.clip_count / epsilon
     )
 
 
@@ -353,6 +353,6 @@ def test_public_tuning_ignores_the_private_data(tmp_path, sample_files):
 
 def test_missing_public_corpus_is_a_clear_error(tmp_path, sample_files):
     ctx = dpne_run(tmp_path, sample_files)
-    ctx = RunContext(ctx.config.model_copy(update={"public": None}))
+    ctx = RunContext(ctx.config.with_values(**{"public": None}))
     with pytest.raises(ConfigError, match="^public: the bayes stage needs a public corpus"):
         bayes_stage.run_bayes(ctx)

@@ -242,7 +242,7 @@ def test_every_config_field_is_a_flag():
         )
         assert set(RunConfig.model_fields) <= set(vars(args)), command
         config = config_from_args(args)
-        assert (config.max_n, config.lowercase, config.pruning) == (3, False, "single")
+        assert (config.dpne.max_n, config.lowercase, config.dpne.pruning) == (3, False, "single")
         assert config.stage_budget == {"dpne": 0.5, "bayes": 0.25}
         assert (
             config.epsilon == RunConfig.model_fields["epsilon"].default

@@ -147,7 +147,7 @@ def make_context(tmp_path, rows, **overrides) -> RunContext:
 
 def released(ctx: RunContext) -> dict[int, set[str]]:
     vocab = pq.read_table(ctx.release.root / dpsu.VOCABULARY_PATH).column("token").to_pylist()
-    out = {1: set(vocab)} | {k: set() for k in range(2, ctx.config.max_n + 1)}
+    out = {1: set(vocab)} | {k: set() for k in range(2, ctx.config.dpne.max_n + 1)}
     table = pq.read_table(ctx.release.root / layout.KGRAMS).to_pylist()
     for row in table:
         out.setdefault(row["k"], set()).add(row["ngram"])

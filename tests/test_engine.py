@@ -62,7 +62,7 @@ def test_duckdb_engine_operations(wh, tmp_path) -> None:
 
 def test_open_engine_default_is_duckdb(tmp_path) -> None:
     config = RunConfig.build(input="x.jsonl", out=str(tmp_path / "out"), warehouse=str(tmp_path / "w.duckdb"))
-    assert config.engine == "duckdb"
+    assert config.engine.name == "duckdb"
     engine = open_engine(config)
     try:
         assert isinstance(engine, Warehouse)
@@ -75,7 +75,7 @@ def test_engine_config_fields() -> None:
         input="x", out="y", engine="spark", spark_master="spark://host:7077",
         spark_conf="spark.executor.memory=8g, spark.sql.shuffle.partitions=400",
     )  # fmt: skip
-    assert config.spark_settings() == {"spark.executor.memory": "8g", "spark.sql.shuffle.partitions": "400"}
+    assert config.engine.spark_settings() == {"spark.executor.memory": "8g", "spark.sql.shuffle.partitions": "400"}
     with pytest.raises(ConfigError, match="engine"):
         RunConfig.build(input="x", out="y", engine="flink")
     with pytest.raises(ConfigError, match="spark_conf"):

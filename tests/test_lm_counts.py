@@ -529,9 +529,9 @@ def test_run_lm_counts_end_to_end(tmp_path, sample_files):
     part = read_parts(ctx)[lm_counts.STAGE]
     epsilon, delta = config.stage_share(lm_counts.STAGE)
     sigma, threshold = part["sigma"], part["threshold"]
-    assert sigma > 0 and threshold == pytest.approx(config.lm_count_threshold * sigma, rel=1e-12)
+    assert sigma > 0 and threshold == pytest.approx(config.lm.count_threshold * sigma, rel=1e-12)
     # σ is the public calibration for l2-sensitivity C over the whole domain
-    calibration = calibrate(epsilon, delta, config.lm_count_clip, part["domain_size"])
+    calibration = calibrate(epsilon, delta, config.lm.count_clip, part["domain_size"])
     assert sigma == pytest.approx(calibration.sigma, rel=1e-12)
     assert part["snapped_sensitivity"] == pytest.approx(calibration.snapped_sensitivity, rel=1e-12)
     assert [e["mechanism"] for e in part["privacy"]["events"]] == ["gaussian"]
@@ -542,10 +542,10 @@ def test_run_lm_counts_end_to_end(tmp_path, sample_files):
     domain = lm_counts.build_domain(
         dp_vocab,
         config.public,
-        order=config.lm_order,
-        public_cap=config.lm_public_vocab_size,
-        domain_cap=config.lm_count_domain,
-        kgrams={n: lm_counts.released_kgrams(root, n) for n in range(2, config.lm_order + 1)},
+        order=config.lm.order,
+        public_cap=config.lm.public_vocab_size,
+        domain_cap=config.lm.count_domain,
+        kgrams={n: lm_counts.released_kgrams(root, n) for n in range(2, config.lm.order + 1)},
         lowercase=config.lowercase,
     )
     assert domain.size == part["domain_size"]
@@ -555,7 +555,7 @@ def test_run_lm_counts_end_to_end(tmp_path, sample_files):
     assert len([r for r in rows if r["n"] == 1]) == len(order1) == part["domain_by_order"]["1"]
     higher = [r for r in rows if r["n"] >= 2]
     assert higher and all(r["noisy_count"] >= threshold for r in higher)
-    for n in range(2, config.lm_order + 1):
+    for n in range(2, config.lm.order + 1):
         allowed = set(domain.frame.filter(domain.frame["n"] == n)["ngram"].to_list())
         released = [r["ngram"] for r in higher if r["n"] == n]
         assert set(released) <= allowed and len(released) == part["released_by_order"][str(n)]

@@ -107,11 +107,11 @@ def test_plan_order_and_configuration(released_run):
     ctx, _ = released_run
     names = [n for n, _ in release_plan(ctx.config)]
     assert names.index("validate") < names.index("lm") == names.index("report") - 1
-    off = ctx.config.model_copy(update={"lm_route": "off"})
+    off = ctx.config.with_values(**{"lm_route": "off"})
     assert "lm" not in [n for n, _ in release_plan(off)]
     with pytest.raises(ConfigError, match="lm_order"):
         build.route_a_counts(
-            build.ReleasedInputs(ctx.release.root), ctx.config.model_copy(update={"lm_order": 4})
+            build.ReleasedInputs(ctx.release.root), ctx.config.with_values(**{"lm_order": 4})
         )
     with pytest.raises(ConfigError, match="lm_order"):
         RunConfig.build(input="x", out="y", lm_order=7)
@@ -120,7 +120,7 @@ def test_plan_order_and_configuration(released_run):
 def test_auto_route_keeps_the_better_candidate(released_run):
     ctx, files = released_run
     auto = RunContext(
-        ctx.config.model_copy(update={"lm_route": "auto", "lm_eval_text": str(files["public"])})
+        ctx.config.with_values(**{"lm_route": "auto", "lm_eval_text": str(files["public"])})
     )
     summary = lm_stage.run_lm(auto)
     part = read_parts(auto)["lm"]

@@ -322,7 +322,7 @@ def test_stage_releases_counts_and_sequences(synth_run):
     vocab = set(pq.read_table(root / layout.VOCABULARY)["token"].to_pylist()) | {synth.UNK}
     texts = seqs["text"].to_pylist()
     assert all(t and set(t.split(" ")) <= vocab for t in texts)
-    assert all(len(t.split(" ")) <= ctx.config.synth_l_max for t in texts)
+    assert all(len(t.split(" ")) <= ctx.config.synth.l_max for t in texts)
     assert min(counts["noisy_count"].to_pylist()) >= 0
     part = read_parts(ctx)["synth"]
     events = [PrivacyEvent(**e) for e in part["privacy"]["events"]]

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
-from dpngram.config import RunConfig
+from dpngram.config import SECTIONS, RunConfig, flat_fields
 from dpngram.core.errors import ConfigError
 from dpngram.demo import DEMO_USERS
 from dpngram.engines.base import is_remote_path
@@ -105,13 +105,17 @@ def _unwrap_optional(annotation: Any) -> Any:
 def add_config_flags(
     parser: argparse.ArgumentParser, *, optional: Sequence[str] = (), skip: Sequence[str] = ()
 ) -> None:
-    """One flag per RunConfig field (``max_n`` -> ``--max-n``); defaults stay RunConfig's.
-
-    Fields RunConfig requires are required flags unless listed in ``optional``."""
-    group = parser.add_argument_group("run parameters (see RunConfig)")
-    for name, field in RunConfig.model_fields.items():
+    """One flag per RunConfig parameter by its flat name (``max_n`` -> ``--max-n``,
+    ``bayes.clip_count`` -> ``--bayes-clip-count``), grouped by section in ``--help``; defaults
+    stay RunConfig's. Fields RunConfig requires are required flags unless listed in ``optional``."""
+    groups: dict[str | None, argparse._ArgumentGroup] = {}
+    for name, section, _, field in flat_fields():
         if name in skip:
             continue
+        if section not in groups:
+            title = "run parameters" if section is None else SECTIONS[section].TITLE.lower()
+            groups[section] = parser.add_argument_group(title)
+        group = groups[section]
         annotation = _unwrap_optional(field.annotation)
         flag = "--" + name.replace("_", "-")
         default = None if field.is_required() else field.get_default(call_default_factory=True)
@@ -136,7 +140,7 @@ def add_config_flags(
 
 
 def config_from_args(args: argparse.Namespace, **overrides: Any) -> RunConfig:
-    values = {name: getattr(args, name, None) for name in RunConfig.model_fields}
+    values = {name: getattr(args, name, None) for name, *_ in flat_fields()}
     values.update(overrides)
     return RunConfig.build(**values)
 
@@ -154,7 +158,7 @@ def _check_input(config: RunConfig) -> None:
     """Local inputs must exist; a Hadoop-style URI (``hdfs://``, ``s3a://``) is read by Spark
     itself, so it is accepted only with ``--engine spark`` (and checked when Spark opens it)."""
     if is_remote_path(config.input):
-        if config.engine != "spark":
+        if config.engine.name != "spark":
             raise ConfigError(
                 f"input: {config.input} is a Hadoop-style URI; only the Spark engine reads those "
                 "(--engine spark)"

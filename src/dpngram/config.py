@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -31,6 +30,475 @@ _MEMORY_RE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|KiB|MB|MiB|GB|GiB|TB|TiB)\s*$"
 
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+
+
+class _Section(BaseModel):
+    """A group of parameters. ``FLAGS`` maps each field to its flat name: the CLI flag (with '-')
+    and the Airflow Param, unchanged from the flat configuration users already write."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    TITLE: ClassVar[str] = ""
+    FLAGS: ClassVar[dict[str, str]] = {}
+
+
+class DpneConfig(_Section):
+    """DPSU vocabulary and DPNE k-gram levels."""
+
+    TITLE: ClassVar[str] = "DPSU vocabulary and DPNE k-gram levels"
+    FLAGS: ClassVar[dict[str, str]] = {"max_n": "max_n", "max_contribution": "max_contribution", "eta": "eta", "sigma_decay": "sigma_decay", "pruning": "pruning", "variant": "dpne_variant", "exact_max_valid": "exact_max_valid", "vocabulary_method": "vocabulary_method", "known_vocabulary": "known_vocabulary"}
+
+    max_n: int = Field(
+        5, ge=1, le=12, title="T (longest n-gram)", description="Extract k-grams for k = 1..T."
+    )
+
+    max_contribution: int = Field(
+        100,
+        ge=1,
+        le=100_000,
+        title="Delta0 (per-user contribution)",
+        description="Each user contributes at most this many distinct items per level.",
+    )
+
+    eta: float = Field(0.01, gt=0, lt=1, title="eta", description="Tolerated fraction of spurious k-grams.")
+
+    sigma_decay: float = Field(
+        1.0, gt=0, le=10, title="sigma decay c", description="sigma_k = c * sigma_{k-1}."
+    )
+
+    pruning: Literal["both", "single"] = Field(
+        "both", title="Pruning rule", description="Valid k-grams: both-side or single-side."
+    )
+
+    variant: Literal["auto", "exact", "scalable"] = Field(
+        "auto",
+        title="DPNE variant",
+        description="exact materialises V_k; scalable samples it; auto picks by size.",
+    )
+
+    exact_max_valid: int = Field(
+        5_000_000,
+        ge=1,
+        title="Exact-variant limit",
+        description="With dpne_variant=auto, use the exact variant when |V_k| is at most this.",
+    )
+
+    vocabulary_method: Literal["dpsu", "triehh", "both"] = Field(
+        "dpsu",
+        title="Vocabulary method",
+        description="S_1 from DPSU, from LDP TrieHH words (plus the known vocabulary), or their union "
+        "('triehh'/'both' need stage_budget.triehh).",
+    )
+
+    known_vocabulary: str | None = Field(
+        None,
+        title="Known vocabulary (OOV mode)",
+        description="Public word list (one word per line, .gz accepted); TrieHH then discovers only words "
+        "outside it.",
+    )
+
+
+class LmConfig(_Section):
+    """Language model (noisy counts, mixture and model building)."""
+
+    TITLE: ClassVar[str] = "Language model (noisy counts, mixture and model building)"
+    FLAGS: ClassVar[dict[str, str]] = {"route": "lm_route", "public_vocab_size": "lm_public_vocab_size", "count_domain": "lm_count_domain", "count_clip": "lm_count_clip", "count_threshold": "lm_count_threshold", "count_discount": "lm_count_discount", "mix_weight": "lm_mix_weight", "unigram_adaptation": "lm_unigram_adaptation", "holdout": "lm_holdout", "order": "lm_order", "theta_tokens": "lm_theta_tokens", "public_weight": "lm_public_weight", "kgram_count": "lm_kgram_count", "sample_sentences": "lm_sample_sentences", "memory": "lm_memory", "eval_text": "lm_eval_text"}
+
+    route: Literal["auto", "mixture", "arpa", "lmplz", "off"] = Field(
+        "auto",
+        title="LM: route",
+        description="'mixture': the public model mixed with the model of the noisy counts (stage "
+        "lm_counts); 'arpa': Kneser-Ney on pseudo-counts from the trigram distribution; 'lmplz': lmplz "
+        "on synthetic/sampled text; 'auto': 'mixture' when the run has an lm_counts share, else the "
+        "better of the others on lm_eval_text if given, else 'arpa'; 'off': no model.",
+    )
+
+    public_vocab_size: int = Field(
+        100_000,
+        ge=0,
+        le=10_000_000,
+        title="LM: public words in the model vocabulary",
+        description="The model vocabulary is the DP vocabulary plus this many of the public corpus's most "
+        "frequent words (0: DP vocabulary only). Public data: no privacy cost.",
+    )
+
+    count_domain: int = Field(
+        200_000,
+        ge=0,
+        le=100_000_000,
+        title="LM counts: public n-grams per order",
+        description="Stage lm_counts counts, for each order 2..N, this many of the most frequent public "
+        "n-grams plus the DPNE-released k-grams (every model word at order 1).",
+    )
+
+    count_clip: float = Field(
+        1.0,
+        gt=0,
+        le=1e6,
+        title="LM counts: per-user l2 bound C",
+        description="Each user's n-gram count vector is scaled to l2 norm at most C (the sensitivity).",
+    )
+
+    count_threshold: float = Field(
+        3.0,
+        ge=0,
+        le=100,
+        title="LM counts: release threshold (in sigma)",
+        description="Order >= 2 noisy counts below this many noise standard deviations are not released.",
+    )
+
+    count_discount: float = Field(
+        1.0,
+        ge=0,
+        le=100,
+        title="LM counts: absolute discount (in sigma)",
+        description="The noisy-count model subtracts this many noise standard deviations from each count.",
+    )
+
+    mix_weight: float | Literal["auto"] = Field(
+        "auto",
+        title="LM: weight of the private model",
+        description="'auto': chosen by report-noisy-max on held-out users (0 = public model alone is a "
+        "candidate); or a fixed value in [0, 1].",
+    )
+
+    unigram_adaptation: float | Literal["auto"] = Field(
+        "auto",
+        title="LM: unigram adaptation of the public model",
+        description="Strength beta in [0, 1] of adapting the public model to the noisy unigrams "
+        "(p(w|h) * (q(w)/p(w))^beta, renormalised); 'auto': chosen with the weight (0 = none is a "
+        "candidate).",
+    )
+
+    holdout: float = Field(
+        0.1,
+        gt=0,
+        lt=1,
+        title="LM: fraction of users for the weight selection",
+        description="With lm_mix_weight or lm_unigram_adaptation 'auto', these users score the candidates "
+        "and are not counted "
+        "(disjoint users: no extra privacy cost).",
+    )
+
+    order: int = Field(
+        3, ge=1, le=6, title="LM: order", description="N-gram order (route arpa: at most 3)."
+    )
+
+    theta_tokens: float = Field(
+        30_000.0,
+        ge=0,
+        le=1e12,
+        title="LM: M (pseudo-occurrences of the trigram distribution)",
+        description="Route arpa: the trigram distribution counts as M trigram occurrences (M * prob).",
+    )
+
+    public_weight: float = Field(
+        1.0,
+        ge=0,
+        le=1e6,
+        title="LM: lambda (public-count weight)",
+        description="Route arpa: public-corpus n-gram counts are added with this weight (0: not used).",
+    )
+
+    kgram_count: float = Field(
+        1.0,
+        ge=0,
+        le=1e9,
+        title="LM: kappa (pseudo-count per released k-gram)",
+        description="Route arpa: each DPNE-released k-gram of the model's order adds this pseudo-count.",
+    )
+
+    sample_sentences: int = Field(
+        200_000,
+        ge=1,
+        le=100_000_000,
+        title="LM: sentences sampled from theta",
+        description="Route lmplz without a synthetic corpus: sentences sampled from the trigram "
+        "distribution.",
+    )
+
+    memory: str = Field("1G", title="LM: lmplz memory (-S)", description="e.g. 1G or 512M.")
+
+    eval_text: str | None = Field(
+        None,
+        title="LM: evaluation text",
+        description="Plain-text file the model card's metrics (and lm_route='auto') use; default: the "
+        "public corpus.",
+    )
+
+    @field_validator("mix_weight")
+    @classmethod
+    def _lm_mix_weight(cls, value: float | str) -> float | str:
+        if value != "auto" and not 0.0 <= float(value) <= 1.0:
+            raise ValueError("must be 'auto' or a number in [0, 1]")
+        return value
+
+    @field_validator("unigram_adaptation")
+    @classmethod
+    def _lm_unigram_adaptation(cls, value: float | str) -> float | str:
+        if value != "auto" and not 0.0 <= float(value) <= 1.0:
+            raise ValueError("must be 'auto' or a number in [0, 1]")
+        return value
+
+    @field_validator("memory")
+    @classmethod
+    def _lm_memory(cls, value: str) -> str:
+        if not re.match(r"^\d+[KMGT%]?$", value.strip()):
+            raise ValueError("must look like '1G', '512M' or '10%' (lmplz -S)")
+        return value.strip()
+
+
+class BayesConfig(_Section):
+    """Bayesian trigram distribution (Ramadan et al.)."""
+
+    TITLE: ClassVar[str] = "Bayesian trigram distribution (Ramadan et al.)"
+    FLAGS: ClassVar[dict[str, str]] = {"vocab_size": "bayes_vocab_size", "clip_count": "bayes_clip_count", "max_trigrams": "bayes_max_trigrams", "S": "bayes_S", "rho": "bayes_rho", "log_clip": "bayes_log_clip", "calibration": "bayes_calibration"}
+
+    vocab_size: int = Field(
+        50_000,
+        ge=1,
+        le=5_000_000,
+        title="Bayes: |V| cap",
+        description=(
+            "Trigram vocabulary V = public trigrams + DPNE-released trigrams, capped at this size by "
+            "public count."
+        ),
+    )
+
+    clip_count: int = Field(
+        1,
+        ge=1,
+        le=1000,
+        title="Bayes: C (per-user count clamp)",
+        description="Each user's count of a trigram is clamped to C (the paper uses 1 or 10).",
+    )
+
+    max_trigrams: int = Field(
+        64,
+        ge=1,
+        le=100_000,
+        title="Bayes: W (trigrams per user)",
+        description="Each user contributes at most W distinct trigrams (a random subset).",
+    )
+
+    S: float | Literal["auto"] = Field(
+        "auto",
+        title="Bayes: S (decay slope)",
+        description="w = min(1, S N / C); a number > 0, or 'auto' to choose it on public data "
+        "(zero privacy cost).",
+    )
+
+    rho: float | Literal["auto"] = Field(
+        "auto",
+        title="Bayes: rho (private weight)",
+        description="mu_ps = rho w x + (1 - rho) mu_p; a number in (0, 1), or 'auto' to choose it on "
+        "public data.",
+    )
+
+    log_clip: float = Field(
+        4.0,
+        gt=0,
+        le=50,
+        title="Bayes: L (clip on the mean log-count)",
+        description="Public clip on the centring constant mean(log(1 + c)); makes the sensitivity bound "
+        "data-independent.",
+    )
+
+    calibration: Literal["global", "brute-force-NOT-DP"] = Field(
+        "global",
+        title="Bayes: noise calibration",
+        description="'global': data-independent sensitivity bound (DP). 'brute-force-NOT-DP': the paper's "
+        "data-dependent brute force, NOT differentially private, for comparison only.",
+    )
+
+    @field_validator("S")
+    @classmethod
+    def _bayes_s(cls, value: float | str) -> float | str:
+        if value != "auto" and not (0 < float(value) <= 1e4):
+            raise ValueError("must be 'auto' or a number in (0, 10000]")
+        return value
+
+    @field_validator("rho")
+    @classmethod
+    def _bayes_rho(cls, value: float | str) -> float | str:
+        if value != "auto" and not (0 < float(value) < 1):
+            raise ValueError("must be 'auto' or a number in (0, 1)")
+        return value
+
+
+class SynthConfig(_Section):
+    """Synthetic sequences (Chen et al.)."""
+
+    TITLE: ClassVar[str] = "Synthetic sequences (Chen et al.)"
+    FLAGS: ClassVar[dict[str, str]] = {"n_max": "synth_n_max", "l_max": "synth_l_max", "allocation": "synth_allocation"}
+
+    n_max: int = Field(
+        5,
+        ge=1,
+        le=10,
+        title="Synth: n_max (tree height)",
+        description="Largest n-gram size explored by the exploration tree (Chen et al. Algorithm 1).",
+    )
+
+    l_max: int = Field(
+        20,
+        ge=1,
+        le=1000,
+        title="Synth: l_max (items per user)",
+        description="Each user's token stream (sentences joined with '&') is truncated to l_max items; "
+        "the Laplace sensitivity is l_max.",
+    )
+
+    allocation: Literal["adaptive", "uniform"] = Field(
+        "adaptive",
+        title="Synth: budget allocation",
+        description=(
+            "'adaptive': Markov-estimated per-node budgets (paper §4.3.2); 'uniform': epsilon/n_max "
+            "per level."
+        ),
+    )
+
+
+class TriehhConfig(_Section):
+    """TrieHH word discovery (local DP)."""
+
+    TITLE: ClassVar[str] = "TrieHH word discovery (local DP)"
+    FLAGS: ClassVar[dict[str, str]] = {"max_depth": "triehh_max_depth", "max_words": "triehh_max_words", "users_per_layer": "triehh_users_per_layer", "max_prefixes": "triehh_max_prefixes", "passes": "triehh_passes", "sampling": "triehh_sampling", "epsilon0": "triehh_epsilon0", "alphabet": "triehh_alphabet", "end_symbol": "triehh_end_symbol", "spurious_rate": "triehh_spurious_rate"}
+
+    max_depth: int = Field(
+        12,
+        ge=2,
+        le=64,
+        title="TrieHH: L (max depth)",
+        description="Trie layers; words have at most L - 1 characters (plus the end symbol).",
+    )
+
+    max_words: int = Field(
+        4,
+        ge=1,
+        le=1000,
+        title="TrieHH: m (reports per user)",
+        description="Each participating user sends m Subset Selection reports (padded with a dummy).",
+    )
+
+    users_per_layer: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000_000,
+        title="TrieHH: n (users per layer)",
+        description="Fresh users per layer; the input needs n x L x passes users.",
+    )
+
+    max_prefixes: int = Field(
+        10,
+        ge=1,
+        le=100_000,
+        title="TrieHH: k (prefixes kept per layer)",
+        description="At most k prefixes with the most votes (and above the noise threshold) survive a layer.",
+    )
+
+    passes: int = Field(
+        1, ge=1, le=10, title="TrieHH: passes", description="Tries built one after another on disjoint users."
+    )
+
+    sampling: Literal["greedy", "random"] = Field(
+        "random",
+        title="TrieHH: local sampler",
+        description="greedy: a user's most frequent prefixes; random: uniform over its distinct prefixes.",
+    )
+
+    epsilon0: float | None = Field(
+        None,
+        gt=0,
+        le=50,
+        title="TrieHH: eps0 (per-report LDP)",
+        description="Default: the largest eps0 whose user-level central epsilon after shuffling fits the "
+        "triehh share.",
+    )
+
+    alphabet: str = Field(
+        "abcdefghijklmnopqrstuvwxyz0123456789'-",
+        min_length=1,
+        max_length=1000,
+        title="TrieHH: alphabet",
+        description="Characters words may use (others make a word ineligible).",
+    )
+
+    end_symbol: str = Field(
+        "$", min_length=1, max_length=1, title="TrieHH: end symbol", description="Not in the alphabet."
+    )
+
+    spurious_rate: float = Field(
+        0.01,
+        gt=0,
+        lt=1,
+        title="TrieHH: noise threshold rate",
+        description="Per layer, probability bound that any unreported prefix passes the vote threshold.",
+    )
+
+
+class EngineConfig(_Section):
+    """Engine (DuckDB or Spark)."""
+
+    TITLE: ClassVar[str] = "Engine (DuckDB or Spark)"
+    FLAGS: ClassVar[dict[str, str]] = {"name": "engine", "memory_limit": "memory_limit", "threads": "threads", "spark_master": "spark_master", "spark_warehouse": "spark_warehouse", "spark_conf": "spark_conf"}
+
+    name: Literal["duckdb", "spark"] = Field(
+        "duckdb",
+        title="Engine",
+        description="Where ingest, the vocabulary and the DPNE levels run: 'duckdb' (embedded, one "
+        "machine) or 'spark' (a SparkSession; see spark_master). Noise is drawn on the driver either way.",
+    )
+
+    memory_limit: str = Field(
+        "4GB", title="DuckDB memory limit", description="e.g. 4GB; larger work spills to disk."
+    )
+
+    threads: int | None = Field(None, ge=1, le=256, title="DuckDB threads")
+
+    spark_master: str = Field(
+        "local[2]",
+        title="Spark master",
+        description="With engine=spark: local[N] (one machine) or a cluster URL (spark://host:7077, yarn, "
+        "k8s://...). One Spark session per task.",
+    )
+
+    spark_warehouse: str | None = Field(
+        None,
+        title="Spark table directory",
+        description="With engine=spark: where the run's private Parquet tables live (any Hadoop path: "
+        "hdfs://, s3a://, local). Default: next to the warehouse file (WAREHOUSE.spark).",
+    )
+
+    spark_conf: str | None = Field(
+        None,
+        title="Spark settings",
+        description="With engine=spark: extra Spark settings as KEY=VALUE pairs separated by commas, e.g. "
+        "spark.executor.memory=8g,spark.sql.shuffle.partitions=400.",
+    )
+
+    @field_validator("spark_conf")
+    @classmethod
+    def _spark_conf(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        for item in filter(None, (p.strip() for p in value.split(","))):
+            key, sep, setting = item.partition("=")
+            if not sep or not re.match(r"^spark\.[A-Za-z0-9_.\-]+$", key.strip()) or not setting.strip():
+                raise ValueError("must be spark.KEY=VALUE pairs separated by commas")
+        return value
+
+    def spark_settings(self) -> dict[str, str]:
+        """``spark_conf`` as a dict (validated)."""
+        pairs = (p.strip().partition("=") for p in (self.spark_conf or "").split(",") if p.strip())
+        return {key.strip(): setting.strip() for key, _, setting in pairs}
+
+    @field_validator("memory_limit")
+    @classmethod
+    def _memory(cls, value: str) -> str:
+        if not _MEMORY_RE.match(value):
+            raise ValueError("must look like '4GB' or '512MB'")
+        return value.replace(" ", "")
 
 
 class RunConfig(BaseModel):
@@ -104,325 +572,13 @@ class RunConfig(BaseModel):
     )
     lifetime_delta: float | None = Field(None, gt=0, lt=1, title="Lifetime delta")
 
-    # -- DPSU / DPNE -------------------------------------------------------------------------
-    max_n: int = Field(
-        5, ge=1, le=12, title="T (longest n-gram)", description="Extract k-grams for k = 1..T."
-    )
-    max_contribution: int = Field(
-        100,
-        ge=1,
-        le=100_000,
-        title="Delta0 (per-user contribution)",
-        description="Each user contributes at most this many distinct items per level.",
-    )
-    eta: float = Field(0.01, gt=0, lt=1, title="eta", description="Tolerated fraction of spurious k-grams.")
-    sigma_decay: float = Field(
-        1.0, gt=0, le=10, title="sigma decay c", description="sigma_k = c * sigma_{k-1}."
-    )
-    pruning: Literal["both", "single"] = Field(
-        "both", title="Pruning rule", description="Valid k-grams: both-side or single-side."
-    )
-    dpne_variant: Literal["auto", "exact", "scalable"] = Field(
-        "auto",
-        title="DPNE variant",
-        description="exact materialises V_k; scalable samples it; auto picks by size.",
-    )
-    exact_max_valid: int = Field(
-        5_000_000,
-        ge=1,
-        title="Exact-variant limit",
-        description="With dpne_variant=auto, use the exact variant when |V_k| is at most this.",
-    )
-
-    # -- Bayesian trigram distribution (pipeline/bayes.py, Ramadan et al.) --------------------
-    bayes_vocab_size: int = Field(
-        50_000,
-        ge=1,
-        le=5_000_000,
-        title="Bayes: |V| cap",
-        description=(
-            "Trigram vocabulary V = public trigrams + DPNE-released trigrams, capped at this size by "
-            "public count."
-        ),
-    )
-    bayes_clip_count: int = Field(
-        1,
-        ge=1,
-        le=1000,
-        title="Bayes: C (per-user count clamp)",
-        description="Each user's count of a trigram is clamped to C (the paper uses 1 or 10).",
-    )
-    bayes_max_trigrams: int = Field(
-        64,
-        ge=1,
-        le=100_000,
-        title="Bayes: W (trigrams per user)",
-        description="Each user contributes at most W distinct trigrams (a random subset).",
-    )
-    bayes_S: float | Literal["auto"] = Field(
-        "auto",
-        title="Bayes: S (decay slope)",
-        description="w = min(1, S N / C); a number > 0, or 'auto' to choose it on public data "
-        "(zero privacy cost).",
-    )
-    bayes_rho: float | Literal["auto"] = Field(
-        "auto",
-        title="Bayes: rho (private weight)",
-        description="mu_ps = rho w x + (1 - rho) mu_p; a number in (0, 1), or 'auto' to choose it on "
-        "public data.",
-    )
-    bayes_log_clip: float = Field(
-        4.0,
-        gt=0,
-        le=50,
-        title="Bayes: L (clip on the mean log-count)",
-        description="Public clip on the centring constant mean(log(1 + c)); makes the sensitivity bound "
-        "data-independent.",
-    )
-    bayes_calibration: Literal["global", "brute-force-NOT-DP"] = Field(
-        "global",
-        title="Bayes: noise calibration",
-        description="'global': data-independent sensitivity bound (DP). 'brute-force-NOT-DP': the paper's "
-        "data-dependent brute force, NOT differentially private, for comparison only.",
-    )
-
-    # -- language model (lm/, issue 6: KenLM model from the DP artifacts only) ----------------
-    lm_route: Literal["auto", "mixture", "arpa", "lmplz", "off"] = Field(
-        "auto",
-        title="LM: route",
-        description="'mixture': the public model mixed with the model of the noisy counts (stage "
-        "lm_counts); 'arpa': Kneser-Ney on pseudo-counts from the trigram distribution; 'lmplz': lmplz "
-        "on synthetic/sampled text; 'auto': 'mixture' when the run has an lm_counts share, else the "
-        "better of the others on lm_eval_text if given, else 'arpa'; 'off': no model.",
-    )
-    lm_public_vocab_size: int = Field(
-        100_000,
-        ge=0,
-        le=10_000_000,
-        title="LM: public words in the model vocabulary",
-        description="The model vocabulary is the DP vocabulary plus this many of the public corpus's most "
-        "frequent words (0: DP vocabulary only). Public data: no privacy cost.",
-    )
-    lm_count_domain: int = Field(
-        200_000,
-        ge=0,
-        le=100_000_000,
-        title="LM counts: public n-grams per order",
-        description="Stage lm_counts counts, for each order 2..N, this many of the most frequent public "
-        "n-grams plus the DPNE-released k-grams (every model word at order 1).",
-    )
-    lm_count_clip: float = Field(
-        1.0,
-        gt=0,
-        le=1e6,
-        title="LM counts: per-user l2 bound C",
-        description="Each user's n-gram count vector is scaled to l2 norm at most C (the sensitivity).",
-    )
-    lm_count_threshold: float = Field(
-        3.0,
-        ge=0,
-        le=100,
-        title="LM counts: release threshold (in sigma)",
-        description="Order >= 2 noisy counts below this many noise standard deviations are not released.",
-    )
-    lm_count_discount: float = Field(
-        1.0,
-        ge=0,
-        le=100,
-        title="LM counts: absolute discount (in sigma)",
-        description="The noisy-count model subtracts this many noise standard deviations from each count.",
-    )
-    lm_mix_weight: float | Literal["auto"] = Field(
-        "auto",
-        title="LM: weight of the private model",
-        description="'auto': chosen by report-noisy-max on held-out users (0 = public model alone is a "
-        "candidate); or a fixed value in [0, 1].",
-    )
-    lm_unigram_adaptation: float | Literal["auto"] = Field(
-        "auto",
-        title="LM: unigram adaptation of the public model",
-        description="Strength beta in [0, 1] of adapting the public model to the noisy unigrams "
-        "(p(w|h) * (q(w)/p(w))^beta, renormalised); 'auto': chosen with the weight (0 = none is a "
-        "candidate).",
-    )
-    lm_holdout: float = Field(
-        0.1,
-        gt=0,
-        lt=1,
-        title="LM: fraction of users for the weight selection",
-        description="With lm_mix_weight or lm_unigram_adaptation 'auto', these users score the candidates "
-        "and are not counted "
-        "(disjoint users: no extra privacy cost).",
-    )
-    lm_order: int = Field(
-        3, ge=1, le=6, title="LM: order", description="N-gram order (route arpa: at most 3)."
-    )
-    lm_theta_tokens: float = Field(
-        30_000.0,
-        ge=0,
-        le=1e12,
-        title="LM: M (pseudo-occurrences of the trigram distribution)",
-        description="Route arpa: the trigram distribution counts as M trigram occurrences (M * prob).",
-    )
-    lm_public_weight: float = Field(
-        1.0,
-        ge=0,
-        le=1e6,
-        title="LM: lambda (public-count weight)",
-        description="Route arpa: public-corpus n-gram counts are added with this weight (0: not used).",
-    )
-    lm_kgram_count: float = Field(
-        1.0,
-        ge=0,
-        le=1e9,
-        title="LM: kappa (pseudo-count per released k-gram)",
-        description="Route arpa: each DPNE-released k-gram of the model's order adds this pseudo-count.",
-    )
-    lm_sample_sentences: int = Field(
-        200_000,
-        ge=1,
-        le=100_000_000,
-        title="LM: sentences sampled from theta",
-        description="Route lmplz without a synthetic corpus: sentences sampled from the trigram "
-        "distribution.",
-    )
-    lm_memory: str = Field("1G", title="LM: lmplz memory (-S)", description="e.g. 1G or 512M.")
-    lm_eval_text: str | None = Field(
-        None,
-        title="LM: evaluation text",
-        description="Plain-text file the model card's metrics (and lm_route='auto') use; default: the "
-        "public corpus.",
-    )
-
-    # -- synthetic sequences (pipeline/synth.py, Chen et al. 2012 variable-length n-grams) ----
-    synth_n_max: int = Field(
-        5,
-        ge=1,
-        le=10,
-        title="Synth: n_max (tree height)",
-        description="Largest n-gram size explored by the exploration tree (Chen et al. Algorithm 1).",
-    )
-    synth_l_max: int = Field(
-        20,
-        ge=1,
-        le=1000,
-        title="Synth: l_max (items per user)",
-        description="Each user's token stream (sentences joined with '&') is truncated to l_max items; "
-        "the Laplace sensitivity is l_max.",
-    )
-    synth_allocation: Literal["adaptive", "uniform"] = Field(
-        "adaptive",
-        title="Synth: budget allocation",
-        description=(
-            "'adaptive': Markov-estimated per-node budgets (paper §4.3.2); 'uniform': epsilon/n_max "
-            "per level."
-        ),
-    )
-
-    # -- vocabulary method / LDP TrieHH OOV discovery (pipeline/triehh.py, Sun et al. 2024) ------
-    vocabulary_method: Literal["dpsu", "triehh", "both"] = Field(
-        "dpsu",
-        title="Vocabulary method",
-        description="S_1 from DPSU, from LDP TrieHH words (plus the known vocabulary), or their union "
-        "('triehh'/'both' need stage_budget.triehh).",
-    )
-    known_vocabulary: str | None = Field(
-        None,
-        title="Known vocabulary (OOV mode)",
-        description="Public word list (one word per line, .gz accepted); TrieHH then discovers only words "
-        "outside it.",
-    )
-    triehh_max_depth: int = Field(
-        12,
-        ge=2,
-        le=64,
-        title="TrieHH: L (max depth)",
-        description="Trie layers; words have at most L - 1 characters (plus the end symbol).",
-    )
-    triehh_max_words: int = Field(
-        4,
-        ge=1,
-        le=1000,
-        title="TrieHH: m (reports per user)",
-        description="Each participating user sends m Subset Selection reports (padded with a dummy).",
-    )
-    triehh_users_per_layer: int = Field(
-        1000,
-        ge=1,
-        le=1_000_000_000,
-        title="TrieHH: n (users per layer)",
-        description="Fresh users per layer; the input needs n x L x passes users.",
-    )
-    triehh_max_prefixes: int = Field(
-        10,
-        ge=1,
-        le=100_000,
-        title="TrieHH: k (prefixes kept per layer)",
-        description="At most k prefixes with the most votes (and above the noise threshold) survive a layer.",
-    )
-    triehh_passes: int = Field(
-        1, ge=1, le=10, title="TrieHH: passes", description="Tries built one after another on disjoint users."
-    )
-    triehh_sampling: Literal["greedy", "random"] = Field(
-        "random",
-        title="TrieHH: local sampler",
-        description="greedy: a user's most frequent prefixes; random: uniform over its distinct prefixes.",
-    )
-    triehh_epsilon0: float | None = Field(
-        None,
-        gt=0,
-        le=50,
-        title="TrieHH: eps0 (per-report LDP)",
-        description="Default: the largest eps0 whose user-level central epsilon after shuffling fits the "
-        "triehh share.",
-    )
-    triehh_alphabet: str = Field(
-        "abcdefghijklmnopqrstuvwxyz0123456789'-",
-        min_length=1,
-        max_length=1000,
-        title="TrieHH: alphabet",
-        description="Characters words may use (others make a word ineligible).",
-    )
-    triehh_end_symbol: str = Field(
-        "$", min_length=1, max_length=1, title="TrieHH: end symbol", description="Not in the alphabet."
-    )
-    triehh_spurious_rate: float = Field(
-        0.01,
-        gt=0,
-        lt=1,
-        title="TrieHH: noise threshold rate",
-        description="Per layer, probability bound that any unreported prefix passes the vote threshold.",
-    )
-
-    # -- engine ------------------------------------------------------------------------------
-    memory_limit: str = Field(
-        "4GB", title="DuckDB memory limit", description="e.g. 4GB; larger work spills to disk."
-    )
-    threads: int | None = Field(None, ge=1, le=256, title="DuckDB threads")
-    engine: Literal["duckdb", "spark"] = Field(
-        "duckdb",
-        title="Engine",
-        description="Where ingest, the vocabulary and the DPNE levels run: 'duckdb' (embedded, one "
-        "machine) or 'spark' (a SparkSession; see spark_master). Noise is drawn on the driver either way.",
-    )
-    spark_master: str = Field(
-        "local[2]",
-        title="Spark master",
-        description="With engine=spark: local[N] (one machine) or a cluster URL (spark://host:7077, yarn, "
-        "k8s://...). One Spark session per task.",
-    )
-    spark_warehouse: str | None = Field(
-        None,
-        title="Spark table directory",
-        description="With engine=spark: where the run's private Parquet tables live (any Hadoop path: "
-        "hdfs://, s3a://, local). Default: next to the warehouse file (WAREHOUSE.spark).",
-    )
-    spark_conf: str | None = Field(
-        None,
-        title="Spark settings",
-        description="With engine=spark: extra Spark settings as KEY=VALUE pairs separated by commas, e.g. "
-        "spark.executor.memory=8g,spark.sql.shuffle.partitions=400.",
-    )
+    # -- one section per stage (flat names, as CLI flags and Params: ``SECTION.FLAGS``) ----------
+    dpne: DpneConfig = Field(default_factory=DpneConfig)
+    bayes: BayesConfig = Field(default_factory=BayesConfig)
+    lm: LmConfig = Field(default_factory=LmConfig)
+    synth: SynthConfig = Field(default_factory=SynthConfig)
+    triehh: TriehhConfig = Field(default_factory=TriehhConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
 
     # -- validators ---------------------------------------------------------------------------
     @field_validator("dataset")
@@ -439,29 +595,6 @@ class RunConfig(BaseModel):
             raise ValueError("must be 1-128 characters of letters, digits, '_', '.', ':', '+', '-'")
         return value
 
-    @field_validator("spark_conf")
-    @classmethod
-    def _spark_conf(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        for item in filter(None, (p.strip() for p in value.split(","))):
-            key, sep, setting = item.partition("=")
-            if not sep or not re.match(r"^spark\.[A-Za-z0-9_.\-]+$", key.strip()) or not setting.strip():
-                raise ValueError("must be spark.KEY=VALUE pairs separated by commas")
-        return value
-
-    def spark_settings(self) -> dict[str, str]:
-        """``spark_conf`` as a dict (validated)."""
-        pairs = (p.strip().partition("=") for p in (self.spark_conf or "").split(",") if p.strip())
-        return {key.strip(): setting.strip() for key, _, setting in pairs}
-
-    @field_validator("memory_limit")
-    @classmethod
-    def _memory(cls, value: str) -> str:
-        if not _MEMORY_RE.match(value):
-            raise ValueError("must look like '4GB' or '512MB'")
-        return value.replace(" ", "")
-
     @field_validator("stage_budget")
     @classmethod
     def _budget(cls, value: dict[str, float]) -> dict[str, float]:
@@ -474,52 +607,18 @@ class RunConfig(BaseModel):
             raise ValueError(f"fractions sum to {sum(value.values()):.4g} > 1")
         return value
 
-    @field_validator("bayes_S")
-    @classmethod
-    def _bayes_s(cls, value: float | str) -> float | str:
-        if value != "auto" and not (0 < float(value) <= 1e4):
-            raise ValueError("must be 'auto' or a number in (0, 10000]")
-        return value
-
-    @field_validator("bayes_rho")
-    @classmethod
-    def _bayes_rho(cls, value: float | str) -> float | str:
-        if value != "auto" and not (0 < float(value) < 1):
-            raise ValueError("must be 'auto' or a number in (0, 1)")
-        return value
-
-    @field_validator("lm_mix_weight")
-    @classmethod
-    def _lm_mix_weight(cls, value: float | str) -> float | str:
-        if value != "auto" and not 0.0 <= float(value) <= 1.0:
-            raise ValueError("must be 'auto' or a number in [0, 1]")
-        return value
-
-    @field_validator("lm_unigram_adaptation")
-    @classmethod
-    def _lm_unigram_adaptation(cls, value: float | str) -> float | str:
-        if value != "auto" and not 0.0 <= float(value) <= 1.0:
-            raise ValueError("must be 'auto' or a number in [0, 1]")
-        return value
-
-    @field_validator("lm_memory")
-    @classmethod
-    def _lm_memory(cls, value: str) -> str:
-        if not re.match(r"^\d+[KMGT%]?$", value.strip()):
-            raise ValueError("must look like '1G', '512M' or '10%' (lmplz -S)")
-        return value.strip()
-
     @model_validator(mode="after")
     def _triehh(self) -> RunConfig:
-        alphabet, end = self.triehh_alphabet, self.triehh_end_symbol
+        alphabet, end = self.triehh.alphabet, self.triehh.end_symbol
         if len(set(alphabet)) != len(alphabet) or any(ch.isspace() for ch in alphabet):
             raise ValueError("triehh_alphabet: must not repeat characters or contain whitespace")
         if end in alphabet or end.isspace():
             raise ValueError("triehh_end_symbol: must be a non-space character outside triehh_alphabet")
-        uses_triehh = self.vocabulary_method in ("triehh", "both")
+        method = self.dpne.vocabulary_method
+        uses_triehh = method in ("triehh", "both")
         if uses_triehh and self.stage_budget.get("triehh", 0) <= 0:
             raise ValueError(
-                f"vocabulary_method: '{self.vocabulary_method}' needs a budget share stage_budget.triehh"
+                f"vocabulary_method: '{method}' needs a budget share stage_budget.triehh"
             )
         if not uses_triehh and "triehh" in self.stage_budget:
             raise ValueError("stage_budget: 'triehh' has a share but vocabulary_method is 'dpsu'")
@@ -537,15 +636,47 @@ class RunConfig(BaseModel):
             )
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_flat_names(cls, values: Any) -> Any:
+        """Accept the flat names (``bayes_clip_count``, ``max_n``, ``engine`` ...) that the CLI flags,
+        Airflow Params and saved parameters use, and put each into its section."""
+        if not isinstance(values, dict):
+            return values
+        nested: dict[str, Any] = {}
+        for key, value in values.items():
+            where = FLAT_NAMES.get(key)
+            if where is None:
+                nested[key] = value
+            else:
+                section, field = where
+                current = nested.setdefault(section, {})
+                if isinstance(current, dict):
+                    current[field] = value
+        return nested
+
     # -- construction -------------------------------------------------------------------------
     @classmethod
     def build(cls, **values: Any) -> RunConfig:
-        """Validate ``values`` (None means 'use the default'), raising :class:`ConfigError`."""
+        """Validate ``values`` by flat name (None means 'use the default'), raising
+        :class:`ConfigError` with one line per problem."""
         cleaned = {k: v for k, v in values.items() if v is not None}
         try:
             return cls(**cleaned)
         except ValidationError as err:
             raise ConfigError(format_errors(err)) from None
+
+    def with_values(self, **values: Any) -> RunConfig:
+        """A validated copy with ``values`` (flat names) changed."""
+        return RunConfig.build(**{**self.flat(), **values})
+
+    def flat(self) -> dict[str, Any]:
+        """Every parameter by its flat name (JSON types), in :func:`flat_fields` order."""
+        dumped = self.model_dump(mode="json")
+        out: dict[str, Any] = {}
+        for name, section, field, _ in flat_fields():
+            out[name] = dumped[field] if section is None else dumped[section][field]
+        return out
 
     def stage_share(self, stage: str) -> tuple[float, float]:
         """(epsilon, delta) allotted to ``stage`` by ``stage_budget``."""
@@ -562,48 +693,83 @@ class RunConfig(BaseModel):
                 f"the input has too few users for it — lower delta)"
             )
 
-    def resolved_paths(self) -> dict[str, Path]:
-        return {"input": Path(self.input), "out": Path(self.out), "warehouse": Path(self.warehouse)}
-
     def to_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        """The parameters by flat name, as the report's ``parameters`` part records them."""
+        return json.dumps(self.flat(), sort_keys=True)
 
     @classmethod
     def param_schema(cls) -> dict[str, dict[str, Any]]:
-        """JSON-schema fragments per field (type, bounds, enum, title, description, default),
-        in the form Airflow ``Param(default, **schema)`` takes."""
-        schema = cls.model_json_schema()
+        """JSON-schema fragments per flat name (type, bounds, enum, title, description, default,
+        section), in the form Airflow ``Param(default, **schema)`` takes."""
         out: dict[str, dict[str, Any]] = {}
-        for name, prop in schema["properties"].items():
-            frag: dict[str, Any] = {}
-            if "anyOf" in prop:  # Optional[...]: allow null
-                types = [p.get("type") for p in prop["anyOf"] if p.get("type")]
-                frag["type"] = types
-                for p in prop["anyOf"]:
-                    for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-                        if key in p:
-                            frag[key] = p[key]
-            else:
-                for key in ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-                    if key in prop:
-                        frag[key] = prop[key]
-                if "additionalProperties" in prop:
-                    frag["additionalProperties"] = prop["additionalProperties"]
-            frag["title"] = prop.get("title", name)
-            if "description" in prop:
-                frag["description"] = prop["description"]
-            field = cls.model_fields[name]
-            if not field.is_required():
-                frag["default"] = field.get_default(call_default_factory=True)
+        schemas: dict[str | None, dict[str, Any]] = {None: cls.model_json_schema()}
+        for name, section, field, info in flat_fields():
+            if section not in schemas:
+                schemas[section] = SECTIONS[section].model_json_schema()
+            frag = _schema_fragment(schemas[section]["properties"][field], name)
+            if not info.is_required():
+                frag["default"] = info.get_default(call_default_factory=True)
+            if section is not None:
+                frag["section"] = SECTIONS[section].TITLE
             out[name] = frag
         return out
 
 
+#: The sections of :class:`RunConfig`, by attribute name.
+SECTIONS: dict[str, type[_Section]] = {
+    "dpne": DpneConfig,
+    "bayes": BayesConfig,
+    "lm": LmConfig,
+    "synth": SynthConfig,
+    "triehh": TriehhConfig,
+    "engine": EngineConfig,
+}
+
+#: flat name -> (section, field) for every sectioned parameter.
+FLAT_NAMES: dict[str, tuple[str, str]] = {
+    flat: (section, field) for section, model in SECTIONS.items() for field, flat in model.FLAGS.items()
+}
+
+
+def flat_fields() -> list[tuple[str, str | None, str, Any]]:
+    """(flat name, section or None, field, pydantic FieldInfo) for every parameter: the top-level
+    fields first, then each section's, in declaration order."""
+    out: list[tuple[str, str | None, str, Any]] = [
+        (name, None, name, info) for name, info in RunConfig.model_fields.items() if name not in SECTIONS
+    ]
+    for section, model in SECTIONS.items():
+        out += [(model.FLAGS[field], section, field, info) for field, info in model.model_fields.items()]
+    return out
+
+
+def _schema_fragment(prop: dict[str, Any], name: str) -> dict[str, Any]:
+    frag: dict[str, Any] = {}
+    if "anyOf" in prop:  # Optional[...]: allow null
+        frag["type"] = [p.get("type") for p in prop["anyOf"] if p.get("type")]
+        for p in prop["anyOf"]:
+            for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+                if key in p:
+                    frag[key] = p[key]
+    else:
+        for key in ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            if key in prop:
+                frag[key] = prop[key]
+        if "additionalProperties" in prop:
+            frag["additionalProperties"] = prop["additionalProperties"]
+    frag["title"] = prop.get("title", name)
+    if "description" in prop:
+        frag["description"] = prop["description"]
+    return frag
+
+
 def format_errors(err: ValidationError) -> str:
-    """One line per problem: ``field: rule (got value)``."""
+    """One line per problem: ``name: rule (got value)``, with the flat name users type."""
     lines = []
     for problem in err.errors():
-        where = ".".join(str(p) for p in problem["loc"]) or "config"
+        loc = [str(p) for p in problem["loc"]]
+        if len(loc) >= 2 and loc[0] in SECTIONS and loc[1] in SECTIONS[loc[0]].FLAGS:
+            loc = [SECTIONS[loc[0]].FLAGS[loc[1]], *loc[2:]]
+        where = ".".join(loc) or "config"
         message = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":
             message = "unknown parameter"

@@ -132,7 +132,7 @@ class Sources:
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            duck = self.ctx.config.engine == "duckdb"
+            duck = self.ctx.config.engine.name == "duckdb"
             self._engine_cm = self.ctx.warehouse(read_only=True) if duck else self.ctx.engine()
             self._engine = self._engine_cm.__enter__()
         return self._engine
@@ -300,7 +300,7 @@ def kgrams_suite(src: Sources) -> list[Batch]:
                 "type_list": ["int8", "int16", "int32", "int64", "Int8", "Int16", "Int32", "Int64"],
             },
         ),
-        Expect("ExpectColumnValuesToBeBetween", {"column": "k", "min_value": 2, "max_value": config.max_n}),
+        Expect("ExpectColumnValuesToBeBetween", {"column": "k", "min_value": 2, "max_value": config.dpne.max_n}),
         Expect("ExpectColumnValuesToNotBeNull", {"column": "ngram"}),
         Expect("ExpectColumnValuesToBeUnique", {"column": "ngram"}),
     ]
@@ -324,7 +324,7 @@ def kgrams_suite(src: Sources) -> list[Batch]:
             )
         else:
             aggregates = _frame(
-                src.public, load_sql("validate/kgrams_aggregates"), {"both_sides": config.pruning == "both"}
+                src.public, load_sql("validate/kgrams_aggregates"), {"both_sides": config.dpne.pruning == "both"}
             )
             batches.append(
                 Batch("released.kgrams.table", aggregates, [zero(c) for c in aggregates.columns], False)
@@ -396,7 +396,7 @@ def baseline_suite(src: Sources) -> list[Batch]:
             Expect("ExpectTableColumnsToMatchSet", {"column_set": ["k", "ngram"], "exact_match": True}),
             Expect("ExpectColumnValuesToNotBeNull", {"column": "k"}),
             Expect(
-                "ExpectColumnValuesToBeBetween", {"column": "k", "min_value": 1, "max_value": config.max_n}
+                "ExpectColumnValuesToBeBetween", {"column": "k", "min_value": 1, "max_value": config.dpne.max_n}
             ),
             Expect("ExpectColumnValuesToNotBeNull", {"column": "ngram"}),
             Expect("ExpectColumnValuesToBeUnique", {"column": "ngram"}),
@@ -602,7 +602,7 @@ def oov_words_suite(src: Sources) -> list[Batch]:
     view = src.released_view("oov_words", OOV_WORDS)
     if view is None:
         return [Batch("released.oov_words", None, [], False, problem=f"{OOV_WORDS} is missing")]
-    max_length = config.triehh_max_depth - 1
+    max_length = config.triehh.max_depth - 1
     rows = [
         Expect("ExpectTableColumnsToMatchSet", {"column_set": ["word"], "exact_match": True}),
         Expect("ExpectColumnValuesToNotBeNull", {"column": "word"}),
@@ -620,7 +620,7 @@ def oov_words_suite(src: Sources) -> list[Batch]:
         )
     ]
     if "word" in src.columns(view):
-        known = load_known_vocabulary(config.known_vocabulary, config.lowercase)
+        known = load_known_vocabulary(config.dpne.known_vocabulary, config.lowercase)
         src.public.register("triehh_known_words", pa.table({"word": pa.array(known, pa.string())}))
         aggregates = _frame(
             src.public,

@@ -12,14 +12,14 @@ from dpngram.engines.base import ENGINES, Engine
 
 
 def open_engine(config: Any, *, spark: Any = None) -> Engine:
-    """The engine a run's configuration selects (``config.engine``), opened on the run's
+    """The engine a run's configuration selects (``config.engine.name``), opened on the run's
     warehouse. ``spark``: an existing SparkSession to reuse (tests); otherwise the Spark engine
-    creates one from ``config.spark_master``/``config.spark_conf`` and stops it on close."""
-    engine = getattr(config, "engine", "duckdb")
+    creates one from ``config.engine.spark_master``/``config.engine.spark_conf`` and stops it on close."""
+    engine = config.engine.name
     if engine == "duckdb":
         from dpngram.engines.duckdb import Warehouse
 
-        return Warehouse(config.warehouse, memory_limit=config.memory_limit, threads=config.threads)
+        return Warehouse(config.warehouse, memory_limit=config.engine.memory_limit, threads=config.engine.threads)
     if engine == "spark":
         from dpngram.engines.spark import SparkEngine
 

@@ -235,7 +235,7 @@ def _stop_active() -> None:
 
 
 def ship_package(spark: Any) -> None:
-    """Make ``pipeline`` importable in the Python workers (the ingest tokenizer runs there): a zip
+    """Make ``dpngram`` importable in the Python workers (the ingest tokenizer runs there): a zip
     of the package is added to the SparkContext once (``addPyFile``; executors of a cluster
     download it). Its dependencies (polars, pyarrow) must be installed on the executors."""
     import tempfile
@@ -244,11 +244,13 @@ def ship_package(spark: Any) -> None:
     context = spark.sparkContext
     if getattr(context, "_dpngram_shipped", False):
         return
-    package = Path(__file__).resolve().parent
-    target = Path(tempfile.mkdtemp(prefix="dpngram-pyfiles-")) / "dpngram_pipeline.zip"
+    import dpngram
+
+    package = Path(dpngram.__file__).resolve().parent
+    target = Path(tempfile.mkdtemp(prefix="dpngram-pyfiles-")) / "dpngram.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
         for source in sorted(package.rglob("*.py")):
-            archive.write(source, Path("pipeline") / source.relative_to(package))
+            archive.write(source, Path("dpngram") / source.relative_to(package))
     context.addPyFile(str(target))
     context._dpngram_shipped = True
 
@@ -292,13 +294,13 @@ class SparkEngine:
     def for_config(cls, config: Any, *, spark: Any = None) -> SparkEngine:
         """The engine of a run: session from ``spark_master``/``spark_conf`` (or ``spark``), tables
         under ``spark_warehouse`` (default: next to the warehouse file), ledger in the DuckDB file."""
-        root = getattr(config, "spark_warehouse", None) or default_root(config.warehouse)
+        root = config.engine.spark_warehouse or default_root(config.warehouse)
         owns = spark is None
         if spark is None:
-            conf = config.spark_settings() if hasattr(config, "spark_settings") else {}
+            conf = config.engine.spark_settings()
             conf.setdefault("spark.sql.warehouse.dir", root.rstrip("/") + "/_spark_sql")
-            spark = spark_session(config.spark_master, conf)
-        ledger = Warehouse(config.warehouse, memory_limit=config.memory_limit, threads=config.threads)
+            spark = spark_session(config.engine.spark_master, conf)
+        ledger = Warehouse(config.warehouse, memory_limit=config.engine.memory_limit, threads=config.engine.threads)
         return cls(spark, root, owns_session=owns, ledger=ledger)
 
     # -- DuckDB side (ledger) -----------------------------------------------------------------

@@ -154,7 +154,7 @@ def _theta_top(theta: pl.DataFrame, order: int) -> pl.DataFrame:
 def route_a_counts(inputs: ReleasedInputs, config: RunConfig) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Top-order pseudo-counts for route A: M·θ (or its order-n marginal) + λ·public counts + κ per
     released k-gram of the model's order. Returns (ngram, count) and a public description."""
-    order = config.lm_order
+    order = config.lm.order
     if order > 3:
         raise ConfigError(
             f"lm_order: route 'arpa' builds at most order 3 from the trigram distribution (got {order}); "
@@ -165,17 +165,17 @@ def route_a_counts(inputs: ReleasedInputs, config: RunConfig) -> tuple[pl.DataFr
     sources: dict[str, Any] = {}
     theta = inputs.theta()
     if theta is not None and theta.height:
-        parts.append(_theta_top(theta, order).with_columns(pl.col("count") * config.lm_theta_tokens))
-        sources["trigram_dist"] = {"pseudo_occurrences_M": config.lm_theta_tokens}
-    if config.public and config.lm_public_weight > 0:
+        parts.append(_theta_top(theta, order).with_columns(pl.col("count") * config.lm.theta_tokens))
+        sources["trigram_dist"] = {"pseudo_occurrences_M": config.lm.theta_tokens}
+    if config.public and config.lm.public_weight > 0:
         pub = public_ngram_counts(config.public, order, vocabulary, config.lowercase)
-        parts.append(pub.with_columns(pl.col("count") * config.lm_public_weight))
-        sources["public_corpus"] = {"weight_lambda": config.lm_public_weight}
-    if config.lm_kgram_count > 0 and order >= 2:
+        parts.append(pub.with_columns(pl.col("count") * config.lm.public_weight))
+        sources["public_corpus"] = {"weight_lambda": config.lm.public_weight}
+    if config.lm.kgram_count > 0 and order >= 2:
         grams = inputs.kgrams(order)
         if grams.height:
-            parts.append(grams.with_columns(count=pl.lit(float(config.lm_kgram_count))))
-            sources["kgrams"] = {"pseudo_count_kappa": config.lm_kgram_count}
+            parts.append(grams.with_columns(count=pl.lit(float(config.lm.kgram_count))))
+            sources["kgrams"] = {"pseudo_count_kappa": config.lm.kgram_count}
     if not parts:
         raise ConfigError(
             "lm_route: route 'arpa' needs released/trigram_dist.parquet, a public corpus or released k-grams"
@@ -188,7 +188,7 @@ def build_route_a(inputs: ReleasedInputs, config: RunConfig, arpa_path: Path) ->
     """Route A: pseudo-counts -> interpolated modified KN on fractional counts -> ARPA file."""
     top, sources = route_a_counts(inputs, config)
     vocabulary = inputs.vocabulary()
-    model = kneser_ney(top, config.lm_order, vocabulary)
+    model = kneser_ney(top, config.lm.order, vocabulary)
     counts = write_arpa(model, arpa_path)
     return {
         "route": "arpa",
@@ -213,7 +213,7 @@ def mixture_components(
         inputs.vocabulary(),
         config.public,
         order=order,
-        public_cap=config.lm_public_vocab_size,
+        public_cap=config.lm.public_vocab_size,
         lowercase=config.lowercase,
         part=public_part,
     )
@@ -270,7 +270,7 @@ def build_route_mixture(
         "vocabulary": {
             "model": len(vocabulary),
             "dp": len(inputs.vocabulary()),
-            "rule": f"DP vocabulary ∪ the {config.lm_public_vocab_size} most frequent public words",
+            "rule": f"DP vocabulary ∪ the {config.lm.public_vocab_size} most frequent public words",
         },
     }
 
@@ -382,7 +382,7 @@ def run_lmplz(text: Path, arpa: Path, order: int, memory: str, tmp: Path) -> Non
 
 def build_route_b(inputs: ReleasedInputs, config: RunConfig, arpa_path: Path, seed: int) -> dict[str, Any]:
     """Route B: lmplz on the released synthetic sequences (Chen et al.), else on θ samples."""
-    order = config.lm_order
+    order = config.lm.order
     with tempfile.TemporaryDirectory(prefix="dpngram-lm-") as tmpdir:
         tmp = Path(tmpdir)
         text = tmp / "corpus.txt"
@@ -404,12 +404,12 @@ def build_route_b(inputs: ReleasedInputs, config: RunConfig, arpa_path: Path, se
                         "or released/trigram_dist.parquet"
                     )
                 source = "samples_from_trigram_dist"
-                for sentence in sample_from_theta(theta, config.lm_sample_sentences, seed):
+                for sentence in sample_from_theta(theta, config.lm.sample_sentences, seed):
                     fh.write(" ".join(sentence) + "\n")
                     lines += 1
         if lines == 0:
             raise ConfigError("lm_route: route 'lmplz' has no text to train on (empty synthetic corpus)")
-        run_lmplz(text, arpa_path, order, config.lm_memory, tmp)
+        run_lmplz(text, arpa_path, order, config.lm.memory, tmp)
     declared, _ = read_arpa(arpa_path)
     return {
         "route": "lmplz",
@@ -490,12 +490,12 @@ def compare_with_public(
                 m = evaluate_file(path.with_suffix(".binary"), tmp / "heldout.txt", config.lowercase)
                 row[name] = {k: m.get(k) for k in COMPARED_METRICS}
             out[f"held-out public sentences (1 in {HELDOUT_EVERY}; stand-ins trained without them)"] = row
-        if config.lm_eval_text:
+        if config.lm.eval_text:
             write_arpa(public_model, tmp / "public.arpa")
             compile_binary(tmp / "public.arpa", tmp / "public.binary")
             row = {}
             for name, path in (("released model", binary), ("public-only model", tmp / "public.binary")):
-                m = evaluate_file(path, config.lm_eval_text, config.lowercase)
+                m = evaluate_file(path, config.lm.eval_text, config.lowercase)
                 row[name] = {k: m.get(k) for k in COMPARED_METRICS}
             out["lm_eval_text (operator-supplied, non-private evaluation data)"] = row
     return out

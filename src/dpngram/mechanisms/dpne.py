@@ -109,7 +109,7 @@ def _check_k(k: int) -> None:
 def level_sigmas(config: Any) -> list[float]:
     """[sigma_1, ..., sigma_T] for the dpne stage share (Thm. 2.1, sigma_k = c sigma_{k-1})."""
     epsilon, delta = config.stage_share("dpne")
-    return dpne_sigmas(epsilon, delta, config.max_n, config.sigma_decay)[1]
+    return dpne_sigmas(epsilon, delta, config.dpne.max_n, config.dpne.sigma_decay)[1]
 
 
 def level_threshold(sigma: float, eta: float, previous_size: int, valid_size: int) -> float | None:

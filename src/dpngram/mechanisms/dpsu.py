@@ -73,12 +73,12 @@ class DpsuParameters:
 def vocabulary_parameters(config: Any) -> DpsuParameters:
     """sigma_1 from DPNE Thm. 2.1 (``dpne_sigmas`` at the dpne stage share) and rho_1 at delta/2."""
     epsilon, delta = config.stage_share("dpne")
-    _, sigmas = dpne_sigmas(epsilon, delta, config.max_n, config.sigma_decay)
+    _, sigmas = dpne_sigmas(epsilon, delta, config.dpne.max_n, config.dpne.sigma_decay)
     sigma_1 = sigmas[0]
     return DpsuParameters(
         sigma=sigma_1,
-        threshold=dpsu_threshold(sigma_1, delta / 2.0, config.max_contribution),
-        max_contribution=config.max_contribution,
+        threshold=dpsu_threshold(sigma_1, delta / 2.0, config.dpne.max_contribution),
+        max_contribution=config.dpne.max_contribution,
         threshold_delta=delta / 2.0,
     )
 

@@ -47,14 +47,14 @@ def release_plan(
     from dpngram.stages import report
 
     plan: list[tuple[str, StageFn]] = [("ingest", lambda ctx: ingest_stage.run_ingest(ctx, ingest_progress))]
-    if getattr(config, "vocabulary_method", "dpsu") in ("triehh", "both"):  # LDP TrieHH words for S_1
+    if config.dpne.vocabulary_method in ("triehh", "both"):  # LDP TrieHH words for S_1
 
         plan.append(("triehh", triehh_stage.run_triehh))
     if baseline is None:
         plan.append(("vocabulary", vocabulary_stage.run_vocabulary))
-        for k in range(2, config.max_n + 1):
+        for k in range(2, config.dpne.max_n + 1):
             plan.append((f"dpne_level_{k}", lambda ctx, k=k: dpne_stage.run_level(ctx, k)))
-        if config.max_n >= 2:
+        if config.dpne.max_n >= 2:
             plan.append(("kgrams", dpne_stage.finalize_kgrams))
     else:
         plan.append((f"baseline_{baseline}", lambda ctx: dpne_stage.run_baseline(ctx, baseline, baseline_k)))
@@ -117,7 +117,7 @@ def run_dpne(
     results = [vocabulary_stage.run_vocabulary(ctx, noise=noise)]
     if progress:
         progress(VOCABULARY_STAGE)
-    for k in range(2, ctx.config.max_n + 1):
+    for k in range(2, ctx.config.dpne.max_n + 1):
         results.append(dpne_stage.run_level(ctx, k, noise=noise))
         if progress:
             progress(level_stage(k))

@@ -54,7 +54,7 @@ class RunContext:
         """The engine the configuration selects (:func:`pipeline.engine.open_engine`): the DuckDB
         warehouse, or a Spark engine (whose ``.con`` is the DuckDB warehouse, for the ledger).
         The run schema exists in it."""
-        if self.config.engine == "duckdb":
+        if self.config.engine.name == "duckdb":
             with self.warehouse() as wh:
                 yield wh
             return
@@ -71,8 +71,8 @@ class RunContext:
     def warehouse(self, read_only: bool = False) -> Iterator[Warehouse]:
         wh = Warehouse(
             self.config.warehouse,
-            memory_limit=self.config.memory_limit,
-            threads=self.config.threads,
+            memory_limit=self.config.engine.memory_limit,
+            threads=self.config.engine.threads,
             read_only=read_only,
         )
         try:

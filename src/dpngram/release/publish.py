@@ -16,7 +16,7 @@ def prepare(config: RunConfig) -> RunConfig:
     """Fix the run id, refuse a run that would exceed the dataset's lifetime budget (before any
     data is read), and create the staging directory with the run's parameters."""
     if not config.run_id:
-        config = config.model_copy(update={"run_id": new_run_id()})
+        config = config.with_values(run_id=new_run_id())
     ctx = RunContext(config)
     if ctx.release.published:
         raise ConfigError(f"run_id: run '{ctx.run_id}' is already published in {ctx.release.final}")

@@ -66,9 +66,9 @@ def _stage_inputs(ctx: RunContext, wh: Engine, salt: int) -> TrigramInputs:
         public_path=config.public,
         vocabulary=vocabulary,
         released=released_trigrams(root / KGRAMS),
-        C=config.bayes_clip_count,
-        W=config.bayes_max_trigrams,
-        vocab_size=config.bayes_vocab_size,
+        C=config.bayes.clip_count,
+        W=config.bayes.max_trigrams,
+        vocab_size=config.bayes.vocab_size,
         salt=salt,
         lowercase=config.lowercase,
     )
@@ -95,8 +95,8 @@ def choose_hyperparameters(
 ) -> TuningResult:
     """(S, ρ): fixed values from the config, or public tuning for the ones set to 'auto'."""
     config = ctx.config
-    fixed_S = None if config.bayes_S == "auto" else float(config.bayes_S)
-    fixed_rho = None if config.bayes_rho == "auto" else float(config.bayes_rho)
+    fixed_S = None if config.bayes.S == "auto" else float(config.bayes.S)
+    fixed_rho = None if config.bayes.rho == "auto" else float(config.bayes.rho)
     if fixed_S is not None and fixed_rho is not None:
         return TuningResult(fixed_S, fixed_rho, "fixed (configuration)", [], 0, 0)
     tuned = tune_on_public(
@@ -104,9 +104,9 @@ def choose_hyperparameters(
         inputs,
         epsilon=epsilon,
         delta=delta,
-        C=config.bayes_clip_count,
-        W=config.bayes_max_trigrams,
-        log_clip=config.bayes_log_clip,
+        C=config.bayes.clip_count,
+        W=config.bayes.max_trigrams,
+        log_clip=config.bayes.log_clip,
         S_grid=S_GRID if fixed_S is None else (fixed_S,),
         rho_grid=RHO_GRID if fixed_rho is None else (fixed_rho,),
     )
@@ -121,12 +121,12 @@ def run_bayes(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str,
     config = ctx.config
     epsilon, delta = config.stage_share(STAGE)
     _check_method(ctx, "bayesian")
-    not_dp = config.bayes_calibration == "brute-force-NOT-DP"
+    not_dp = config.bayes.calibration == "brute-force-NOT-DP"
 
     def compute(wh: Engine) -> StageResult:
         source = noise or NoiseSource.secure()
         inputs = _stage_inputs(ctx, wh, source.salt())
-        C, W, L = config.bayes_clip_count, config.bayes_max_trigrams, config.bayes_log_clip
+        C, W, L = config.bayes.clip_count, config.bayes.max_trigrams, config.bayes.log_clip
         tuning = choose_hyperparameters(wh, ctx, inputs, epsilon, delta)
         S, rho = tuning.S, tuning.rho
         bound = sensitivity_bound(C=C, W=W, S=S, rho=rho, vocab_size=inputs.size, log_clip=L)
@@ -151,7 +151,7 @@ def run_bayes(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str,
             "W": W,
             "log_clip": L,
             "hyperparameters": {k: v for k, v in tuning.report().items() if k not in ("S", "rho")},
-            "calibration": config.bayes_calibration,
+            "calibration": config.bayes.calibration,
             "sensitivity_bound": bound,
             "sensitivity_used": calibration.sensitivity
             if not not_dp
@@ -192,7 +192,7 @@ def run_bayes_baseline(ctx: RunContext, method: str, *, noise: NoiseSource | Non
     def compute(wh: Engine) -> StageResult:
         source = noise or NoiseSource.secure()
         inputs = _stage_inputs(ctx, wh, source.salt())
-        C, W = config.bayes_clip_count, config.bayes_max_trigrams
+        C, W = config.bayes.clip_count, config.bayes.max_trigrams
         noisy, scale = laplace_noisy_counts(inputs.total_count, epsilon=epsilon, C=C, W=W, noise=source)
         theta = (
             laplace_distribution(noisy)

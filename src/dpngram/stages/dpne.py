@@ -70,7 +70,7 @@ def _ensure_level_state(wh: Engine, ctx: RunContext, upto: int) -> None:
         )
     install_vocabulary(wh, schema)
     for j in range(2, upto + 1):
-        restore_level(wh, schema, j, ctx.config.pruning, root / level_path(j))
+        restore_level(wh, schema, j, ctx.config.dpne.pruning, root / level_path(j))
         if j > 2:
             _drop(wh, schema, _occ(j - 1))
 
@@ -93,7 +93,7 @@ def run_level(
     levels. ``noise`` is for seeded tests only (default: a fresh CSPRNG source)."""
     _check_k(k)
     config = ctx.config
-    if k > config.max_n:
+    if k > config.dpne.max_n:
         return {"skipped": True, "k": k}
     sigma = level_sigmas(config)[k - 1]
     stage, output = level_stage(k), level_path(k)
@@ -105,11 +105,11 @@ def run_level(
             ctx.schema,
             k,
             sigma=sigma,
-            eta=config.eta,
-            max_contribution=config.max_contribution,
-            pruning=config.pruning,
-            variant=config.dpne_variant,
-            exact_max_valid=config.exact_max_valid,
+            eta=config.dpne.eta,
+            max_contribution=config.dpne.max_contribution,
+            pruning=config.dpne.pruning,
+            variant=config.dpne.variant,
+            exact_max_valid=config.dpne.exact_max_valid,
             noise=noise or NoiseSource.secure(),
             valid_count=valid_count,
             sampling_probability=sampling_probability,
@@ -117,9 +117,9 @@ def run_level(
         _export_level(wh, ctx, k)
         report = {
             **outcome.report(),
-            "max_contribution": config.max_contribution,
-            "eta": config.eta,
-            "pruning": config.pruning,
+            "max_contribution": config.dpne.max_contribution,
+            "eta": config.dpne.eta,
+            "pruning": config.dpne.pruning,
         }
         return StageResult(
             events=[PrivacyEvent(stage=stage, mechanism="gaussian", sigma=sigma)], report=report
@@ -141,11 +141,11 @@ def finalize_kgrams(ctx: RunContext) -> dict[str, Any]:
     spend (Thm. 2.1) in the report part ``dpne.summary``."""
     config = ctx.config
     root = ctx.release.root
-    paths = [root / level_path(k) for k in range(2, config.max_n + 1)]
+    paths = [root / level_path(k) for k in range(2, config.dpne.max_n + 1)]
     missing = [p.name for p in paths if not p.exists()]
     if missing:
         raise ConfigError(f"dpne: levels not released yet: {missing} (run every level before finalize)")
-    with Warehouse(":memory:", memory_limit=config.memory_limit, threads=config.threads) as wh:
+    with Warehouse(":memory:", memory_limit=config.engine.memory_limit, threads=config.engine.threads) as wh:
         if paths:
             table = wh.fetch_arrow(load_sql("dpne/merge_levels"), {"paths": [str(p) for p in paths]})
         else:
@@ -161,7 +161,7 @@ def finalize_kgrams(ctx: RunContext) -> dict[str, Any]:
     ]
     _, delta = config.stage_share("dpne")
     counts = {"1": parts.get(VOCABULARY_STAGE, {}).get("released")}
-    counts.update({str(k): _file_rows(p) for k, p in zip(range(2, config.max_n + 1), paths, strict=True)})
+    counts.update({str(k): _file_rows(p) for k, p in zip(range(2, config.dpne.max_n + 1), paths, strict=True)})
     record_part(
         ctx,
         "dpne.summary",
@@ -199,8 +199,8 @@ def run_baseline(
         raise ConfigError(f"method: must be one of {list(BASELINES)} (got {method!r})")
     config = ctx.config
     if method == "dpsu-single":
-        if not isinstance(k, int) or not 1 <= k <= config.max_n:
-            raise ConfigError(f"k: dpsu-single needs a length 1..{config.max_n} (got {k!r})")
+        if not isinstance(k, int) or not 1 <= k <= config.dpne.max_n:
+            raise ConfigError(f"k: dpsu-single needs a length 1..{config.dpne.max_n} (got {k!r})")
     elif k is not None:
         raise ConfigError(f"k: only dpsu-single takes a length (got {k!r} for {method})")
     parts = read_parts(ctx)
@@ -211,7 +211,7 @@ def run_baseline(
         )
     epsilon, delta = config.stage_share("dpne")
     sigma_star = gaussian_sigma(epsilon, delta / 2.0)
-    T, delta0 = config.max_n, config.max_contribution
+    T, delta0 = config.dpne.max_n, config.dpne.max_contribution
     if method == "dpsu-all":
         plan = [(1, T, sigma_star, delta / 2.0, T * delta0)]
     elif method == "dpsu-even":

@@ -28,7 +28,7 @@ def run_ingest(ctx: RunContext, progress: Callable[[int], None] | None = None) -
     from dpngram.release.context import record_part
 
     config = ctx.config
-    if config.engine == "spark":  # pipeline/spark_engine.py: same tables, numbering and tokens
+    if config.engine.name == "spark":  # pipeline/spark_engine.py: same tables, numbering and tokens
         from dpngram.engines.spark import ingest_spark, spark_input_format
 
         with ctx.engine() as engine:

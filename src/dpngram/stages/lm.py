@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 def lm_enabled(config: RunConfig) -> bool:
     """The stage runs unless lm_route='off', when some stage releases θ or synthetic sequences."""
-    return config.lm_route != "off" and any(s in config.stage_budget for s in ("lm_counts", "bayes", "synth"))
+    return config.lm.route != "off" and any(s in config.stage_budget for s in ("lm_counts", "bayes", "synth"))
 
 
 def run_lm(ctx: Any) -> dict[str, Any]:
@@ -43,9 +43,9 @@ def run_lm(ctx: Any) -> dict[str, Any]:
     from dpngram.release.context import record_part
 
     config: RunConfig = ctx.config
-    if config.lm_order > KENLM_MAX_ORDER:
+    if config.lm.order > KENLM_MAX_ORDER:
         raise ConfigError(
-            f"lm_order: at most {KENLM_MAX_ORDER} (KenLM's compiled limit; got {config.lm_order})"
+            f"lm_order: at most {KENLM_MAX_ORDER} (KenLM's compiled limit; got {config.lm.order})"
         )
     started = time.perf_counter()
     release = ctx.release
@@ -53,18 +53,18 @@ def run_lm(ctx: Any) -> dict[str, Any]:
     arpa = release.path(MODEL_ARPA)
     binary = release.path(MODEL_BINARY)
     seed = _seed(ctx.run_id)
-    eval_text = config.lm_eval_text or config.public
-    eval_kind = "user-supplied" if config.lm_eval_text else ("public corpus" if config.public else None)
+    eval_text = config.lm.eval_text or config.public
+    eval_kind = "user-supplied" if config.lm.eval_text else ("public corpus" if config.public else None)
 
     candidates: dict[str, dict[str, Any]] = {}
-    mixture = config.lm_route == MIXTURE_ROUTE or (
-        config.lm_route == "auto" and "lm_counts" in config.stage_budget
+    mixture = config.lm.route == MIXTURE_ROUTE or (
+        config.lm.route == "auto" and "lm_counts" in config.stage_budget
     )
     if mixture:
         route = MIXTURE_ROUTE
-    elif config.lm_route in ROUTES:
-        route = config.lm_route
-    elif config.lm_eval_text:  # auto with evaluation text: build both, keep the better one
+    elif config.lm.route in ROUTES:
+        route = config.lm.route
+    elif config.lm.eval_text:  # auto with evaluation text: build both, keep the better one
         for r in ROUTES:
             trial = arpa.with_name(f"candidate_{r}.arpa")
             try:
@@ -73,7 +73,7 @@ def run_lm(ctx: Any) -> dict[str, Any]:
                 candidates[r] = {"error": str(err)}
                 continue
             compile_binary(trial, trial.with_suffix(".binary"))
-            metrics = evaluate_file(trial.with_suffix(".binary"), config.lm_eval_text, config.lowercase)
+            metrics = evaluate_file(trial.with_suffix(".binary"), config.lm.eval_text, config.lowercase)
             candidates[r] = {"perplexity": metrics["perplexity"], "info": info}
         usable = {r: c for r, c in candidates.items() if "perplexity" in c}
         if not usable:
@@ -112,7 +112,7 @@ def run_lm(ctx: Any) -> dict[str, Any]:
         "route": route,
         "route_selection": (
             "configured"
-            if config.lm_route in (*ROUTES, MIXTURE_ROUTE)
+            if config.lm.route in (*ROUTES, MIXTURE_ROUTE)
             else "auto: the run released noisy counts (stage lm_counts)"
             if route == MIXTURE_ROUTE
             else "auto: lowest perplexity on the evaluation text"
@@ -120,7 +120,7 @@ def run_lm(ctx: Any) -> dict[str, Any]:
             else f"auto: default route '{DEFAULT_ROUTE}' (benchmarks/lm_bench.py)"
         ),
         "candidates": {r: {k: v for k, v in c.items() if k != "info"} for r, c in candidates.items()},
-        "order": config.lm_order,
+        "order": config.lm.order,
         "counts": {str(n): c for n, c in info["counts"].items()},
         "vocabulary_size": int(info["counts"].get(1, 0)),
         "smoothing": info["smoothing"],
@@ -139,7 +139,7 @@ def run_lm(ctx: Any) -> dict[str, Any]:
         tmp.write_text(render_model_card(ctx.config, ctx.run_id, read_parts(ctx), part), encoding="utf-8")
     if not check.get("success"):
         raise ArpaError("model.arpa failed its validation suite (see report part 'lm')")
-    log.info("lm: route %s, order %d, counts %s", route, config.lm_order, part["counts"])
+    log.info("lm: route %s, order %d, counts %s", route, config.lm.order, part["counts"])
     return {
         "stage": STAGE,
         "method": route,

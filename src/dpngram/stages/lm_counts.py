@@ -45,14 +45,14 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
 
     config = ctx.config
     epsilon, delta = config.stage_share(STAGE)
-    order = config.lm_order
+    order = config.lm.order
     if order > 3:
         raise ConfigError(f"lm_order: the noisy-count model has at most order 3 (got {order})")
     if config.public and not Path(config.public).is_file():
         raise ConfigError(f"public: {config.public} does not exist or is not a file")
-    candidates = candidate_grid(config.lm_mix_weight, config.lm_unigram_adaptation)
+    candidates = candidate_grid(config.lm.mix_weight, config.lm.unigram_adaptation)
     auto = len(candidates) > 1
-    holdout = int(round(1000 * config.lm_holdout)) if auto else 0
+    holdout = int(round(1000 * config.lm.holdout)) if auto else 0
 
     def compute(wh: Engine) -> StageResult:
         source = noise or NoiseSource.secure()
@@ -68,8 +68,8 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
             dp_vocab,
             config.public,
             order=order,
-            public_cap=config.lm_public_vocab_size,
-            domain_cap=config.lm_count_domain,
+            public_cap=config.lm.public_vocab_size,
+            domain_cap=config.lm.count_domain,
             kgrams=kgrams,
             lowercase=config.lowercase,
         )
@@ -104,18 +104,18 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
                 occurrences=OCCURRENCES,
                 domain=DOMAIN_TABLE,
             ),
-            {"salt": int(salt), "holdout_per_mille": holdout, "clip": float(config.lm_count_clip)},
+            {"salt": int(salt), "holdout_per_mille": holdout, "clip": float(config.lm.count_clip)},
         )
         cols = wh.fetch_numpy(f"SELECT gid, weighted FROM {schema}.{WEIGHTED_TABLE}")
         weighted = np.zeros(domain.size, dtype=np.float64)
         weighted[np.asarray(cols["gid"], dtype=np.int64) - 1] = np.asarray(cols["weighted"], dtype=np.float64)
         del cols
         noisy, calibration = noisy_release(
-            weighted, epsilon=epsilon, delta=delta, clip=float(config.lm_count_clip), noise=source
+            weighted, epsilon=epsilon, delta=delta, clip=float(config.lm.count_clip), noise=source
         )
         del weighted
         sigma = calibration.sigma
-        threshold = config.lm_count_threshold * sigma
+        threshold = config.lm.count_threshold * sigma
         released = domain.frame.with_columns(noisy_count=pl.Series(noisy)).filter(
             (pl.col("n") == 1) | (pl.col("noisy_count") >= threshold)
         )
@@ -137,7 +137,7 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
                 domain.public_model,
                 order,
                 threshold=threshold,
-                discount=config.lm_count_discount * sigma,
+                discount=config.lm.count_discount * sigma,
             )
             betas = sorted({b for b, _ in candidates})
             lams = tuple(sorted({lam for _, lam in candidates}))
@@ -191,12 +191,12 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
             },
             "model_vocabulary_size": len(domain.vocabulary),
             "dp_vocabulary_size": len(dp_vocab),
-            "clip_l2": float(config.lm_count_clip),
+            "clip_l2": float(config.lm.count_clip),
             "sigma": sigma,
             "grid": calibration.grid,
             "snapped_sensitivity": calibration.snapped_sensitivity,
             "threshold": threshold,
-            "discount": config.lm_count_discount * sigma,
+            "discount": config.lm.count_discount * sigma,
             "released_by_order": {
                 str(n): int(released.filter(pl.col("n") == n).height) for n in range(1, order + 1)
             },

@@ -90,10 +90,10 @@ def run_synth(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str,
     labels = item_labels(_load_vocabulary(ctx))
     params = TreeParams(
         epsilon=epsilon,
-        l_max=config.synth_l_max,
-        n_max=config.synth_n_max,
+        l_max=config.synth.l_max,
+        n_max=config.synth.n_max,
         n_labels=len(labels),
-        allocation=config.synth_allocation,
+        allocation=config.synth.allocation,
     )
 
     def compute(wh: Engine) -> StageResult:

@@ -32,15 +32,15 @@ from dpngram.text.public import load_known_vocabulary
 def trie_parameters(config: Any, epsilon0: float) -> TrieParameters:
     return TrieParameters(
         epsilon0=epsilon0,
-        users_per_layer=config.triehh_users_per_layer,
-        max_depth=config.triehh_max_depth,
-        max_words=config.triehh_max_words,
-        max_prefixes=config.triehh_max_prefixes,
-        passes=config.triehh_passes,
-        sampling=config.triehh_sampling,
-        alphabet=config.triehh_alphabet,
-        end_symbol=config.triehh_end_symbol,
-        spurious_rate=config.triehh_spurious_rate,
+        users_per_layer=config.triehh.users_per_layer,
+        max_depth=config.triehh.max_depth,
+        max_words=config.triehh.max_words,
+        max_prefixes=config.triehh.max_prefixes,
+        passes=config.triehh.passes,
+        sampling=config.triehh.sampling,
+        alphabet=config.triehh.alphabet,
+        end_symbol=config.triehh.end_symbol,
+        spurious_rate=config.triehh.spurious_rate,
     )
 
 
@@ -48,11 +48,11 @@ def privacy_plan(config: Any) -> dict[str, float]:
     """eps0 and the guarantees it gives, from the triehh share of (epsilon, delta) (public)."""
     epsilon, delta = config.stage_share(STAGE)
     delta_used = delta * DELTA_SHARE_USED
-    n, m = config.triehh_users_per_layer, config.triehh_max_words
-    if config.triehh_epsilon0 is None:
+    n, m = config.triehh.users_per_layer, config.triehh.max_words
+    if config.triehh.epsilon0 is None:
         epsilon0 = epsilon0_for_budget(epsilon, delta_used, n, m)
     else:
-        epsilon0 = float(config.triehh_epsilon0)
+        epsilon0 = float(config.triehh.epsilon0)
     central = numerical_epsilon(m * epsilon0, n, delta_used)
     if central > epsilon * (1 + 1e-9):
         raise ConfigError(
@@ -94,7 +94,7 @@ def run_triehh(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str
 
     def compute(wh: Engine) -> StageResult:
         source_noise = noise or NoiseSource.secure()
-        known = load_known_vocabulary(config.known_vocabulary, config.lowercase)
+        known = load_known_vocabulary(config.dpne.known_vocabulary, config.lowercase)
         prepare_user_words(wh, ctx.schema, known, params)
         source = WarehouseSource(wh, ctx.schema, params.end_symbol)
         try:
@@ -106,7 +106,7 @@ def run_triehh(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str
         report = {
             "method": "ldp-triehh",
             "paper": "Sun et al. 2024 (Gboard OOV discovery), Alg. 1-2; FMT21 amplification",
-            "mode": "oov" if config.known_vocabulary else "all-words",
+            "mode": "oov" if config.dpne.known_vocabulary else "all-words",
             "unit_of_privacy": "user",
             **plan,
             "users_per_layer": params.users_per_layer,

@@ -41,7 +41,7 @@ def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict
             released = release_vocabulary(wh, ctx.schema, params, noise or NoiseSource.secure())
         if method != "dpsu":  # S_1 also takes the TrieHH words (released by stage triehh) + known words
             words = triehh.discovered_words(ctx.release.path(OOV_WORDS)).column("word").to_pylist()
-            words += load_known_vocabulary(ctx.config.known_vocabulary, ctx.config.lowercase)
+            words += load_known_vocabulary(ctx.config.dpne.known_vocabulary, ctx.config.lowercase)
             triehh.merge_into_vocabulary(wh, ctx.schema, VOCABULARY_TABLE, words, replace=method == "triehh")
             released = None
         dpne.install_vocabulary(wh, ctx.schema)
