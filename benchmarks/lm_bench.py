@@ -558,7 +558,7 @@ def run_lm_stage(config_json: str) -> dict[str, Any]:
 def dp_run(corpus: Corpus, eps: float, train: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     """One release on the training users; returns its paths, parts and timings."""
     from dpngram.config import RunConfig
-    from dpngram.orchestration.plan import release_plan
+    from dpngram.orchestration.plan import release_steps
     from dpngram.release.context import RunContext, read_parts, read_timings, stage_timer
     from dpngram.release.publish import prepare, publish_run
 
@@ -578,12 +578,12 @@ def dp_run(corpus: Corpus, eps: float, train: Path, work: Path, args: argparse.N
     config = prepare(config)
     ctx = RunContext(config)
     lm_stage: dict[str, Any] = {}
-    for name, fn in release_plan(config):
-        if name == "lm":
+    for step in release_steps(config):
+        if step.name == "lm":
             lm_stage = run_lm_stage(ctx.config.model_dump_json())
         else:
-            with stage_timer(ctx, name):
-                fn(ctx)
+            with stage_timer(ctx, step.name):
+                step.run(ctx)
     timings = read_timings(ctx)
     parts = read_parts(ctx)
     root = publish_run(ctx)
@@ -910,7 +910,7 @@ def parameters(args: argparse.Namespace, epsilons: list[float]) -> dict[str, Any
     from dpngram.mechanisms.lm_counts import WEIGHT_GRID
 
     lm_defaults = {
-        k: RunConfig.model_fields[k].default for k in RunConfig.model_fields if k.startswith("lm_")
+        k: v for k, v in RunConfig.build(input="x", out="y").flat().items() if k.startswith("lm_")
     }
     return {
         "epsilons": epsilons,

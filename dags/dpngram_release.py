@@ -2,25 +2,28 @@
 stage releases a trigram distribution or synthetic text, a KenLM language model) from private
 user text.
 
-Thin by design: every task rebuilds the validated :class:`pipeline.config.RunConfig` from the
-run's Params plus the run id, and calls one pipeline function (``pipeline/`` knows nothing of
-Airflow). Tasks::
+Thin by design: the tasks are the steps of :data:`dpngram.orchestration.plan.STEPS` (the same
+list the CLI runs), each made from one task function; every task rebuilds the validated
+:class:`dpngram.config.RunConfig` from the run's Params plus the run id and runs its step (``dpngram``
+knows nothing of Airflow). Tasks::
 
-    privacy_precheck -> ingest -> triehh -> vocabulary -> dpne_level_2 -> ... -> dpne_level_12
-        -> kgrams -> lm_counts -> bayes -> synth -> validate -> lm -> report -> publish -> publish_lm
+    privacy_precheck -> ingest -> triehh -> dpne.k1 -> dpne.k2 -> ... -> dpne.k12 -> dpne.kgrams
+        -> lm_counts -> bayes -> synth -> validation -> lm -> report -> publish -> publish_lm
+
+(``dpne.*`` form the task group ``dpne``: k1 is the vocabulary, k2..k12 the k-gram levels.)
 
 * ``privacy_precheck`` consults the privacy ledger *before any data is read*: a run that would
   take the dataset past ``lifetime_epsilon``/``lifetime_delta`` fails here with the ledger's
   one-line reason (AirflowFailException: no retry). It also fixes ``run_id`` = the Airflow run id
-  made safe for paths (:func:`pipeline.run.run_id_from`) and stages the run's parameters.
-* There is one ``dpne_level_k`` task per k up to the largest T the Params schema allows; a level
-  beyond the run's T skips itself (AirflowSkipException); the levels after the first and the
-  tasks after the levels use ``trigger_rule='none_failed'``. ``triehh``, ``bayes``, ``synth`` and
-  ``lm`` skip themselves when the run does not use them.
-* XCom carries only :func:`pipeline.run.public_summary` of each stage: paths, row counts of
+  made safe for paths (:func:`dpngram.release.context.run_id_from`) and stages the run's parameters.
+* There is one ``dpne.kK`` task per k up to the largest T the Params schema allows; a step that
+  does not apply to the run (a level beyond its T, a stage without a budget share, ``lm`` without a
+  source) skips itself (AirflowSkipException) with the plan's reason, decided before any pipeline
+  module is imported; the tasks after ``ingest`` use ``trigger_rule='none_failed'``.
+* XCom carries only :func:`dpngram.release.context.public_summary` of each stage: paths, row counts of
   released tables, epsilon/delta. Exact statistics and raw text stay in the private warehouse.
 * Retries are safe: every privacy-spending stage persists its noisy output before its spend is
-  committed (:func:`pipeline.run.spend_once`), so a retried task (or a re-run of the same DAG run)
+  committed (:func:`dpngram.release.spend.spend_once`), so a retried task (or a re-run of the same DAG run)
   reuses it and is not charged twice; publishing is an atomic rename, so a failed run leaves
   ``OUT/latest`` at the previous release. Invalid parameters and budget refusals fail without
   retry (AirflowFailException). See docs/orchestration.md.
@@ -30,7 +33,7 @@ Airflow). Tasks::
   (``dpngram demo`` and the docker init job do). ``airflow dags test`` runs tasks in-process one
   at a time and does not need the pool to exist.
 * Assets (the interface for downstream teams; event ``extra`` from
-  :func:`pipeline.run.release_asset_metadata`: run_id, dataset, epsilon, delta, ledger charge,
+  :func:`dpngram.release.publish.release_asset_metadata`: run_id, dataset, epsilon, delta, ledger charge,
   released sizes, absolute paths):
 
   - ``dpngram://release/ngrams`` (vocabulary + k-grams) and ``dpngram://release/latest`` (the
@@ -61,15 +64,15 @@ import datetime as dt
 import functools
 import json
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pendulum
-from airflow.sdk import Asset, Param, dag, task
+from airflow.sdk import Asset, Param, TaskGroup, dag, task
 
-from dpngram.config import RunConfig
+from dpngram.config import RunConfig, flat_fields
+from dpngram.orchestration.plan import MAX_LEVEL, STEPS, Step
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_DIR = Path(os.environ.get("DPNGRAM_DEMO_DIR", str(REPO / ".dpngram"))).resolve()
@@ -87,7 +90,7 @@ LM_ASSET = Asset(name="dpngram_language_model", uri="dpngram://release/language-
 NOT_PARAMS = ("run_id",)
 
 _SCHEMA = RunConfig.param_schema()
-MAX_LEVEL = int(_SCHEMA["max_n"]["maximum"])
+assert MAX_LEVEL == int(_SCHEMA["max_n"]["maximum"]), "the plan has a level task per allowed T"
 
 
 def _schedule() -> str | None:
@@ -140,24 +143,6 @@ DEFAULT_ARGS: dict[str, Any] = {
 }
 
 
-#: Errors a retry cannot fix: bad parameters or input, exhausted budget, failed validation.
-BAD_INPUT_ERRORS = (
-    ("dpngram.core.errors", "ConfigError"),
-    ("dpngram.core.errors", "IngestError"),
-    ("dpngram.core.errors", "BudgetError"),
-    ("dpngram.core.errors", "ArpaError"),
-    ("dpngram.core.errors", "ValidationFailed"),
-    ("builtins", "FileNotFoundError"),
-)
-
-
-def _bad_input_errors() -> tuple[type[BaseException], ...]:
-    """The classes of :data:`BAD_INPUT_ERRORS` whose modules are loaded (a module that was never
-    imported cannot have raised its error; importing it here would cost seconds per task)."""
-    found = (getattr(sys.modules.get(module), name, None) for module, name in BAD_INPUT_ERRORS)
-    return tuple(cls for cls in found if isinstance(cls, type))
-
-
 def _is_scheduled(context: dict[str, Any]) -> bool:
     """True for a run the schedule created (not triggered by a person, an asset or a test)."""
     run_type = getattr(context.get("dag_run"), "run_type", None)
@@ -174,9 +159,11 @@ def _fail_fast(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(**context: Any) -> Any:
         from airflow.sdk.exceptions import AirflowFailException
 
+        from dpngram.core.errors import USER_ERRORS
+
         try:
             return fn(**context)
-        except _bad_input_errors() as err:
+        except USER_ERRORS as err:
             raise AirflowFailException(f"{type(err).__name__}: {err}") from None
 
     return wrapper
@@ -191,42 +178,39 @@ def _config(context: dict[str, Any]) -> RunConfig:
     from dpngram.release.context import run_id_from
 
     params = context["params"]
-    values = {name: params[name] for name in RunConfig.model_fields if name in params}
+    values = {name: params[name] for name, *_ in flat_fields() if name in params}
     try:
         return RunConfig.build(**values, run_id=run_id_from(context["run_id"]))
     except ConfigError as err:
         raise AirflowFailException(str(err)) from None
 
 
-def _ctx(context: dict[str, Any]) -> Any:
-    from dpngram.release.context import RunContext
-
-    return RunContext(_config(context))
-
-
-def _skip(context: dict[str, Any], reason: str | None) -> None:
-    """Skip the task when ``reason`` is set. Decided from the (already schema-validated) Params
-    before the pipeline is imported: a skipped task then costs a fork, not a ~6 s import."""
+def _skip(reason: str | None) -> None:
+    """Skip the task when ``reason`` is set (decided from the validated Params before any pipeline
+    module is imported: a skipped task costs a fork, not a ~6 s import)."""
     if reason:
         from airflow.sdk.exceptions import AirflowSkipException
 
         raise AirflowSkipException(reason)
 
 
-def _skip_unless_budgeted(context: dict[str, Any], stage: str) -> None:
-    if stage not in (context["params"].get("stage_budget") or {}):
-        _skip(context, f"stage_budget has no '{stage}' share")
+@task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
+@_fail_fast
+def run_step(step_name: str, **context: Any) -> dict[str, Any]:
+    """One step of the plan: skipped when it does not apply to this run's parameters, otherwise
+    run and timed; returns only its public summary (XCom)."""
+    step: Step = STEP_BY_NAME[step_name]
+    config = _config(context)
+    _skip(step.skip_reason(config))
+    from dpngram.release.context import RunContext, public_summary, stage_timer
+
+    ctx = RunContext(config)
+    with stage_timer(ctx, step.name):
+        return public_summary(step.run(ctx))
 
 
-def _budgeted_stage(context: dict[str, Any], stage: str, run: Any) -> dict[str, Any]:
-    """Run a privacy-spending stage that is optional: skipped unless ``stage_budget`` gives it a
-    share. Returns only the public summary (XCom)."""
-    _skip_unless_budgeted(context, stage)
-    from dpngram.release.context import public_summary, stage_timer
-
-    ctx = _ctx(context)
-    with stage_timer(ctx, stage):
-        return public_summary(run(ctx))
+STEP_BY_NAME = {step.name: step for step in STEPS}
+GROUP_TIPS = {"dpne": "DPSU vocabulary (k1) and DPNE k-gram levels (k2..k12), then their merge"}
 
 
 @dag(
@@ -251,7 +235,7 @@ def dpngram_release() -> None:
         from airflow.sdk.exceptions import AirflowFailException
 
         from dpngram.core.errors import BudgetError, ConfigError
-        from dpngram.release.publish import prepare as prepare_run
+        from dpngram.release.publish import prepare
 
         config = _config(context)
         if _is_scheduled(context) and config.lifetime_epsilon is None:
@@ -260,149 +244,19 @@ def dpngram_release() -> None:
                 "(every refresh spends epsilon): set lifetime_epsilon in DPNGRAM_PARAMS"
             )
         try:
-            return {"run_id": prepare_run(config).run_id}
+            return {"run_id": prepare(config).run_id}
         except (BudgetError, ConfigError) as err:
             raise AirflowFailException(f"privacy pre-check refused the run: {err}") from None
-
-    @task(pool=POOL, multiple_outputs=False)
-    @_fail_fast
-    def ingest(**context: Any) -> dict[str, Any]:
-        from dpngram.release.context import public_summary, stage_timer
-        from dpngram.stages.ingest import run_ingest
-
-        ctx = _ctx(context)
-        with stage_timer(ctx, "ingest"):
-            return public_summary(run_ingest(ctx))
-
-    @task(pool=POOL, multiple_outputs=False)
-    @_fail_fast
-    def triehh(**context: Any) -> dict[str, Any]:
-        """TrieHH out-of-vocabulary discovery (skipped unless vocabulary_method is triehh/both)."""
-        method = context["params"].get("vocabulary_method", "dpsu")  # Param absent: DPSU only
-        if method not in ("triehh", "both"):
-            _skip(context, f"vocabulary_method is '{method}': no TrieHH stage")
-        _skip_unless_budgeted(context, "triehh")
-        from dpngram.stages.triehh import run_triehh
-
-        return _budgeted_stage(context, "triehh", run_triehh)
-
-    @task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
-    @_fail_fast
-    def vocabulary(**context: Any) -> dict[str, Any]:
-        from dpngram.release.context import public_summary, stage_timer
-        from dpngram.stages.vocabulary import run_vocabulary
-
-        ctx = _ctx(context)
-        with stage_timer(ctx, "vocabulary"):
-            return public_summary(run_vocabulary(ctx))
-
-    def level(k: int) -> Any:
-        # none_failed: a skipped level k-1 (k-1 > T) lets level k run and skip itself at once,
-        # which is faster than the scheduler's one-task-per-loop skip cascade; a failure upstream
-        # still stops it.
-        @task(task_id=f"dpne_level_{k}", pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
-        @_fail_fast
-        def dpne_level(**context: Any) -> dict[str, Any]:
-            max_n = int(context["params"]["max_n"])
-            if k > max_n:
-                _skip(context, f"level {k} is beyond this run's T = {max_n}")
-            from dpngram.release.context import public_summary, stage_timer
-            from dpngram.stages.dpne import run_level
-
-            ctx = _ctx(context)
-            with stage_timer(ctx, f"dpne_level_{k}"):
-                return public_summary(run_level(ctx, k))
-
-        return dpne_level()
-
-    @task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
-    @_fail_fast
-    def kgrams(**context: Any) -> dict[str, Any]:
-        """Merge the released levels into released/kgrams.parquet (post-processing, no spend)."""
-        if int(context["params"]["max_n"]) < 2:
-            _skip(context, "T = 1: no k-grams beyond the vocabulary")
-        from dpngram.release.context import public_summary, stage_timer
-        from dpngram.stages.dpne import finalize_kgrams
-
-        ctx = _ctx(context)
-        with stage_timer(ctx, "kgrams"):
-            return public_summary(finalize_kgrams(ctx))
-
-    @task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
-    @_fail_fast
-    def lm_counts(**context: Any) -> dict[str, Any]:
-        """Noisy n-gram counts and the mixture weight for the language model (skipped without an
-        'lm_counts' budget)."""
-        _skip_unless_budgeted(context, "lm_counts")
-        from dpngram.stages.lm_counts import run_lm_counts
-
-        return _budgeted_stage(context, "lm_counts", run_lm_counts)
-
-    @task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
-    @_fail_fast
-    def bayes(**context: Any) -> dict[str, Any]:
-        """Bayesian trigram distribution with the public prior (skipped without a 'bayes' budget)."""
-        _skip_unless_budgeted(context, "bayes")
-        from dpngram.stages.bayes import run_bayes
-
-        return _budgeted_stage(context, "bayes", run_bayes)
-
-    @task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
-    @_fail_fast
-    def synth(**context: Any) -> dict[str, Any]:
-        """Chen et al. n-gram tree + synthetic sequences (skipped without a 'synth' budget)."""
-        _skip_unless_budgeted(context, "synth")
-        from dpngram.stages.synth import run_synth
-
-        return _budgeted_stage(context, "synth", run_synth)
-
-    @task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
-    @_fail_fast
-    def validate(**context: Any) -> dict[str, Any]:
-        """Great Expectations suites; a failure stops the run before publish."""
-        from dpngram.release.context import stage_timer
-        from dpngram.stages.validate import validate_run
-
-        ctx = _ctx(context)
-        with stage_timer(ctx, "validate"):
-            return {"success": validate_run(ctx)["success"]}
-
-    @task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
-    @_fail_fast
-    def lm(**context: Any) -> dict[str, Any]:
-        """KenLM language model from the released DP artifacts only (post-processing, no spend);
-        skipped when lm_route is 'off' or no stage releases a trigram distribution/synthetic text."""
-        if context["params"].get("lm_route") == "off":
-            _skip(context, "lm_route is 'off'")
-        from dpngram.stages.lm import lm_enabled
-
-        ctx = _ctx(context)
-        if not lm_enabled(ctx.config):
-            _skip(context, "language model not enabled for this run (lm_route / stage_budget)")
-        from dpngram.release.context import public_summary, stage_timer
-        from dpngram.stages.lm import run_lm
-
-        with stage_timer(ctx, "lm"):
-            return public_summary(run_lm(ctx))
-
-    @task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
-    @_fail_fast
-    def report(**context: Any) -> dict[str, Any]:
-        from dpngram.release.context import stage_timer
-        from dpngram.stages.report import write_report
-
-        ctx = _ctx(context)
-        with stage_timer(ctx, "report"):
-            return {"path": str(write_report(ctx))}
 
     @task(outlets=[NGRAMS_ASSET, RELEASE_ASSET], multiple_outputs=False)
     @_fail_fast
     def publish(**context: Any) -> dict[str, Any]:
         """Atomic publish (staging -> runs/RUN_ID, then OUT/latest); emits the n-gram and release
         asset events with the release's public metadata."""
+        from dpngram.release.context import RunContext
         from dpngram.release.publish import publish_run, release_asset_metadata
 
-        path = publish_run(_ctx(context))
+        path = publish_run(RunContext(_config(context)))
         metadata = release_asset_metadata(path)
         context["outlet_events"][NGRAMS_ASSET].extra = metadata["ngrams"]
         context["outlet_events"][RELEASE_ASSET].extra = metadata["release"]
@@ -413,18 +267,27 @@ def dpngram_release() -> None:
     def publish_lm(**context: Any) -> dict[str, Any]:
         """Emit the language-model asset event for the published release; skipped (no event)
         when the run built no model."""
+        from dpngram.release.context import RunContext
         from dpngram.release.publish import release_asset_metadata
 
-        path = _ctx(context).release.final
+        path = RunContext(_config(context)).release.final
         metadata = release_asset_metadata(path)["language_model"]
         if metadata is None:
-            _skip(context, "this release has no language model")
+            _skip("this release has no language model")
         context["outlet_events"][LM_ASSET].extra = metadata
         return {"path": metadata["paths"]["binary"], "run_id": path.name}
 
-    chain = [privacy_precheck(), ingest(), triehh(), vocabulary()]
-    chain += [level(k) for k in range(2, MAX_LEVEL + 1)]
-    chain += [kgrams(), lm_counts(), bayes(), synth(), validate(), lm(), report(), publish(), publish_lm()]
+    groups: dict[str, TaskGroup] = {}
+    chain = [privacy_precheck()]
+    for step in STEPS:
+        if step.group and step.group not in groups:
+            groups[step.group] = TaskGroup(step.group, tooltip=GROUP_TIPS[step.group])
+        group = groups.get(step.group) if step.group else None
+        options: dict[str, Any] = {"task_id": step.task_id, "doc_md": step.doc or None, "task_group": group}
+        if step.name == "ingest":
+            options["trigger_rule"] = "all_success"
+        chain.append(run_step.override(**options)(step_name=step.name))
+    chain += [publish(), publish_lm()]
     for upstream, downstream in zip(chain, chain[1:], strict=False):
         upstream >> downstream
 

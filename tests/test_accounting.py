@@ -240,8 +240,7 @@ def test_accountant_gaussian_events_compose_exactly() -> None:
         PrivacyEvent("dpne", "gaussian", sigma=6.0, sensitivity=2.0),  # noise multiplier 3
         PrivacyEvent("bayes", "gaussian", sigma=10.0, count=3),
     ]
-    accountant = Accountant()
-    accountant.extend(events)
+    accountant = Accountant(events)
     composed = compose_gaussian_sigmas([4.0, 3.0, 10.0, 10.0, 10.0])
     for delta in (1e-5, 1e-8):
         assert accountant.total_epsilon(delta) == gaussian_epsilon(composed, delta)

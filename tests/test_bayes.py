@@ -293,7 +293,7 @@ def test_brute_force_calibration_needs_the_not_dp_flag_and_is_marked(tmp_path, s
     assert part["guarantee"].startswith("NO differential-privacy guarantee")
     assert "NOT DP" in part["privacy"]["events"][0]["note"]
     assert part["hyperparameters"]["method"] == "fixed (configuration)"
-    assert RunConfig.model_fields["bayes_calibration"].default == "global"
+    assert RunConfig.build(input="x", out="y").bayes.calibration == "global"
 
 
 @pytest.mark.parametrize("method", bayes.BASELINE_METHODS)

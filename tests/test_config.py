@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from dpngram.config import STAGES, RunConfig
+from dpngram.config import SECTIONS, STAGES, DpneConfig, RunConfig, flat_fields
 from dpngram.core.errors import ConfigError
 
 BASE = {"input": "users.jsonl", "out": "out"}
@@ -94,12 +96,12 @@ def test_required_fields_and_several_problems_on_one_line():
 def test_memory_limit_and_run_id_formats():
     assert error_of(memory_limit="lots").startswith("memory_limit: ")
     assert error_of(run_id="../escape").startswith("run_id: ")
-    assert RunConfig.build(**BASE, memory_limit="512 MB").memory_limit == "512MB"
+    assert RunConfig.build(**BASE, memory_limit="512 MB").engine.memory_limit == "512MB"
 
 
 def test_param_schema_mirrors_bounds():
     schema = RunConfig.param_schema()
-    assert set(schema) == set(RunConfig.model_fields)
+    assert set(schema) == {name for name, *_ in flat_fields()}
     assert schema["epsilon"]["exclusiveMinimum"] == 0
     assert schema["delta"]["exclusiveMinimum"] == 0 and schema["delta"]["exclusiveMaximum"] == 1
     assert schema["eta"]["exclusiveMinimum"] == 0 and schema["eta"]["exclusiveMaximum"] == 1
@@ -107,5 +109,28 @@ def test_param_schema_mirrors_bounds():
     assert schema["pruning"]["enum"] == ["both", "single"]
     assert (
         "default" not in schema["input"]
-        and schema["max_n"]["default"] == RunConfig.model_fields["max_n"].default
+        and schema["max_n"]["default"] == DpneConfig.model_fields["max_n"].default
     )
+
+
+def test_sections_group_the_parameters_and_keep_the_flat_names():
+    """Nested, typed sections (config.bayes.clip_count) behind the unchanged flat names of the CLI
+    flags, Airflow Params and the report's parameters."""
+    config = RunConfig.build(**BASE, bayes_clip_count=3, max_n=4, engine="spark", lm_route="arpa", synth_l_max=7)
+    assert (config.bayes.clip_count, config.dpne.max_n, config.engine.name) == (3, 4, "spark")
+    assert (config.lm.route, config.synth.l_max) == ("arpa", 7)
+    flat = config.flat()
+    assert flat["bayes_clip_count"] == 3 and flat["engine"] == "spark" and flat["dpne_variant"] == "auto"
+    assert set(flat) == set(RunConfig.param_schema())
+    assert RunConfig.build(**flat) == config  # the flat form round-trips
+    assert json.loads(config.to_json()) == flat
+    assert config.with_values(max_n=2).dpne.max_n == 2 and config.dpne.max_n == 4
+    # every flat name is in exactly one place
+    names = [name for name, *_ in flat_fields()]
+    assert len(names) == len(set(names))
+    for section, model in SECTIONS.items():
+        assert set(model.FLAGS) == set(model.model_fields), section
+        assert RunConfig.param_schema()[next(iter(model.FLAGS.values()))]["section"] == model.TITLE
+    # a bad value names the flat parameter the user typed
+    assert error_of(bayes_clip_count=0).startswith("bayes_clip_count: ")
+    assert error_of(engine="flink").startswith("engine: ")

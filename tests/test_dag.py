@@ -104,29 +104,30 @@ def test_dag_imports_and_params_mirror_run_config(airflow):
 
     schema = RunConfig.param_schema()
     params = info["params"]
-    assert set(params) == set(RunConfig.model_fields) - {"run_id"}  # run_id comes from the Airflow run
+    assert set(params) == set(schema) - {"run_id"}  # run_id comes from the Airflow run
     for name, param in params.items():
         for key in ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "title"):
             assert param["schema"].get(key) == schema[name].get(key), (name, key)
         assert param["description"] == schema[name].get("description"), name
     assert params["epsilon"]["default"] == RunConfig.model_fields["epsilon"].default
+    assert params["bayes_clip_count"]["schema"]["section"] == "Bayesian trigram distribution (Ramadan et al.)"
     for name in ("input", "public", "out", "warehouse"):
         assert Path(params[name]["default"]).is_absolute(), name
 
     tasks = info["tasks"]
     max_t = schema["max_n"]["maximum"]
-    levels = [f"dpne_level_{k}" for k in range(2, max_t + 1)]
+    levels = [f"dpne.k{k}" for k in range(2, max_t + 1)]
     order = [
         "privacy_precheck",
         "ingest",
         "triehh",
-        "vocabulary",
+        "dpne.k1",
         *levels,
-        "kgrams",
+        "dpne.kgrams",
         "lm_counts",
         "bayes",
         "synth",
-        "validate",
+        "validation",
         "lm",
         "report",
         "publish",
@@ -136,7 +137,7 @@ def test_dag_imports_and_params_mirror_run_config(airflow):
     for upstream, task in zip(order, order[1:], strict=False):
         assert tasks[task]["upstream"] == [upstream], task
     # run after skipped tasks, never after a failure
-    relaxed = {"vocabulary", *levels, "kgrams", "lm_counts", "bayes", "synth", "validate", "lm", "report"}
+    relaxed = set(order[2:-2])  # every step after ingest
     for name in order:
         assert tasks[name]["trigger_rule"] == ("none_failed" if name in relaxed else "all_success"), name
     # every task that opens the DuckDB warehouse is in the one-slot pool; publishing only renames
@@ -212,10 +213,10 @@ def test_dags_test_publishes_a_release(airflow, sample):
         xcoms = db.execute(
             "SELECT task_id, value FROM xcom WHERE dag_id = ? AND run_id = ?", (DAG_ID, run_ids[0])
         ).fetchall()
-    assert states["dpne_level_3"] == "success"
+    assert states["dpne.k3"] == "success"
     # levels beyond T, and the lm_counts/bayes/synth stages (this conf gives them no budget share)
     # and the LM built from their outputs, are skipped
-    skipped = {f"dpne_level_{k}" for k in range(4, 13)} | {
+    skipped = {f"dpne.k{k}" for k in range(4, 13)} | {
         "triehh",
         "lm_counts",
         "bayes",
@@ -226,7 +227,7 @@ def test_dags_test_publishes_a_release(airflow, sample):
     assert {t for t, s in states.items() if s == "skipped"} == skipped
     assert {t for t, s in states.items() if s == "success"} >= {
         "privacy_precheck",
-        "validate",
+        "validation",
         "report",
         "publish",
     }

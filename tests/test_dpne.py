@@ -20,7 +20,7 @@ from dpngram.core.accounting import Accountant, PrivacyEvent, dpne_sigmas
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource, simulation_rng
 from dpngram.engines.duckdb import Warehouse
-from dpngram.mechanisms import dpne, dpsu
+from dpngram.mechanisms import dpne
 from dpngram.orchestration.plan import run_dpne
 from dpngram.release import layout
 from dpngram.release.context import RunContext, read_parts
@@ -146,7 +146,7 @@ def make_context(tmp_path, rows, **overrides) -> RunContext:
 
 
 def released(ctx: RunContext) -> dict[int, set[str]]:
-    vocab = pq.read_table(ctx.release.root / dpsu.VOCABULARY_PATH).column("token").to_pylist()
+    vocab = pq.read_table(ctx.release.root / layout.VOCABULARY).column("token").to_pylist()
     out = {1: set(vocab)} | {k: set() for k in range(2, ctx.config.dpne.max_n + 1)}
     table = pq.read_table(ctx.release.root / layout.KGRAMS).to_pylist()
     for row in table:
@@ -336,7 +336,7 @@ def test_outputs_are_keys_only_and_sorted(tmp_path):
     ctx = make_context(tmp_path, rows, max_n=3)
     out = run_dpne(ctx)
     root = ctx.release.root
-    vocab = pq.read_table(root / dpsu.VOCABULARY_PATH)
+    vocab = pq.read_table(root / layout.VOCABULARY)
     kgrams = pq.read_table(root / layout.KGRAMS)
     assert vocab.schema.names == ["token"] and vocab.schema.field("token").type == pa.string()
     assert kgrams.schema.names == ["k", "ngram"]
@@ -345,7 +345,7 @@ def test_outputs_are_keys_only_and_sorted(tmp_path):
     assert rows_out == sorted(rows_out) and len(set(rows_out)) == len(rows_out)
     assert {k for k, _ in rows_out} <= {2, 3}
     for k in (2, 3):
-        level = pq.read_table(root / dpne.level_path(k))
+        level = pq.read_table(root / layout.level_path(k))
         assert level.schema.names == ["k", "ngram"]
         assert sorted(level.column("ngram").to_pylist()) == [g for kk, g in rows_out if kk == k]
     assert out["released_rows"] == {"vocabulary": vocab.num_rows, "kgrams": kgrams.num_rows}
@@ -370,7 +370,7 @@ def test_theorem_2_1_accounting(tmp_path):
     rows = markov_corpus(7, users=30, vocab=6)
     ctx = make_context(tmp_path, rows, epsilon=3.0, delta=1e-4, max_n=4, sigma_decay=0.8)
     run_dpne(ctx)
-    summary = read_parts(ctx)["dpne.summary"]
+    summary = read_parts(ctx)["dpne.kgrams"]
     assert summary["composed_epsilon"] == pytest.approx(3.0, rel=1e-6)
     with Warehouse(ctx.config.warehouse) as wh:
         spent_eps, spent_delta = Ledger(wh.con).spent(ctx.config.dataset)
@@ -387,7 +387,7 @@ def test_empty_previous_level_still_charges(tmp_path):
     for k in (1, 2, 3):
         assert parts[f"dpne.k{k}"]["released"] == 0
     assert parts["dpne.k2"]["valid"] == 0 and parts["dpne.k2"]["rho"] is None
-    assert parts["dpne.summary"]["composed_epsilon"] == pytest.approx(1.0, rel=1e-6)
+    assert parts["dpne.kgrams"]["composed_epsilon"] == pytest.approx(1.0, rel=1e-6)
     assert pq.read_table(ctx.release.root / layout.KGRAMS).num_rows == 0
 
 
@@ -400,7 +400,7 @@ def test_seeded_runs_are_reproducible(tmp_path):
             run_dpne(ctx, noise=NoiseSource.seeded_for_tests(99))
             outputs.append(
                 (
-                    pq.read_table(ctx.release.root / dpsu.VOCABULARY_PATH),
+                    pq.read_table(ctx.release.root / layout.VOCABULARY),
                     pq.read_table(ctx.release.root / layout.KGRAMS),
                 )
             )
@@ -425,7 +425,7 @@ def test_retry_reuses_and_restore_rebuilds_private_state(tmp_path):
                 wh.run_schema(ctx.run_id)
                 _create_sentences(wh, ctx.schema, rows)
         dpne_stage.run_level(ctx, 3, noise=NoiseSource.seeded_for_tests(8))
-        outputs.append(pq.read_table(ctx.release.root / dpne.level_path(3)))
+        outputs.append(pq.read_table(ctx.release.root / layout.level_path(3)))
     assert outputs[0].equals(outputs[1])
 
 

@@ -256,11 +256,11 @@ def test_released_vocabulary_size_within_noise(runs, engines) -> None:
     mean, sd = p.sum(), math.sqrt((p * (1 - p)).sum())
     assert mean > 20  # the test has power: a real vocabulary is released
     for ctx in runs.values():
-        released = pq.read_table(ctx.release.root / dpsu.VOCABULARY_PATH).num_rows
+        released = pq.read_table(ctx.release.root / layout.VOCABULARY).num_rows
         assert abs(released - mean) <= Z * sd + 1, (ctx.config.engine.name, released, mean, sd)
     # Both runs' level files exist and hold keys only.
     for ctx in runs.values():
-        table = pq.read_table(ctx.release.root / dpne.level_path(2))
+        table = pq.read_table(ctx.release.root / layout.level_path(2))
         assert table.column_names == ["k", "ngram"] and table.num_rows > 0
 
 
@@ -337,7 +337,7 @@ def test_parquet_quarantine_identical(spark, tmp_path) -> None:
 # Bayesian (Ramadan et al.) and Chen et al. count aggregations
 # ----------------------------------------------------------------------------------------------
 def _released_vocabulary(runs) -> pa.Table:
-    return pq.read_table(runs["duckdb"].release.root / dpsu.VOCABULARY_PATH, columns=["token"])
+    return pq.read_table(runs["duckdb"].release.root / layout.VOCABULARY, columns=["token"])
 
 
 def test_bayes_aggregates_identical(runs, engines, corpus) -> None:
@@ -408,8 +408,8 @@ def test_bayes_and_synth_stages_run_on_spark(runs) -> None:
     for ctx in runs.values():
         dist = pq.read_table(ctx.release.root / layout.TRIGRAM_DIST)
         assert dist.num_rows > 100 and abs(pc.sum(dist.column("prob")).as_py() - 1.0) < 1e-9
-        assert pq.read_table(ctx.release.root / synth.SEQUENCES_PATH).num_rows > 0
-        assert pq.read_table(ctx.release.root / synth.COUNTS_PATH).num_rows > 0
+        assert pq.read_table(ctx.release.root / layout.SYNTHETIC_SEQUENCES).num_rows > 0
+        assert pq.read_table(ctx.release.root / layout.NGRAM_COUNTS_NOISY).num_rows > 0
 
 
 def test_ordered_list_aggregate_keeps_its_order(engines) -> None:
@@ -474,7 +474,9 @@ def test_triehh_user_words_identical_and_stage_runs_on_spark(runs, engines) -> N
     assert "the" not in set(words["spark"].column("word").to_pylist())  # known words excluded
     budget = {"dpne": 0.5, "bayes": 0.2, "synth": 0.2, "triehh": 0.1}
     ctx = RunContext(
-        config.with_values(**{"stage_budget": budget, "triehh_users_per_layer": 20, "epsilon": 40.0})
+        config.with_values(
+            stage_budget=budget, triehh_users_per_layer=20, epsilon=40.0, vocabulary_method="both"
+        )
     )
     summary = triehh_stage.run_triehh(ctx)
     assert summary["stage"] == triehh.STAGE

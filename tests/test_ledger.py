@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from dpngram.core.accounting import PrivacyEvent
+from dpngram.core.budget import Budget
 from dpngram.core.errors import BudgetError
 from dpngram.engines.duckdb import Warehouse
 from dpngram.release.ledger import Ledger
@@ -32,7 +33,7 @@ def test_record_is_idempotent_per_dataset_run_stage(warehouse: Warehouse) -> Non
     # a retried task records the same stage again, even with different numbers: no-op
     assert ledger.record("books", "run-1", "dpne", 1.5, 1e-7, EVENTS) is False
     assert ledger.record("books", "run-1", "dpne", 9.0, 9e-7, EVENTS) is False
-    assert ledger.spent("books") == (1.5, 1e-7)
+    assert ledger.spent("books") == Budget(1.5, 1e-7)
     assert len(ledger.entries("books")) == 1
     assert ledger.recorded("books", "run-1", "dpne")
     assert not ledger.recorded("books", "run-1", "bayes")
@@ -41,7 +42,7 @@ def test_record_is_idempotent_per_dataset_run_stage(warehouse: Warehouse) -> Non
 
 def test_spent_sums_stages_and_runs_per_dataset(warehouse: Warehouse) -> None:
     ledger = Ledger(warehouse.con)
-    assert ledger.spent("books") == (0.0, 0.0)
+    assert ledger.spent("books") == Budget(0.0, 0.0)
     ledger.record("books", "run-1", "dpne", 1.0, 1e-7, EVENTS)
     ledger.record("books", "run-1", "bayes", 0.25, 2e-8, [])
     ledger.record("books", "run-2", "dpne", 2.0, 1e-7, EVENTS)
@@ -49,7 +50,7 @@ def test_spent_sums_stages_and_runs_per_dataset(warehouse: Warehouse) -> None:
     eps, delta = ledger.spent("books")
     assert eps == pytest.approx(3.25, rel=1e-12)
     assert delta == pytest.approx(2.2e-7, rel=1e-12)
-    assert ledger.spent("mail") == (7.0, 3e-7)
+    assert ledger.spent("mail") == Budget(7.0, 3e-7)
     entries = ledger.entries("books")
     assert {(e["run_id"], e["stage"]) for e in entries} == {
         ("run-1", "dpne"),
@@ -72,7 +73,7 @@ def test_ledger_survives_reopening_the_warehouse(tmp_path: Path) -> None:
         Ledger(wh.con).record("books", "run-1", "dpne", 1.25, 1e-7, EVENTS)
     with Warehouse(path, memory_limit="256MB") as wh:
         ledger = Ledger(wh.con)  # CREATE ... IF NOT EXISTS must not wipe anything
-        assert ledger.spent("books") == (1.25, 1e-7)
+        assert ledger.spent("books") == Budget(1.25, 1e-7)
         assert ledger.record("books", "run-1", "dpne", 1.25, 1e-7, EVENTS) is False
 
 

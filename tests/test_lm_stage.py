@@ -14,7 +14,7 @@ from dpngram.config import RunConfig
 from dpngram.core.errors import ConfigError
 from dpngram.lm import build
 from dpngram.lm.arpa import read_arpa
-from dpngram.orchestration.plan import release_plan
+from dpngram.orchestration.plan import release_steps
 from dpngram.release import layout
 from dpngram.release.context import RunContext, read_parts
 from dpngram.stages import bayes as bayes_stage
@@ -105,10 +105,10 @@ def test_theta_samples_follow_the_chain(released_run):
 
 def test_plan_order_and_configuration(released_run):
     ctx, _ = released_run
-    names = [n for n, _ in release_plan(ctx.config)]
-    assert names.index("validate") < names.index("lm") == names.index("report") - 1
+    names = [step.name for step in release_steps(ctx.config)]
+    assert names.index("validation") < names.index("lm") == names.index("report") - 1
     off = ctx.config.with_values(**{"lm_route": "off"})
-    assert "lm" not in [n for n, _ in release_plan(off)]
+    assert "lm" not in [step.name for step in release_steps(off)]
     with pytest.raises(ConfigError, match="lm_order"):
         build.route_a_counts(
             build.ReleasedInputs(ctx.release.root), ctx.config.with_values(**{"lm_order": 4})

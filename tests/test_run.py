@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -212,13 +214,19 @@ def test_publish_requires_validation_and_report(tmp_path):
     assert publish_run(ctx) == final  # idempotent (a retried publish task)
 
 
+@dataclass
+class FakeStep:
+    name: str
+    run: Callable[..., dict]
+
+
 def _fake_plan(fail_at: str | None):
-    def plan(config, baseline=None, baseline_k=None, ingest_progress=None):
+    def plan(config, baseline=None, baseline_k=None):
         def stage(name):
-            def fn(ctx):
+            def fn(ctx, **_):
                 if name == fail_at:
                     raise RuntimeError(f"stage {name} failed")
-                if name == "validate":
+                if name == "validation":
                     record_part(ctx, "validation", {"success": True})
                 if name == "report":
                     ctx.release.path("report.json").write_text(json.dumps({"run_id": ctx.run_id}))
@@ -228,14 +236,14 @@ def _fake_plan(fail_at: str | None):
 
             return fn
 
-        return [(n, stage(n)) for n in ("ingest", "vocabulary", "validate", "report")]
+        return [FakeStep(n, stage(n)) for n in ("ingest", "dpne.k1", "validation", "report")]
 
     return plan
 
 
 def test_failed_run_leaves_latest_on_the_previous_release(tmp_path, monkeypatch):
     events = []
-    monkeypatch.setattr(run_module, "release_plan", _fake_plan(None))
+    monkeypatch.setattr(run_module, "release_steps", _fake_plan(None))
     ok = run_release(make_config(tmp_path, run_id="good"), on_stage=lambda *a: events.append(a[:2]))
     latest = Path(tmp_path / "out" / "latest")
     assert latest.resolve() == Path(ok["release"]).resolve()
@@ -243,13 +251,13 @@ def test_failed_run_leaves_latest_on_the_previous_release(tmp_path, monkeypatch)
     assert all("secret_count" not in s for s in ok["stages"].values())  # only public summary keys
     assert set(read_timings(RunContext(make_config(tmp_path, run_id="good")))) == {
         "ingest",
-        "vocabulary",
-        "validate",
+        "dpne.k1",
+        "validation",
         "report",
     }
 
-    for failing in ("vocabulary", "report"):
-        monkeypatch.setattr(run_module, "release_plan", _fake_plan(failing))
+    for failing in ("dpne.k1", "report"):
+        monkeypatch.setattr(run_module, "release_steps", _fake_plan(failing))
         bad = make_config(tmp_path, run_id=f"bad-{failing}")
         with pytest.raises(RuntimeError, match=f"stage {failing} failed"):
             run_release(bad)

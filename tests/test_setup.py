@@ -91,7 +91,8 @@ def test_test_demo_bench_run_the_right_programs():
 
 def test_setup_installs_with_the_constraints_file():
     script = (SCRIPTS / "make_venv.sh").read_text()
-    assert '-e ".[dev]" -c "$constraints"' in script
+    # the developer environment: tests, the Spark engine and the benchmark-only libraries
+    assert '-e ".[${DPNGRAM_EXTRAS:-dev,spark,bench}]" -c "$constraints"' in script
     assert "constraints-3.11.txt" in _rule("$(STAMP)")[0] or "$(CONSTRAINTS)" in _rule("$(STAMP)")[0]
     assert re.search(r"^CONSTRAINTS\s*:=\s*constraints-3\.11\.txt$", MAKEFILE.read_text(), re.M)
 
@@ -117,7 +118,7 @@ def test_makefile_parses_and_dry_runs():
 
 
 def test_make_and_python_agree_on_the_kenlm_cache(tmp_path, monkeypatch):
-    """The Makefile's KENLM_BIN (exported as DPNGRAM_KENLM_BIN) is where lm/kenlm_bin.py looks."""
+    """The Makefile's KENLM_BIN (exported as DPNGRAM_KENLM_BIN) is where dpngram/lm/kenlm_bin.py looks."""
     for name in ("XDG_CACHE_HOME", "DPNGRAM_KENLM_BIN", "MAKEFLAGS", "MFLAGS", "MAKELEVEL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
@@ -418,7 +419,7 @@ def test_dockerfile_copies_only_existing_unignored_files():
             assert (ROOT / source).exists(), f"COPY {source}: no such file in the repository"
             assert _dockerignore_includes(source), f"COPY {source}: excluded by .dockerignore"
     assert not _dockerignore_includes(".venv/bin/python")
-    assert not _dockerignore_includes("pipeline/__pycache__/x.pyc")
+    assert not _dockerignore_includes("src/dpngram/__pycache__/x.pyc")
 
 
 def test_compose_runs_airflow_on_postgres_with_shared_volumes():

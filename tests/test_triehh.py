@@ -23,7 +23,7 @@ from dpngram.core.errors import ConfigError
 from dpngram.core.noise import simulation_rng
 from dpngram.engines.duckdb import Warehouse
 from dpngram.mechanisms import triehh
-from dpngram.orchestration.plan import release_plan
+from dpngram.orchestration.plan import release_steps
 from dpngram.release import layout
 from dpngram.release.context import RunContext, read_parts
 from dpngram.release.ledger import Ledger
@@ -264,7 +264,7 @@ def test_retry_reuses_the_release_and_charges_once(tmp_path):
     assert pq.read_table(ctx.release.root / layout.OOV_WORDS).column("word").to_pylist() == words
     with ctx.warehouse() as wh:
         assert Ledger(wh.con).spent(ctx.config.dataset, ctx.run_id) == spent
-    assert spent[0] == pytest.approx(first["epsilon"])
+    assert spent.epsilon == pytest.approx(first["epsilon"])
 
 
 def test_too_few_users_is_a_clear_error(tmp_path):
@@ -321,9 +321,9 @@ def test_release_plan_runs_triehh_between_ingest_and_vocabulary():
     config = RunConfig.build(
         input="x.jsonl", out="out", vocabulary_method="both", stage_budget={"dpne": 0.5, "triehh": 0.5}
     )
-    names = [name for name, _ in release_plan(config)]
-    assert names[:3] == ["ingest", "triehh", "vocabulary"]
-    assert "triehh" not in [name for name, _ in release_plan(RunConfig.build(input="x.jsonl", out="out"))]
+    names = [step.name for step in release_steps(config)]
+    assert names[:3] == ["ingest", "triehh", "dpne.k1"]
+    assert "triehh" not in [step.name for step in release_steps(RunConfig.build(input="x.jsonl", out="out"))]
 
 
 def test_known_vocabulary_missing_file_is_a_config_error(tmp_path):

@@ -4,21 +4,30 @@ Sub-commands::
 
     dpngram sample   --out DIR [--users N] [--seed S]        synthetic corpus for trying things out
     dpngram ingest   --input PATH [...]                      ingest only; operator summary (console)
-    dpngram run      --input PATH --out DIR [...]            prepare, ingest, vocabulary, levels 2..T,
-                                                             merge, validate, report, publish
+    dpngram run      --input PATH --out DIR [...]            privacy_precheck, the steps of the plan
+                                                             (ingest, dpne.k1..kT, dpne.kgrams, ...,
+                                                             validation, lm, report), publish
     dpngram baseline --method dpsu-all|dpsu-even|dpsu-single [--k K] --input PATH --out DIR [...]
     dpngram ledger   --dataset NAME [--warehouse PATH]       privacy spend history of a dataset
     dpngram demo                                             sample corpus + Airflow `dags test` run
     dpngram evaluate --model PATH --text FILE [--arpa PATH] [--json]   open-vocab perplexity, top-k, OOV rate
 
-Every :class:`pipeline.config.RunConfig` field is a flag of ``run``/``baseline``/``ingest``
-(generated from ``RunConfig.model_fields``, so flags never drift from the configuration).
+Every :class:`dpngram.config.RunConfig` field is a flag of ``run``/``baseline``/``ingest``
+(generated from :func:`dpngram.config.flat_fields`, so flags never drift from the configuration). ``run``
+and ``baseline`` run the steps of :mod:`dpngram.orchestration.plan` in this process
+(:func:`~dpngram.orchestration.plan.run_release`), the same steps the Airflow DAG runs as tasks.
 
-Errors: a bad parameter, unreadable input or exhausted budget (ConfigError, IngestError,
-BudgetError, FileNotFoundError) prints one line ``dpngram: error: ...`` and exits 2; a failed
-validation prints its failure lines and exits 1; anything unexpected prints one line and exits 1
-(``--debug`` shows the traceback). Raw input text is never printed; exact input statistics appear
-only in ``dpngram ingest``'s operator summary on this console (never in a released file or log).
+Errors: a bad parameter, unreadable input or exhausted budget (the user errors of
+:data:`dpngram.core.errors.USER_ERRORS`) prints one line ``dpngram: error: ...`` and exits 2; a
+failed validation prints its failure lines and exits 1; anything unexpected prints one line and
+exits 1 (``--debug`` shows the traceback). Raw input text is never printed; exact input statistics
+appear only in ``dpngram ingest``'s operator summary on this console (never in a released file or
+log).
+
+Owns: the ``dpngram`` command: argument parsing, flags generated from the configuration, console
+progress and summaries, exit codes.
+Imports: every layer below (dpngram.demo, dpngram.orchestration, dpngram.stages, dpngram.lm,
+dpngram.release, dpngram.engines, dpngram.text, dpngram.config, dpngram.core); rich.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 from dpngram.config import SECTIONS, RunConfig, flat_fields
-from dpngram.core.errors import ConfigError
+from dpngram.core.errors import USER_ERRORS, ConfigError, ValidationFailed
 from dpngram.demo import DEMO_USERS
 from dpngram.engines.base import is_remote_path
 
@@ -468,7 +477,19 @@ def build_parser() -> argparse.ArgumentParser:
         description="Differentially private n-grams from private user text (user-level DP).",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_sample_command(sub, common)
+    _add_release_commands(sub, common)
+    _add_ledger_command(sub, common)
+    _add_evaluate_command(sub, common)
+    _add_demo_command(sub, common)
+    return parser
 
+
+_Subparsers = argparse._SubParsersAction  # the type of ArgumentParser.add_subparsers()
+
+
+def _add_sample_command(sub: _Subparsers, common: argparse.ArgumentParser) -> None:
+    """``dpngram sample``: write a synthetic sample corpus."""
     p = sub.add_parser("sample", parents=[common], help="write a synthetic sample corpus")
     p.add_argument(
         "--out", required=True, metavar="DIR", help="directory for users.jsonl.gz and public.txt.gz"
@@ -477,6 +498,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, metavar="S", help="seed (same seed, same files)")
     p.set_defaults(func=cmd_sample)
 
+
+def _add_release_commands(sub: _Subparsers, common: argparse.ArgumentParser) -> None:
+    """The commands that read the private corpus: ``ingest``, ``run`` and ``baseline``."""
     p = sub.add_parser("ingest", parents=[common], help="ingest only and print the operator summary")
     add_config_flags(p, optional=("out",))
     p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
@@ -501,12 +525,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     p.set_defaults(func=cmd_baseline)
 
+
+def _add_ledger_command(sub: _Subparsers, common: argparse.ArgumentParser) -> None:
+    """``dpngram ledger``: the privacy spend history of a dataset."""
     p = sub.add_parser("ledger", parents=[common], help="privacy spend history of a dataset")
     p.add_argument("--dataset", default=RunConfig.model_fields["dataset"].default, metavar="NAME")
     p.add_argument("--warehouse", default=RunConfig.model_fields["warehouse"].default, metavar="PATH")
     p.add_argument("--json", action="store_true", help="print the history as JSON")
     p.set_defaults(func=cmd_ledger)
 
+
+def _add_evaluate_command(sub: _Subparsers, common: argparse.ArgumentParser) -> None:
+    """``dpngram evaluate``: metrics of a KenLM model on a text file."""
     p = sub.add_parser(
         "evaluate",
         parents=[common],
@@ -524,6 +554,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.set_defaults(func=cmd_evaluate)
 
+
+def _add_demo_command(sub: _Subparsers, common: argparse.ArgumentParser) -> None:
+    """``dpngram demo``: the sample corpus and the Airflow DAG."""
     p = sub.add_parser(
         "demo",
         parents=[common],
@@ -542,13 +575,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epsilon", type=float, default=None, metavar="E", help="epsilon (default: RunConfig's)")
     p.add_argument("--fresh-sample", action="store_true", help="rewrite the sample corpus even if present")
     p.set_defaults(func=cmd_demo)
-    return parser
-
-
-def _expected_errors() -> tuple[type[BaseException], ...]:
-    from dpngram.core.errors import ArpaError, BudgetError, IngestError
-
-    return (ConfigError, IngestError, BudgetError, FileNotFoundError, ArpaError)
 
 
 def _error(message: str) -> None:
@@ -576,12 +602,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     func: Callable[[argparse.Namespace], int] = args.func
-    expected = _expected_errors()
-    from dpngram.core.errors import ValidationFailed
-
     try:
         return func(args)
-    except expected as err:
+    except ValidationFailed as err:
+        if args.debug:
+            raise
+        _error(str(err))
+        return EXIT_FAILED
+    except USER_ERRORS as err:
         if args.debug:
             raise
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
@@ -593,11 +621,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             message = f"{err.strerror or 'not found'}: {err.filename}"
         _error(message)
         return EXIT_USAGE
-    except ValidationFailed as err:
-        if args.debug:
-            raise
-        _error(str(err))
-        return EXIT_FAILED
     except KeyboardInterrupt:
         _error("interrupted; nothing was published")
         return 130
@@ -606,8 +629,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         _error(f"{_one_line(err)}; run with --debug for the traceback")
         return EXIT_FAILED
-
-
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@ Rules that void the privacy guarantee are refused here (epsilon <= 0, delta outs
 Delta < 1, eta outside (0, 1)); the data-dependent rule ``delta < 1/n_users`` is checked by
 :meth:`RunConfig.check_against_users` once ingest has counted users (the count itself is not
 released: only the pass/fail decision is used to stop the run).
+
+Owns: :class:`RunConfig` and its sections (``SECTIONS``), ``STAGES``, the flat flag names, the
+validation rules of every run parameter and their error messages.
+Imports: dpngram.core; pydantic.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from dpngram.core.budget import Budget
 from dpngram.core.errors import ConfigError
 
 #: Stages that spend privacy budget, in run order. ``stage_budget`` splits (epsilon, delta) among
@@ -678,12 +683,18 @@ class RunConfig(BaseModel):
             out[name] = dumped[field] if section is None else dumped[section][field]
         return out
 
-    def stage_share(self, stage: str) -> tuple[float, float]:
-        """(epsilon, delta) allotted to ``stage`` by ``stage_budget``."""
+    @property
+    def budget(self) -> Budget:
+        """The run's (epsilon, delta)."""
+        return Budget(self.epsilon, self.delta)
+
+    def stage_share(self, stage: str) -> Budget:
+        """The share of the run's budget that ``stage_budget`` gives ``stage`` (unpacks as
+        ``epsilon, delta``)."""
         fraction = self.stage_budget.get(stage, 0.0)
         if fraction <= 0:
             raise ConfigError(f"stage_budget: stage '{stage}' has no budget (set stage_budget.{stage})")
-        return self.epsilon * fraction, self.delta * fraction
+        return self.budget * fraction
 
     def check_against_users(self, n_users: int) -> None:
         """Refuse parameters that void the guarantee for a dataset of ``n_users`` users."""

@@ -2,7 +2,7 @@
 
 Idempotent set-up, then one DAG run:
 
-1. the synthetic sample corpus (:func:`pipeline.sample.write_sample`, fixed seed) is written to
+1. the synthetic sample corpus (:func:`dpngram.text.sample.write_sample`, fixed seed) is written to
    ``<repo>/.dpngram/sample/`` unless it is already there with the same size and seed;
 2. Airflow state lives in ``<repo>/.airflow`` (``AIRFLOW_HOME``, absolute path; SQLite metadata
    DB), DAGs are read from ``<repo>/dags``, examples are off; ``airflow db migrate`` runs once
@@ -11,11 +11,15 @@ Idempotent set-up, then one DAG run:
 3. ``airflow dags test dpngram_release -c '{conf}'`` runs the DAG in-process with input/public
    pointing at the sample, the warehouse at ``<repo>/.dpngram/warehouse.duckdb`` and
    out=``<repo>/demo-output``; its full log goes to ``<repo>/.airflow/demo-logs/``;
-4. the paths of report.json, report.html, the Data Docs index (and a language model, once a
-   stage writes one) are printed. The exit code is non-zero if the DAG run failed.
+4. the paths of report.json, report.html, the Data Docs index (and the language model, when the
+   run builds one) are printed. The exit code is non-zero if the DAG run failed.
 
 The sample corpus is synthetic (no real person's text), so the demo's fixed seed is harmless;
 the DP noise of the run is drawn from the OS CSPRNG as in any run.
+
+Owns: ``dpngram demo`` / ``make demo``: the demo's sample corpus, Airflow home and configuration.
+Imports: dpngram.text.sample (the run itself goes through the Airflow DAG, in a subprocess);
+rich.
 """
 
 from __future__ import annotations
@@ -42,7 +46,16 @@ POOL = "dpngram_warehouse"
 POOL_DESCRIPTION = "dpngram DuckDB warehouse: one writer at a time"
 
 
-REPO = Path(__file__).resolve().parent.parent
+def _repository() -> Path:
+    """The checkout the demo runs in (its ``dags/`` folder and state directories): the repository
+    this module lives in (``src/dpngram/demo.py``), else the current directory."""
+    for candidate in (Path(__file__).resolve().parents[2], Path.cwd()):
+        if (candidate / "dags" / "dpngram_release.py").is_file():
+            return candidate
+    return Path.cwd()
+
+
+REPO = _repository()
 
 
 def demo_paths(repo: Path = REPO) -> dict[str, Path]:
@@ -87,8 +100,8 @@ def _airflow_bin() -> str:
     return found
 
 
-#: Users in the demo's sample corpus: with text as sparse as real text (pipeline.sample), 10,000
-#: users give a DP vocabulary of a few hundred words at the demo's budget; 2,000 gave ~50.
+#: Users in the demo's sample corpus: with text as sparse as real text (dpngram.text.sample), 10,000
+#: users give a DP vocabulary of a few hundred words at the demo's budget; 2,000 give ~50.
 DEMO_USERS = 10_000
 
 

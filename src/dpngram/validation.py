@@ -1,16 +1,18 @@
 """Great Expectations (GX 1.x) validation of a run: private ingest tables and every released table.
 
 Suites are defined in code and registered by name in :data:`SUITES` (:func:`register_suite`), so a
-later stage adds its own suite next to its code without touching this module's runner. A suite
+new release adds its own suite without touching the runner (step ``validation``,
+:func:`dpngram.stages.validate.validate_run`). A suite
 turns the run into one or more :class:`Batch` es: a pandas frame plus the expectations to check on
 it. Two kinds of frames keep memory bounded however large the tables are:
 
-* a bounded random sample (at most 200,000 rows, ``sql/validate_sample.sql``) for row-level
+* a bounded random sample (at most 200,000 rows, ``sql/validate/sample.sql``) for row-level
   expectations (non-null, lengths, ranges, exact column set);
 * a one-row frame of whole-table violation counts computed in DuckDB SQL
-  (``sql/validate_*_aggregates.sql``), validated as ``count == 0`` expectations. Downward closure
-  of the DPNE output (DPNE paper §2, pruning with valid k-grams), token counts, vocabulary
-  membership and uniqueness are checked this way over the whole table.
+  (``sql/validate/*_aggregates.sql``, ``sql/<stage>/validate_aggregates.sql``), validated as
+  ``count == 0`` expectations. Downward closure of the DPNE output (DPNE paper §2, pruning with
+  valid k-grams), token counts, vocabulary membership and uniqueness are checked this way over the
+  whole table.
 
 PRIVACY. Suites on the run's private tables (``private=True``; the ingest suite) are validated
 with ``result_format="BOOLEAN_ONLY"``: their results, ``validation/results.json`` and the
@@ -20,13 +22,19 @@ validated frame) is removed from every stored result before Data Docs are built.
 released tables (public data) use ``SUMMARY``.
 
 GX notes (measured on the project machines): ``import great_expectations`` takes ~6 s, so it is
-imported inside :func:`validate_run`; an ephemeral context is used; only pandas frames are
-validated (polars frames are not accepted; the GX SQL datasource fails on DuckDB); Data Docs are
-built in GX's temp directory and copied into ``validation/data_docs/`` of the release.
+imported inside :func:`_gx_context`, only when suites run; an ephemeral context is used; only
+pandas frames are validated (polars frames are not accepted; the GX SQL datasource fails on
+DuckDB); Data Docs are built in GX's temp directory and copied into ``validation/data_docs/`` of
+the release.
 
 A failed expectation raises :class:`ValidationFailed` after the results and Data Docs are written
 to the staged release, so the run is inspectable but never published
-(:func:`pipeline.run.publish_run` refuses a run whose 'validation' part did not pass).
+(:func:`dpngram.release.publish.publish_run` refuses a run whose 'validation' part did not pass).
+
+Owns: the GX suites (:data:`SUITES`, :func:`register_suite`), the batches they check, running one
+batch, scrubbing results, :func:`validate_model`.
+Imports: dpngram.lm, dpngram.release, dpngram.engines, dpngram.text, dpngram.core; great_expectations,
+pandas, duckdb, polars, pyarrow.
 """
 
 from __future__ import annotations
@@ -336,7 +344,7 @@ def kgrams_suite(src: Sources) -> list[Batch]:
 
 @register_suite("released.trigram_dist", private=False, applies=_released_or_promised(TRIGRAM_DIST))
 def trigram_dist_suite(src: Sources) -> list[Batch]:
-    """Released Bayesian trigram distribution (pipeline/bayes.py): exactly the columns w1, w2, w3,
+    """Released Bayesian trigram distribution (step ``bayes``): exactly the columns w1, w2, w3,
     prob; no nulls; prob in [0, 1] summing to 1 (within 1e-6); unique trigrams; every token in the
     released vocabulary or a marker (<s> first, </s> last, <unk>)."""
     view = src.released_view("trigram_dist", TRIGRAM_DIST)
@@ -421,10 +429,10 @@ def baseline_suite(src: Sources) -> list[Batch]:
     applies=lambda ctx: any(_released_or_promised(p)(ctx) for p in (SYNTHETIC_SEQUENCES, NGRAM_COUNTS_NOISY)),
 )
 def synth_suite(src: Sources) -> list[Batch]:
-    """Synthetic sequences and noisy variable-length n-gram counts (pipeline/synth.py, Chen et al.
+    """Synthetic sequences and noisy variable-length n-gram counts (step ``synth``, Chen et al.
     2012): exact column sets; no nulls; non-empty sequences; every token in the item universe I
     (released vocabulary or <unk>; '&' only as an n-gram's last item); noisy counts >= 0 after
-    consistency; unique keys (``sql/synth_validate_aggregates.sql``)."""
+    consistency; unique keys (``sql/synth/validate_aggregates.sql``)."""
     seq_view = src.released_view("synthetic_sequences", SYNTHETIC_SEQUENCES)
     counts_view = src.released_view("ngram_counts_noisy", NGRAM_COUNTS_NOISY)
     missing = [
@@ -484,9 +492,9 @@ def synth_suite(src: Sources) -> list[Batch]:
 
 @register_suite("released.lm_counts", private=False, applies=_released_or_promised(LM_COUNTS))
 def lm_counts_suite(src: Sources) -> list[Batch]:
-    """The language model's noisy n-gram counts (pipeline/lm_counts.py): exact column set, no
+    """The language model's noisy n-gram counts (step ``lm_counts``): exact column set, no
     nulls, orders 1..3, unique (n, ngram), n tokens per n-gram, markers in place
-    (``sql/lm_counts_validate_aggregates.sql``)."""
+    (``sql/lm_counts/validate_aggregates.sql``)."""
     view = src.released_view("lm_counts", LM_COUNTS)
     if view is None:
         return [Batch("released.lm_counts", None, [], False, problem=f"{LM_COUNTS} missing")]
@@ -524,7 +532,7 @@ MODEL_SAMPLE_ROWS = 200_000
     "model.arpa", private=False, applies=lambda ctx: (ctx.release.root / MODEL_ARPA).is_file()
 )
 def model_arpa_suite(src: Sources) -> list[Batch]:
-    """The language model's ARPA file (lm/, issue 6), parsed into a table (order, ngram, logprob,
+    """The language model's ARPA file (step ``lm``), parsed into a table (order, ngram, logprob,
     backoff): row-level checks on an evenly spaced sample (log10 probabilities <= 0, no nulls),
     and whole-file aggregates that must be 0 (per order: rows differ from the \\data\\ count;
     positive log-probabilities; backoff present on the top order; missing contexts/suffixes;
@@ -591,7 +599,7 @@ def model_arpa_suite(src: Sources) -> list[Batch]:
 
 @register_suite("released.oov_words", private=False, applies=_released_or_promised(OOV_WORDS))
 def oov_words_suite(src: Sources) -> list[Batch]:
-    """Released TrieHH words (issue 8): exactly one column ``word``; words non-null, non-empty,
+    """Released TrieHH words (step ``triehh``): exactly one column ``word``; words non-null, non-empty,
     unique, at most triehh_max_depth - 1 characters (the end symbol takes the last trie level),
     and in OOV mode none of them in the known vocabulary."""
     import pyarrow as pa
@@ -634,8 +642,8 @@ def oov_words_suite(src: Sources) -> list[Batch]:
 
 
 def validate_model(ctx: RunContext, relative: str = MODEL_ARPA) -> dict[str, Any]:
-    """Run the ``model.arpa`` suite on the staged model (the lm stage runs after
-    :func:`validate_run`, so it calls this itself). Writes ``validation/model_results.json``;
+    """Run the ``model.arpa`` suite on the staged model (step ``lm`` runs after step
+    ``validation``, so it calls this itself). Writes ``validation/model_results.json``;
     returns {success, suites: [...], failures: [...]} without raising (the caller decides)."""
     assert relative == MODEL_ARPA, "the suite reads model/model.arpa"
     sources = Sources(ctx)

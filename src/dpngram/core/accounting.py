@@ -15,6 +15,10 @@ Formulas (see ``docs/accounting.md`` for the derivations):
 * Mixed runs (Gaussian + Laplace / pure-eps + (eps, delta) events) are composed numerically with
   ``prv-accountant`` (Gopi, Lee & Wutschitz 2021), whose upper bound is reported; the basic
   composition sum is computed too and the smaller of the two sound bounds is the run's total.
+
+Owns: the Gaussian and Laplace calibration, the DPNE/DPSU σ and threshold, :class:`PrivacyEvent`,
+composition of privacy events (:class:`Accountant`), the run's privacy summary.
+Imports: dpngram.core.errors; numpy, scipy, prv-accountant.
 """
 
 from __future__ import annotations
@@ -190,10 +194,6 @@ class Accountant:
     def add(self, event: PrivacyEvent) -> PrivacyEvent:
         self.events.append(event)
         return event
-
-    def extend(self, events: Sequence[PrivacyEvent]) -> None:
-        for event in events:
-            self.add(event)
 
     def stages(self) -> list[str]:
         return list(dict.fromkeys(e.stage for e in self.events))

@@ -1,32 +1,31 @@
-"""TODO docstring (moved from pipeline/accounting.py, pipeline/config.py, pipeline/ingest.py, pipeline/validate.py, lm/arpa.py)."""
+"""Every error a user can cause, in one place: each means "fix the input or the parameters", never
+"retry", and its message is one readable line (or a header plus one line per failed expectation)
+that names the parameter, path or rule and never carries private data.
+
+The CLI prints these without a traceback; the Airflow DAG turns them into a failure without retry
+(:data:`USER_ERRORS`). Anything else is unexpected and is retried or shown with a traceback.
+
+Owns: the user-facing error classes and :data:`USER_ERRORS`.
+Imports: nothing from dpngram; the standard library only.
+"""
 
 from __future__ import annotations
-
-import logging
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    pass
-
-log = logging.getLogger(__name__)
-
-if TYPE_CHECKING:
-
-    pass
-
-
-
-class BudgetError(ValueError):
-    """A requested spend is impossible or would exceed a budget."""
 
 
 class ConfigError(ValueError):
     """A run parameter is invalid. ``str()`` is one readable line per problem."""
 
 
-# -- errors and statistics ---------------------------------------------------------------------
+class BudgetError(ValueError):
+    """A requested spend is impossible or would exceed a budget."""
+
+
 class IngestError(ValueError):
     """The input cannot be ingested at all. ``str()`` is one line naming the path (never data)."""
+
+
+class ArpaError(ValueError):
+    """An ARPA file or an n-gram table breaks the ARPA rules. One line, no data values."""
 
 
 class ValidationFailed(RuntimeError):
@@ -39,5 +38,13 @@ class ValidationFailed(RuntimeError):
         super().__init__("\n".join([header, *(f"  - {line}" for line in failures)]))
 
 
-class ArpaError(ValueError):
-    """An ARPA file or an n-gram table breaks the ARPA rules. One line, no data values."""
+#: Errors a retry cannot fix: bad parameters or input, an exhausted budget, failed validation, a
+#: missing file.
+USER_ERRORS: tuple[type[Exception], ...] = (
+    ConfigError,
+    BudgetError,
+    IngestError,
+    ArpaError,
+    ValidationFailed,
+    FileNotFoundError,
+)

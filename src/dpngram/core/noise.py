@@ -26,6 +26,9 @@ too slow for bulk use (about 6,000 Gaussian draws per second on the project mach
 
 Non-private randomness (synthetic corpora, benchmark splits) must use :func:`simulation_rng`, which
 is explicitly *not* for DP noise, so that every generator in the code base is created here.
+
+Owns: :class:`NoiseSource` (every draw of DP noise), the insecure test seed, :func:`simulation_rng`.
+Imports: nothing from dpngram; numpy.
 """
 
 from __future__ import annotations

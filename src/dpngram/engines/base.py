@@ -1,17 +1,21 @@
 """The engine abstraction: where the heavy SQL stages run (DuckDB embedded, or Apache Spark).
 
-The stages (ingest, the DPSU vocabulary, every DPNE level, the Bayesian and Chen count
-aggregations) talk to an :class:`Engine`: a small
-set of operations over SQL text loaded from ``sql/*.sql`` (:func:`pipeline.store.load_sql`), so the
-SQL is written once, in DuckDB's dialect. Two implementations:
+The stages and mechanisms (ingest, the DPSU vocabulary, every DPNE level, the Bayesian and Chen
+count aggregations) talk to an :class:`Engine`: a small set of operations over SQL text loaded
+from ``sql/<stage>/<statement>.sql`` (:func:`dpngram.engines.sql.load_sql`), so the SQL is written
+once, in DuckDB's dialect. Two implementations:
 
-* :class:`pipeline.store.Warehouse` — DuckDB (default): the warehouse file, run-scoped schemas.
-* :class:`pipeline.spark_engine.SparkEngine` — a SparkSession (``local[*]`` or a cluster master);
+* :class:`dpngram.engines.duckdb.Warehouse` — DuckDB (default): the warehouse file, run-scoped
+  schemas.
+* :class:`dpngram.engines.spark.SparkEngine` — a SparkSession (``local[*]`` or a cluster master);
   the same SQL text is transpiled once per statement with ``sqlglot`` (read="duckdb",
   write="spark") plus a few documented rewrites, and cached. See ``docs/engines.md``.
 
-Noise never runs inside an engine: stages stream the aggregated, user-free histogram out of it
-(``fetch_batches``) and draw the noise on the driver with :mod:`pipeline.noise`.
+Noise never runs inside an engine: the aggregated, user-free histogram is streamed out of it
+(``fetch_batches``) and the noise is drawn on the driver with :mod:`dpngram.core.noise`.
+
+Owns: the :class:`Engine` protocol, ``ENGINES`` (the engine names), :func:`is_remote_path`.
+Imports: nothing from dpngram; numpy, pyarrow.
 """
 
 from __future__ import annotations

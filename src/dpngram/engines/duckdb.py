@@ -1,4 +1,17 @@
-"""TODO docstring (moved from pipeline/store.py)."""
+"""The DuckDB engine: :class:`Warehouse`, a connection to the warehouse database file.
+
+:class:`Warehouse` implements :class:`dpngram.engines.base.Engine` (the Spark one is
+:class:`dpngram.engines.spark.SparkEngine`) and adds the DuckDB-only helpers ingest uses
+(``run_sql``/``query`` by statement name, ``registered`` in-memory frames). It opens the file with
+bounded memory (``memory_limit``, ``temp_directory`` for spilling,
+``preserve_insertion_order=false``). Private working tables of a run live in its own schema
+(:meth:`Warehouse.run_schema`); only DP outputs are ever copied out of it. One writer at a time:
+DuckDB locks the file for a read-write connection, so Airflow tasks that open it run in a one-slot
+pool.
+
+Owns: :class:`Warehouse` (the DuckDB connection and its resource settings, run schemas).
+Imports: dpngram.engines.sql; duckdb, pyarrow.
+"""
 
 from __future__ import annotations
 
@@ -84,7 +97,7 @@ class Warehouse:
             )
         )
 
-    # -- the Engine interface (pipeline/engine.py): SQL text from load_sql, $name parameters ----
+    # -- the Engine interface (engines/base.py): SQL text from load_sql, $name parameters ------
     name = "duckdb"
 
     def execute(self, sql: str, params: dict[str, Any] | None = None) -> None:

@@ -1,4 +1,27 @@
-"""TODO docstring (moved from pipeline/ingest.py)."""
+"""Loading the input into the DuckDB warehouse, and reading back an ingest's exact statistics.
+
+:func:`ingest_file` streams ``config.input`` through the readers of :mod:`dpngram.text.records`
+and writes these tables to the run's private schema (DDL in ``sql/ingest/*.sql``; the Spark
+engine writes the same tables, :func:`dpngram.engines.spark.ingest_spark`):
+
+* ``raw_text(user_id, doc_id, text)`` — one row per usable input record (a "document");
+* ``sentences(user_id, doc_id, sent_id, tokens VARCHAR[])`` — the tokenized form every later
+  stage reads; a token list never spans two sentences, so n-grams never cross a boundary;
+* view ``tokens(user_id, doc_id, sent_id, pos, token)`` — ``sentences`` unnested (pos 0-based);
+* ``quarantine(source, line_no, reason, raw)`` — every record that could not be used, with the
+  reason (:data:`dpngram.text.records.QUARANTINE_REASONS`); no record is silently dropped: after
+  every ingest ``rows read = rows loaded + rows quarantined`` is checked against the tables;
+* ``ingest_stats(metric, value)`` — exact counts (rows read/loaded/quarantined per reason, users,
+  documents, sentences, tokens); written last, so it also marks a finished ingest.
+
+The exact counts are PRIVATE (the number of users, or of rows quarantined for a reason, can reveal
+whether one person's data is in the input): they stay in ``ingest_stats``, and
+:func:`ingest_stats` reads them back, on either engine, for the operator's console only. Nothing
+data-derived is logged.
+
+Owns: loading records into the warehouse, the ingest tables' bookkeeping and row-identity check.
+Imports: dpngram.engines, dpngram.text, dpngram.config, dpngram.core; polars.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Which engine a run uses: :func:`open_engine` opens the DuckDB warehouse or a Spark engine from
 the run's configuration.
 
-Owns: engine selection. Imports: :mod:`dpngram.engines.duckdb`, :mod:`dpngram.engines.spark`
-(lazily: pyspark is an optional extra)."""
+Owns: engine selection (:func:`open_engine`).
+Imports: dpngram.engines (base; duckdb and spark lazily: pyspark is an optional extra)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from dpngram.engines.base import ENGINES, Engine
 def open_engine(config: Any, *, spark: Any = None) -> Engine:
     """The engine a run's configuration selects (``config.engine.name``), opened on the run's
     warehouse. ``spark``: an existing SparkSession to reuse (tests); otherwise the Spark engine
-    creates one from ``config.engine.spark_master``/``config.engine.spark_conf`` and stops it on close."""
+    creates one from ``config.engine.spark_master``/``config.engine.spark_conf`` and stops it on
+    close."""
     engine = config.engine.name
     if engine == "duckdb":
         from dpngram.engines.duckdb import Warehouse

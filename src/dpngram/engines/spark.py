@@ -2,7 +2,7 @@
 
 Design (``docs/engines.md`` has the full argument):
 
-* **SQL**: every statement loaded by :func:`pipeline.store.load_sql` (DuckDB dialect) is parsed
+* **SQL**: every statement loaded by :func:`dpngram.engines.sql.load_sql` (DuckDB dialect) is parsed
   and rewritten once with ``sqlglot`` (read="duckdb", write="spark") and cached by text
   (:func:`to_spark`). On top of sqlglot's translation, five rewrites are applied, each because
   the dialects disagree on meaning, not just spelling:
@@ -12,7 +12,7 @@ Design (``docs/engines.md`` has the full argument):
   - ``hash(x)`` -> ``xxhash64(x)``: DuckDB's 64-bit hash; Spark's ``hash`` is 32-bit murmur3.
     The values differ across engines (the salted Delta-subset of an over-contributing user is
     a different pseudo-random subset: both are data-independent selections, see
-    :mod:`pipeline.dpsu`);
+    :mod:`dpngram.mechanisms.dpsu`);
   - ``CAST(x AS UBIGINT)`` -> ``CAST(x AS BIGINT)`` (Spark has no unsigned types; salts are
     < 2^62);
   - ``list_slice(l, a, b)`` -> ``slice(l, a, b - a + 1)`` (Spark takes a length);
@@ -30,18 +30,23 @@ Design (``docs/engines.md`` has the full argument):
 
 * **Noise**: never inside Spark. The histogram H(item, weight) is a function of the data in
   which every user's contribution is already bounded (l2 norm <= 1); it is streamed to the
-  driver (:meth:`SparkEngine.fetch_batches`, bounded chunks) and :mod:`pipeline.noise` adds the
+  driver (:meth:`SparkEngine.fetch_batches`, bounded chunks) and :mod:`dpngram.core.noise` adds the
   noise there, from one CSPRNG-seeded source. No partition draws random numbers, so there is
   no per-partition seeding to get wrong, and retries of Spark tasks cannot change the release.
 
 * **Ingest** (:func:`ingest_spark`): JSONL or Parquet from any Hadoop-compatible path, read by
   ``spark.read``; records are numbered like the DuckDB path (line / row number in the file), then
-  classified and tokenized in Python workers with ``mapInArrow`` by the same code as
-  :mod:`pipeline.ingest` (:func:`pipeline.ingest.sentence_tokens_expr`), so the tokens are
-  identical.
+  classified and tokenized in Python workers with ``mapInArrow`` by the same code as the DuckDB
+  path (:mod:`dpngram.text.records`, :func:`dpngram.text.tokenizer.sentence_tokens_expr`), so the
+  tokens are identical.
 
 * **Ledger**: the privacy ledger stays in the DuckDB warehouse file (``.con`` is a DuckDB
   connection to it): it is small, written by the driver, and shared with DuckDB runs.
+
+Owns: :class:`SparkEngine`, the DuckDB -> Spark SQL transpilation (:func:`to_spark`), the Spark
+session set-up, Spark ingest (:func:`ingest_spark`).
+Imports: dpngram.engines (duckdb, sql, ingest), dpngram.text, dpngram.core; pyspark, sqlglot,
+pyarrow, polars, numpy.
 """
 
 from __future__ import annotations
@@ -205,7 +210,7 @@ def spark_session(master: str = "local[2]", conf: dict[str, str] | None = None, 
 
     if not java_available():
         raise RuntimeError("the Spark engine needs Java (17+): install a JRE or set JAVA_HOME")
-    if master.startswith("local"):  # workers run this interpreter (polars, pyarrow, pipeline)
+    if master.startswith("local"):  # workers run this interpreter (polars, pyarrow, dpngram)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app)
@@ -265,7 +270,7 @@ def default_root(warehouse: str) -> str:
 # The engine
 # ----------------------------------------------------------------------------------------------
 class SparkEngine:
-    """:class:`pipeline.engine.Engine` on a SparkSession; tables are Parquet under ``root``."""
+    """:class:`dpngram.engines.base.Engine` on a SparkSession; tables are Parquet under ``root``."""
 
     name = "spark"
 
@@ -640,7 +645,7 @@ def _numbered(df: Any) -> tuple[Any, int, int]:
 
 
 def _jsonl_records(batch: pa.RecordBatch, user_field: str, text_field: str, source_name: str) -> Any:
-    """Classify JSON lines with :func:`pipeline.ingest.classify_jsonl_line` (the DuckDB reader's
+    """Classify JSON lines with :func:`dpngram.text.records.classify_jsonl_line` (the DuckDB reader's
     rules); returns an ingest ``_Batch``."""
     from dpngram.text.records import _Batch, classify_jsonl_line
 
@@ -658,7 +663,7 @@ def _jsonl_records(batch: pa.RecordBatch, user_field: str, text_field: str, sour
 
 
 def _parquet_records(batch: pa.RecordBatch, user_field: str, text_field: str, source_name: str) -> Any:
-    """Classify Parquet rows exactly like :func:`pipeline.ingest._parquet_batches`."""
+    """Classify Parquet rows exactly like :func:`dpngram.text.records._parquet_batches`."""
     import polars as pl
 
     from dpngram.text.records import classify_frame
@@ -675,7 +680,7 @@ def _parquet_records(batch: pa.RecordBatch, user_field: str, text_field: str, so
 
 
 def _tokenize_records(records: Any, lowercase: bool, source_of: dict[int, str]) -> pa.RecordBatch:
-    """Tokenize one classified batch as :func:`pipeline.ingest._load_batch` does and return the
+    """Tokenize one classified batch as :func:`dpngram.engines.ingest._load_batch` does and return the
     staged rows (raw texts, sentences, quarantine) in one Arrow batch."""
     import polars as pl
 
@@ -703,20 +708,53 @@ def ingest_spark(engine: SparkEngine, schema: str, config: Any) -> Any:
     """Ingest ``config.input`` (JSONL or Parquet; file, directory or glob on any Hadoop-compatible
     path) into ``schema`` on Spark: tables raw_text, sentences, quarantine, ingest_stats and the
     tokens view, with the same columns, record numbering, quarantine reasons and tokens as
-    :func:`pipeline.ingest.ingest_file`. Returns the (PRIVATE) :class:`IngestStats`."""
+    :func:`dpngram.engines.ingest.ingest_file`. Returns the (PRIVATE) :class:`IngestStats`."""
     import time
 
-    from pyspark.sql import functions as F
-
-    from dpngram.core.errors import IngestError
     from dpngram.engines.ingest import _count, _write_stats
     from dpngram.text.records import IngestStats
 
     started = time.perf_counter()
     path = str(config.input)
     fmt = spark_input_format(path, config.input_format)
-    spark = engine.spark
     user_field, text_field, lowercase = config.user_field, config.text_field, config.lowercase
+    df = _read_spark_input(engine.spark, path, fmt, user_field, text_field)
+    numbered, n_files, rows_read = _numbered(df)
+    single_file = n_files <= 1
+    # The DuckDB path names the input path as the source of a single file's records.
+    source_name = path if single_file else ""
+    columns = ["doc_id", "_source"] + (["line"] if fmt == "jsonl" else [user_field, text_field])
+    classify = _jsonl_records if fmt == "jsonl" else _parquet_records
+
+    def stage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            records = classify(batch, user_field, text_field, source_name)
+            sources = batch.column("_source").to_pylist() if source_name == "" else None
+            source_of = (
+                {d: s for d, s in zip(batch.column("doc_id").to_pylist(), sources, strict=True)}
+                if sources is not None
+                else {d: source_name for d in records.doc_ids}
+            )
+            yield _tokenize_records(records, lowercase, source_of)
+
+    _materialize_staged(engine, schema, numbered.select(*columns).mapInArrow(stage, _STAGED_DDL))
+    engine.drop(schema, "ingest_stats")
+    engine.execute(load_sql("ingest/tokens_view", schema=schema))
+    stats: IngestStats = _count(_QueryAdapter(engine), schema, rows_read)
+    stats.seconds = round(time.perf_counter() - started, 3)
+    _write_stats(_QueryAdapter(engine), schema, stats)
+    return stats
+
+
+def _read_spark_input(spark: Any, path: str, fmt: str, user_field: str, text_field: str) -> Any:
+    """The input as a Spark DataFrame with ``_metadata``: JSONL as raw lines (column ``line``),
+    Parquet as its user and text columns, after checking that they exist and have usable types."""
+    from pyspark.sql import functions as F
+
+    from dpngram.core.errors import IngestError
+
     try:
         if fmt == "jsonl":
             df = spark.read.text(path).select(F.col("value").cast("binary").alias("line"), "_metadata")
@@ -744,30 +782,16 @@ def ingest_spark(engine: SparkEngine, schema: str, config: Any) -> Any:
                 "expected string"
             )
         df = df.select(user_field, text_field, "_metadata")
-    numbered, n_files, rows_read = _numbered(df)
-    single_file = n_files <= 1
-    # The DuckDB path names the input path as the source of a single file's records.
-    source_name = path if single_file else ""
-    columns = ["doc_id", "_source"] + (["line"] if fmt == "jsonl" else [user_field, text_field])
-    classify = _jsonl_records if fmt == "jsonl" else _parquet_records
+    return df
 
-    def stage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            records = classify(batch, user_field, text_field, source_name)
-            sources = batch.column("_source").to_pylist() if source_name == "" else None
-            source_of = (
-                {d: s for d, s in zip(batch.column("doc_id").to_pylist(), sources, strict=True)}
-                if sources is not None
-                else {d: source_name for d in records.doc_ids}
-            )
-            yield _tokenize_records(records, lowercase, source_of)
 
+def _materialize_staged(engine: SparkEngine, schema: str, staged: Any) -> None:
+    """Write tables raw_text, sentences and quarantine from the tokenized ``staged`` rows."""
     from pyspark import StorageLevel
+    from pyspark.sql import functions as F
 
     # Tokenize once: the three tables are filtered from the cached (spillable) staged rows.
-    table = numbered.select(*columns).mapInArrow(stage, _STAGED_DDL).persist(StorageLevel.MEMORY_AND_DISK)
+    table = staged.persist(StorageLevel.MEMORY_AND_DISK)
     engine.materialize(
         schema,
         "raw_text",
@@ -784,16 +808,10 @@ def ingest_spark(engine: SparkEngine, schema: str, config: Any) -> Any:
         table.filter(F.col("kind") == "quarantine").select("source", "line_no", "reason", "raw"),
     )
     table.unpersist()
-    engine.drop(schema, "ingest_stats")
-    engine.execute(load_sql("ingest/tokens_view", schema=schema))
-    stats: IngestStats = _count(_QueryAdapter(engine), schema, rows_read)
-    stats.seconds = round(time.perf_counter() - started, 3)
-    _write_stats(_QueryAdapter(engine), schema, stats)
-    return stats
 
 
 class _QueryAdapter:
-    """The two ``Warehouse`` calls :mod:`pipeline.ingest`'s bookkeeping uses (``query(name)`` and
+    """The two ``Warehouse`` calls :mod:`dpngram.engines.ingest`'s bookkeeping uses (``query(name)`` and
     ``run_sql(name)`` / ``registered``), on a Spark engine."""
 
     def __init__(self, engine: SparkEngine) -> None:

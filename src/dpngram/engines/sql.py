@@ -1,17 +1,15 @@
-"""DuckDB warehouse, the SQL loader, and atomic publication of releases.
+"""The SQL loader: statement text from the ``dpngram.sql`` package data, with safe identifiers.
 
-* :class:`Warehouse` is the DuckDB engine (:class:`pipeline.engine.Engine`; the Spark one is
-  :class:`pipeline.spark_engine.SparkEngine`). It opens the warehouse database file with bounded memory
-  (``memory_limit``, ``temp_directory`` for spilling, ``preserve_insertion_order=false``). Private
-  working tables of a run live in its own schema (:meth:`Warehouse.run_schema`); only DP outputs
-  are ever copied out of it. One writer at a time: DuckDB locks the file for a read-write
-  connection, so Airflow tasks that open it run in a one-slot pool.
-* SQL lives in ``sql/*.sql``. :func:`load_sql` reads a file; identifiers (schema and table names)
-  are substituted with ``{name}`` placeholders after validation, values are bound as ``$name``
-  parameters, never formatted in.
-* :class:`Release` stages a run's outputs under ``OUT/runs/RUN_ID.staging`` and publishes them by
-  one ``rename`` to ``OUT/runs/RUN_ID`` followed by an atomic swap of the ``OUT/latest`` symlink,
-  so a failed run never leaves a partial release and the previous one stays ``latest``.
+SQL lives in ``sql/<stage>/<statement>.sql`` at the repository root, written once in DuckDB's
+dialect, and ships inside the installed package as ``dpngram.sql`` (read with
+:mod:`importlib.resources`, so a non-editable install needs no source tree). :func:`load_sql`
+reads ``load_sql("dpne/level_table", schema=...)``: identifiers (schema and table names) are
+substituted into ``{name}`` placeholders after validation (:func:`safe_identifier`); values are
+bound as ``$name`` parameters by the engine, never formatted in. :func:`run_schema_name` names the
+schema that holds one run's private working tables.
+
+Owns: :func:`load_sql`, identifier validation, the run-schema name.
+Imports: nothing from dpngram; the standard library only.
 """
 
 from __future__ import annotations

@@ -25,6 +25,10 @@ ARPA validity rules enforced by :func:`write_arpa` (what KenLM's ``build_binary`
 ``\\data\\`` counts, every n-gram's context (prefix) and suffix present at order n - 1, ``<s>``,
 ``</s>``, ``<unk>`` among the unigrams, log10 probabilities <= 0, no backoff column at the top
 order. Memory: the tables are polars frames (one row per n-gram), never per-user data.
+
+Owns: :class:`ArpaModel`, fractional-count modified Kneser-Ney, ARPA writing and reading, the
+sentence markers.
+Imports: dpngram.core; polars.
 """
 
 from __future__ import annotations
@@ -113,7 +117,7 @@ def ngrams_of_sentences(sentences: pl.Series, order: int, vocabulary: set[str] |
     """(ngram, count) of sentences (a list[str] series) with one <s> and one </s> per sentence,
     tokens outside ``vocabulary`` mapped to <unk> (None: no mapping); order-n grams with <s> only
     first: a sentence of m tokens gives m + 1 - (n - 2) n-grams for n >= 2 (same convention as
-    sql/bayes_occurrences.sql for n = 3)."""
+    sql/bayes/occurrences.sql for n = 3)."""
     frame = pl.DataFrame({"toks": sentences}).filter(pl.col("toks").list.len() > 0)
     frame = frame.with_row_index("sid").explode("toks")
     if vocabulary is not None:

@@ -1,17 +1,28 @@
-"""Language-model stage ``lm``: a KenLM model built ONLY from the run's released DP artifacts.
+"""Building a KenLM model ONLY from a run's released DP artifacts: the routes of step ``lm``.
 
 Post-processing of DP outputs (no privacy spend, no access to the run's private schema): it reads
 ``released/trigram_dist.parquet`` (θ, Ramadan et al. Algorithm 1), ``released/vocabulary.parquet``
 (DPSU), ``released/kgrams.parquet`` (DPNE), ``released/synthetic_sequences.parquet`` (Chen et al.,
-when present) and optionally the public corpus. Two routes (docs/lm.md):
+when present), ``released/lm_counts.parquet`` (noisy counts, when present) and optionally the
+public corpus (:class:`ReleasedInputs`). The routes (docs/lm.md):
 
 * route A (``arpa``): top-order pseudo-counts M·θ + λ·public counts + κ per released k-gram of the
   model's order, smoothed by interpolated modified Kneser-Ney on fractional counts
-  (:mod:`lm.arpa`), written as ARPA and compiled with ``build_binary``;
-* route B (``lmplz``): ``lmplz`` on the synthetic sequences of the Chen et al. stage when present,
-  else on sentences sampled from θ (a trigram Markov chain; non-private randomness, post-processing).
+  (:mod:`dpngram.lm.arpa`), written as ARPA;
+* route B (``lmplz``): ``lmplz`` on the synthetic sequences of step ``synth`` (Chen et al.) when
+  present, else on sentences sampled from θ (a trigram Markov chain; non-private randomness,
+  post-processing);
+* route ``mixture`` (open vocabulary): λ·Q + (1 − λ)·P, the public Kneser-Ney model P mixed with
+  the model Q of the noisy counts of step ``lm_counts`` (:mod:`dpngram.lm.open_model`).
 
-Outputs: ``model/model.arpa``, ``model/model.binary``, ``model/MODEL_CARD.md``, report part ``lm``.
+Every route writes ``model/model.arpa``; :func:`compile_binary` compiles it with ``build_binary``.
+Step ``lm`` (:mod:`dpngram.stages.lm`) chooses the route, checks and evaluates the model, and
+writes the model card and its report part.
+
+Owns: the model-building routes, the released inputs they read, the comparison with the
+public-only model.
+Imports: dpngram.lm, dpngram.release.layout, dpngram.text, dpngram.config, dpngram.core; numpy,
+polars, pyarrow.
 """
 
 from __future__ import annotations
@@ -61,7 +72,7 @@ ROUTES = ("arpa", "lmplz")
 
 
 #: The open-vocabulary route (public model mixed with the noisy-count model); 'auto' picks it
-#: whenever the run released noisy counts (stage lm_counts).
+#: whenever the run released noisy counts (step lm_counts).
 MIXTURE_ROUTE = "mixture"
 
 
@@ -79,7 +90,7 @@ PUBLIC_BATCH_SENTENCES = 100_000
 
 
 class ReleasedInputs:
-    """The DP artifacts the stage may read (paths in the staged release; files may be absent)."""
+    """The DP artifacts step ``lm`` may read (paths in the staged release; files may be absent)."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -104,10 +115,6 @@ class ReleasedInputs:
 
     def synthetic(self) -> Path | None:
         return self._path(SYNTHETIC_SEQUENCES)
-
-
-def load_inputs(root: Path) -> ReleasedInputs:
-    return ReleasedInputs(root)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -228,7 +235,7 @@ def mixture_components(
 
 
 def adapted_public(public: Any, private: Any, strength: float) -> Any:
-    """P adapted to Q's unigram distribution with strength β (``lm.open_model.adapt_to_unigrams``);
+    """P adapted to Q's unigram distribution with strength β (``dpngram.lm.open_model.adapt_to_unigrams``);
     β = 0 is P itself."""
     from dpngram.lm.open_model import adapt_to_unigrams, unigram_distribution
 
@@ -432,7 +439,7 @@ def compile_binary(arpa: Path, binary: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# The stage
+# Used by step lm (dpngram.stages.lm)
 # ----------------------------------------------------------------------------------------------
 def _seed(run_id: str) -> int:
     return int.from_bytes(hashlib.sha256(f"lm:{run_id}".encode()).digest()[:8], "big")

@@ -16,6 +16,10 @@ the sentence's tokens plus ``</s>``. A token is an OOV when it is not in the mod
   h = ``<s>`` + the preceding tokens (OOVs as ``<unk>``); a hit when the true token is among the
   k most probable (ties broken by the word string). An OOV target is a miss. Needs the ARPA file
   (:class:`NextWordPredictor`); a binary model does not list its vocabulary.
+
+Owns: the evaluation metrics (open-vocabulary perplexity, OOV rate, top-k next-word accuracy),
+the spelling model, ``dpngram evaluate``'s computation.
+Imports: dpngram.lm.arpa, dpngram.text, dpngram.core; kenlm, polars.
 """
 
 from __future__ import annotations

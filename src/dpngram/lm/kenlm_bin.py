@@ -8,6 +8,9 @@ The order limit is compiled in on both sides: the Python module's setup.py defau
 
 Search order for a tool: `$DPNGRAM_KENLM_BIN`, then the cache directory
 `${XDG_CACHE_HOME:-~/.cache}/dpngram/kenlm-0.3.0-order6/bin`, then `PATH`.
+
+Owns: locating KenLM's tools, ``KENLM_MAX_ORDER``.
+Imports: nothing from dpngram; the standard library only.
 """
 
 from __future__ import annotations

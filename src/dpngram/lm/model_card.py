@@ -1,6 +1,10 @@
 """``model/MODEL_CARD.md``: what the language model is, its privacy guarantee in plain words, how
 it was built, its size and metrics, and how to load it. Holds only public facts (parameters,
-released-table sizes, the composed (ε, δ), metrics on public or user-supplied text)."""
+released-table sizes, the composed (ε, δ), metrics on public or user-supplied text).
+
+Owns: rendering the model card (:func:`render_model_card`).
+Imports: dpngram.config, dpngram.core.
+"""
 
 from __future__ import annotations
 
@@ -22,30 +26,29 @@ def render_model_card(
 ) -> str:
     """The card of run ``run_id`` from its report ``parts`` (every stage's public fragment) and the
     ``lm`` stage's own ``part``."""
+    lines = [
+        f"# Language model card — run `{run_id}` (dataset `{config.dataset}`)",
+        "",
+    ]
+    lines += _privacy_lines(config, parts)
+    lines += _build_lines(config, part)
+    lines += _metrics_lines(part)
+    lines += _LOADING_LINES
+    return "\n".join(lines)
+
+
+def _privacy_lines(config: RunConfig, parts: dict[str, dict[str, Any]]) -> list[str]:
+    """Section "Privacy guarantee": the run's composed guarantee in plain words, and what the ledger
+    was charged per stage."""
     privacy = privacy_summary(parts, config.delta, config.epsilon)
     total = privacy.get("total", {})
     eps, delta = float(total.get("epsilon", 0.0)), float(total.get("delta", 0.0))
     not_dp = any(p.get("differentially_private") is False for p in parts.values())
     lines = [
-        f"# Language model card — run `{run_id}` (dataset `{config.dataset}`)",
-        "",
         "## Privacy guarantee",
         "",
+        _guarantee_text(not_dp, eps, delta),
     ]
-    if not_dp:
-        lines.append(
-            "**NO differential-privacy guarantee**: a stage of this run used a comparison setting "
-            "that is not differentially private (see report.json). Do not share this model."
-        )
-    else:
-        lines.append(
-            f"This model satisfies **user-level ({eps:.4g}, {delta:.3g})-differential privacy**. The unit of "
-            "privacy is the user: whether or not any one person's entire text was in the training data "
-            f"changes the probability of obtaining this model by at most a factor e^{eps:.4g} "
-            f"(about {_factor(eps)}), except with probability at most {delta:.3g}. The model was built only "
-            "from the run's released differentially private outputs (post-processing, no extra privacy "
-            "cost) and, optionally, a public corpus; it never read the private text."
-        )
     lines += [
         "",
         f"Total composed with `{total.get('method', 'n/a')}` over every stage of the run "
@@ -62,8 +65,30 @@ def render_model_card(
         eps = float(stage.get("charged_epsilon", stage["epsilon"]))
         delta = float(stage.get("charged_delta", stage.get("delta")) or 0)
         lines.append(f"| {name} | {label} | {eps:.4g} | {delta:.3g} |")
-    lines += [
-        "| lm | this model | 0 (post-processing) | 0 |",
+    lines.append("| lm | this model | 0 (post-processing) | 0 |")
+    return lines
+
+
+def _guarantee_text(not_dp: bool, eps: float, delta: float) -> str:
+    """The guarantee in plain words (or the warning that the run is not differentially private)."""
+    if not_dp:
+        return (
+            "**NO differential-privacy guarantee**: a stage of this run used a comparison setting "
+            "that is not differentially private (see report.json). Do not share this model."
+        )
+    return (
+        f"This model satisfies **user-level ({eps:.4g}, {delta:.3g})-differential privacy**. The unit of "
+        "privacy is the user: whether or not any one person's entire text was in the training data "
+        f"changes the probability of obtaining this model by at most a factor e^{eps:.4g} "
+        f"(about {_factor(eps)}), except with probability at most {delta:.3g}. The model was built only "
+        "from the run's released differentially private outputs (post-processing, no extra privacy "
+        "cost) and, optionally, a public corpus; it never read the private text."
+    )
+
+
+def _build_lines(config: RunConfig, part: dict[str, Any]) -> list[str]:
+    """Section "How it was built": route, smoothing, inputs, vocabulary, parameters, n-gram counts."""
+    return [
         "",
         "## How it was built",
         "",
@@ -74,12 +99,19 @@ def render_model_card(
         f"- tokenizer: the pipeline's (NFKC, lower-case = {config.lowercase}; docs/tokenizer.md)",
         "- parameters: "
         + ", ".join(
-            f"{k} = {getattr(config, k)}" for k in _PARAMETERS.get(part["route"], _PARAMETERS["arpa"])
+            f"{k} = {config.flat()[k]}" for k in _PARAMETERS.get(part["route"], _PARAMETERS["arpa"])
         ),
         "",
         "| order | n-grams |",
         "|---|---|",
         *(f"| {n} | {c} |" for n, c in part["counts"].items()),
+    ]
+
+
+def _metrics_lines(part: dict[str, Any]) -> list[str]:
+    """Section "Metrics": the comparison with the public-only model, or the metrics on the
+    evaluation text, or why there are none."""
+    lines = [
         "",
         "## Metrics",
         "",
@@ -107,21 +139,24 @@ def render_model_card(
         ]
     elif comparison is None:
         lines.append("No evaluation text was given (set `lm_eval_text` or `public`).")
-    lines += [
-        "",
-        "## How to load it",
-        "",
-        "```python",
-        "import kenlm",
-        "model = kenlm.Model('model/model.binary')  # or model/model.arpa",
-        "model.score('a tokenised sentence', bos=True, eos=True)  # log10 probability",
-        "```",
-        "",
-        "Command line: `dpngram evaluate --model model/model.binary --text FILE [--json]`. "
-        "Tokenise input with the pipeline's tokenizer (`pipeline.ingest.tokenize_texts`).",
-        "",
-    ]
-    return "\n".join(lines)
+    return lines
+
+
+# Section "How to load it" (the same for every model).
+_LOADING_LINES = [
+    "",
+    "## How to load it",
+    "",
+    "```python",
+    "import kenlm",
+    "model = kenlm.Model('model/model.binary')  # or model/model.arpa",
+    "model.score('a tokenised sentence', bos=True, eos=True)  # log10 probability",
+    "```",
+    "",
+    "Command line: `dpngram evaluate --model model/model.binary --text FILE [--json]`. "
+    "Tokenise input with the pipeline's tokenizer (`dpngram.text.tokenizer.tokenize_texts`).",
+    "",
+]
 
 
 _PARAMETERS = {

@@ -1,5 +1,5 @@
 """The open-vocabulary language model: a public Kneser-Ney model P, a model Q estimated from the
-run's DP-noisy n-gram counts (stage ``lm_counts``), and their linear interpolation written as one
+run's DP-noisy n-gram counts (step ``lm_counts``), and their linear interpolation written as one
 ARPA backoff model (docs/lm.md, "Open-vocabulary model").
 
 Everything here is post-processing: inputs are the public corpus, released DP outputs (the DP
@@ -9,13 +9,17 @@ vocabulary, the noisy counts, the selected weight λ) and public parameters. No 
   ``public_cap`` of them, by public count): a word public text knows never becomes ``<unk>``.
 * :func:`public_counts` — order-1..N counts of the public corpus with V_LM's ``<unk>`` mapping.
 * :func:`public_model` — P: interpolated modified Kneser-Ney on the public counts
-  (:func:`lm.arpa.kneser_ney`).
+  (:func:`dpngram.lm.arpa.kneser_ney`).
 * :func:`noisy_count_model` — Q: interpolated absolute discounting on noisy counts whose context
   totals are the noisy counts of the contexts themselves; its unigram level backs off to P's
   unigrams, so with no private evidence Q's unigram level is P's.
 * :func:`mix_models` — λ·Q + (1 − λ)·P as one ARPA model (a static mixture, as SRILM's
   ``-mix-lm``): exact for every n-gram listed in P or Q; other n-grams back off with weights that
   make every context sum to one.
+
+Owns: the model vocabulary V_LM, the public model P, the noisy-count model Q, the mixture, the
+held-out public split (:data:`HELDOUT_EVERY`).
+Imports: dpngram.lm.arpa, dpngram.text, dpngram.core; polars.
 """
 
 from __future__ import annotations
@@ -53,7 +57,8 @@ def _suffix() -> pl.Expr:
 
 #: Every HELDOUT_EVERY-th public sentence (index % HELDOUT_EVERY == HELDOUT_EVERY - 1) is the
 #: model card's held-out public text. The released model trains on every sentence; the card's
-#: numbers on this text come from stand-ins built the same way without it (lm/build.py).
+#: numbers on this text come from stand-ins built the same way without it
+#: (:func:`dpngram.lm.build.compare_with_public`).
 HELDOUT_EVERY = 20
 
 
@@ -211,8 +216,33 @@ def noisy_count_model(
     rows = noisy.select(
         pl.col("n").cast(pl.Int64), pl.col("ngram").cast(pl.String), pl.col("noisy_count").cast(pl.Float64)
     )
-    base1 = _probs(base, 1).rename({"prob": "base"})
     ones = rows.filter(pl.col("n") == 1)
+    uni = _noisy_unigrams(ones, base, threshold=threshold, discount=discount)
+    probs: dict[int, pl.DataFrame] = {1: uni}
+    counts: dict[int, pl.DataFrame] = {1: ones.select("ngram", count=pl.col("noisy_count"))}
+    listed: dict[int, pl.DataFrame] = {1: uni.select("ngram")}
+    gammas: dict[int, pl.DataFrame] = {}
+    for n in range(2, order + 1):
+        p, counts[n], gammas[n] = _noisy_order(
+            rows,
+            n,
+            listed[n - 1],
+            counts[n - 1],
+            probs[n - 1],
+            threshold=threshold,
+            discount=discount,
+        )
+        probs[n] = p
+        listed[n] = p.select("ngram")
+    return model_from_probabilities(probs, gammas, order)
+
+
+def _noisy_unigrams(
+    ones: pl.DataFrame, base: ArpaModel, *, threshold: float, discount: float
+) -> pl.DataFrame:
+    """Q's order 1 (columns ngram, prob) from the order-1 noisy counts ``ones``: Q(w) =
+    (ĉ(w) − D)₊/T + γ₀ P(w) over P's vocabulary (:func:`noisy_count_model`)."""
+    base1 = _probs(base, 1).rename({"prob": "base"})
     words = ones.filter(pl.col("ngram") != BOS)
     total = float(words["noisy_count"].sum()) if words.height else 0.0
     listed1 = words.filter(pl.col("noisy_count") >= threshold).join(
@@ -227,53 +257,59 @@ def noisy_count_model(
     else:
         disc1 = disc1.with_columns(mass=pl.col("mass") / scale)
         gamma0 = max(0.0, 1.0 - mass_sum / scale)
-    uni = (
+    return (
         base1.join(disc1, on="ngram", how="left")
         .with_columns(prob=pl.col("mass").fill_null(0.0) + gamma0 * pl.col("base"))
         .select("ngram", "prob")
     )
-    probs: dict[int, pl.DataFrame] = {1: uni}
-    counts: dict[int, pl.DataFrame] = {1: ones.select("ngram", count=pl.col("noisy_count"))}
-    listed: dict[int, pl.DataFrame] = {1: uni.select("ngram")}
-    gammas: dict[int, pl.DataFrame] = {}
-    for n in range(2, order + 1):
-        cand = rows.filter((pl.col("n") == n) & (pl.col("noisy_count") >= threshold)).select(
-            "ngram", count=pl.col("noisy_count")
+
+
+def _noisy_order(
+    rows: pl.DataFrame,
+    n: int,
+    listed_lower: pl.DataFrame,
+    counts_lower: pl.DataFrame,
+    probs_lower: pl.DataFrame,
+    *,
+    threshold: float,
+    discount: float,
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Q's order ``n`` ≥ 2 from the noisy counts ``rows`` and Q's order n − 1 (its listed n-grams,
+    counts and probabilities): (probabilities (ngram, prob), listed counts (ngram, count), back-off
+    weights γ(h) (ngram, gamma)), as in :func:`noisy_count_model`."""
+    cand = rows.filter((pl.col("n") == n) & (pl.col("noisy_count") >= threshold)).select(
+        "ngram", count=pl.col("noisy_count")
+    )
+    cand = cand.with_columns(ctx=_context(), suf=_suffix())
+    # closure: the context and the suffix must be listed one order below
+    cand = cand.join(listed_lower.rename({"ngram": "ctx"}), on="ctx", how="semi")
+    cand = cand.join(listed_lower.rename({"ngram": "suf"}), on="suf", how="semi")
+    ctx_count = counts_lower.rename({"ngram": "ctx", "count": "ctx_count"})
+    ctx = (
+        cand.group_by("ctx")
+        .agg(cont=pl.col("count").sum(), kept=(pl.col("count") - discount).clip(0.0, None).sum())
+        .join(ctx_count, on="ctx", how="left")
+        .with_columns(S=pl.max_horizontal(pl.col("ctx_count").fill_null(0.0), pl.col("cont")))
+        .with_columns(
+            gamma=pl.when(pl.col("S") > 0)
+            .then(1.0 - pl.col("kept") / pl.col("S"))
+            .otherwise(1.0)
+            .clip(0.0, 1.0)
         )
-        cand = cand.with_columns(ctx=_context(), suf=_suffix())
-        # closure: the context and the suffix must be listed one order below
-        cand = cand.join(listed[n - 1].rename({"ngram": "ctx"}), on="ctx", how="semi")
-        cand = cand.join(listed[n - 1].rename({"ngram": "suf"}), on="suf", how="semi")
-        ctx_count = counts[n - 1].rename({"ngram": "ctx", "count": "ctx_count"})
-        ctx = (
-            cand.group_by("ctx")
-            .agg(cont=pl.col("count").sum(), kept=(pl.col("count") - discount).clip(0.0, None).sum())
-            .join(ctx_count, on="ctx", how="left")
-            .with_columns(S=pl.max_horizontal(pl.col("ctx_count").fill_null(0.0), pl.col("cont")))
-            .with_columns(
-                gamma=pl.when(pl.col("S") > 0)
-                .then(1.0 - pl.col("kept") / pl.col("S"))
-                .otherwise(1.0)
-                .clip(0.0, 1.0)
-            )
+    )
+    lower = probs_lower.rename({"ngram": "suf", "prob": "lower"})
+    p = (
+        cand.join(ctx.select("ctx", "S", "gamma"), on="ctx", how="left")
+        .join(lower, on="suf", how="left")
+        .select(
+            "ngram",
+            prob=pl.when(pl.col("S") > 0)
+            .then((pl.col("count") - discount).clip(0.0, None) / pl.col("S"))
+            .otherwise(0.0)
+            + pl.col("gamma") * pl.col("lower"),
         )
-        lower = probs[n - 1].rename({"ngram": "suf", "prob": "lower"})
-        p = (
-            cand.join(ctx.select("ctx", "S", "gamma"), on="ctx", how="left")
-            .join(lower, on="suf", how="left")
-            .select(
-                "ngram",
-                prob=pl.when(pl.col("S") > 0)
-                .then((pl.col("count") - discount).clip(0.0, None) / pl.col("S"))
-                .otherwise(0.0)
-                + pl.col("gamma") * pl.col("lower"),
-            )
-        )
-        probs[n] = p
-        counts[n] = cand.select("ngram", "count")
-        listed[n] = p.select("ngram")
-        gammas[n] = ctx.select(pl.col("ctx").alias("ngram"), "gamma")
-    return model_from_probabilities(probs, gammas, order)
+    )
+    return p, cand.select("ngram", "count"), ctx.select(pl.col("ctx").alias("ngram"), "gamma")
 
 
 def model_probabilities(model: ArpaModel, ngrams: dict[int, pl.DataFrame]) -> dict[int, pl.DataFrame]:

@@ -5,7 +5,7 @@ bayesian_ngram_dp_ramadan.md``): eq. (1)-(5), Algorithm 1 (BayesianDP), Corollar
 §4.2 (baselines). The sensitivity derivation is in ``docs/bayes_sensitivity.md``; every deviation
 from the paper is listed there and in ``docs/bayes.md``.
 
-Mechanism (Algorithm 1), heavy work in SQL (``sql/bayes_*.sql``), vectors over V in numpy:
+Mechanism (Algorithm 1), heavy work in SQL (``sql/bayes/*.sql``), vectors over V in numpy:
 
 1. trigrams of every sentence with one ``<s>`` before and one ``</s>`` after it (the KenLM
    convention); tokens outside the run's DP vocabulary (``released/vocabulary.parquet``, a DP
@@ -19,16 +19,21 @@ Mechanism (Algorithm 1), heavy work in SQL (``sql/bayes_*.sql``), vectors over V
    μ_p (eq. 1); w = min(1, S N / C) (eq. 5); μ_ps = ρ w⊙x̂ + (1 − ρ) μ_p;
 5. h = μ_ps + Gaussian noise (on a power-of-two grid, ``docs/noise.md``), θ = softmax(h) (eq. 4).
 
-Privacy: the noise is calibrated with the analytic Gaussian (:func:`pipeline.accounting.
-gaussian_sigma`) to a DATA-INDEPENDENT bound on ‖Δμ_ps‖₂ (:func:`sensitivity_bound`) that uses only
-C, W, S, ρ, |V| and L. The paper's brute-force sensitivity (max over the users present) and its
-Claim 1 (which uses the private N and x̂) depend on the private data; calibrating to them is not
-(ε, δ)-DP. The brute-force variant is kept only behind ``bayes_calibration='brute-force-NOT-DP'``,
-for comparison, and the report then says the release has no DP guarantee.
+Privacy: the noise is calibrated with the analytic Gaussian
+(:func:`dpngram.core.accounting.gaussian_sigma`) to a DATA-INDEPENDENT bound on ‖Δμ_ps‖₂
+(:func:`sensitivity_bound`) that uses only C, W, S, ρ, |V| and L. The paper's brute-force
+sensitivity (max over the users present) and its Claim 1 (which uses the private N and x̂) depend
+on the private data; calibrating to them is not (ε, δ)-DP. The brute-force variant is kept only
+behind ``bayes_calibration='brute-force-NOT-DP'``, for comparison, and the report then says the
+release has no DP guarantee.
 
 Hyperparameters S, ρ are by default chosen on public data alone (:func:`tune_on_public`, zero
 privacy cost): the public corpus is split into a prior fold and a pseudo-private fold of
 pseudo-users, and the (S, ρ) with the smallest expected KL after noise is kept.
+
+Owns: BayesianDP (prior, posterior mean, sensitivity bound, calibration, release), the Laplace
+baselines, public tuning of (S, ρ), the trigram space and bounded per-user counts.
+Imports: dpngram.engines, dpngram.text, dpngram.core; numpy, pyarrow.
 """
 
 from __future__ import annotations
@@ -358,7 +363,7 @@ def _token_table(ids: list[int], positions: list[int], tokens: list[str]) -> pa.
 
 
 def load_public_corpus(wh: Engine, schema: str, path: str | Path, lowercase: bool = True) -> int:
-    """Stream the public corpus (:func:`pipeline.ingest.read_public_corpus`, the ingest
+    """Stream the public corpus (:func:`dpngram.text.public.read_public_corpus`, the ingest
     tokenizer) into ``{schema}.bayes_public_tokens(user_id = sentence number, doc_id, sent_id, pos,
     token)``. Returns the number of sentences (a public fact)."""
     wh.load_table(schema, PUBLIC_TOKENS, _public_batches(path, lowercase), PUBLIC_TOKEN_COLUMNS)
@@ -378,7 +383,7 @@ def install_vocabulary(wh: Engine, schema: str, tokens: pa.Table | None) -> bool
 
 
 def trigram_occurrences(wh: Engine, schema: str, source: str, target: str, map_unk: bool) -> None:
-    """``{schema}.{target}(user_id, w1, w2, w3)`` from a token relation (``sql/bayes_occurrences.sql``)."""
+    """``{schema}.{target}(user_id, w1, w2, w3)`` from a token relation (``sql/bayes/occurrences.sql``)."""
     wh.execute(
         load_sql(
             "bayes/occurrences", schema=schema, source=source, target=target, vocabulary=VOCABULARY_TABLE
@@ -412,7 +417,7 @@ def released_trigrams(kgrams_path: Path | None) -> pa.Table:
 
 
 def build_space(wh: Engine, schema: str, released: pa.Table, max_size: int) -> int:
-    """V (``sql/bayes_space.sql``): public trigrams ∪ released trigrams, capped by public count.
+    """V (``sql/bayes/space.sql``): public trigrams ∪ released trigrams, capped by public count.
     Needs ``{schema}.bayes_public_counts``. Returns |V| (public: computed from public data and DP
     outputs only)."""
     columns = pa.schema([(f"w{i}", pa.string()) for i in (1, 2, 3)])
@@ -431,7 +436,7 @@ def build_space(wh: Engine, schema: str, released: pa.Table, max_size: int) -> i
 def bounded_user_counts(
     wh: Engine, schema: str, occurrences: str, target: str, *, C: int, W: int, salt: int
 ) -> None:
-    """Per-user clamped (≤ C) counts of at most W trigrams of V (``sql/bayes_user_counts.sql``)."""
+    """Per-user clamped (≤ C) counts of at most W trigrams of V (``sql/bayes/user_counts.sql``)."""
     wh.execute(
         load_sql("bayes/user_counts", schema=schema, target=target, occurrences=occurrences, space=SPACE),
         {"clip_count": int(C), "max_trigrams": int(W), "salt": int(salt)},
@@ -539,7 +544,7 @@ def bruteforce_sensitivity_not_dp(
     wh: Engine, inputs: TrigramInputs, *, S: float, rho: float, C: int, log_clip: float
 ) -> float:
     """NOT DP. The paper's brute-force sensitivity (Alg. 1): max over the users present of the exact
-    ‖μ_ps(D) − μ_ps(D₋ₙ)‖₂ (``sql/bayes_bruteforce.sql``). Depends on the private data."""
+    ‖μ_ps(D) − μ_ps(D₋ₙ)‖₂ (``sql/bayes/bruteforce.sql``). Depends on the private data."""
     logs = np.log1p(inputs.total_count)
     mean_log = float(logs.mean())
     centre = min(mean_log, log_clip)

@@ -1,9 +1,10 @@
-"""Differentially private n-gram extraction (DPNE): k-gram levels k = 2..T, and DPSU baselines.
+"""Differentially private n-gram extraction (DPNE): the k-gram levels k = 2..T.
 
 Paper: Kim, Gopi, Kulkarni & Yekhanin (2021), "Differentially Private n-gram Extraction"
 (Algorithm 1, Prop. 2.1/2.2, Theorem 2.1, §3.1) and its supplement (Algorithms 1-4, the scalable
-variant). The vocabulary S_1 comes from :mod:`pipeline.dpsu`. See ``docs/dpne.md`` for the
-derivations and every deviation.
+variant). The vocabulary S_1 comes from :mod:`dpngram.mechanisms.dpsu` (step ``dpne.k1``); each
+level is step ``dpne.k{k}`` (:mod:`dpngram.stages.dpne`, which also runs the DPSU baselines named
+in :data:`BASELINES`). See ``docs/dpne.md`` for the derivations and every deviation.
 
 Level k (Alg. 1, loop body), all heavy work in SQL over token ids:
 
@@ -28,6 +29,10 @@ Level k (Alg. 1, loop body), all heavy work in SQL over token ids:
 Privacy: each level is a Gaussian mechanism with sensitivity 1 and noise sigma_k; with the DPSU
 (0, delta/2) event and 1/sigma*^2 = sum 1/sigma_k^2, the run is (eps, delta)-DP (Thm. 2.1).
 |supp(H_k)|, B_k and the weights are private: they are never reported, logged or returned.
+
+Owns: the DPNE level algorithm (valid k-grams, pruning, threshold, exact and scalable variants,
+spurious sampling), the level tables and their restore from released files, user numbering.
+Imports: dpngram.mechanisms.dpsu, dpngram.engines, dpngram.core; numpy, scipy, pyarrow.
 """
 
 from __future__ import annotations
@@ -151,8 +156,8 @@ def number_users(wh: Engine, schema: str, target: str, buckets: int = USER_BUCKE
     with a dense integer id ``uid`` = 1..N and the number of sentences of the users numbered
     before it (so its sentences are numbered ``first_sentence + 1, ...``), computed without a
     global window, which Spark would run in one partition (docs/engines.md "Numbering without a
-    global window"): per-user sentence counts with a hash bucket (sql/user_sentences.sql), a
-    per-bucket offsets table, then ranks inside each bucket (sql/user_numbering.sql).
+    global window"): per-user sentence counts with a hash bucket (sql/numbering/sentences.sql), a
+    per-bucket offsets table, then ranks inside each bucket (sql/numbering/users.sql).
     Deterministic on one engine; the ids differ across engines (so does the hash), which is fine:
     they are private keys that never leave the run schema. Shared by the DPNE level tables and
     TrieHH (``uidx = uid - 1``)."""

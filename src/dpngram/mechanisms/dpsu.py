@@ -6,7 +6,7 @@ its supplement, Algorithm 5.
 
 Mechanism (supplement Alg. 5), run entirely in SQL except the noisy threshold:
 
-1. every user's DISTINCT items U_i (``sql/dpsu_histogram.sql``);
+1. every user's DISTINCT items U_i (``sql/dpsu/histogram.sql``);
 2. contribution bound: if ``|U_i| > Delta`` keep ``Delta`` of them. The paper picks a uniformly
    random subset; we keep the ``Delta`` items with the smallest ``hash(item, salt)`` for a secret
    per-run salt from :meth:`NoiseSource.salt`. Any selection rule that depends only on the user's
@@ -19,9 +19,13 @@ Mechanism (supplement Alg. 5), run entirely in SQL except the noisy threshold:
    histogram and so never released (DPNE Prop. 2.2: no spurious 1-grams).
 
 Privacy (GGK+20 Thm. 5.1 / DPNE Thm. 2.1): with ``rho = max_{1<=t<=Delta} 1/sqrt(t) +
-sigma * Phi^-1((1 - delta_0)^(1/t))`` (:func:`pipeline.accounting.dpsu_threshold`) the release is a
-Gaussian mechanism (sensitivity 1, noise sigma) composed with a (0, delta_0) event: delta_0 bounds
-the probability that an item held only by the added/removed user crosses the threshold.
+sigma * Phi^-1((1 - delta_0)^(1/t))`` (:func:`dpngram.core.accounting.dpsu_threshold`) the release
+is a Gaussian mechanism (sensitivity 1, noise sigma) composed with a (0, delta_0) event: delta_0
+bounds the probability that an item held only by the added/removed user crosses the threshold.
+
+Owns: the DPSU release over any ``(user_id, item)`` relation, the vocabulary S_1 and its
+parameters, writing released keys (:func:`write_keys_parquet`).
+Imports: dpngram.engines, dpngram.core; pyarrow.
 """
 
 from __future__ import annotations

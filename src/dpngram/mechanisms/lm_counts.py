@@ -1,11 +1,12 @@
-"""Stage ``lm_counts``: DP-noisy n-gram counts for the language model, and the mixture weight.
+"""DP-noisy n-gram counts for the language model, and the mixture weight (step ``lm_counts``).
 
-Keys-only k-gram sets cannot tell a model how often anything occurs. This stage releases noisy
+Keys-only k-gram sets cannot tell a model how often anything occurs. Step ``lm_counts``
+(:mod:`dpngram.stages.lm_counts`, built on the functions here) releases noisy
 counts that can, over a domain fixed before it looks at the private data (docs/lm.md, "Noisy
 n-gram counts"; derivation and privacy argument in docs/lm_privacy.md):
 
 1. the model vocabulary V_LM = released DP vocabulary ∪ the public corpus's words (capped by
-   public count, :func:`lm.open_model.model_vocabulary`); private tokens outside it are ``<unk>``;
+   public count, :func:`dpngram.lm.open_model.model_vocabulary`); private tokens outside it are ``<unk>``;
 2. domain D: every word of V_LM plus ``<s>``, ``</s>``, ``<unk>`` (order 1), and for orders 2..N the
    ``lm_count_domain`` most frequent public n-grams ∪ the DPNE-released k-grams of that order —
    public data and DP outputs only;
@@ -13,12 +14,12 @@ n-gram counts"; derivation and privacy argument in docs/lm_privacy.md):
    rest *counting* users;
 4. per counting user u, the count vector x_u over D (all orders together) is scaled by
    min(1, C/‖x_u‖₂) (C = ``lm_count_clip``) and summed: l2-sensitivity C under adding or removing
-   one user. Gaussian noise calibrated by :mod:`pipeline.accounting` (analytic Gaussian, snapped to
+   one user. Gaussian noise calibrated by :mod:`dpngram.core.accounting` (analytic Gaussian, snapped to
    a power-of-two grid as in docs/noise.md) is added to every coordinate of D;
 5. released: every order-1 coordinate, and the order-≥2 coordinates whose noisy value is at least
    ``lm_count_threshold``·σ (dropping the rest is post-processing);
 6. with ``lm_mix_weight='auto'``, the weight λ of the mixture λ·Q + (1 − λ)·P (Q: the model of the
-   noisy counts, P: the public model; :mod:`lm.open_model`) is chosen by report-noisy-max over
+   noisy counts, P: the public model; :mod:`dpngram.lm.open_model`) is chosen by report-noisy-max over
    :data:`WEIGHT_GRID`: each selection user's score for λ is the mean natural log-probability of
    their tokens under the mixture, clipped to [−B, 0]; the sums get Laplace noise of scale 2B/ε.
    λ = 0 (the public model) is always a candidate, so a release whose counts carry no signal picks
@@ -28,6 +29,11 @@ Privacy: steps 4 and 6 touch disjoint sets of users, fixed by a data-independent
 adding or removing one user changes only one of them. Step 4 is (ε, δ)-DP (Gaussian), step 6 is
 ε-DP for every fixed output of step 4 (report-noisy-max, sensitivity B), so the stage is (ε, δ)-DP
 with the stage's whole share (parallel composition); the ledger records the Gaussian event.
+
+Owns: the count domain, the noisy count release, the selection users' scores and the
+report-noisy-max weight selection.
+Imports: dpngram.mechanisms.bayes, dpngram.lm.open_model, dpngram.release.layout, dpngram.engines,
+dpngram.core; numpy, polars, pyarrow, kenlm.
 """
 
 from __future__ import annotations

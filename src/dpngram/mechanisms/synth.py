@@ -21,12 +21,16 @@ at most ε. So the tree is ε-DP; consistency, extension and generation read onl
 the true counts are integers, hence on the grid, and the likelihood ratio of two neighbouring
 counts is exactly exp(ε_v |Δ| / ℓ_max).
 
-Scale (issue 5): expanding a node over |I| + 1 children never draws |I| + 1 noise values. The
+Scale: expanding a node over |I| + 1 children never draws |I| + 1 noise values. The
 children with a non-zero true count get explicit noise; how many of the zero-count children pass
 θ, which ones, and their noisy values are drawn implicitly (:func:`implicit_children`, with the
 proof of equal output distribution in its docstring). The exact counts come from the run's engine
-(DuckDB or Spark; ``sql/synth_level_counts.sql``), one level at a time, for the expanded nodes
+(DuckDB or Spark; ``sql/synth/level_counts.sql``), one level at a time, for the expanded nodes
 only.
+
+Owns: the exploration tree (budget allocation, threshold, explicit and implicit children),
+consistency, extension by joins, synthetic sequence generation, the user records table.
+Imports: dpngram.engines, dpngram.core; numpy, pyarrow.
 """
 
 from __future__ import annotations
@@ -92,7 +96,7 @@ Key = tuple[int, ...]
 
 class UniformSource(Protocol):
     """What post-processing randomness needs: ``random(size)`` uniforms in [0, 1) (a generator from
-    :func:`pipeline.noise.simulation_rng`; never used for DP noise)."""
+    :func:`dpngram.core.noise.simulation_rng`; never used for DP noise)."""
 
     def random(self, size: Any = None) -> Any: ...
 
@@ -260,7 +264,7 @@ class ChildCounts(Protocol):
 
 class SqlChildCounts:
     """:class:`ChildCounts` over ``{schema}.synth_records`` on the run's engine
-    (``sql/synth_level_counts.sql``)."""
+    (``sql/synth/level_counts.sql``)."""
 
     def __init__(self, wh: Engine, schema: str, records: str = RECORDS_TABLE) -> None:
         self.wh, self.schema, self.records = wh, schema, records
@@ -761,7 +765,7 @@ def records_to_sequences(records: Iterable[Sequence[int]]) -> list[Key]:
 
 def install_records(wh: Engine, schema: str, labels: list[str], l_max: int) -> None:
     """``{schema}.synth_vocabulary(token, item_id)`` and the truncated user records
-    ``{schema}.synth_records(user_id, items INTEGER[])`` (``sql/synth_records.sql``)."""
+    ``{schema}.synth_records(user_id, items INTEGER[])`` (``sql/synth/records.sql``)."""
     vocab = pa.table(
         {"token": pa.array(labels[2:], pa.string()), "item_id": pa.array(range(2, len(labels)), pa.int32())}
     )

@@ -20,7 +20,7 @@ Protocol simulated here, per pass and per layer l = 1..L (Alg. 2):
    ordering of all users from :class:`NoiseSource`, cut into consecutive disjoint groups), and
    broadcasts the heavy prefixes H_{l-1} (H_0 = {empty prefix});
 2. each user forms the length-l prefixes of its words (word + end symbol) whose (l-1)-prefix is
-   in H_{l-1} (SQL, ``sql/triehh_layer_prefixes.sql``), selects m of them (GreedySampling: the
+   in H_{l-1} (SQL, ``sql/triehh/layer_prefixes.sql``), selects m of them (GreedySampling: the
    most frequent; RandomSampling: uniform over the distinct ones), pads to m with the dummy ⊥, and
    randomizes each through Subset Selection over the domain X_l = (H_{l-1} x (alphabet ∪ {$})) ∪ {⊥};
 3. the server sums the vote vectors and keeps the at most k prefixes with the most votes whose
@@ -33,6 +33,10 @@ messages), so by FMT21 each layer is (eps, delta)-DP at user level with eps from
 amplification bound for n users of (m eps0)-LDP randomizers. Groups are disjoint and fixed by
 data-independent randomness, so across layers and passes the guarantee is the maximum over the
 layers (parallel composition), not the sum.
+
+Owns: the Subset Selection randomizer, the trie protocol simulation, the shuffle-model accounting
+(FMT21 bounds, ε0 for a budget), merging discovered words into S_1.
+Imports: dpngram.mechanisms.dpne, dpngram.engines, dpngram.core; numpy, scipy, pyarrow.
 """
 
 from __future__ import annotations

@@ -1,81 +1,156 @@
-"""Run orchestration shared by the CLI and the Airflow DAG (no Airflow imports here).
+"""The plan of a release: one ordered list of steps, used by the CLI and by the Airflow DAG.
 
-A run is a sequence of stage functions, each taking the validated :class:`RunConfig` (with a
-fixed ``run_id``) and returning a small JSON-able summary that is safe for logs and XCom (paths,
-row counts of released tables, epsilon/delta). Stages communicate only through the warehouse
-(private tables in the run's schema) and the staged release directory, so each can run in its
-own process (an Airflow task) and be retried.
+A step has one name everywhere: the Airflow task id, the stage name the CLI prints, the report part
+its stage records and the ledger entry it charges (``dpne.k2`` is task ``k2`` of task group ``dpne``,
+report part ``report.parts/dpne.k2.json`` and ledger stage ``dpne.k2``). Each step says what it runs
+(a stage function, imported only when the step runs, so that parsing the DAG file and skipping a task
+stay cheap) and when it runs (:meth:`Step.skip_reason`, decided from the validated configuration
+alone). The CLI runs the steps that apply in one process (:func:`run_release`); the DAG makes one
+task per step and a task skips itself when its step does not apply, so the order and the skip rules
+are written once, here.
 
-Privacy-spending stages go through :func:`spend_once`, which implements the retry rule: the
-stage's noisy outputs are written (atomically) *before* its spend is committed to the ledger, and
-a retried stage whose outputs exist reloads them instead of drawing fresh noise.
+Around the steps: :func:`dpngram.release.publish.prepare` (the privacy pre-check; task
+``privacy_precheck``) before, and :func:`dpngram.release.publish.publish_run` (task ``publish``)
+after.
+
+Owns: the steps (``STEPS``), their order and skip rules, :func:`release_steps`, :func:`run_release`,
+:func:`run_dpne`.
+Imports: dpngram.stages (lazily, by name, when a step runs), dpngram.release, dpngram.config,
+dpngram.core.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from dpngram.config import RunConfig
-from dpngram.core.noise import NoiseSource
-from dpngram.mechanisms.dpne import level_stage
-from dpngram.mechanisms.dpsu import VOCABULARY_STAGE
-from dpngram.release.context import RunContext, public_summary, stage_timer
-from dpngram.release.publish import prepare, publish_run
-from dpngram.stages import bayes as bayes_stage
-from dpngram.stages import dpne as dpne_stage
-from dpngram.stages import ingest as ingest_stage
-from dpngram.stages import lm_counts as lm_counts_stage
-from dpngram.stages import synth as synth_stage
-from dpngram.stages import triehh as triehh_stage
-from dpngram.stages import validate as validate_stage
-from dpngram.stages import vocabulary as vocabulary_stage
 
-StageFn = Callable[[RunContext], dict[str, Any]]
+if TYPE_CHECKING:
+    from dpngram.core.noise import NoiseSource
+    from dpngram.release.context import RunContext
+
+#: The longest n-gram the configuration allows (``max_n``'s maximum): the DAG has a level task up to it.
+MAX_LEVEL = 12
+
+#: Stages whose release a language model can be built from (``lm_route`` 'auto').
+LM_SOURCES = ("lm_counts", "bayes", "synth")
 
 
-def release_plan(
-    config: RunConfig,
-    baseline: str | None = None,
-    baseline_k: int | None = None,
-    ingest_progress: Callable[[int], None] | None = None,
-) -> list[tuple[str, StageFn]]:
-    """The stages of a full release, in order, after :func:`prepare` (the same order as the
-    Airflow DAG's tasks): ingest, vocabulary, DPNE levels 2..T, merge, validate, report.
-    With ``baseline`` ('dpsu-all' | 'dpsu-even' | 'dpsu-single'), one DPSU baseline replaces the
-    vocabulary and the levels (DPNE §3.1.2)."""
-    from dpngram.stages import report
+def _needs_budget(stage: str) -> Callable[[RunConfig], str | None]:
+    def skip(config: RunConfig) -> str | None:
+        return None if stage in config.stage_budget else f"stage_budget has no '{stage}' share"
 
-    plan: list[tuple[str, StageFn]] = [("ingest", lambda ctx: ingest_stage.run_ingest(ctx, ingest_progress))]
-    if config.dpne.vocabulary_method in ("triehh", "both"):  # LDP TrieHH words for S_1
+    return skip
 
-        plan.append(("triehh", triehh_stage.run_triehh))
+
+def _triehh(config: RunConfig) -> str | None:
+    method = config.dpne.vocabulary_method
+    if method not in ("triehh", "both"):
+        return f"vocabulary_method is '{method}': no TrieHH stage"
+    return _needs_budget("triehh")(config)
+
+
+def _level(k: int) -> Callable[[RunConfig], str | None]:
+    def skip(config: RunConfig) -> str | None:
+        return None if k <= config.dpne.max_n else f"level {k} is beyond this run's T = {config.dpne.max_n}"
+
+    return skip
+
+
+def _kgrams(config: RunConfig) -> str | None:
+    return None if config.dpne.max_n >= 2 else "T = 1: no k-grams beyond the vocabulary"
+
+
+def lm_skip_reason(config: RunConfig) -> str | None:
+    """Why the run builds no language model, or None when it builds one."""
+    if config.lm.route == "off":
+        return "lm_route is 'off'"
+    if not any(s in config.stage_budget for s in LM_SOURCES):
+        return f"no stage the model is built from has a budget share ({', '.join(LM_SOURCES)})"
+    return None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a release.
+
+    ``name`` is the step's one name (see the module docstring); ``group`` is the Airflow task group
+    (the part of ``name`` before the dot). ``target`` is ``"module:function"``, called as
+    ``function(ctx, **kwargs)``. ``skip`` returns why the step does not run for a configuration."""
+
+    name: str
+    target: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    skip: Callable[[RunConfig], str | None] = lambda config: None
+    doc: str = ""
+
+    @property
+    def group(self) -> str | None:
+        return self.name.split(".", 1)[0] if "." in self.name else None
+
+    @property
+    def task_id(self) -> str:
+        """The task id inside its group (Airflow prefixes the group: ``dpne`` + ``k2`` = ``dpne.k2``)."""
+        return self.name.split(".", 1)[1] if "." in self.name else self.name
+
+    def skip_reason(self, config: RunConfig) -> str | None:
+        return self.skip(config)
+
+    def function(self) -> Callable[..., dict[str, Any]]:
+        module, _, name = self.target.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    def run(self, ctx: RunContext, **extra: Any) -> dict[str, Any]:
+        return self.function()(ctx, **self.kwargs, **extra)
+
+
+def _steps() -> tuple[Step, ...]:
+    steps = [
+        Step("ingest", "dpngram.stages.ingest:run_ingest", doc="raw text -> private tables, quarantine"),
+        Step("triehh", "dpngram.stages.triehh:run_triehh", skip=_triehh, doc="LDP word discovery"),
+        Step("dpne.k1", "dpngram.stages.vocabulary:run_vocabulary", doc="vocabulary S_1 (DPSU)"),
+    ]
+    steps += [
+        Step(f"dpne.k{k}", "dpngram.stages.dpne:run_level", {"k": k}, _level(k), f"k-gram level {k} (DPNE)")
+        for k in range(2, MAX_LEVEL + 1)
+    ]
+    steps += [
+        Step("dpne.kgrams", "dpngram.stages.dpne:finalize_kgrams", skip=_kgrams, doc="merge the levels"),
+        Step("lm_counts", "dpngram.stages.lm_counts:run_lm_counts", skip=_needs_budget("lm_counts"),
+             doc="noisy n-gram counts and the mixture weight"),  # fmt: skip
+        Step("bayes", "dpngram.stages.bayes:run_bayes", skip=_needs_budget("bayes"), doc="trigram distribution"),
+        Step("synth", "dpngram.stages.synth:run_synth", skip=_needs_budget("synth"), doc="synthetic text"),
+        Step("validation", "dpngram.stages.validate:validate_run", doc="Great Expectations suites"),
+        Step("lm", "dpngram.stages.lm:run_lm", skip=lm_skip_reason, doc="KenLM model (post-processing)"),
+        Step("report", "dpngram.stages.report:run_report", doc="report.json, report.html, plots"),
+    ]
+    return tuple(steps)
+
+
+#: Every step a release can take, in order (the DAG's tasks between ``privacy_precheck`` and ``publish``).
+STEPS: tuple[Step, ...] = _steps()
+STEP_BY_NAME: dict[str, Step] = {step.name: step for step in STEPS}
+
+#: Steps a DPSU baseline (``dpngram baseline``) replaces by one step ``dpne``.
+_DPNE_STEPS = ("dpne.k1", "dpne.kgrams", *(f"dpne.k{k}" for k in range(2, MAX_LEVEL + 1)))
+
+
+def release_steps(config: RunConfig, baseline: str | None = None, baseline_k: int | None = None) -> list[Step]:
+    """The steps that run for ``config``, in order. With ``baseline`` ('dpsu-all' | 'dpsu-even' |
+    'dpsu-single'), one DPSU baseline (step ``dpne``, DPNE §3.1.2) replaces the vocabulary and the
+    levels."""
+    steps = [step for step in STEPS if step.skip_reason(config) is None]
     if baseline is None:
-        plan.append(("vocabulary", vocabulary_stage.run_vocabulary))
-        for k in range(2, config.dpne.max_n + 1):
-            plan.append((f"dpne_level_{k}", lambda ctx, k=k: dpne_stage.run_level(ctx, k)))
-        if config.dpne.max_n >= 2:
-            plan.append(("kgrams", dpne_stage.finalize_kgrams))
-    else:
-        plan.append((f"baseline_{baseline}", lambda ctx: dpne_stage.run_baseline(ctx, baseline, baseline_k)))
-    if "lm_counts" in config.stage_budget:  # noisy n-gram counts + mixture weight for the LM
-
-        plan.append(("lm_counts", lm_counts_stage.run_lm_counts))
-    if "bayes" in config.stage_budget:
-
-        plan.append(("bayes", bayes_stage.run_bayes))
-    if "synth" in config.stage_budget:
-
-        plan.append(("synth", synth_stage.run_synth))
-    plan.append(("validate", validate_stage.validate_run))
-    from dpngram.stages.lm import lm_enabled
-
-    if lm_enabled(config):  # language model from the released DP artifacts (post-processing)
-        from dpngram.stages.lm import run_lm
-
-        plan.append(("lm", run_lm))
-    plan.append(("report", lambda ctx: {"path": str(report.write_report(ctx))}))
-    return plan
+        return steps
+    first = next(i for i, step in enumerate(steps) if step.name in _DPNE_STEPS)
+    rest = [step for step in steps if step.name not in _DPNE_STEPS]
+    baseline_step = Step(
+        "dpne", "dpngram.stages.dpne:run_baseline", {"method": baseline, "k": baseline_k}, doc="DPSU baseline"
+    )
+    return [*rest[:first], baseline_step, *rest[first:]]
 
 
 def run_release(
@@ -86,46 +161,50 @@ def run_release(
     on_stage: Callable[[str, str, dict[str, Any]], None] | None = None,
     ingest_progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """Run a whole release in this process: prepare, every stage of :func:`release_plan`, publish.
+    """Run a whole release in this process: the privacy pre-check, every step of
+    :func:`release_steps`, publish.
 
     ``on_stage(name, event, summary)`` is called with event 'start' and 'done' (summary: the
-    stage's :func:`public_summary`). Any exception propagates; nothing is published unless every
-    stage (including validation) succeeded. Returns run_id, the release path and the summaries."""
+    step's public summary). Any exception propagates; nothing is published unless every step
+    (including validation) succeeded. Returns run_id, the release path and the summaries."""
+    from dpngram.release.context import RunContext, public_summary, stage_timer
+    from dpngram.release.publish import prepare, publish_run
+
+    def announce(name: str, event: str, summary: dict[str, Any]) -> None:
+        if on_stage:
+            on_stage(name, event, summary)
+
+    announce("privacy_precheck", "start", {})
     config = prepare(config)
+    announce("privacy_precheck", "done", {"run_id": config.run_id})
     ctx = RunContext(config)
     summaries: dict[str, dict[str, Any]] = {}
-    for name, fn in release_plan(config, baseline, baseline_k, ingest_progress):
-        if on_stage:
-            on_stage(name, "start", {})
-        with stage_timer(ctx, name):
-            summaries[name] = public_summary(fn(ctx))
-        if on_stage:
-            on_stage(name, "done", summaries[name])
-    if on_stage:
-        on_stage("publish", "start", {})
+    for step in release_steps(config, baseline, baseline_k):
+        announce(step.name, "start", {})
+        extra = {"progress": ingest_progress} if step.name == "ingest" and ingest_progress else {}
+        with stage_timer(ctx, step.name):
+            summaries[step.name] = public_summary(step.run(ctx, **extra))
+        announce(step.name, "done", summaries[step.name])
+    announce("publish", "start", {})
     path = publish_run(ctx)
-    if on_stage:
-        on_stage("publish", "done", {"path": str(path)})
+    announce("publish", "done", {"path": str(path)})
     return {"run_id": ctx.run_id, "release": str(path), "stages": summaries}
 
 
 def run_dpne(
     ctx: RunContext, progress: Callable[[str], None] | None = None, *, noise: NoiseSource | None = None
 ) -> dict[str, Any]:
-    """The DPNE stages in this process: vocabulary, levels 2..T and the k-gram merge;
-    ``progress(stage_name)`` is called after each."""
-    results = [vocabulary_stage.run_vocabulary(ctx, noise=noise)]
-    if progress:
-        progress(VOCABULARY_STAGE)
-    for k in range(2, ctx.config.dpne.max_n + 1):
-        results.append(dpne_stage.run_level(ctx, k, noise=noise))
+    """The DPNE steps in this process (vocabulary, levels 2..T, the k-gram merge), for tests and
+    benchmarks; ``progress(step_name)`` is called after each."""
+    dpne_steps = [s for s in release_steps(ctx.config) if s.name.startswith("dpne.k") and s.name != "dpne.kgrams"]
+    results = []
+    for step in [*dpne_steps, STEP_BY_NAME["dpne.kgrams"]]:
+        results.append(step.run(ctx, **({"noise": noise} if step.name != "dpne.kgrams" else {})))
         if progress:
-            progress(level_stage(k))
-    final = dpne_stage.finalize_kgrams(ctx)
-    if progress:
-        progress("dpne.finalize")
+            progress(step.name)
+    vocabulary, kgrams = results[0], results[-1]
     return {
-        "stages": [r["stage"] for r in results] + [final["stage"]],
-        "released_rows": {"vocabulary": results[0]["released_rows"], "kgrams": final["released_rows"]},
-        "paths": results[0]["paths"] + final["paths"],
+        "stages": [r["stage"] for r in results],
+        "released_rows": {"vocabulary": vocabulary["released_rows"], "kgrams": kgrams["released_rows"]},
+        "paths": vocabulary["paths"] + kgrams["paths"],
     }

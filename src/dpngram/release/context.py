@@ -1,4 +1,19 @@
-"""TODO docstring (moved from pipeline/run.py)."""
+"""A run's context: where one run keeps its state, and what a stage records or returns.
+
+:class:`RunContext` ties a validated :class:`~dpngram.config.RunConfig` (with its run id) to the
+run's private schema, its staged :class:`~dpngram.release.layout.Release` and the engine or DuckDB
+warehouse it opens. A stage records its report part (:func:`record_part`, merged into report.json
+by the ``report`` step through :func:`read_parts`) and its wall-clock time (:func:`stage_timer`,
+:func:`read_timings`) in the staged release. What a stage returns goes to logs and Airflow XCom
+only through :func:`public_summary`, which keeps the keys of :data:`PUBLIC_SUMMARY_KEYS`
+(identifiers, paths, row counts of released tables, ε/δ); :func:`released_summary` builds that
+summary for a privacy-spending stage. :class:`StageResult` is what a stage's ``compute`` hands to
+:func:`dpngram.release.spend.spend_once`.
+
+Owns: :class:`RunContext`, :class:`StageResult`, run ids, report parts, stage timings, public
+summaries.
+Imports: dpngram.release.layout, dpngram.engines, dpngram.config, dpngram.core; pyarrow.
+"""
 
 from __future__ import annotations
 
@@ -51,7 +66,7 @@ class RunContext:
 
     @contextmanager
     def engine(self) -> Iterator[Any]:
-        """The engine the configuration selects (:func:`pipeline.engine.open_engine`): the DuckDB
+        """The engine the configuration selects (:func:`dpngram.engines.select.open_engine`): the DuckDB
         warehouse, or a Spark engine (whose ``.con`` is the DuckDB warehouse, for the ledger).
         The run schema exists in it."""
         if self.config.engine.name == "duckdb":

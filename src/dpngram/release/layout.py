@@ -5,7 +5,8 @@ by one ``rename`` to ``OUT/runs/RUN_ID`` followed by an atomic swap of the ``OUT
 failed run never leaves a partial release and the previous one stays ``latest``. Every path a stage
 writes or a reader opens is a constant (or function) here, relative to the release root.
 
-Owns: release paths, :class:`Release`, :func:`write_json_atomic`. Imports: the standard library only.
+Owns: release paths, :class:`Release`, :func:`write_json_atomic`.
+Imports: nothing from dpngram; the standard library only.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ OOV_WORDS = "released/oov_words.parquet"  # TrieHH: word
 
 
 def level_path(k: int) -> str:
-    """One DPNE level's released k-grams (merged into :data:`KGRAMS` by stage ``kgrams``)."""
+    """One DPNE level's released k-grams (merged into :data:`KGRAMS` by step ``dpne.kgrams``)."""
     return f"released/kgrams/k={k}.parquet"
 
 
@@ -52,7 +53,7 @@ DATA_DOCS_DIR = "validation/data_docs"
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
 PLOTS_DIR = "plots"
-PARTS_DIR = "report.parts"  # per-stage report fragments, merged into report.json by stage report
+PARTS_DIR = "report.parts"  # per-stage report fragments, merged into report.json by step report
 TIMINGS_DIR = "report.timings"  # wall-clock seconds per stage, merged into report.json
 
 

@@ -1,10 +1,22 @@
-"""TODO docstring (moved from pipeline/accounting.py)."""
+"""The privacy ledger: each dataset's lifetime spend, kept in the warehouse database.
+
+:class:`Ledger` records one entry per (dataset, run, stage) in ``ledger.privacy_spend`` (SQL in
+``sql/ledger/``), with the stage's (ε, δ) and its privacy events. Across runs the spends add up by
+basic composition; :meth:`Ledger.check` refuses a run that would take a dataset past its lifetime
+budget (:class:`~dpngram.core.errors.BudgetError`), not counting a retried run's own entries
+twice. An entry is written once, so a retried task cannot charge twice; stages reach the ledger
+only through :func:`dpngram.release.spend.spend_once`.
+
+Owns: :class:`Ledger` (the ``ledger.privacy_spend`` table, the lifetime-budget check).
+Imports: dpngram.engines.sql, dpngram.core.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from dpngram.core.accounting import PrivacyEvent
+from dpngram.core.budget import Budget
 from dpngram.core.errors import BudgetError
 
 
@@ -30,10 +42,11 @@ class Ledger:
 
         return self.con.execute(load_sql(name), params).fetchall()[0]
 
-    def spent(self, dataset: str, run_id: str | None = None) -> tuple[float, float]:
-        """(epsilon, delta) recorded for ``dataset`` (only ``run_id``'s when given)."""
+    def spent(self, dataset: str, run_id: str | None = None) -> Budget:
+        """The (epsilon, delta) recorded for ``dataset`` (only ``run_id``'s when given), summed
+        over its entries (basic composition)."""
         epsilon, delta = self._one_row("ledger/spent", dataset=dataset, run_id=run_id)
-        return float(epsilon), float(delta)
+        return Budget(float(epsilon), float(delta))
 
     def check(
         self,

@@ -1,4 +1,16 @@
-"""TODO docstring (moved from pipeline/run.py)."""
+"""Before and after the steps of a release: the privacy pre-check, publishing, asset metadata.
+
+:func:`prepare` (Airflow task ``privacy_precheck``) fixes the run id, refuses a run that would take
+the dataset past its lifetime budget before any data is read, and records the run's parameters in
+the staged release. :func:`publish_run` (task ``publish``) publishes the staged release atomically,
+and only if the ``validation`` step passed and the report was written; otherwise the run stays
+staged and ``latest`` keeps pointing at the previous release. :func:`release_asset_metadata` reads
+the public facts of a published release (from its report.json and file tree) for the Airflow
+asset events.
+
+Owns: :func:`prepare`, :func:`publish_run`, :func:`release_asset_metadata`.
+Imports: dpngram.release (context, ledger), dpngram.config, dpngram.core.
+"""
 
 from __future__ import annotations
 

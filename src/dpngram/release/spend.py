@@ -1,4 +1,17 @@
-"""TODO docstring (moved from pipeline/run.py)."""
+"""Charging the privacy budget: :func:`spend_once`, the only way a stage spends.
+
+A stage hands :func:`spend_once` a ``compute`` function that draws the noise, writes the stage's
+outputs into the staged release and returns its privacy events. The noisy output and the stage's
+report part (its events, the composed (ε, δ) and what the ledger is charged) are persisted before
+the charge is committed to the ledger, so a retried stage reloads its output instead of drawing
+fresh noise, and the ledger entry is written once. A sub-stage ``parent.part`` (e.g. ``dpne.k3``)
+shares its parent's budget and is charged only the increment of the parent's composed ε, so the
+ledger sum over the sub-stages is the exact composition (docs/accounting.md,
+docs/orchestration.md). A charge that would exceed the stage's share is refused.
+
+Owns: :func:`spend_once` (persist-then-commit, the per-stage ledger charge).
+Imports: dpngram.release (layout, context, ledger), dpngram.engines, dpngram.config, dpngram.core.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +22,7 @@ from typing import Any
 
 from dpngram.config import RunConfig
 from dpngram.core.accounting import Accountant, PrivacyEvent
+from dpngram.core.budget import Budget
 from dpngram.engines.duckdb import Warehouse
 from dpngram.release.context import RunContext, StageResult, read_parts
 from dpngram.release.layout import PARTS_DIR, write_json_atomic
@@ -49,30 +63,8 @@ def spend_once(
                 raise RuntimeError(f"stage {stage} did not write {missing}")
             events = result.events
             stage_eps, stage_delta = _stage_share(ctx.config, stage)
-            earlier = _earlier_sibling_events(ctx, stage)
-            summary = _summary(events, stage_delta)
-            # What the ledger is charged. A sub-stage (e.g. one DPNE level) is charged only the
-            # increment of its parent's composed epsilon, so the ledger sum over the parent's
-            # sub-stages telescopes to the exact composition; the parent's delta is charged once,
-            # by its first sub-stage.
-            parent_total = summary["epsilon"]
-            # A stage whose events are all pure-epsilon (Laplace) is charged (sum of epsilons, 0):
-            # its composed epsilon at delta > 0 may be smaller, but that one needs the delta.
-            uses_delta = any(e.mechanism != "laplace" for e in events)
-            if uses_delta or not events:
-                charged_epsilon, charged_delta = summary["epsilon"], stage_delta if events else 0.0
-            else:
-                charged_epsilon, charged_delta = sum(e.epsilon * e.count for e in events), 0.0
-            if earlier:
-                before = _summary(earlier, stage_delta)["epsilon"]
-                parent_total = _summary(earlier + list(events), stage_delta)["epsilon"]
-                charged_epsilon, charged_delta = max(0.0, parent_total - before), 0.0
-            summary = {
-                **summary,
-                "parent_total_epsilon": parent_total,
-                "charged_epsilon": charged_epsilon,
-                "charged_delta": charged_delta,
-            }
+            summary = _charged_summary(ctx, stage, events, stage_delta)
+            parent_total = summary["parent_total_epsilon"]
             fragment = {
                 **result.report,
                 "privacy": {**summary, "budget_epsilon": stage_eps, "budget_delta": stage_delta},
@@ -98,7 +90,38 @@ def spend_once(
     return {"stage": stage, "reused": reused, "epsilon": privacy["epsilon"], "outputs": outputs}
 
 
-def _stage_share(config: RunConfig, stage: str) -> tuple[float, float]:
+def _charged_summary(
+    ctx: RunContext, stage: str, events: list[PrivacyEvent], stage_delta: float
+) -> dict[str, Any]:
+    """The stage's privacy summary plus what the ledger is charged (``parent_total_epsilon``,
+    ``charged_epsilon``, ``charged_delta``)."""
+    earlier = _earlier_sibling_events(ctx, stage)
+    summary = _summary(events, stage_delta)
+    # What the ledger is charged. A sub-stage (e.g. one DPNE level) is charged only the
+    # increment of its parent's composed epsilon, so the ledger sum over the parent's
+    # sub-stages telescopes to the exact composition; the parent's delta is charged once,
+    # by its first sub-stage.
+    parent_total = summary["epsilon"]
+    # A stage whose events are all pure-epsilon (Laplace) is charged (sum of epsilons, 0):
+    # its composed epsilon at delta > 0 may be smaller, but that one needs the delta.
+    uses_delta = any(e.mechanism != "laplace" for e in events)
+    if uses_delta or not events:
+        charged_epsilon, charged_delta = summary["epsilon"], stage_delta if events else 0.0
+    else:
+        charged_epsilon, charged_delta = sum(e.epsilon * e.count for e in events), 0.0
+    if earlier:
+        before = _summary(earlier, stage_delta)["epsilon"]
+        parent_total = _summary(earlier + list(events), stage_delta)["epsilon"]
+        charged_epsilon, charged_delta = max(0.0, parent_total - before), 0.0
+    return {
+        **summary,
+        "parent_total_epsilon": parent_total,
+        "charged_epsilon": charged_epsilon,
+        "charged_delta": charged_delta,
+    }
+
+
+def _stage_share(config: RunConfig, stage: str) -> Budget:
     """Budget of a stage; sub-stages ``parent.part`` (e.g. ``dpne.k3``) share their parent's."""
     return config.stage_share(stage.split(".", 1)[0])
 

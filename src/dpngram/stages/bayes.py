@@ -1,4 +1,17 @@
-"""TODO docstring (moved from pipeline/bayes.py)."""
+"""Step ``bayes``: a Bayesian trigram distribution θ released with BayesianDP.
+
+:func:`run_bayes` prepares the trigram space from the public corpus, the released vocabulary and
+the released k-grams (:func:`dpngram.mechanisms.bayes.prepare_inputs`), chooses (S, ρ) from the
+configuration or by tuning on public data alone (:func:`choose_hyperparameters`), calibrates the
+Gaussian noise to the sensitivity bound and writes ``released/trigram_dist.parquet`` (w1, w2, w3,
+prob), spending the whole bayes share through :func:`dpngram.release.spend.spend_once`.
+:func:`run_bayes_baseline` releases one of the paper's Laplace baselines (§4.2) in its place, for
+benchmarks. The algorithm and its privacy argument are in :mod:`dpngram.mechanisms.bayes` and
+``docs/bayes.md``.
+
+Owns: the ``bayes`` step (its inputs from the release, the hyperparameter choice, the report part).
+Imports: dpngram.mechanisms.bayes, dpngram.release, dpngram.engines, dpngram.core; numpy, pyarrow.
+"""
 
 from __future__ import annotations
 
@@ -115,9 +128,10 @@ def choose_hyperparameters(
 
 def run_bayes(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str, Any]:
     """Stage ``bayes``: release ``released/trigram_dist.parquet`` (w1, w2, w3, prob) by BayesianDP
-    (Algorithm 1) with the whole bayes share of (ε, δ), via :func:`pipeline.run.spend_once`
-    (noisy output persisted before the spend is committed; a retry reuses it). Returns a summary
-    safe for XCom. ``noise`` is for seeded tests only (default: a fresh CSPRNG source)."""
+    (Algorithm 1) with the whole bayes share of (ε, δ), via
+    :func:`dpngram.release.spend.spend_once` (noisy output persisted before the spend is
+    committed; a retry reuses it). Returns a summary safe for XCom. ``noise`` is for seeded tests
+    only (default: a fresh CSPRNG source)."""
     config = ctx.config
     epsilon, delta = config.stage_share(STAGE)
     _check_method(ctx, "bayesian")

@@ -1,4 +1,19 @@
-"""TODO docstring (moved from pipeline/dpne.py)."""
+"""Steps ``dpne.k2`` .. ``dpne.k12`` and ``dpne.kgrams``: the DPNE k-gram levels, their merge, and
+the DPSU baselines.
+
+:func:`run_level` (step ``dpne.k{k}``) releases S_k with :func:`dpngram.mechanisms.dpne.release_level`
+and writes ``released/kgrams/k={k}.parquet``, charging one Gaussian event σ_k through
+:func:`dpngram.release.spend.spend_once`. Each level can run as its own Airflow task, in a fresh
+process or warehouse: the private level tables of the levels below are rebuilt from the released
+files when they are missing or stale. :func:`finalize_kgrams` (step ``dpne.kgrams``) merges the
+levels into ``released/kgrams.parquet`` and records the composed DPNE spend (Thm. 2.1) in report
+part ``dpne.kgrams``; it is post-processing (no noise, no spend). :func:`run_baseline`
+(``dpngram baseline``, step ``dpne``) applies DPSU to n-grams directly (DPNE §3.1.2), for
+comparison only, with the whole dpne share. See ``docs/dpne.md``.
+
+Owns: the DPNE level steps, the k-gram merge, the DPSU baseline step.
+Imports: dpngram.mechanisms (dpne, dpsu), dpngram.release, dpngram.engines, dpngram.core; pyarrow.
+"""
 
 from __future__ import annotations
 
@@ -138,7 +153,7 @@ def _export_level(wh: Engine, ctx: RunContext, k: int) -> None:
 def finalize_kgrams(ctx: RunContext) -> dict[str, Any]:
     """Merge the level files into ``released/kgrams.parquet`` (k = 2..T; columns k, ngram; sorted
     by k then n-gram). Post-processing only: no noise, no spend. Also records the composed DPNE
-    spend (Thm. 2.1) in the report part ``dpne.summary``."""
+    spend (Thm. 2.1) in its report part ``dpne.kgrams``."""
     config = ctx.config
     root = ctx.release.root
     paths = [root / level_path(k) for k in range(2, config.dpne.max_n + 1)]
@@ -164,7 +179,7 @@ def finalize_kgrams(ctx: RunContext) -> dict[str, Any]:
     counts.update({str(k): _file_rows(p) for k, p in zip(range(2, config.dpne.max_n + 1), paths, strict=True)})
     record_part(
         ctx,
-        "dpne.summary",
+        "dpne.kgrams",
         {
             "released_per_level": counts,
             "released_kgrams": table.num_rows,
@@ -173,7 +188,7 @@ def finalize_kgrams(ctx: RunContext) -> dict[str, Any]:
         },
     )
     out = root / KGRAMS
-    return {"stage": "dpne.finalize", "released_rows": table.num_rows, "epsilon": 0.0, "paths": [str(out)]}
+    return {"stage": "dpne.kgrams", "released_rows": table.num_rows, "epsilon": 0.0, "paths": [str(out)]}
 
 
 
@@ -195,6 +210,45 @@ def run_baseline(
     * ``dpsu-single``: all of the budget on the single length ``k``, Delta_0.
 
     A baseline spends the whole dpne budget, so it must be the run's only dpne stage."""
+    _check_baseline_request(ctx, method, k)
+    plan = _baseline_plan(ctx, method, k)
+    output = baseline_path(method)
+
+    def compute(wh: Engine) -> Any:
+        source_noise = noise or NoiseSource.secure()
+        events: list[PrivacyEvent] = []
+        released: list[pa.Table] = []
+        per_length: list[dict[str, Any]] = []
+        for lo, hi, sigma, delta_t, contribution in plan:
+            rows, run = _baseline_run(
+                wh,
+                ctx.schema,
+                lo,
+                hi,
+                sigma=sigma,
+                delta_t=delta_t,
+                contribution=contribution,
+                noise=source_noise,
+            )
+            released.append(rows)
+            events += [
+                PrivacyEvent(stage="dpne", mechanism="gaussian", sigma=sigma),
+                PrivacyEvent(stage="dpne", mechanism="approx", delta=delta_t, note="DPSU threshold"),
+            ]
+            per_length.append(run)
+        table = pa.concat_tables(released)
+        table = table.sort_by([("k", "ascending"), ("ngram", "ascending")])
+        with ctx.release.writing(output) as tmp:
+            write_keys_parquet(table, tmp, KGRAM_COLUMNS)
+        return StageResult(events=events, report={"method": method, "k": k, "runs": per_length})
+
+    result = spend_once(ctx, "dpne", [output], compute, engine=True)
+    return released_summary(ctx, "dpne", result, [output], method=method)
+
+
+def _check_baseline_request(ctx: RunContext, method: str, k: int | None) -> None:
+    """Refuse an unknown method, a length ``k`` that does not fit the method, or a run whose dpne
+    budget is already spent (by the levels or by another baseline)."""
     if method not in BASELINES:
         raise ConfigError(f"method: must be one of {list(BASELINES)} (got {method!r})")
     config = ctx.config
@@ -209,6 +263,14 @@ def run_baseline(
         raise ConfigError(
             "run_baseline: the dpne budget of this run is already spent; run a baseline in its own run"
         )
+
+
+def _baseline_plan(
+    ctx: RunContext, method: str, k: int | None
+) -> list[tuple[int | None, int | None, float, float, int]]:
+    """The DPSU runs of a baseline, from the whole dpne share: (shortest length, longest length,
+    sigma, threshold delta, per-user contribution) each (``k`` is a length for dpsu-single)."""
+    config = ctx.config
     epsilon, delta = config.stage_share("dpne")
     sigma_star = gaussian_sigma(epsilon, delta / 2.0)
     T, delta0 = config.dpne.max_n, config.dpne.max_contribution
@@ -218,52 +280,43 @@ def run_baseline(
         plan = [(n, n, sigma_star * math.sqrt(T), delta / (2.0 * T), delta0) for n in range(1, T + 1)]
     else:
         plan = [(k, k, sigma_star, delta / 2.0, delta0)]
-    output = baseline_path(method)
+    return plan
 
-    def compute(wh: Engine) -> Any:
-        source = "dpsu_baseline_source"
-        source_noise = noise or NoiseSource.secure()
-        events: list[PrivacyEvent] = []
-        released: list[pa.Table] = []
-        per_length: list[dict[str, Any]] = []
-        for lo, hi, sigma, delta_t, contribution in plan:
-            wh.execute(
-                load_sql("dpsu/ngram_source", schema=ctx.schema, target=source), {"min_n": lo, "max_n": hi}
-            )
-            rho = dpsu_threshold(sigma, delta_t, contribution)
-            target = "dpsu_baseline_released"
-            count = dpsu_release(
-                wh,
-                ctx.schema,
-                source,
-                target,
-                sigma=sigma,
-                threshold=rho,
-                max_contribution=contribution,
-                noise=source_noise,
-            )
-            released.append(
-                wh.fetch_arrow(load_sql("dpsu/baseline_export", schema=ctx.schema, released=target))
-            )
-            events += [
-                PrivacyEvent(stage="dpne", mechanism="gaussian", sigma=sigma),
-                PrivacyEvent(stage="dpne", mechanism="approx", delta=delta_t, note="DPSU threshold"),
-            ]
-            per_length.append(
-                {
-                    "lengths": [lo, hi],
-                    "sigma": sigma,
-                    "rho": rho,
-                    "max_contribution": contribution,
-                    "released": count,
-                }
-            )
-            _drop(wh, ctx.schema, source, target)
-        table = pa.concat_tables(released)
-        table = table.sort_by([("k", "ascending"), ("ngram", "ascending")])
-        with ctx.release.writing(output) as tmp:
-            write_keys_parquet(table, tmp, KGRAM_COLUMNS)
-        return StageResult(events=events, report={"method": method, "k": k, "runs": per_length})
 
-    result = spend_once(ctx, "dpne", [output], compute, engine=True)
-    return released_summary(ctx, "dpne", result, [output], method=method)
+def _baseline_run(
+    wh: Engine,
+    schema: str,
+    lo: int,
+    hi: int,
+    *,
+    sigma: float,
+    delta_t: float,
+    contribution: int,
+    noise: NoiseSource,
+) -> tuple[pa.Table, dict[str, Any]]:
+    """One DPSU over the n-grams of lengths lo..hi: the released rows (k, ngram) and the run's
+    report entry; its work tables are dropped."""
+    source = "dpsu_baseline_source"
+    wh.execute(load_sql("dpsu/ngram_source", schema=schema, target=source), {"min_n": lo, "max_n": hi})
+    rho = dpsu_threshold(sigma, delta_t, contribution)
+    target = "dpsu_baseline_released"
+    count = dpsu_release(
+        wh,
+        schema,
+        source,
+        target,
+        sigma=sigma,
+        threshold=rho,
+        max_contribution=contribution,
+        noise=noise,
+    )
+    rows = wh.fetch_arrow(load_sql("dpsu/baseline_export", schema=schema, released=target))
+    run = {
+        "lengths": [lo, hi],
+        "sigma": sigma,
+        "rho": rho,
+        "max_contribution": contribution,
+        "released": count,
+    }
+    _drop(wh, schema, source, target)
+    return rows, run

@@ -1,4 +1,22 @@
-"""TODO docstring (moved from pipeline/ingest.py)."""
+"""Step ``ingest``: raw user text -> the run's private tables, with tokenization and quarantine.
+
+:func:`run_ingest` loads ``config.input`` into the run schema with the configured engine (DuckDB:
+:func:`dpngram.engines.ingest.ingest_file`; Spark: :func:`dpngram.engines.spark.ingest_spark`; the
+same tables, record numbering, quarantine reasons and tokens), refuses an input with no usable
+record, and checks ``delta < 1/n_users`` (:meth:`~dpngram.config.RunConfig.check_against_users`).
+
+Privacy of the bookkeeping. Exact counts of the private input are data-dependent statistics (the
+number of users, or of rows quarantined for a reason, can reveal whether one person's data is in
+the input). The report part is *published* with the release and the returned dict goes to Airflow
+XCom, so neither holds any count: the report part holds only facts fixed before reading the data
+(input path, format, field names, tokenizer settings) and the fact that the row identity held
+(it always does when ingest returns: a violation raises). The exact counts stay in the private
+``ingest_stats`` table, read back for the operator's console only
+(:func:`dpngram.engines.ingest.ingest_stats`).
+
+Owns: the ``ingest`` step and its public report part.
+Imports: dpngram.release, dpngram.engines, dpngram.text, dpngram.core.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +46,7 @@ def run_ingest(ctx: RunContext, progress: Callable[[int], None] | None = None) -
     from dpngram.release.context import record_part
 
     config = ctx.config
-    if config.engine.name == "spark":  # pipeline/spark_engine.py: same tables, numbering and tokens
+    if config.engine.name == "spark":  # engines/spark.py: same tables, numbering and tokens
         from dpngram.engines.spark import ingest_spark, spark_input_format
 
         with ctx.engine() as engine:

@@ -1,4 +1,17 @@
-"""TODO docstring (moved from pipeline/lm_counts.py)."""
+"""Step ``lm_counts``: DP-noisy n-gram counts for the language model, and the mixture weight λ.
+
+:func:`run_lm_counts` builds the count domain from public data and DP outputs only (the released
+vocabulary and k-grams, the public corpus), counts the private n-grams per user in the engine
+(``sql/bayes/occurrences.sql``, ``sql/lm_counts/weighted.sql``), releases the noisy counts to
+``released/lm_counts.parquet`` and, with ``lm_mix_weight='auto'``, selects λ on disjoint selection
+users; it spends the whole lm_counts share through :func:`dpngram.release.spend.spend_once`. The
+steps and their privacy argument are in :mod:`dpngram.mechanisms.lm_counts` and
+``docs/lm_privacy.md``.
+
+Owns: the ``lm_counts`` step (wiring the domain, the counting SQL, the release and its report part).
+Imports: dpngram.mechanisms.lm_counts, dpngram.lm, dpngram.release, dpngram.engines,
+dpngram.config, dpngram.core; numpy, polars, pyarrow.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +24,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dpngram.config import RunConfig
 from dpngram.core.accounting import PrivacyEvent
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
@@ -25,6 +39,7 @@ from dpngram.mechanisms.lm_counts import (
     VOCABULARY_TABLE,
     WEIGHTED_TABLE,
     WORK_TABLES,
+    CountDomain,
     build_domain,
     candidate_grid,
     noisy_release,
@@ -40,9 +55,7 @@ from dpngram.release.spend import spend_once
 def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str, Any]:
     """Stage ``lm_counts``: write ``released/lm_counts.parquet`` (n, ngram, noisy_count) and, with
     ``lm_mix_weight='auto'``, the selected weight λ (report part ``lm_counts``), via
-    :func:`pipeline.run.spend_once`. Returns a summary safe for XCom."""
-    from dpngram.lm.open_model import noisy_count_model
-
+    :func:`dpngram.release.spend.spend_once`. Returns a summary safe for XCom."""
     config = ctx.config
     epsilon, delta = config.stage_share(STAGE)
     order = config.lm.order
@@ -57,168 +70,293 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
     def compute(wh: Engine) -> StageResult:
         source = noise or NoiseSource.secure()
         root = ctx.release.root
-        vocab_path = root / VOCABULARY
-        if not vocab_path.is_file():
-            raise ConfigError(
-                "lm_counts: released/vocabulary.parquet is missing (run the vocabulary stage first)"
-            )
-        dp_vocab = [t for t in pq.read_table(vocab_path, columns=["token"])["token"].to_pylist() if t]
-        kgrams = {n: released_kgrams(root, n) for n in range(2, order + 1)}
-        domain = build_domain(
-            dp_vocab,
-            config.public,
-            order=order,
-            public_cap=config.lm.public_vocab_size,
-            domain_cap=config.lm.count_domain,
-            kgrams=kgrams,
-            lowercase=config.lowercase,
-        )
+        dp_vocab = _read_dp_vocabulary(root)
+        domain = _count_domain(config, root, dp_vocab)
         schema = ctx.schema
         salt = source.salt()
-        vocab_table = pa.table({"token": pa.array(domain.vocabulary, pa.string())})
-        wh.load_table(schema, VOCABULARY_TABLE, [vocab_table], vocab_table.schema)
-        dom = domain.frame.to_arrow()
-        dom = pa.table(
-            {
-                "gid": pa.array(dom["gid"].to_numpy().astype(np.int64)),
-                "n": pa.array(dom["n"].to_numpy().astype(np.int64)),
-                "ngram": dom["ngram"].cast(pa.string()),
-            }
+        weighted = _weighted_counts(
+            wh, schema, domain, salt=salt, holdout=holdout, clip=float(config.lm.count_clip)
         )
-        wh.load_table(schema, DOMAIN_TABLE, [dom], dom.schema)
-        wh.execute(
-            load_sql(
-                "bayes/occurrences",
-                schema=schema,
-                source="tokens",
-                target=OCCURRENCES,
-                vocabulary=VOCABULARY_TABLE,
-            ),
-            {"map_unk": True},
-        )
-        wh.execute(
-            load_sql(
-                "lm_counts/weighted",
-                schema=schema,
-                target=WEIGHTED_TABLE,
-                occurrences=OCCURRENCES,
-                domain=DOMAIN_TABLE,
-            ),
-            {"salt": int(salt), "holdout_per_mille": holdout, "clip": float(config.lm.count_clip)},
-        )
-        cols = wh.fetch_numpy(f"SELECT gid, weighted FROM {schema}.{WEIGHTED_TABLE}")
-        weighted = np.zeros(domain.size, dtype=np.float64)
-        weighted[np.asarray(cols["gid"], dtype=np.int64) - 1] = np.asarray(cols["weighted"], dtype=np.float64)
-        del cols
         noisy, calibration = noisy_release(
             weighted, epsilon=epsilon, delta=delta, clip=float(config.lm.count_clip), noise=source
         )
         del weighted
         sigma = calibration.sigma
         threshold = config.lm.count_threshold * sigma
-        released = domain.frame.with_columns(noisy_count=pl.Series(noisy)).filter(
-            (pl.col("n") == 1) | (pl.col("noisy_count") >= threshold)
-        )
-        table = pa.table(
-            {
-                "n": pa.array(released["n"].to_numpy().astype(np.int8)),
-                "ngram": pa.array(released["ngram"].to_list(), pa.string()),
-                "noisy_count": pa.array(released["noisy_count"].to_numpy(), pa.float64()),
-            },
-            schema=COUNTS_SCHEMA,
-        )
+        released, table = _thresholded_release(domain, noisy, threshold)
         selection: dict[str, Any]
         if auto:
-            from dpngram.lm.arpa import write_arpa
-            from dpngram.lm.open_model import adapt_to_unigrams, unigram_distribution
-
-            private = noisy_count_model(
-                released.select("n", "ngram", "noisy_count"),
-                domain.public_model,
-                order,
+            adaptation, weight, selection = _select_mix_weight(
+                wh,
+                schema,
+                released,
+                domain,
+                candidates,
+                order=order,
                 threshold=threshold,
                 discount=config.lm.count_discount * sigma,
+                salt=salt,
+                holdout=holdout,
+                epsilon=epsilon,
+                source=source,
             )
-            betas = sorted({b for b, _ in candidates})
-            lams = tuple(sorted({lam for _, lam in candidates}))
-            with tempfile.TemporaryDirectory(prefix="dpngram-lmsel-") as tmp:
-                q_arpa = Path(tmp) / "private.arpa"
-                write_arpa(private, q_arpa)
-                p_arpas = []
-                for b in betas:
-                    variant = (
-                        domain.public_model
-                        if b == 0
-                        else adapt_to_unigrams(domain.public_model, unigram_distribution(private), b)
-                    )
-                    p_arpas.append(Path(tmp) / f"public_{len(p_arpas)}.arpa")
-                    write_arpa(variant, p_arpas[-1])
-                scores, sel_users = score_selection_users(
-                    wh,
-                    schema,
-                    salt=salt,
-                    holdout_per_mille=holdout,
-                    public_arpas=p_arpas,
-                    private_arpa=q_arpa,
-                    weights=lams,
-                )
-            order_of_scores = [(b, lam) for b in betas for lam in lams]
-            # Always through report-noisy-max, even with no selection user (the sum over nobody is
-            # the zero vector): whether one user exists must not change what is released.
-            _, best = select_weight(scores, epsilon, source, grid=tuple(range(len(order_of_scores))))
-            adaptation, weight = order_of_scores[best]
-            del scores, sel_users
-            selection = {
-                "method": "report-noisy-max over the (adaptation, weight) grid on disjoint selection users",
-                "grid": list(lams),
-                "adaptation_grid": list(betas),
-                "score_clip_nats": SCORE_CLIP_NATS,
-                "laplace_scale": 2.0 * SCORE_CLIP_NATS / epsilon,
-                "selection_fraction": holdout / 1000.0,
-            }
         else:
             adaptation, weight = candidates[0]
             selection = {"method": "fixed (configuration)"}
         with ctx.release.writing(LM_COUNTS) as tmp_path:
             pq.write_table(table, tmp_path)
         wh.drop(schema, *WORK_TABLES)
-        report = {
-            "method": "Gaussian mechanism on per-user l2-bounded n-gram counts over a public domain",
-            "order": order,
-            "domain_size": domain.size,
-            "domain_by_order": {
-                str(n): int(domain.frame.filter(pl.col("n") == n).height) for n in range(1, order + 1)
-            },
-            "model_vocabulary_size": len(domain.vocabulary),
-            "dp_vocabulary_size": len(dp_vocab),
-            "clip_l2": float(config.lm.count_clip),
-            "sigma": sigma,
-            "grid": calibration.grid,
-            "snapped_sensitivity": calibration.snapped_sensitivity,
-            "threshold": threshold,
-            "discount": config.lm.count_discount * sigma,
-            "released_by_order": {
-                str(n): int(released.filter(pl.col("n") == n).height) for n in range(1, order + 1)
-            },
-            "mix_weight": weight,
-            "unigram_adaptation": adaptation,
-            "weight_selection": selection,
-            "differentially_private": True,
-            "guarantee": (
-                f"user-level ({epsilon:.4g}, {delta:.3g})-differential privacy for this stage (Gaussian "
-                "counts on the counting users, report-noisy-max on the disjoint selection users; "
-                "docs/lm_privacy.md)"
-            ),
-            "noise_mode": source.mode,
-        }
-        event = PrivacyEvent(
-            stage=STAGE,
-            mechanism="gaussian",
-            sigma=sigma,
-            sensitivity=calibration.snapped_sensitivity,
-            note="noisy n-gram counts (l2-bounded per user); the weight selection runs on disjoint users",
+        report = _counts_report(
+            config,
+            domain=domain,
+            dp_vocab=dp_vocab,
+            calibration=calibration,
+            threshold=threshold,
+            released=released,
+            adaptation=adaptation,
+            weight=weight,
+            selection=selection,
+            epsilon=epsilon,
+            delta=delta,
+            noise_mode=source.mode,
         )
-        return StageResult(events=[event], report=report)
+        return StageResult(events=[_counts_event(calibration)], report=report)
 
     result = spend_once(ctx, STAGE, [LM_COUNTS], compute, engine=True)
     return released_summary(ctx, STAGE, result, [LM_COUNTS])
+
+
+def _read_dp_vocabulary(root: Path) -> list[str]:
+    """The DP vocabulary released by step ``dpne.k1`` (non-empty tokens)."""
+    vocab_path = root / VOCABULARY
+    if not vocab_path.is_file():
+        raise ConfigError(
+            "lm_counts: released/vocabulary.parquet is missing (run the vocabulary stage first)"
+        )
+    return [t for t in pq.read_table(vocab_path, columns=["token"])["token"].to_pylist() if t]
+
+
+def _count_domain(config: RunConfig, root: Path, dp_vocab: list[str]) -> CountDomain:
+    """The public n-gram domain counted by the stage (DP vocabulary, public corpus, released k-grams)."""
+    order = config.lm.order
+    kgrams = {n: released_kgrams(root, n) for n in range(2, order + 1)}
+    return build_domain(
+        dp_vocab,
+        config.public,
+        order=order,
+        public_cap=config.lm.public_vocab_size,
+        domain_cap=config.lm.count_domain,
+        kgrams=kgrams,
+        lowercase=config.lowercase,
+    )
+
+
+def _load_domain_tables(wh: Engine, schema: str, domain: CountDomain) -> None:
+    """Load the model vocabulary and the n-gram domain into the engine's work tables."""
+    vocab_table = pa.table({"token": pa.array(domain.vocabulary, pa.string())})
+    wh.load_table(schema, VOCABULARY_TABLE, [vocab_table], vocab_table.schema)
+    dom = domain.frame.to_arrow()
+    dom = pa.table(
+        {
+            "gid": pa.array(dom["gid"].to_numpy().astype(np.int64)),
+            "n": pa.array(dom["n"].to_numpy().astype(np.int64)),
+            "ngram": dom["ngram"].cast(pa.string()),
+        }
+    )
+    wh.load_table(schema, DOMAIN_TABLE, [dom], dom.schema)
+
+
+def _weighted_counts(
+    wh: Engine, schema: str, domain: CountDomain, *, salt: int, holdout: int, clip: float
+) -> np.ndarray:
+    """The summed per-user l2-bounded n-gram counts over the domain (index gid - 1), before noise."""
+    _load_domain_tables(wh, schema, domain)
+    wh.execute(
+        load_sql(
+            "bayes/occurrences",
+            schema=schema,
+            source="tokens",
+            target=OCCURRENCES,
+            vocabulary=VOCABULARY_TABLE,
+        ),
+        {"map_unk": True},
+    )
+    wh.execute(
+        load_sql(
+            "lm_counts/weighted",
+            schema=schema,
+            target=WEIGHTED_TABLE,
+            occurrences=OCCURRENCES,
+            domain=DOMAIN_TABLE,
+        ),
+        {"salt": int(salt), "holdout_per_mille": holdout, "clip": clip},
+    )
+    cols = wh.fetch_numpy(f"SELECT gid, weighted FROM {schema}.{WEIGHTED_TABLE}")
+    weighted = np.zeros(domain.size, dtype=np.float64)
+    weighted[np.asarray(cols["gid"], dtype=np.int64) - 1] = np.asarray(cols["weighted"], dtype=np.float64)
+    return weighted
+
+
+def _thresholded_release(
+    domain: CountDomain, noisy: np.ndarray, threshold: float
+) -> tuple[pl.DataFrame, pa.Table]:
+    """The released rows (every unigram; longer n-grams at or above the threshold) and their table."""
+    released = domain.frame.with_columns(noisy_count=pl.Series(noisy)).filter(
+        (pl.col("n") == 1) | (pl.col("noisy_count") >= threshold)
+    )
+    table = pa.table(
+        {
+            "n": pa.array(released["n"].to_numpy().astype(np.int8)),
+            "ngram": pa.array(released["ngram"].to_list(), pa.string()),
+            "noisy_count": pa.array(released["noisy_count"].to_numpy(), pa.float64()),
+        },
+        schema=COUNTS_SCHEMA,
+    )
+    return released, table
+
+
+def _select_mix_weight(
+    wh: Engine,
+    schema: str,
+    released: pl.DataFrame,
+    domain: CountDomain,
+    candidates: list[tuple[float, float]],
+    *,
+    order: int,
+    threshold: float,
+    discount: float,
+    salt: int,
+    holdout: int,
+    epsilon: float,
+    source: NoiseSource,
+) -> tuple[float, float, dict[str, Any]]:
+    """(adaptation, weight) chosen by report-noisy-max on the selection users, and its report."""
+    from dpngram.lm.open_model import noisy_count_model
+
+    private = noisy_count_model(
+        released.select("n", "ngram", "noisy_count"),
+        domain.public_model,
+        order,
+        threshold=threshold,
+        discount=discount,
+    )
+    betas = sorted({b for b, _ in candidates})
+    lams = tuple(sorted({lam for _, lam in candidates}))
+    scores = _selection_scores(
+        wh, schema, private, domain.public_model, betas, lams, salt=salt, holdout=holdout
+    )
+    order_of_scores = [(b, lam) for b in betas for lam in lams]
+    # Always through report-noisy-max, even with no selection user (the sum over nobody is
+    # the zero vector): whether one user exists must not change what is released.
+    _, best = select_weight(scores, epsilon, source, grid=tuple(range(len(order_of_scores))))
+    adaptation, weight = order_of_scores[best]
+    del scores
+    selection = {
+        "method": "report-noisy-max over the (adaptation, weight) grid on disjoint selection users",
+        "grid": list(lams),
+        "adaptation_grid": list(betas),
+        "score_clip_nats": SCORE_CLIP_NATS,
+        "laplace_scale": 2.0 * SCORE_CLIP_NATS / epsilon,
+        "selection_fraction": holdout / 1000.0,
+    }
+    return adaptation, weight, selection
+
+
+def _selection_scores(
+    wh: Engine,
+    schema: str,
+    private: Any,
+    public_model: Any,
+    betas: list[float],
+    lams: tuple[float, ...],
+    *,
+    salt: int,
+    holdout: int,
+) -> np.ndarray:
+    """Summed clipped scores of every (adaptation, weight) candidate over the selection users
+    (PRIVATE, in-process only), through temporary ARPA files of the private and public models."""
+    from dpngram.lm.arpa import write_arpa
+    from dpngram.lm.open_model import adapt_to_unigrams, unigram_distribution
+
+    with tempfile.TemporaryDirectory(prefix="dpngram-lmsel-") as tmp:
+        q_arpa = Path(tmp) / "private.arpa"
+        write_arpa(private, q_arpa)
+        p_arpas = []
+        for b in betas:
+            variant = (
+                public_model
+                if b == 0
+                else adapt_to_unigrams(public_model, unigram_distribution(private), b)
+            )
+            p_arpas.append(Path(tmp) / f"public_{len(p_arpas)}.arpa")
+            write_arpa(variant, p_arpas[-1])
+        scores, _ = score_selection_users(
+            wh,
+            schema,
+            salt=salt,
+            holdout_per_mille=holdout,
+            public_arpas=p_arpas,
+            private_arpa=q_arpa,
+            weights=lams,
+        )
+    return scores
+
+
+def _counts_report(
+    config: RunConfig,
+    *,
+    domain: CountDomain,
+    dp_vocab: list[str],
+    calibration: Any,
+    threshold: float,
+    released: pl.DataFrame,
+    adaptation: float,
+    weight: float,
+    selection: dict[str, Any],
+    epsilon: float,
+    delta: float,
+    noise_mode: str,
+) -> dict[str, Any]:
+    """Report part ``lm_counts``: the domain, the calibration, what was released, the chosen weight."""
+    order = config.lm.order
+    sigma = calibration.sigma
+    return {
+        "method": "Gaussian mechanism on per-user l2-bounded n-gram counts over a public domain",
+        "order": order,
+        "domain_size": domain.size,
+        "domain_by_order": {
+            str(n): int(domain.frame.filter(pl.col("n") == n).height) for n in range(1, order + 1)
+        },
+        "model_vocabulary_size": len(domain.vocabulary),
+        "dp_vocabulary_size": len(dp_vocab),
+        "clip_l2": float(config.lm.count_clip),
+        "sigma": sigma,
+        "grid": calibration.grid,
+        "snapped_sensitivity": calibration.snapped_sensitivity,
+        "threshold": threshold,
+        "discount": config.lm.count_discount * sigma,
+        "released_by_order": {
+            str(n): int(released.filter(pl.col("n") == n).height) for n in range(1, order + 1)
+        },
+        "mix_weight": weight,
+        "unigram_adaptation": adaptation,
+        "weight_selection": selection,
+        "differentially_private": True,
+        "guarantee": (
+            f"user-level ({epsilon:.4g}, {delta:.3g})-differential privacy for this stage (Gaussian "
+            "counts on the counting users, report-noisy-max on the disjoint selection users; "
+            "docs/lm_privacy.md)"
+        ),
+        "noise_mode": noise_mode,
+    }
+
+
+def _counts_event(calibration: Any) -> PrivacyEvent:
+    """The stage's privacy event: the Gaussian mechanism on the l2-bounded count vector."""
+    return PrivacyEvent(
+        stage=STAGE,
+        mechanism="gaussian",
+        sigma=calibration.sigma,
+        sensitivity=calibration.snapped_sensitivity,
+        note="noisy n-gram counts (l2-bounded per user); the weight selection runs on disjoint users",
+    )

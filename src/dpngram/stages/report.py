@@ -1,22 +1,26 @@
-"""The run report: ``report.json``, a self-contained ``report.html`` and PNG plots.
+"""Step ``report``: ``report.json``, a self-contained ``report.html`` and PNG plots.
 
 :func:`write_report` merges the report parts that stages recorded in the staged release
-(:func:`pipeline.run.read_parts`) with facts computed here:
+(:func:`dpngram.release.context.read_parts`) with facts computed here:
 
 * privacy: each stage's recorded spend, and the run's total **composed** by
-  :class:`pipeline.accounting.Accountant` over all events of all stages at the run's delta
+  :class:`dpngram.core.accounting.Accountant` over all events of all stages at the run's delta
   (Gaussian events merged exactly, DPNE Prop. 2.3; mixed events via prv-accountant), next to
   the basic-composition sum of the stages' epsilons (always sound, usually looser); plus what the
   ledger charged for this run;
 * row counts of every released table (``released/*.parquet``; those tables are public, so their
   sizes are too), per k for tables with a ``k`` column;
-* timings per stage (stage parts' ``seconds`` and :func:`pipeline.run.stage_timer` records);
+* timings per stage (stage parts' ``seconds`` and :func:`dpngram.release.context.stage_timer`
+  records);
 * noise mode (secure vs seeded-test) and the validation summary.
 
 The report holds no private statistic: only released tables are counted, and parts are written by
-stages under the same rule. Unknown parts (added by later stages) are carried into report.json
-as they are and rendered in the HTML as key/value tables, so the report needs no change when a
-stage is added.
+stages under the same rule. Parts without a section of their own are carried into report.json as
+they are and rendered in the HTML as key/value tables, so the report needs no change when a stage
+is added.
+
+Owns: the ``report`` step: report.json, report.html, the plots.
+Imports: dpngram.release (context, layout), dpngram.core; pyarrow, matplotlib.
 """
 
 from __future__ import annotations
@@ -111,6 +115,11 @@ def _noise_mode(parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "note": "stages draw noise from NoiseSource.secure() (OS CSPRNG); a seeded source exists only "
         "inside the test suite" + (f"; seeded stages: {insecure}" if insecure else ""),
     }
+
+
+def run_report(ctx: RunContext) -> dict[str, Any]:
+    """Step ``report``: write the report; returns its path (public)."""
+    return {"stage": "report", "path": str(write_report(ctx))}
 
 
 def write_report(ctx: RunContext) -> Path:
@@ -276,15 +285,36 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
 
 def render_html(report: dict[str, Any]) -> str:
     """The report as one HTML page (inline CSS; plots are the PNG files next to it)."""
-    privacy = report["privacy"]
-    total = privacy["total"]
-    validation = report["validation"]
     sections = [
         f"<h1>dpngram release <code>{_esc(report['run_id'])}</code></h1>",
         f"<p class='muted'>dataset {_esc(report['dataset'])} · generated {_esc(report['generated_at'])} · "
         f"noise: {_esc(report['noise']['mode'])}</p>",
     ]
+    sections.extend(_privacy_html(report))
+    sections.extend(_released_html(report))
+    sections.extend(_validation_html(report["validation"]))
 
+    sections.append("<h2>Timings (seconds)</h2>")
+    sections.append(_table(["stage", "seconds"], [[n, s] for n, s in report["timings_seconds"].items()]))
+
+    sections.append("<h2>Parameters</h2>")
+    sections.append(_kv_table(report["parameters"]))
+
+    sections.extend(_stages_html(report["stages"]))
+
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>dpngram report {_esc(report['run_id'])}</title><style>{_CSS}</style></head><body>"
+        + "\n".join(sections)
+        + "</body></html>\n"
+    )
+
+
+def _privacy_html(report: dict[str, Any]) -> list[str]:
+    """Section "Privacy": the composed spend against the budget, per stage, the ledger, the plot."""
+    privacy = report["privacy"]
+    total = privacy["total"]
+    sections: list[str] = []
     status = "ok" if privacy.get("within_budget") else "bad"
     sections.append("<h2>Privacy</h2>")
     n_events = len(privacy.get("events", []))
@@ -314,7 +344,12 @@ def render_html(report: dict[str, Any]) -> str:
         sections.append(
             f"<img src='{_esc(report['plots']['privacy_per_stage'])}' alt='privacy spend per stage'>"
         )
+    return sections
 
+
+def _released_html(report: dict[str, Any]) -> list[str]:
+    """Section "Released n-grams": n-grams per k (table and plot) and the released tables."""
+    sections: list[str] = []
     sections.append("<h2>Released n-grams</h2>")
     per_k = report["released"]["ngrams_per_k"]
     if per_k:
@@ -330,7 +365,12 @@ def render_html(report: dict[str, Any]) -> str:
                 [[n, t["path"], t["rows"], ", ".join(t["columns"])] for n, t in tables.items()],
             )
         )
+    return sections
 
+
+def _validation_html(validation: dict[str, Any]) -> list[str]:
+    """Section "Validation": whether the suites passed, per suite, the failures."""
+    sections: list[str] = []
     sections.append("<h2>Validation (Great Expectations)</h2>")
     if not validation.get("ran"):
         sections.append("<p class='bad'>Validation has not run.</p>")
@@ -349,23 +389,16 @@ def render_html(report: dict[str, Any]) -> str:
         )
         if validation["failures"]:
             sections.append("<ul>" + "".join(f"<li>{_esc(f)}</li>" for f in validation["failures"]) + "</ul>")
+    return sections
 
-    sections.append("<h2>Timings (seconds)</h2>")
-    sections.append(_table(["stage", "seconds"], [[n, s] for n, s in report["timings_seconds"].items()]))
 
-    sections.append("<h2>Parameters</h2>")
-    sections.append(_kv_table(report["parameters"]))
-
+def _stages_html(stages: dict[str, Any]) -> list[str]:
+    """Section "Stages": each stage's report part (its privacy without the event list)."""
+    sections: list[str] = []
     sections.append("<h2>Stages</h2>")
-    for name, part in report["stages"].items():
+    for name, part in stages.items():
         shown = {k: v for k, v in part.items() if k != "privacy"}
         if isinstance(part.get("privacy"), dict):
             shown["privacy"] = {k: v for k, v in part["privacy"].items() if k != "events"}
         sections.append(f"<h3>{_esc(name)}</h3>{_kv_table(shown)}")
-
-    return (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>dpngram report {_esc(report['run_id'])}</title><style>{_CSS}</style></head><body>"
-        + "\n".join(sections)
-        + "</body></html>\n"
-    )
+    return sections

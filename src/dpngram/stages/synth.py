@@ -1,4 +1,16 @@
-"""TODO docstring (moved from pipeline/synth.py)."""
+"""Step ``synth``: Chen et al.'s variable-length n-gram tree and a synthetic sentence corpus.
+
+:func:`run_synth` maps the private sentences onto the released vocabulary, builds the noisy
+exploration tree with the synth share of ε (:func:`dpngram.mechanisms.synth.build_tree`; pure ε-DP,
+one Laplace event), makes its counts consistent, and releases them with synthetic sentences
+generated from them (post-processing) as ``released/ngram_counts_noisy.parquet`` and
+``released/synthetic_sequences.parquet`` (:func:`write_outputs`), through
+:func:`dpngram.release.spend.spend_once`. The algorithm and its privacy argument are in
+:mod:`dpngram.mechanisms.synth` and ``docs/synth.md``.
+
+Owns: the ``synth`` step (its inputs from the release, the released files, the report part).
+Imports: dpngram.mechanisms.synth, dpngram.release, dpngram.engines, dpngram.core; pyarrow.
+"""
 
 from __future__ import annotations
 
@@ -84,7 +96,7 @@ def write_outputs(
 def run_synth(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str, Any]:
     """Stage ``synth``: Algorithm 1 with the synth share of ε (pure ε-DP, one Laplace event),
     releasing the consistent noisy n-gram counts and a synthetic sentence corpus, via
-    :func:`pipeline.run.spend_once`. ``noise`` is for seeded tests only."""
+    :func:`dpngram.release.spend.spend_once`. ``noise`` is for seeded tests only."""
     config = ctx.config
     epsilon, _ = config.stage_share(STAGE)
     labels = item_labels(_load_vocabulary(ctx))

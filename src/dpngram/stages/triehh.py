@@ -1,4 +1,17 @@
-"""TODO docstring (moved from pipeline/triehh.py)."""
+"""Step ``triehh``: out-of-vocabulary word discovery with local DP (LDP TrieHH).
+
+:func:`privacy_plan` turns the triehh share of (ε, δ) into the per-report budget ε0 and the
+user-level central guarantee after shuffling (public numbers, refused before any data is read when
+they do not fit). :func:`run_triehh` simulates the federated protocol on the ingested corpus
+(:func:`dpngram.mechanisms.triehh.run_trie`, leaving the known vocabulary out when one is given)
+and releases the discovered words to ``released/oov_words.parquet`` through
+:func:`dpngram.release.spend.spend_once`; the ``dpne.k1`` step can take them into S_1. The
+protocol and its privacy argument are in :mod:`dpngram.mechanisms.triehh` and ``docs/triehh.md``.
+
+Owns: the ``triehh`` step (its privacy plan, parameters, released file and report part).
+Imports: dpngram.mechanisms.triehh, dpngram.release, dpngram.engines, dpngram.text, dpngram.core;
+pyarrow.
+"""
 
 from __future__ import annotations
 
@@ -86,7 +99,7 @@ GUARANTEE = (
 def run_triehh(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str, Any]:
     """Stage ``triehh``: discover words with LDP TrieHH and release ``released/oov_words.parquet``
     (column ``word``), spending the triehh share of (eps, delta) as one (eps, delta) event via
-    :func:`pipeline.run.spend_once` (output persisted before the spend; a retry reuses it).
+    :func:`dpngram.release.spend.spend_once` (output persisted before the spend; a retry reuses it).
     Returns a summary safe for XCom. ``noise`` is for seeded tests only."""
     config = ctx.config
     plan = privacy_plan(config)  # refuses an impossible eps0 before any data is read

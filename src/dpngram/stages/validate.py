@@ -1,4 +1,15 @@
-"""TODO docstring (moved from pipeline/validate.py)."""
+"""Step ``validation``: run the Great Expectations suites on the run and record the result.
+
+:func:`validate_run` runs every registered suite that applies to the run
+(:data:`dpngram.validation.SUITES`: the private ingest tables and every released table), writes
+``validation/results.json`` and the Data Docs into the staged release, records report part
+``validation`` and raises :class:`~dpngram.core.errors.ValidationFailed` if any expectation failed.
+:func:`dpngram.release.publish.publish_run` refuses a run whose ``validation`` part did not pass.
+The suites and their privacy rules are in :mod:`dpngram.validation`.
+
+Owns: the ``validation`` step (running the suites, storing results and Data Docs, the report part).
+Imports: dpngram.validation, dpngram.release, dpngram.core.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,16 @@
-"""TODO docstring (moved from pipeline/dpsu.py)."""
+"""Step ``dpne.k1``: the vocabulary S_1, the first level of DPNE.
+
+With ``vocabulary_method`` 'dpsu' (default), S_1 is released by DPSU
+(:func:`dpngram.mechanisms.dpsu.release_vocabulary`) from the dpne share of the budget; with
+'triehh', S_1 is the words released by the ``triehh`` step plus the public known vocabulary (no
+spend here); with 'both', the union. The vocabulary is installed as the DPNE level-1 tables
+(:func:`dpngram.mechanisms.dpne.install_vocabulary`) and written to ``released/vocabulary.parquet``
+through :func:`dpngram.release.spend.spend_once`.
+
+Owns: the ``dpne.k1`` step (choosing and releasing S_1).
+Imports: dpngram.mechanisms (dpsu, dpne, triehh), dpngram.release, dpngram.engines, dpngram.text,
+dpngram.core; pyarrow.
+"""
 
 from __future__ import annotations
 
@@ -28,15 +40,15 @@ def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict
     """Stage ``dpne.k1``: release the vocabulary S_1 (DPSU) to ``released/vocabulary.parquet``.
 
     Spends sigma_1 (Gaussian) + (0, delta_dpne/2) (threshold) of the dpne budget, via
-    :func:`pipeline.run.spend_once` (noisy output persisted before the spend is committed; a retry
-    reuses it). Returns a summary safe for XCom: released row count, epsilon, output path.
+    :func:`dpngram.release.spend.spend_once` (noisy output persisted before the spend is
+    committed; a retry reuses it). Returns a summary safe for XCom: released row count, epsilon, output path.
     ``noise`` is for seeded tests only (default: a fresh CSPRNG source)."""
     params = vocabulary_parameters(ctx.config)
 
     def compute(wh: Engine) -> StageResult:
         from dpngram.mechanisms import dpne  # level tables derived from S_1
 
-        method = getattr(ctx.config, "vocabulary_method", "dpsu")  # issue 8: dpsu | triehh | both
+        method = ctx.config.dpne.vocabulary_method  # dpsu | triehh | both
         if method != "triehh":
             released = release_vocabulary(wh, ctx.schema, params, noise or NoiseSource.secure())
         if method != "dpsu":  # S_1 also takes the TrieHH words (released by stage triehh) + known words

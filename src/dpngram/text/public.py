@@ -1,4 +1,14 @@
-"""TODO docstring (moved from pipeline/triehh.py)."""
+"""Readers of public text: the public corpus and the known-vocabulary file.
+
+Both are public inputs (no privacy cost) tokenized exactly like the private text, so their tokens
+match the private ones: :func:`read_public_corpus` streams a plain-text corpus (``.gz`` accepted)
+as sentences of tokens, and :func:`load_known_vocabulary` turns a known-vocabulary file into its
+sorted distinct tokens (TrieHH leaves known words out of its discovery, the vocabulary step
+``dpne.k1`` adds them to S_1; the Bayesian prior and the language model read the public corpus).
+
+Owns: reading the public corpus and the known vocabulary.
+Imports: dpngram.text (records, tokenizer), dpngram.core.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +27,6 @@ def load_known_vocabulary(path: str | Path | None, lowercase: bool = True) -> li
     if path is None:
         return []
     from dpngram.core.errors import IngestError
-    from dpngram.text.public import read_public_corpus
 
     try:
         return sorted({tok for sentence in read_public_corpus(path, lowercase) for tok in sentence})

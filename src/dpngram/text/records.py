@@ -1,31 +1,20 @@
-"""Ingest: raw user text -> DuckDB tables in the run schema, with tokenization and quarantine.
+"""Raw input records: format detection, streaming readers, classification and quarantine.
 
-Tables written to the run's private schema (DDL in ``sql/ingest_*.sql``):
-
-* ``raw_text(user_id, doc_id, text)`` — one row per usable input record (a "document");
-* ``sentences(user_id, doc_id, sent_id, tokens VARCHAR[])`` — the tokenized form every later
-  stage reads; a token list never spans two sentences, so n-grams never cross a boundary;
-* view ``tokens(user_id, doc_id, sent_id, pos, token)`` — ``sentences`` unnested (pos 0-based);
-* ``quarantine(source, line_no, reason, raw)`` — every record that could not be used, with the
-  reason (see :data:`QUARANTINE_REASONS`); no record is silently dropped: after every ingest
-  ``rows read = rows loaded + rows quarantined`` is checked against the tables;
-* ``ingest_stats(metric, value)`` — exact counts (rows read/loaded/quarantined per reason, users,
-  documents, sentences, tokens); written last, so it also marks a finished ingest.
-
-Privacy of the bookkeeping. Exact counts of the private input are data-dependent statistics (the
-number of users, or of rows quarantined for a reason, can reveal whether one person's data is in
-the input). The report part is *published* with the release and the returned dict goes to Airflow
-XCom, so neither holds any count: the report part holds only facts fixed before reading the data
-(input path, format, field names, tokenizer settings) and the fact that the row identity held
-(it always does when ingest returns: a violation raises). The exact counts stay in the private
-``ingest_stats`` table; :func:`ingest_stats` reads them back for the operator's console (the
-operator holds the raw data anyway). Nothing data-derived is logged, and exception messages name
-the input path and the problem, never a record's content or a count.
+Every input format is read here into batches of classified records: usable records
+``(user_id, doc_id, text)`` (a "document" each) and unusable ones ``(source, line_no, reason,
+raw)`` with a reason from :data:`QUARANTINE_REASONS`, so no record is silently dropped.
+:func:`tokenize_batch` turns a batch into rows of the ingest tables ``raw_text``, ``sentences`` and
+``quarantine`` (a document without any token is quarantined as ``no_tokens``). The DuckDB loader
+(:mod:`dpngram.engines.ingest`) and the Spark one (:func:`dpngram.engines.spark.ingest_spark`,
+through :func:`classify_jsonl_line`, :func:`classify_frame` and :func:`tokenize_batch` in its
+workers) share this code, so both engines keep and quarantine the same records. :class:`IngestStats`
+holds one ingest's exact counts: PRIVATE, for the operator's console only (never a report, XCom or
+log). Exception messages name the input path and the problem, never a record's content or a count.
 
 Streaming and memory. Input is read in batches (JSONL: about :data:`BATCH_BYTES` / 2 of lines;
 CSV and text directories: :data:`BATCH_ROWS` records or :data:`BATCH_BYTES` of text; Parquet:
 :data:`BATCH_ROWS` rows). A background thread parses the next batch while the current one is
-tokenized with polars and appended to DuckDB (both release the GIL), with at most one parsed batch
+tokenized with polars and loaded into DuckDB (both release the GIL), with at most one parsed batch
 waiting, so memory is bounded by a few batches regardless of corpus size. Per format:
 
 * JSON Lines (``.jsonl/.json/.ndjson``, optionally ``.gz``): binary line batches; each line is
@@ -37,10 +26,13 @@ waiting, so memory is bounded by a few batches regardless of corpus size. Per fo
   path) is one document of the user named by its relative path without suffix(es) (``a/b.txt``
   and ``a/b.txt.gz`` are user ``a/b``); ``.gz`` files are decompressed.
 
-The tokenizer (:func:`tokenize_texts`, :func:`tokenize_frame`, :func:`read_public_corpus`) is
-specified in ``docs/tokenizer.md``; all three entry points share one polars expression
-(:func:`sentence_tokens_expr`), so held-out text, public corpora and the private input are
-tokenized identically.
+Tokens come from :mod:`dpngram.text.tokenizer` (``docs/tokenizer.md``), the same polars
+expression (:func:`~dpngram.text.tokenizer.sentence_tokens_expr`) that tokenizes held-out text and
+public corpora, so all of them are tokenized identically.
+
+Owns: input-format detection, the per-format readers and batching, record classification,
+:data:`QUARANTINE_REASONS`, :class:`IngestStats`.
+Imports: dpngram.text.tokenizer, dpngram.core; polars, pyarrow.
 """
 
 from __future__ import annotations
@@ -497,7 +489,7 @@ def _parquet_batches(path: Path, user_field: str, text_field: str) -> Iterator[_
 
 def classify_frame(frame: pl.DataFrame, user_field: str, text_field: str) -> _Batch:
     """Quarantine rules for tabular rows (Parquet here, Spark's ``mapInArrow`` in
-    :mod:`pipeline.spark_engine`): ``frame`` has string columns ``user_id`` and ``text``, the
+    :mod:`dpngram.engines.spark`): ``frame`` has string columns ``user_id`` and ``text``, the
     record number ``doc_id`` and ``source``. Rows with an empty user id or a null/blank text go
     to quarantine (raw record re-encoded as JSON under the input's own field names)."""
     reason = (
@@ -633,7 +625,7 @@ def tokenize_batch(
     batch: _Batch, lowercase: bool, where: Callable[[int], tuple[str, int | None]]
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """One classified batch -> (raw_text rows, sentence rows, quarantine rows), on any engine
-    (DuckDB ingest here, Spark's ``mapInArrow`` in :mod:`pipeline.spark_engine`). Documents
+    (DuckDB: :mod:`dpngram.engines.ingest`; Spark's ``mapInArrow`` in :mod:`dpngram.engines.spark`). Documents
     without tokens go to quarantine as 'no_tokens'; ``where(doc_id)`` gives their (source, line)."""
     raw = pl.DataFrame(
         {"user_id": batch.user_ids, "doc_id": batch.doc_ids, "text": batch.texts}, schema=_RAW_SCHEMA

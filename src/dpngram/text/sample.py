@@ -16,8 +16,8 @@ so the pipeline, its tests and benchmarks have input with the statistical shape 
   and the vocabulary size were chosen so that the share of k-gram occurrences whose k-gram
   recurs matches the State of the Union corpus at equal size (1M tokens: within 0.06 absolute
   for k = 2..7, 0.275 vs 0.248 at k = 4). k-grams used by 10+ of 10,000 users remain 2-3x more
-  common than in SOTU at k = 4..6. The earlier defaults (``follow`` 0.75, a popular phrase in
-  half of all sentences, 5,000 words) repeated 4-7-grams 2-9x more often than SOTU and made
+  common than in SOTU at k = 4..6. Denser settings (``follow`` 0.75, a popular phrase in
+  half of all sentences, 5,000 words) repeat 4-7-grams 2-9x more often than SOTU and make
   such widely shared k-grams 6-80x more common (``benchmarks/results/sample_realism.json``).
 * **Heavy-tailed users**: sentences per user ``max(1, round(LogNormal))`` (σ = 1.1), split into
   1+ documents; sentences are capitalised and end with ``.``/``?``/``!`` (some separated by a
@@ -26,10 +26,13 @@ so the pipeline, its tests and benchmarks have input with the statistical shape 
   the rank), a quarter of the chain's successor rows redrawn, and a phrase pool that shares only
   half of its phrases with the private one, under a different popularity order.
 
-Randomness comes from :func:`pipeline.noise.simulation_rng` (non-private by design). Generation
+Randomness comes from :func:`dpngram.core.noise.simulation_rng` (non-private by design). Generation
 is vectorised with numpy (sentences are built position by position over whole chunks, and text
 is rendered by gathering bytes from a table of ``word + separator`` entries) and written with
 gzip in large chunks, so 1M users x ~100 tokens takes a few minutes.
+
+Owns: the synthetic sample corpora (:class:`SampleSpec`, :func:`write_sample`, ``GENERATOR_VERSION``).
+Imports: dpngram.core; numpy.
 """
 
 from __future__ import annotations

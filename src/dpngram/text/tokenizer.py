@@ -1,4 +1,16 @@
-"""TODO docstring (moved from pipeline/ingest.py)."""
+"""The tokenizer: text -> sentences of tokens, the same rules for every text the project reads.
+
+Private input at ingest (DuckDB: :func:`tokenize_frame`; Spark: the same polars expression,
+:func:`sentence_tokens_expr`, inside ``mapInArrow``), the public corpus, the known vocabulary and
+evaluation text (:func:`tokenize_texts`) are all tokenized here, so their tokens match. The rules
+(docs/tokenizer.md): Unicode NFKC, optional lower-casing, format and control characters removed,
+typographic apostrophes/hyphens made ASCII, sentence splits at ``[.!?]+`` followed by whitespace
+and at every line break, then :data:`TOKEN_PATTERN`. :data:`TOKENIZER_VERSION` changes whenever a
+rule changes the tokens of some input; :func:`tokenizer_settings` is its public description.
+
+Owns: the tokenization rules and their public description.
+Imports: nothing from dpngram; polars.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,81 @@
+"""The package's shape: imports flow one way through the layers (docs/architecture.md), every module
+says what it owns and what it may import, and the SQL ships inside the package."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "src" / "dpngram"
+MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
+
+
+def test_import_contracts_hold() -> None:
+    """import-linter's contracts (pyproject [tool.importlinter]): the layers, stages independent of
+    each other, and mechanisms/lm free of the run plumbing. A new upward import fails here."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    result = subprocess.run(
+        [str(lint), "--config", str(ROOT / "pyproject.toml")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "0 broken" in result.stdout
+
+
+def test_the_contract_names_every_layer_folder() -> None:
+    """A new top-level folder or module under src/dpngram must be placed in a layer."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    layers = next(c for c in config["contracts"] if c["type"] == "layers")["layers"]
+    named = {name.strip() for layer in layers for name in layer.split("|")}
+    present = {
+        f"dpngram.{p.stem if p.is_file() else p.name}"
+        for p in PACKAGE.iterdir()
+        if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.stem != "__init__")
+    }
+    assert present == named
+
+
+def test_stages_are_independent_of_each_other() -> None:
+    config_text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    stages = {p.stem for p in (PACKAGE / "stages").glob("*.py") if p.stem != "__init__"}
+    for stage in stages:
+        assert f'"dpngram.stages.{stage}"' in config_text, f"stage {stage} is missing from the contract"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_every_module_says_what_it_owns_and_may_import(path: Path) -> None:
+    docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+    assert docstring, f"{path} has no module docstring"
+    assert "Owns:" in docstring and "Imports:" in docstring, path
+
+
+def test_no_comment_refers_to_issue_numbers() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in MODULES
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "issue " in line.lower() and any(ch.isdigit() for ch in line.lower().split("issue ", 1)[1][:3])
+    ]
+    assert not offenders, offenders
+
+
+def test_sql_ships_as_package_data() -> None:
+    """Every SQL statement is reachable through the installed package (a non-editable install has no
+    repository to read sql/ from)."""
+    files = sorted((ROOT / "sql").glob("*/*.sql"))
+    assert files
+    packaged = resources.files("dpngram.sql")
+    for path in files:
+        relative = path.relative_to(ROOT / "sql").as_posix()
+        assert packaged.joinpath(relative).read_text(encoding="utf-8") == path.read_text(encoding="utf-8")

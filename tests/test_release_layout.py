@@ -1,0 +1,95 @@
+"""Downstream users see the same release as before the package restructure: the same released files
+and columns, the same report.json sections, CLI flags and Airflow Params
+(tests/data/release_layout.json, recorded from the pre-restructure code).
+
+One deliberate change: report fragments and timings are named after the steps, which now have one
+name everywhere (task id, stage, report part, ledger entry); :data:`RENAMED` maps the old names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from dpngram.cli import build_parser
+from dpngram.config import RunConfig
+from dpngram.orchestration.plan import run_release
+from dpngram.text.sample import write_sample
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYOUT = json.loads((ROOT / "tests" / "data" / "release_layout.json").read_text(encoding="utf-8"))
+
+#: Old report.parts/report.timings names -> the step's one name.
+RENAMED = {
+    "dpne.summary": "dpne.kgrams",
+    "vocabulary": "dpne.k1",
+    "kgrams": "dpne.kgrams",
+    "validate": "validation",
+    "baseline_dpsu-all": "dpne",
+    **{f"dpne_level_{k}": f"dpne.k{k}" for k in range(2, 13)},
+}
+
+
+def _renamed(path: str) -> str:
+    folder, _, name = path.rpartition("/")
+    if folder in ("report.parts", "report.timings"):
+        stem = name.removesuffix(".json")
+        return f"{folder}/{RENAMED.get(stem, stem)}.json"
+    return path
+
+
+def _subparsers() -> dict[str, object]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return {"<top>": parser, **action.choices}
+
+
+@pytest.mark.parametrize("command", sorted(LAYOUT["cli"]))
+def test_cli_flags_and_choices_are_unchanged(command: str) -> None:
+    parser = _subparsers()[command]
+    flags = sorted(s for a in parser._actions for s in a.option_strings)
+    choices = {
+        max(a.option_strings, key=len): sorted(a.choices) for a in parser._actions if a.option_strings and a.choices
+    }
+    assert flags == LAYOUT["cli"][command]["flags"]
+    assert choices == LAYOUT["cli"][command]["choices"]
+
+
+def test_dag_params_are_unchanged() -> None:
+    params = set(RunConfig.param_schema()) - {"run_id"}
+    assert sorted(params) == LAYOUT["dag"]["dpngram_release"]["param_names"]
+
+
+@pytest.mark.slow
+def test_a_full_release_has_the_same_files_columns_and_report_sections(tmp_path: Path) -> None:
+    """The full run of the recorded commands (every stage budgeted), here on a smaller sample:
+    which files exist does not depend on the data (a level that releases nothing writes an empty
+    file)."""
+    expected = LAYOUT["releases"]["full"]
+    sample = write_sample(tmp_path / "sample", n_users=1500, seed=7)
+    config = RunConfig.build(
+        input=str(sample["users"]),
+        public=str(sample["public"]),
+        out=str(tmp_path / "out"),
+        warehouse=str(tmp_path / "wh.duckdb"),
+        epsilon=4,
+        delta=1e-5,
+        stage_budget={"dpne": 0.4, "lm_counts": 0.3, "bayes": 0.15, "synth": 0.15},
+        run_id="layoutcheck-full",
+    )
+    release = Path(run_release(config)["release"])
+    files = sorted(
+        p.relative_to(release).as_posix()
+        for p in release.rglob("*")
+        if p.is_file() and not p.relative_to(release).as_posix().startswith("validation/data_docs/")
+    )
+    assert files == sorted(_renamed(f) for f in expected["files"])
+    for relative, columns in expected["parquet"].items():
+        schema = pq.read_schema(release / relative)
+        assert [[f.name, str(f.type)] for f in schema] == columns, relative
+    report = json.loads((release / "report.json").read_text(encoding="utf-8"))
+    assert sorted(report) == expected["report_keys"]
+    timed = {Path(f).stem for f in files if f.startswith("report.timings/")}
+    assert set(report["timings_seconds"]) == timed - {"report"}  # the report is timed after it is written
