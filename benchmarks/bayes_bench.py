@@ -37,7 +37,7 @@ from dpngram.config import RunConfig  # noqa: E402
 from dpngram.core.noise import NoiseSource  # noqa: E402
 from dpngram.mechanisms import bayes  # noqa: E402
 from dpngram.release.context import RunContext  # noqa: E402
-from dpngram.release.publish import prepare
+from dpngram.release.publish import prepare  # noqa: E402
 from dpngram.stages.ingest import run_ingest  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"

@@ -426,7 +426,6 @@ def run_one_baseline(
     """One DPSU baseline (§3.1.2) in its own run, on the sentences of ``source_ctx``."""
     import pyarrow.parquet as pq
 
-
     name = f"{source_ctx.run_id}-{method}{'' if k is None else f'-k{k}'}"
     ctx = new_context(
         workdir, name, source_ctx.config.input, max_n, memory_limit, source_ctx.config.warehouse

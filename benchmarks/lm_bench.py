@@ -909,9 +909,7 @@ def parameters(args: argparse.Namespace, epsilons: list[float]) -> dict[str, Any
     from dpngram.lm.evaluate import SPELL_ALPHABET, SPELL_MEAN_LENGTH
     from dpngram.mechanisms.lm_counts import WEIGHT_GRID
 
-    lm_defaults = {
-        k: v for k, v in RunConfig.build(input="x", out="y").flat().items() if k.startswith("lm_")
-    }
+    lm_defaults = {k: v for k, v in RunConfig.build(input="x", out="y").flat().items() if k.startswith("lm_")}
     return {
         "epsilons": epsilons,
         "delta": args.delta,

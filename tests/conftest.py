@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dpngram.core.noise import TEST_SEED_ENV, TEST_SEED_VALUE, NoiseSource  # noqa: E402
-from dpngram.orchestration.plan import run_dpne
+from dpngram.orchestration.plan import run_dpne  # noqa: E402
 from dpngram.stages import ingest as ingest_stage  # noqa: E402
 
 os.environ.setdefault(TEST_SEED_ENV, TEST_SEED_VALUE)

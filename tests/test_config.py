@@ -116,7 +116,9 @@ def test_param_schema_mirrors_bounds():
 def test_sections_group_the_parameters_and_keep_the_flat_names():
     """Nested, typed sections (config.bayes.clip_count) behind the unchanged flat names of the CLI
     flags, Airflow Params and the report's parameters."""
-    config = RunConfig.build(**BASE, bayes_clip_count=3, max_n=4, engine="spark", lm_route="arpa", synth_l_max=7)
+    config = RunConfig.build(
+        **BASE, bayes_clip_count=3, max_n=4, engine="spark", lm_route="arpa", synth_l_max=7
+    )
     assert (config.bayes.clip_count, config.dpne.max_n, config.engine.name) == (3, 4, "spark")
     assert (config.lm.route, config.synth.l_max) == ("arpa", 7)
     flat = config.flat()

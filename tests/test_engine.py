@@ -75,7 +75,10 @@ def test_engine_config_fields() -> None:
         input="x", out="y", engine="spark", spark_master="spark://host:7077",
         spark_conf="spark.executor.memory=8g, spark.sql.shuffle.partitions=400",
     )  # fmt: skip
-    assert config.engine.spark_settings() == {"spark.executor.memory": "8g", "spark.sql.shuffle.partitions": "400"}
+    assert config.engine.spark_settings() == {
+        "spark.executor.memory": "8g",
+        "spark.sql.shuffle.partitions": "400",
+    }
     with pytest.raises(ConfigError, match="engine"):
         RunConfig.build(input="x", out="y", engine="flink")
     with pytest.raises(ConfigError, match="spark_conf"):

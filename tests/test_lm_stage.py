@@ -119,9 +119,7 @@ def test_plan_order_and_configuration(released_run):
 
 def test_auto_route_keeps_the_better_candidate(released_run):
     ctx, files = released_run
-    auto = RunContext(
-        ctx.config.with_values(**{"lm_route": "auto", "lm_eval_text": str(files["public"])})
-    )
+    auto = RunContext(ctx.config.with_values(**{"lm_route": "auto", "lm_eval_text": str(files["public"])}))
     summary = lm_stage.run_lm(auto)
     part = read_parts(auto)["lm"]
     candidates = part["candidates"]

@@ -51,7 +51,9 @@ def test_cli_flags_and_choices_are_unchanged(command: str) -> None:
     parser = _subparsers()[command]
     flags = sorted(s for a in parser._actions for s in a.option_strings)
     choices = {
-        max(a.option_strings, key=len): sorted(a.choices) for a in parser._actions if a.option_strings and a.choices
+        max(a.option_strings, key=len): sorted(a.choices)
+        for a in parser._actions
+        if a.option_strings and a.choices
     }
     assert flags == LAYOUT["cli"][command]["flags"]
     assert choices == LAYOUT["cli"][command]["choices"]

@@ -238,7 +238,6 @@ def test_stage_finds_planted_oov_words_and_feeds_the_vocabulary(tmp_path):
     assert [(e["mechanism"], e["epsilon"], e["delta"]) for e in events] == [("approx", 0.0, 0.0)]
     assert vocabulary_stage.run_vocabulary(ctx)["reused"] is True  # a retried vocabulary stage reloads
 
-
     outcome = validate_stage.validate_run(ctx, suites=["released.oov_words"])
     assert outcome["success"] is True
 

@@ -51,7 +51,17 @@ class DpneConfig(_Section):
     """DPSU vocabulary and DPNE k-gram levels."""
 
     TITLE: ClassVar[str] = "DPSU vocabulary and DPNE k-gram levels"
-    FLAGS: ClassVar[dict[str, str]] = {"max_n": "max_n", "max_contribution": "max_contribution", "eta": "eta", "sigma_decay": "sigma_decay", "pruning": "pruning", "variant": "dpne_variant", "exact_max_valid": "exact_max_valid", "vocabulary_method": "vocabulary_method", "known_vocabulary": "known_vocabulary"}
+    FLAGS: ClassVar[dict[str, str]] = {
+        "max_n": "max_n",
+        "max_contribution": "max_contribution",
+        "eta": "eta",
+        "sigma_decay": "sigma_decay",
+        "pruning": "pruning",
+        "variant": "dpne_variant",
+        "exact_max_valid": "exact_max_valid",
+        "vocabulary_method": "vocabulary_method",
+        "known_vocabulary": "known_vocabulary",
+    }
 
     max_n: int = Field(
         5, ge=1, le=12, title="T (longest n-gram)", description="Extract k-grams for k = 1..T."
@@ -107,7 +117,24 @@ class LmConfig(_Section):
     """Language model (noisy counts, mixture and model building)."""
 
     TITLE: ClassVar[str] = "Language model (noisy counts, mixture and model building)"
-    FLAGS: ClassVar[dict[str, str]] = {"route": "lm_route", "public_vocab_size": "lm_public_vocab_size", "count_domain": "lm_count_domain", "count_clip": "lm_count_clip", "count_threshold": "lm_count_threshold", "count_discount": "lm_count_discount", "mix_weight": "lm_mix_weight", "unigram_adaptation": "lm_unigram_adaptation", "holdout": "lm_holdout", "order": "lm_order", "theta_tokens": "lm_theta_tokens", "public_weight": "lm_public_weight", "kgram_count": "lm_kgram_count", "sample_sentences": "lm_sample_sentences", "memory": "lm_memory", "eval_text": "lm_eval_text"}
+    FLAGS: ClassVar[dict[str, str]] = {
+        "route": "lm_route",
+        "public_vocab_size": "lm_public_vocab_size",
+        "count_domain": "lm_count_domain",
+        "count_clip": "lm_count_clip",
+        "count_threshold": "lm_count_threshold",
+        "count_discount": "lm_count_discount",
+        "mix_weight": "lm_mix_weight",
+        "unigram_adaptation": "lm_unigram_adaptation",
+        "holdout": "lm_holdout",
+        "order": "lm_order",
+        "theta_tokens": "lm_theta_tokens",
+        "public_weight": "lm_public_weight",
+        "kgram_count": "lm_kgram_count",
+        "sample_sentences": "lm_sample_sentences",
+        "memory": "lm_memory",
+        "eval_text": "lm_eval_text",
+    }
 
     route: Literal["auto", "mixture", "arpa", "lmplz", "off"] = Field(
         "auto",
@@ -185,9 +212,7 @@ class LmConfig(_Section):
         "(disjoint users: no extra privacy cost).",
     )
 
-    order: int = Field(
-        3, ge=1, le=6, title="LM: order", description="N-gram order (route arpa: at most 3)."
-    )
+    order: int = Field(3, ge=1, le=6, title="LM: order", description="N-gram order (route arpa: at most 3).")
 
     theta_tokens: float = Field(
         30_000.0,
@@ -257,7 +282,15 @@ class BayesConfig(_Section):
     """Bayesian trigram distribution (Ramadan et al.)."""
 
     TITLE: ClassVar[str] = "Bayesian trigram distribution (Ramadan et al.)"
-    FLAGS: ClassVar[dict[str, str]] = {"vocab_size": "bayes_vocab_size", "clip_count": "bayes_clip_count", "max_trigrams": "bayes_max_trigrams", "S": "bayes_S", "rho": "bayes_rho", "log_clip": "bayes_log_clip", "calibration": "bayes_calibration"}
+    FLAGS: ClassVar[dict[str, str]] = {
+        "vocab_size": "bayes_vocab_size",
+        "clip_count": "bayes_clip_count",
+        "max_trigrams": "bayes_max_trigrams",
+        "S": "bayes_S",
+        "rho": "bayes_rho",
+        "log_clip": "bayes_log_clip",
+        "calibration": "bayes_calibration",
+    }
 
     vocab_size: int = Field(
         50_000,
@@ -335,7 +368,11 @@ class SynthConfig(_Section):
     """Synthetic sequences (Chen et al.)."""
 
     TITLE: ClassVar[str] = "Synthetic sequences (Chen et al.)"
-    FLAGS: ClassVar[dict[str, str]] = {"n_max": "synth_n_max", "l_max": "synth_l_max", "allocation": "synth_allocation"}
+    FLAGS: ClassVar[dict[str, str]] = {
+        "n_max": "synth_n_max",
+        "l_max": "synth_l_max",
+        "allocation": "synth_allocation",
+    }
 
     n_max: int = Field(
         5,
@@ -368,7 +405,18 @@ class TriehhConfig(_Section):
     """TrieHH word discovery (local DP)."""
 
     TITLE: ClassVar[str] = "TrieHH word discovery (local DP)"
-    FLAGS: ClassVar[dict[str, str]] = {"max_depth": "triehh_max_depth", "max_words": "triehh_max_words", "users_per_layer": "triehh_users_per_layer", "max_prefixes": "triehh_max_prefixes", "passes": "triehh_passes", "sampling": "triehh_sampling", "epsilon0": "triehh_epsilon0", "alphabet": "triehh_alphabet", "end_symbol": "triehh_end_symbol", "spurious_rate": "triehh_spurious_rate"}
+    FLAGS: ClassVar[dict[str, str]] = {
+        "max_depth": "triehh_max_depth",
+        "max_words": "triehh_max_words",
+        "users_per_layer": "triehh_users_per_layer",
+        "max_prefixes": "triehh_max_prefixes",
+        "passes": "triehh_passes",
+        "sampling": "triehh_sampling",
+        "epsilon0": "triehh_epsilon0",
+        "alphabet": "triehh_alphabet",
+        "end_symbol": "triehh_end_symbol",
+        "spurious_rate": "triehh_spurious_rate",
+    }
 
     max_depth: int = Field(
         12,
@@ -446,7 +494,14 @@ class EngineConfig(_Section):
     """Engine (DuckDB or Spark)."""
 
     TITLE: ClassVar[str] = "Engine (DuckDB or Spark)"
-    FLAGS: ClassVar[dict[str, str]] = {"name": "engine", "memory_limit": "memory_limit", "threads": "threads", "spark_master": "spark_master", "spark_warehouse": "spark_warehouse", "spark_conf": "spark_conf"}
+    FLAGS: ClassVar[dict[str, str]] = {
+        "name": "engine",
+        "memory_limit": "memory_limit",
+        "threads": "threads",
+        "spark_master": "spark_master",
+        "spark_warehouse": "spark_warehouse",
+        "spark_conf": "spark_conf",
+    }
 
     name: Literal["duckdb", "spark"] = Field(
         "duckdb",
@@ -622,9 +677,7 @@ class RunConfig(BaseModel):
         method = self.dpne.vocabulary_method
         uses_triehh = method in ("triehh", "both")
         if uses_triehh and self.stage_budget.get("triehh", 0) <= 0:
-            raise ValueError(
-                f"vocabulary_method: '{method}' needs a budget share stage_budget.triehh"
-            )
+            raise ValueError(f"vocabulary_method: '{method}' needs a budget share stage_budget.triehh")
         if not uses_triehh and "triehh" in self.stage_budget:
             raise ValueError("stage_budget: 'triehh' has a share but vocabulary_method is 'dpsu'")
         return self

@@ -77,15 +77,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-
-
-
-
-
-
-
-
-
 PART = "validation"
 
 
@@ -308,7 +299,9 @@ def kgrams_suite(src: Sources) -> list[Batch]:
                 "type_list": ["int8", "int16", "int32", "int64", "Int8", "Int16", "Int32", "Int64"],
             },
         ),
-        Expect("ExpectColumnValuesToBeBetween", {"column": "k", "min_value": 2, "max_value": config.dpne.max_n}),
+        Expect(
+            "ExpectColumnValuesToBeBetween", {"column": "k", "min_value": 2, "max_value": config.dpne.max_n}
+        ),
         Expect("ExpectColumnValuesToNotBeNull", {"column": "ngram"}),
         Expect("ExpectColumnValuesToBeUnique", {"column": "ngram"}),
     ]
@@ -332,14 +325,14 @@ def kgrams_suite(src: Sources) -> list[Batch]:
             )
         else:
             aggregates = _frame(
-                src.public, load_sql("validate/kgrams_aggregates"), {"both_sides": config.dpne.pruning == "both"}
+                src.public,
+                load_sql("validate/kgrams_aggregates"),
+                {"both_sides": config.dpne.pruning == "both"},
             )
             batches.append(
                 Batch("released.kgrams.table", aggregates, [zero(c) for c in aggregates.columns], False)
             )
     return batches
-
-
 
 
 @register_suite("released.trigram_dist", private=False, applies=_released_or_promised(TRIGRAM_DIST))
@@ -404,7 +397,8 @@ def baseline_suite(src: Sources) -> list[Batch]:
             Expect("ExpectTableColumnsToMatchSet", {"column_set": ["k", "ngram"], "exact_match": True}),
             Expect("ExpectColumnValuesToNotBeNull", {"column": "k"}),
             Expect(
-                "ExpectColumnValuesToBeBetween", {"column": "k", "min_value": 1, "max_value": config.dpne.max_n}
+                "ExpectColumnValuesToBeBetween",
+                {"column": "k", "min_value": 1, "max_value": config.dpne.max_n},
             ),
             Expect("ExpectColumnValuesToNotBeNull", {"column": "ngram"}),
             Expect("ExpectColumnValuesToBeUnique", {"column": "ngram"}),
@@ -417,10 +411,6 @@ def baseline_suite(src: Sources) -> list[Batch]:
             aggregates = _frame(src.public, load_sql("validate/baseline_aggregates", source=view))
             batches.append(Batch(f"{suite}.table", aggregates, [zero(c) for c in aggregates.columns], False))
     return batches
-
-
-
-
 
 
 @register_suite(
@@ -488,8 +478,6 @@ def synth_suite(src: Sources) -> list[Batch]:
     return batches
 
 
-
-
 @register_suite("released.lm_counts", private=False, applies=_released_or_promised(LM_COUNTS))
 def lm_counts_suite(src: Sources) -> list[Batch]:
     """The language model's noisy n-gram counts (step ``lm_counts``): exact column set, no
@@ -521,16 +509,10 @@ def lm_counts_suite(src: Sources) -> list[Batch]:
     return batches
 
 
-
-
-
-
 MODEL_SAMPLE_ROWS = 200_000
 
 
-@register_suite(
-    "model.arpa", private=False, applies=lambda ctx: (ctx.release.root / MODEL_ARPA).is_file()
-)
+@register_suite("model.arpa", private=False, applies=lambda ctx: (ctx.release.root / MODEL_ARPA).is_file())
 def model_arpa_suite(src: Sources) -> list[Batch]:
     """The language model's ARPA file (step ``lm``), parsed into a table (order, ngram, logprob,
     backoff): row-level checks on an evenly spaced sample (log10 probabilities <= 0, no nulls),
@@ -595,8 +577,6 @@ def model_arpa_suite(src: Sources) -> list[Batch]:
     ]
 
 
-
-
 @register_suite("released.oov_words", private=False, applies=_released_or_promised(OOV_WORDS))
 def oov_words_suite(src: Sources) -> list[Batch]:
     """Released TrieHH words (step ``triehh``): exactly one column ``word``; words non-null, non-empty,
@@ -654,7 +634,9 @@ def validate_model(ctx: RunContext, relative: str = MODEL_ARPA) -> dict[str, Any
     with _gx_context() as (gx, context, _docs_dir):
         results = [_run_batch(gx, context, batch) for batch in batches]
     failures = [f"{r['suite']}: {line}" for r in results for line in r["failures"]]
-    write_json_atomic(ctx.release.path(MODEL_VALIDATION_RESULTS), {"success": not failures, "suites": results})
+    write_json_atomic(
+        ctx.release.path(MODEL_VALIDATION_RESULTS), {"success": not failures, "suites": results}
+    )
     return {
         "success": not failures,
         "suites": [{k: r[k] for k in ("suite", "success", "evaluated", "failed")} for r in results],

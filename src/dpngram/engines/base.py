@@ -90,5 +90,3 @@ class Engine(Protocol):
         streamed batch by batch; no batch gives an empty table."""
 
     def close(self) -> None: ...
-
-

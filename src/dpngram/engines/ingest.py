@@ -55,7 +55,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-
 def _load_batch(
     wh: Warehouse, schema: str, batch: _Batch, lowercase: bool, where: Callable[[int], tuple[str, int | None]]
 ) -> None:

@@ -2,16 +2,17 @@
 the run's configuration.
 
 Owns: engine selection (:func:`open_engine`).
-Imports: dpngram.engines (base; duckdb and spark lazily: pyspark is an optional extra)."""
+Imports: dpngram.engines (base; duckdb and spark lazily: pyspark is an optional extra), dpngram.config."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from dpngram.config import RunConfig
 from dpngram.engines.base import ENGINES, Engine
 
 
-def open_engine(config: Any, *, spark: Any = None) -> Engine:
+def open_engine(config: RunConfig, *, spark: Any = None) -> Engine:
     """The engine a run's configuration selects (``config.engine.name``), opened on the run's
     warehouse. ``spark``: an existing SparkSession to reuse (tests); otherwise the Spark engine
     creates one from ``config.engine.spark_master``/``config.engine.spark_conf`` and stops it on
@@ -20,7 +21,9 @@ def open_engine(config: Any, *, spark: Any = None) -> Engine:
     if engine == "duckdb":
         from dpngram.engines.duckdb import Warehouse
 
-        return Warehouse(config.warehouse, memory_limit=config.engine.memory_limit, threads=config.engine.threads)
+        return Warehouse(
+            config.warehouse, memory_limit=config.engine.memory_limit, threads=config.engine.threads
+        )
     if engine == "spark":
         from dpngram.engines.spark import SparkEngine
 

@@ -45,7 +45,7 @@ Design (``docs/engines.md`` has the full argument):
 
 Owns: :class:`SparkEngine`, the DuckDB -> Spark SQL transpilation (:func:`to_spark`), the Spark
 session set-up, Spark ingest (:func:`ingest_spark`).
-Imports: dpngram.engines (duckdb, sql, ingest), dpngram.text, dpngram.core; pyspark, sqlglot,
+Imports: dpngram.engines (duckdb, sql, ingest), dpngram.text, dpngram.config, dpngram.core; pyspark, sqlglot,
 pyarrow, polars, numpy.
 """
 
@@ -67,6 +67,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
+from dpngram.config import RunConfig
 from dpngram.engines.duckdb import Warehouse
 from dpngram.engines.sql import load_sql, run_schema_name, safe_identifier
 
@@ -296,7 +297,7 @@ class SparkEngine:
         ship_package(spark)
 
     @classmethod
-    def for_config(cls, config: Any, *, spark: Any = None) -> SparkEngine:
+    def for_config(cls, config: RunConfig, *, spark: Any = None) -> SparkEngine:
         """The engine of a run: session from ``spark_master``/``spark_conf`` (or ``spark``), tables
         under ``spark_warehouse`` (default: next to the warehouse file), ledger in the DuckDB file."""
         root = config.engine.spark_warehouse or default_root(config.warehouse)
@@ -305,7 +306,9 @@ class SparkEngine:
             conf = config.engine.spark_settings()
             conf.setdefault("spark.sql.warehouse.dir", root.rstrip("/") + "/_spark_sql")
             spark = spark_session(config.engine.spark_master, conf)
-        ledger = Warehouse(config.warehouse, memory_limit=config.engine.memory_limit, threads=config.engine.threads)
+        ledger = Warehouse(
+            config.warehouse, memory_limit=config.engine.memory_limit, threads=config.engine.threads
+        )
         return cls(spark, root, owns_session=owns, ledger=ledger)
 
     # -- DuckDB side (ledger) -----------------------------------------------------------------
@@ -704,7 +707,7 @@ def _tokenize_records(records: Any, lowercase: bool, source_of: dict[int, str]) 
     )
 
 
-def ingest_spark(engine: SparkEngine, schema: str, config: Any) -> Any:
+def ingest_spark(engine: SparkEngine, schema: str, config: RunConfig) -> Any:
     """Ingest ``config.input`` (JSONL or Parquet; file, directory or glob on any Hadoop-compatible
     path) into ``schema`` on Spark: tables raw_text, sentences, quarantine, ingest_stats and the
     tokens view, with the same columns, record numbering, quarantine reasons and tokens as

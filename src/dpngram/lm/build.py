@@ -50,22 +50,7 @@ from dpngram.release.layout import KGRAMS, LM_COUNTS, SYNTHETIC_SEQUENCES, TRIGR
 log = logging.getLogger(__name__)
 
 
-
 STAGE = "lm"
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 ROUTES = ("arpa", "lmplz")
@@ -74,8 +59,6 @@ ROUTES = ("arpa", "lmplz")
 #: The open-vocabulary route (public model mixed with the noisy-count model); 'auto' picks it
 #: whenever the run released noisy counts (step lm_counts).
 MIXTURE_ROUTE = "mixture"
-
-
 
 
 #: Route used by lm_route='auto' when no evaluation text is given: the one that measured better in
@@ -249,6 +232,7 @@ def build_route_mixture(
     words), Q the model of the released noisy counts, λ the released weight (report part
     ``lm_counts``). Returns the build description; ``info['public_model']`` is P (for comparison)."""
     from dpngram.lm.open_model import mix_models
+
     counts_path = inputs.root / LM_COUNTS
     if part is None or not counts_path.is_file():
         raise ConfigError("lm_route: route 'mixture' needs the lm_counts stage (set stage_budget.lm_counts)")

@@ -98,9 +98,7 @@ def _build_lines(config: RunConfig, part: dict[str, Any]) -> list[str]:
         _vocabulary_line(part),
         f"- tokenizer: the pipeline's (NFKC, lower-case = {config.lowercase}; docs/tokenizer.md)",
         "- parameters: "
-        + ", ".join(
-            f"{k} = {config.flat()[k]}" for k in _PARAMETERS.get(part["route"], _PARAMETERS["arpa"])
-        ),
+        + ", ".join(f"{k} = {config.flat()[k]}" for k in _PARAMETERS.get(part["route"], _PARAMETERS["arpa"])),
         "",
         "| order | n-grams |",
         "|---|---|",
@@ -225,4 +223,3 @@ def _factor(eps: float) -> str:
     import math
 
     return f"{math.exp(eps):.3g}×" if eps < 50 else "a very large factor"
-

@@ -57,16 +57,10 @@ from dpngram.engines.sql import load_sql
 STAGE = "bayes"
 
 
-
-
 BASELINE_METHODS = ("laplace", "laplace-public")
 
 
 BOS, EOS, UNK = "<s>", "</s>", "<unk>"
-
-
-
-
 
 
 #: Margin on delta for the discrete Gaussian on a fine grid (docs/noise.md, "Calibrate ...").

@@ -32,7 +32,7 @@ Privacy: each level is a Gaussian mechanism with sensitivity 1 and noise sigma_k
 
 Owns: the DPNE level algorithm (valid k-grams, pruning, threshold, exact and scalable variants,
 spurious sampling), the level tables and their restore from released files, user numbering.
-Imports: dpngram.mechanisms.dpsu, dpngram.engines, dpngram.core; numpy, scipy, pyarrow.
+Imports: dpngram.mechanisms.dpsu, dpngram.engines, dpngram.config, dpngram.core; numpy, scipy, pyarrow.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from scipy import stats
 
+from dpngram.config import RunConfig
 from dpngram.core.accounting import dpne_sigmas
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
@@ -55,8 +56,6 @@ from dpngram.engines.sql import load_sql
 from dpngram.mechanisms.dpsu import VOCABULARY_TABLE, dpsu_histogram, threshold_histogram
 
 MAX_LEVEL = 12
-
-
 
 
 KEY_SHIFT = 32  # key = left_id * 2^32 + right_id; ids are positive INTEGERs (< 2^31)
@@ -90,7 +89,6 @@ Pruning = Literal["both", "single"]
 Variant = Literal["auto", "exact", "scalable"]
 
 
-
 def level_stage(k: int) -> str:
     return f"dpne.k{k}"
 
@@ -111,7 +109,7 @@ def _check_k(k: int) -> None:
 # ----------------------------------------------------------------------------------------------
 # Public parameters
 # ----------------------------------------------------------------------------------------------
-def level_sigmas(config: Any) -> list[float]:
+def level_sigmas(config: RunConfig) -> list[float]:
     """[sigma_1, ..., sigma_T] for the dpne stage share (Thm. 2.1, sigma_k = c sigma_{k-1})."""
     epsilon, delta = config.stage_share("dpne")
     return dpne_sigmas(epsilon, delta, config.dpne.max_n, config.dpne.sigma_decay)[1]

@@ -25,7 +25,7 @@ bounds the probability that an item held only by the added/removed user crosses 
 
 Owns: the DPSU release over any ``(user_id, item)`` relation, the vocabulary S_1 and its
 parameters, writing released keys (:func:`write_keys_parquet`).
-Imports: dpngram.engines, dpngram.core; pyarrow.
+Imports: dpngram.engines, dpngram.config, dpngram.core; pyarrow.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dpngram.config import RunConfig
 from dpngram.core.accounting import PrivacyEvent, dpne_sigmas, dpsu_threshold
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
@@ -74,7 +75,7 @@ class DpsuParameters:
         ]
 
 
-def vocabulary_parameters(config: Any) -> DpsuParameters:
+def vocabulary_parameters(config: RunConfig) -> DpsuParameters:
     """sigma_1 from DPNE Thm. 2.1 (``dpne_sigmas`` at the dpne stage share) and rho_1 at delta/2."""
     epsilon, delta = config.stage_share("dpne")
     _, sigmas = dpne_sigmas(epsilon, delta, config.dpne.max_n, config.dpne.sigma_decay)

@@ -55,12 +55,6 @@ from dpngram.release.layout import KGRAMS
 STAGE = "lm_counts"
 
 
-
-
-
-
-
-
 #: Candidate mixture weights λ (0: the public model alone).
 WEIGHT_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 

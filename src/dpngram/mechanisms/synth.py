@@ -65,12 +65,6 @@ END_ID = 0
 UNK_ID = 1
 
 
-
-
-
-
-
-
 VOCABULARY_TABLE = "synth_vocabulary"
 
 

@@ -61,8 +61,6 @@ from dpngram.mechanisms.dpne import number_users
 STAGE = "triehh"
 
 
-
-
 DEFAULT_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789'-"
 
 

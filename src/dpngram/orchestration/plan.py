@@ -119,9 +119,15 @@ def _steps() -> tuple[Step, ...]:
     ]
     steps += [
         Step("dpne.kgrams", "dpngram.stages.dpne:finalize_kgrams", skip=_kgrams, doc="merge the levels"),
-        Step("lm_counts", "dpngram.stages.lm_counts:run_lm_counts", skip=_needs_budget("lm_counts"),
-             doc="noisy n-gram counts and the mixture weight"),  # fmt: skip
-        Step("bayes", "dpngram.stages.bayes:run_bayes", skip=_needs_budget("bayes"), doc="trigram distribution"),
+        Step(
+            "lm_counts",
+            "dpngram.stages.lm_counts:run_lm_counts",
+            skip=_needs_budget("lm_counts"),
+            doc="noisy n-gram counts and the mixture weight",
+        ),  # fmt: skip
+        Step(
+            "bayes", "dpngram.stages.bayes:run_bayes", skip=_needs_budget("bayes"), doc="trigram distribution"
+        ),
         Step("synth", "dpngram.stages.synth:run_synth", skip=_needs_budget("synth"), doc="synthetic text"),
         Step("validation", "dpngram.stages.validate:validate_run", doc="Great Expectations suites"),
         Step("lm", "dpngram.stages.lm:run_lm", skip=lm_skip_reason, doc="KenLM model (post-processing)"),
@@ -138,7 +144,9 @@ STEP_BY_NAME: dict[str, Step] = {step.name: step for step in STEPS}
 _DPNE_STEPS = ("dpne.k1", "dpne.kgrams", *(f"dpne.k{k}" for k in range(2, MAX_LEVEL + 1)))
 
 
-def release_steps(config: RunConfig, baseline: str | None = None, baseline_k: int | None = None) -> list[Step]:
+def release_steps(
+    config: RunConfig, baseline: str | None = None, baseline_k: int | None = None
+) -> list[Step]:
     """The steps that run for ``config``, in order. With ``baseline`` ('dpsu-all' | 'dpsu-even' |
     'dpsu-single'), one DPSU baseline (step ``dpne``, DPNE §3.1.2) replaces the vocabulary and the
     levels."""
@@ -196,7 +204,9 @@ def run_dpne(
 ) -> dict[str, Any]:
     """The DPNE steps in this process (vocabulary, levels 2..T, the k-gram merge), for tests and
     benchmarks; ``progress(step_name)`` is called after each."""
-    dpne_steps = [s for s in release_steps(ctx.config) if s.name.startswith("dpne.k") and s.name != "dpne.kgrams"]
+    dpne_steps = [
+        s for s in release_steps(ctx.config) if s.name.startswith("dpne.k") and s.name != "dpne.kgrams"
+    ]
     results = []
     for step in [*dpne_steps, STEP_BY_NAME["dpne.kgrams"]]:
         results.append(step.run(ctx, **({"noise": noise} if step.name != "dpne.kgrams" else {})))

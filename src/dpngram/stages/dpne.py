@@ -176,7 +176,9 @@ def finalize_kgrams(ctx: RunContext) -> dict[str, Any]:
     ]
     _, delta = config.stage_share("dpne")
     counts = {"1": parts.get(VOCABULARY_STAGE, {}).get("released")}
-    counts.update({str(k): _file_rows(p) for k, p in zip(range(2, config.dpne.max_n + 1), paths, strict=True)})
+    counts.update(
+        {str(k): _file_rows(p) for k, p in zip(range(2, config.dpne.max_n + 1), paths, strict=True)}
+    )
     record_part(
         ctx,
         "dpne.kgrams",
@@ -189,8 +191,6 @@ def finalize_kgrams(ctx: RunContext) -> dict[str, Any]:
     )
     out = root / KGRAMS
     return {"stage": "dpne.kgrams", "released_rows": table.num_rows, "epsilon": 0.0, "paths": [str(out)]}
-
-
 
 
 # ----------------------------------------------------------------------------------------------

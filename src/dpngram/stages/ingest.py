@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-
 def run_ingest(ctx: RunContext, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Stage entry point (CLI and Airflow): ingest ``ctx.config.input`` into ``ctx.schema``.
 

@@ -35,11 +35,10 @@ from dpngram.lm.build import (
     compile_binary,
 )
 from dpngram.lm.kenlm_bin import KENLM_MAX_ORDER
-from dpngram.release.context import read_parts
+from dpngram.release.context import RunContext, read_parts
 from dpngram.release.layout import MODEL_ARPA, MODEL_BINARY, MODEL_CARD
 
 log = logging.getLogger(__name__)
-
 
 
 def lm_enabled(config: RunConfig) -> bool:
@@ -47,7 +46,7 @@ def lm_enabled(config: RunConfig) -> bool:
     return config.lm.route != "off" and any(s in config.stage_budget for s in ("lm_counts", "bayes", "synth"))
 
 
-def run_lm(ctx: Any) -> dict[str, Any]:
+def run_lm(ctx: RunContext) -> dict[str, Any]:
     """Step ``lm`` (after ``validation``, before ``report``): build the model from released files only,
     compile it, check it (GX suite ``model.arpa``), evaluate it on public / user-supplied text,
     write the model card and report part ``lm``. Returns a public summary (paths, counts)."""
@@ -147,7 +146,7 @@ def _build_candidates(
 
 
 def _build_model(
-    ctx: Any,
+    ctx: RunContext,
     route: str,
     candidates: dict[str, dict[str, Any]],
     inputs: ReleasedInputs,
@@ -173,7 +172,7 @@ def _build_model(
 
 
 def _compare_or_evaluate(
-    ctx: Any, info: dict[str, Any], inputs: ReleasedInputs, binary: Path, eval_text: str | None
+    ctx: RunContext, info: dict[str, Any], inputs: ReleasedInputs, binary: Path, eval_text: str | None
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """(comparison with the public-only model, metrics on the evaluation text): the comparison when
     the build returned a public model (popped from ``info``), else the metrics if there is text."""

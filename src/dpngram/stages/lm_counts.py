@@ -284,9 +284,7 @@ def _selection_scores(
         p_arpas = []
         for b in betas:
             variant = (
-                public_model
-                if b == 0
-                else adapt_to_unigrams(public_model, unigram_distribution(private), b)
+                public_model if b == 0 else adapt_to_unigrams(public_model, unigram_distribution(private), b)
             )
             p_arpas.append(Path(tmp) / f"public_{len(p_arpas)}.arpa")
             write_arpa(variant, p_arpas[-1])

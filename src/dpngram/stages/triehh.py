@@ -9,7 +9,8 @@ and releases the discovered words to ``released/oov_words.parquet`` through
 protocol and its privacy argument are in :mod:`dpngram.mechanisms.triehh` and ``docs/triehh.md``.
 
 Owns: the ``triehh`` step (its privacy plan, parameters, released file and report part).
-Imports: dpngram.mechanisms.triehh, dpngram.release, dpngram.engines, dpngram.text, dpngram.core;
+Imports: dpngram.mechanisms.triehh, dpngram.release, dpngram.engines, dpngram.text, dpngram.config,
+    dpngram.core;
 pyarrow.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dpngram.config import RunConfig
 from dpngram.core.accounting import PrivacyEvent
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
@@ -42,7 +44,7 @@ from dpngram.release.spend import spend_once
 from dpngram.text.public import load_known_vocabulary
 
 
-def trie_parameters(config: Any, epsilon0: float) -> TrieParameters:
+def trie_parameters(config: RunConfig, epsilon0: float) -> TrieParameters:
     return TrieParameters(
         epsilon0=epsilon0,
         users_per_layer=config.triehh.users_per_layer,
@@ -57,7 +59,7 @@ def trie_parameters(config: Any, epsilon0: float) -> TrieParameters:
     )
 
 
-def privacy_plan(config: Any) -> dict[str, float]:
+def privacy_plan(config: RunConfig) -> dict[str, float]:
     """eps0 and the guarantees it gives, from the triehh share of (epsilon, delta) (public)."""
     epsilon, delta = config.stage_share(STAGE)
     delta_used = delta * DELTA_SHARE_USED
@@ -82,10 +84,6 @@ def privacy_plan(config: Any) -> dict[str, float]:
         "budget_epsilon": epsilon,
         "budget_delta": delta,
     }
-
-
-
-
 
 
 GUARANTEE = (

@@ -31,11 +31,9 @@ from dpngram.validation import (
 )
 
 if TYPE_CHECKING:
-
     pass
 
 log = logging.getLogger(__name__)
-
 
 
 # ----------------------------------------------------------------------------------------------

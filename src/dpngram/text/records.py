@@ -63,7 +63,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-
 #: Records per batch (CSV records, Parquet rows, files of a text directory).
 BATCH_ROWS = 50_000
 

@@ -52,7 +52,6 @@ if TYPE_CHECKING:  # the generator type only; every generator is created by simu
     from numpy.random import Generator as Rng
 
 
-
 #: Bumped whenever the defaults change what a seed generates (benchmark caches key on it).
 #: 2: calibrated to real text (follow 0.65, phrase_share 0.05, 10,000 words).
 GENERATOR_VERSION = 2

@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-
 # -- tokenizer ---------------------------------------------------------------------------------
 #: Bumped whenever a rule below changes the tokens produced for some input.
 TOKENIZER_VERSION = 1
@@ -124,8 +123,6 @@ def _explode_sentences(frame: pl.DataFrame) -> pl.DataFrame:
             pl.col("sentences").alias("tokens"),
         )
     )
-
-
 
 
 def tokenizer_settings(lowercase: bool) -> dict[str, Any]:
