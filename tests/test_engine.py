@@ -142,3 +142,16 @@ def test_every_spark_stage_sql_transpiles() -> None:
             assert (
                 "UBIGINT" not in body and "LIST_SLICE" not in body and "read_parquet" not in body.lower()
             ), name
+
+
+def test_spark_without_the_extra_is_a_one_line_config_error(tmp_path, monkeypatch) -> None:
+    """pyspark is the optional extra dpngram[spark]: selecting Spark without it names the fix."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "pyspark" else real(name, *a)
+    )
+    config = RunConfig.build(input="x", out="y", warehouse=str(tmp_path / "w.duckdb"), engine="spark")
+    with pytest.raises(ConfigError, match=r"pip install 'dpngram\[spark\]'"):
+        open_engine(config)

@@ -122,7 +122,7 @@ def add_config_flags(
         if name in skip:
             continue
         if section not in groups:
-            title = "run parameters" if section is None else SECTIONS[section].TITLE.lower()
+            title = "Data and privacy" if section is None else SECTIONS[section].TITLE
             groups[section] = parser.add_argument_group(title)
         group = groups[section]
         annotation = _unwrap_optional(field.annotation)

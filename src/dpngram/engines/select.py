@@ -2,13 +2,16 @@
 the run's configuration.
 
 Owns: engine selection (:func:`open_engine`).
-Imports: dpngram.engines (base; duckdb and spark lazily: pyspark is an optional extra), dpngram.config."""
+Imports: dpngram.engines (base; duckdb and spark lazily: pyspark is an optional extra), dpngram.config,
+dpngram.core."""
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from dpngram.config import RunConfig
+from dpngram.core.errors import ConfigError
 from dpngram.engines.base import ENGINES, Engine
 
 
@@ -25,6 +28,10 @@ def open_engine(config: RunConfig, *, spark: Any = None) -> Engine:
             config.warehouse, memory_limit=config.engine.memory_limit, threads=config.engine.threads
         )
     if engine == "spark":
+        if importlib.util.find_spec("pyspark") is None:
+            raise ConfigError(
+                "engine: 'spark' needs the Spark extra, which is not installed (pip install 'dpngram[spark]')"
+            )
         from dpngram.engines.spark import SparkEngine
 
         return SparkEngine.for_config(config, spark=spark)
