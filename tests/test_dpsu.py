@@ -165,7 +165,7 @@ def test_run_vocabulary_contract(tmp_path):
     assert tokens == sorted(tokens)
     assert out["released_rows"] == 2 and out["paths"] == [str(path)] and not out["reused"]
     part = read_parts(ctx)["dpne.k1"]
-    params = dpsu.vocabulary_parameters(ctx.config)
+    params = vocabulary_stage.dpsu_parameters(ctx.config)
     assert part["released"] == 2 and part["sigma"] == params.sigma and part["rho"] == params.threshold
     assert part["max_contribution"] == 3
     # events: Gaussian sigma_1 and the (0, delta/2) threshold part

@@ -251,7 +251,7 @@ def test_released_vocabulary_size_within_noise(runs, engines) -> None:
     duck, duck_schema = engines["duckdb"]
     duck.execute(load_sql("dpsu/vocabulary_source", schema=duck_schema, target="eq_vocab_source"))
     weights = _histogram(duck, duck_schema, "eq_vocab_source", "eq_vocab_hist").column("weight").to_numpy()
-    params = dpsu.vocabulary_parameters(runs["spark"].config)
+    params = vocabulary_stage.dpsu_parameters(runs["spark"].config)
     p = stats.norm.sf((params.threshold - weights) / params.sigma)
     mean, sd = p.sum(), math.sqrt((p * (1 - p)).sum())
     assert mean > 20  # the test has power: a real vocabulary is released

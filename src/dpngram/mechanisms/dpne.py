@@ -32,7 +32,7 @@ Privacy: each level is a Gaussian mechanism with sensitivity 1 and noise sigma_k
 
 Owns: the DPNE level algorithm (valid k-grams, pruning, threshold, exact and scalable variants,
 spurious sampling), the level tables and their restore from released files, user numbering.
-Imports: dpngram.mechanisms.dpsu, dpngram.engines, dpngram.config, dpngram.core; numpy, scipy, pyarrow.
+Imports: dpngram.mechanisms.dpsu, dpngram.engines, dpngram.core; numpy, scipy, pyarrow.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from scipy import stats
 
-from dpngram.config import RunConfig
 from dpngram.core.accounting import dpne_sigmas
+from dpngram.core.budget import Budget
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
@@ -109,10 +109,10 @@ def _check_k(k: int) -> None:
 # ----------------------------------------------------------------------------------------------
 # Public parameters
 # ----------------------------------------------------------------------------------------------
-def level_sigmas(config: RunConfig) -> list[float]:
-    """[sigma_1, ..., sigma_T] for the dpne stage share (Thm. 2.1, sigma_k = c sigma_{k-1})."""
-    epsilon, delta = config.stage_share("dpne")
-    return dpne_sigmas(epsilon, delta, config.dpne.max_n, config.dpne.sigma_decay)[1]
+def level_sigmas(budget: Budget, max_n: int, sigma_decay: float) -> list[float]:
+    """[sigma_1, ..., sigma_T] for the dpne ``budget`` (Thm. 2.1, sigma_k = c sigma_{k-1})."""
+    epsilon, delta = budget
+    return dpne_sigmas(epsilon, delta, max_n, sigma_decay)[1]
 
 
 def level_threshold(sigma: float, eta: float, previous_size: int, valid_size: int) -> float | None:

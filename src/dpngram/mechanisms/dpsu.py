@@ -25,7 +25,7 @@ bounds the probability that an item held only by the added/removed user crosses 
 
 Owns: the DPSU release over any ``(user_id, item)`` relation, the vocabulary S_1 and its
 parameters, writing released keys (:func:`write_keys_parquet`).
-Imports: dpngram.engines, dpngram.config, dpngram.core; pyarrow.
+Imports: dpngram.engines, dpngram.core; pyarrow.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dpngram.config import RunConfig
 from dpngram.core.accounting import PrivacyEvent, dpne_sigmas, dpsu_threshold
+from dpngram.core.budget import Budget
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql, safe_identifier
@@ -75,15 +75,18 @@ class DpsuParameters:
         ]
 
 
-def vocabulary_parameters(config: RunConfig) -> DpsuParameters:
-    """sigma_1 from DPNE Thm. 2.1 (``dpne_sigmas`` at the dpne stage share) and rho_1 at delta/2."""
-    epsilon, delta = config.stage_share("dpne")
-    _, sigmas = dpne_sigmas(epsilon, delta, config.dpne.max_n, config.dpne.sigma_decay)
+def vocabulary_parameters(
+    budget: Budget, max_n: int, sigma_decay: float, max_contribution: int
+) -> DpsuParameters:
+    """sigma_1 from DPNE Thm. 2.1 (``dpne_sigmas`` over ``max_n`` levels at the dpne ``budget``)
+    and rho_1 at delta/2."""
+    epsilon, delta = budget
+    _, sigmas = dpne_sigmas(epsilon, delta, max_n, sigma_decay)
     sigma_1 = sigmas[0]
     return DpsuParameters(
         sigma=sigma_1,
-        threshold=dpsu_threshold(sigma_1, delta / 2.0, config.dpne.max_contribution),
-        max_contribution=config.dpne.max_contribution,
+        threshold=dpsu_threshold(sigma_1, delta / 2.0, max_contribution),
+        max_contribution=max_contribution,
         threshold_delta=delta / 2.0,
     )
 

@@ -110,7 +110,7 @@ def run_level(
     config = ctx.config
     if k > config.dpne.max_n:
         return {"skipped": True, "k": k}
-    sigma = level_sigmas(config)[k - 1]
+    sigma = level_sigmas(config.stage_share("dpne"), config.dpne.max_n, config.dpne.sigma_decay)[k - 1]
     stage, output = level_stage(k), level_path(k)
 
     def compute(wh: Engine) -> Any:

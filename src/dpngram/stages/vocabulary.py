@@ -9,7 +9,7 @@ through :func:`dpngram.release.spend.spend_once`.
 
 Owns: the ``dpne.k1`` step (choosing and releasing S_1).
 Imports: dpngram.mechanisms (dpsu, dpne, triehh), dpngram.release, dpngram.engines, dpngram.text,
-dpngram.core; pyarrow.
+dpngram.config, dpngram.core; pyarrow.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from dpngram.config import RunConfig
 from dpngram.core.accounting import PrivacyEvent
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
@@ -26,6 +27,7 @@ from dpngram.mechanisms import triehh
 from dpngram.mechanisms.dpsu import (
     VOCABULARY_STAGE,
     VOCABULARY_TABLE,
+    DpsuParameters,
     release_vocabulary,
     vocabulary_parameters,
     write_keys_parquet,
@@ -36,6 +38,13 @@ from dpngram.release.spend import spend_once
 from dpngram.text.public import load_known_vocabulary
 
 
+def dpsu_parameters(config: RunConfig) -> DpsuParameters:
+    """The vocabulary's DPSU parameters for this run: its share of the dpne budget and T, c, Δ0."""
+    return vocabulary_parameters(
+        config.stage_share("dpne"), config.dpne.max_n, config.dpne.sigma_decay, config.dpne.max_contribution
+    )
+
+
 def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str, Any]:
     """Stage ``dpne.k1``: release the vocabulary S_1 (DPSU) to ``released/vocabulary.parquet``.
 
@@ -43,7 +52,7 @@ def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict
     :func:`dpngram.release.spend.spend_once` (noisy output persisted before the spend is
     committed; a retry reuses it). Returns a summary safe for XCom: released row count, epsilon, output path.
     ``noise`` is for seeded tests only (default: a fresh CSPRNG source)."""
-    params = vocabulary_parameters(ctx.config)
+    params = dpsu_parameters(ctx.config)
 
     def compute(wh: Engine) -> StageResult:
         from dpngram.mechanisms import dpne  # level tables derived from S_1
