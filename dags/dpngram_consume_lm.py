@@ -47,6 +47,8 @@ LM_ASSET = Asset(name="dpngram_language_model", uri="dpngram://release/language-
     schedule=[LM_ASSET],
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
+    # Unpaused from the start: asset events produced while a consumer is paused never reach it.
+    is_paused_upon_creation=False,
     max_active_runs=1,
     params={
         "public_text": Param(

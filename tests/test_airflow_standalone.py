@@ -289,7 +289,15 @@ def session(tmp_path_factory) -> dict[str, Any]:
         airflow.start()
         airflow.login()
         airflow.unpause(DAG_ID)
-        airflow.unpause(CONSUMER_ID)
+        # the consumer is unpaused at creation (is_paused_upon_creation=False), although this
+        # deployment pauses new DAGs by default: nobody has to remember to unpause it
+        airflow.wait_until(
+            f"the dag-processor to parse {CONSUMER_ID}",
+            lambda: airflow.request("GET", f"/api/v2/dags/{CONSUMER_ID}")[0] == 200,
+            120,
+        )
+        status, consumer = airflow.request("GET", f"/api/v2/dags/{CONSUMER_ID}")
+        assert status == 200 and consumer["is_paused"] is False, (status, consumer)
 
         status, run = airflow.trigger(conf)
         assert status == 200, (status, run)
