@@ -124,7 +124,7 @@ def _steps() -> tuple[Step, ...]:
             "dpngram.stages.lm_counts:run_lm_counts",
             skip=_needs_budget("lm_counts"),
             doc="noisy n-gram counts and the mixture weight",
-        ),  # fmt: skip
+        ),
         Step(
             "bayes", "dpngram.stages.bayes:run_bayes", skip=_needs_budget("bayes"), doc="trigram distribution"
         ),
