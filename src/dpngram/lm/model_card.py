@@ -88,6 +88,7 @@ def _guarantee_text(not_dp: bool, eps: float, delta: float) -> str:
 
 def _build_lines(config: RunConfig, part: dict[str, Any]) -> list[str]:
     """Section "How it was built": route, smoothing, inputs, vocabulary, parameters, n-gram counts."""
+    flat = config.flat()
     return [
         "",
         "## How it was built",
@@ -98,7 +99,7 @@ def _build_lines(config: RunConfig, part: dict[str, Any]) -> list[str]:
         _vocabulary_line(part),
         f"- tokenizer: the pipeline's (NFKC, lower-case = {config.lowercase}; docs/tokenizer.md)",
         "- parameters: "
-        + ", ".join(f"{k} = {config.flat()[k]}" for k in _PARAMETERS.get(part["route"], _PARAMETERS["arpa"])),
+        + ", ".join(f"{k} = {flat[k]}" for k in _PARAMETERS.get(part["route"], _PARAMETERS["arpa"])),
         "",
         "| order | n-grams |",
         "|---|---|",

@@ -26,8 +26,6 @@ def load_known_vocabulary(path: str | Path | None, lowercase: bool = True) -> li
     tokenized like private text, ``.gz`` accepted). ``None``: no known vocabulary."""
     if path is None:
         return []
-    from dpngram.core.errors import IngestError
-
     try:
         return sorted({tok for sentence in read_public_corpus(path, lowercase) for tok in sentence})
     except IngestError:
