@@ -13,8 +13,13 @@ def test_shares_compose_back_to_the_run_budget() -> None:
     config = RunConfig.build(
         input="x", out="y", epsilon=4, delta=1e-6, stage_budget={"dpne": 0.7, "bayes": 0.3}
     )
-    dpne, bayes = config.stage_share("dpne"), config.stage_share("bayes")
+    dpne, bayes = config.nominal_share("dpne"), config.nominal_share("bayes")
     assert dpne.epsilon == pytest.approx(2.8) and dpne.delta == pytest.approx(7e-7)
+    # what the stages calibrate to: the same deltas, epsilons scaled by one common factor > 1
+    calibrated = config.stage_share("dpne"), config.stage_share("bayes")
+    factor = calibrated[0].epsilon / dpne.epsilon
+    assert factor > 1 and calibrated[1].epsilon / bayes.epsilon == pytest.approx(factor, rel=1e-12)
+    assert (calibrated[0].delta, calibrated[1].delta) == (dpne.delta, bayes.delta)
     total = dpne + bayes
     assert total.epsilon == pytest.approx(4.0) and total.delta == pytest.approx(1e-6)
     assert total <= config.budget and dpne <= config.budget

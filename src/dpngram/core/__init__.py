@@ -5,5 +5,5 @@ the only place noise is drawn; ``accounting.py`` σ from (ε, δ), composition, 
 ``budget.py`` ``Budget``, an (ε, δ) pair with its arithmetic.
 
 Owns: the user-facing errors, noise sampling, privacy calibration and composition, budgets.
-Imports: no other dpngram layer; numpy, scipy (and prv-accountant for mixed composition).
+Imports: no other dpngram layer; numpy, scipy.
 """

@@ -10,15 +10,20 @@ Formulas (see ``docs/accounting.md`` for the derivations):
   ``delta = Phi(-eps*sigma/s + s/(2 sigma)) - e^eps * Phi(-eps*sigma/s - s/(2 sigma))``.
 * Gaussian composition is exact (Dong, Roth & Su 2019; DPNE Prop. 2.3): mechanisms with
   sensitivity 1 and noise sigma_i compose to one with ``1/sigma^2 = sum 1/sigma_i^2``.
-* DPNE Theorem 2.1: sigma* solves eq. (1) at delta/2; the DPSU threshold rho_1 covers the other
-  delta/2 (a (0, delta/2) event).
-* Mixed runs (Gaussian + Laplace / pure-eps + (eps, delta) events) are composed numerically with
-  ``prv-accountant`` (Gopi, Lee & Wutschitz 2021), whose upper bound is reported; the basic
-  composition sum is computed too and the smaller of the two sound bounds is the run's total.
+* DPNE Theorem 2.1: sigma* solves eq. (1) at a fraction of delta (the paper's delta/2); the DPSU
+  threshold rho_1 covers the rest (a (0, delta_0) event).
+* Mixed runs: the merged Gaussian at the delta left by the (eps, delta) events, plus the pure-eps and
+  approx events' epsilons (basic composition, valid for adaptively chosen pure-eps mechanisms).
+* Joint calibration (:func:`joint_calibration`): every budgeted stage declares how it turns an
+  (ε, δ) into events (:class:`StagePrivacy`); the stages' ε are scaled together by one factor
+  ``m >= 1`` until the composition of all their events equals the run's target, so the
+  sub-additivity of composition buys less noise instead of unspent budget (docs/accounting.md,
+  "Joint calibration").
 
 Owns: the Gaussian and Laplace calibration, the DPNE/DPSU σ and threshold, :class:`PrivacyEvent`,
-composition of privacy events (:class:`Accountant`), the run's privacy summary.
-Imports: dpngram.core.errors; numpy, scipy, prv-accountant.
+composition of privacy events (:class:`Accountant`), the stages' composition shapes
+(:class:`StagePrivacy`) and the joint calibration of their budgets, the run's privacy summary.
+Imports: dpngram.core.errors, dpngram.core.budget; numpy, scipy.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy import optimize, special, stats
 
+from dpngram.core.budget import Budget
 from dpngram.core.errors import BudgetError
 
 Mechanism = Literal["gaussian", "laplace", "approx"]
@@ -103,17 +109,22 @@ def compose_gaussian_sigmas(sigmas: Iterable[float]) -> float:
     return 1.0 / math.sqrt(inv)
 
 
-def dpne_sigmas(epsilon: float, delta: float, levels: int, decay: float = 1.0) -> tuple[float, list[float]]:
+def dpne_sigmas(
+    epsilon: float, delta: float, levels: int, decay: float = 1.0, gaussian_delta: float = 0.5
+) -> tuple[float, list[float]]:
     """DPNE Theorem 2.1 with the schedule sigma_k = decay * sigma_{k-1} (paper §3.1.1).
 
-    Returns (sigma_star, [sigma_1, ..., sigma_T]) where sigma_star solves eq. (1) at delta/2 and
+    Returns (sigma_star, [sigma_1, ..., sigma_T]) where sigma_star solves eq. (1) at
+    ``gaussian_delta * delta`` (the paper's delta/2; the rest of delta is the DPSU threshold's) and
     ``1/sigma_star^2 = sum_k 1/sigma_k^2``.
     """
     if levels < 1:
         raise BudgetError(f"T must be >= 1 (got {levels})")
     if decay <= 0:
         raise BudgetError(f"sigma decay c must be > 0 (got {decay})")
-    sigma_star = gaussian_sigma(epsilon, delta / 2.0)
+    if not 0 < gaussian_delta <= 1:
+        raise BudgetError(f"the Gaussian's fraction of delta must be in (0, 1] (got {gaussian_delta})")
+    sigma_star = gaussian_sigma(epsilon, delta * gaussian_delta)
     # sigma_k = decay^(k-1) sigma_1  =>  1/sigma*^2 = (1/sigma_1^2) sum_k decay^(-2(k-1))
     weight = sum(decay ** (-2.0 * k) for k in range(levels))
     sigma_1 = sigma_star * math.sqrt(weight)
@@ -215,10 +226,14 @@ class Accountant:
 def compose(events: Sequence[PrivacyEvent], delta: float) -> dict:
     """Total epsilon of ``events`` at total ``delta``.
 
-    Gaussian events are merged exactly into one Gaussian; ``approx`` events' deltas are
-    subtracted from the target delta (basic composition of the delta parts). With only Gaussians
-    left the analytic conversion is exact; otherwise prv-accountant's upper bound and the basic
-    composition sum are both sound, and the smaller is returned.
+    Gaussian events are merged exactly into one Gaussian (Prop. 2.3) and converted analytically at
+    the delta left after the ``approx`` events' deltas; the pure-epsilon (``laplace``) and
+    ``approx`` events' epsilons are added (basic composition). Basic composition holds for any
+    adaptively chosen pure-epsilon mechanisms, which is what the Chen et al. stage is (its
+    per-node budgets depend on earlier noisy counts), and it makes the total an exact, smooth
+    function of the stages' parameters, which :func:`joint_calibration` relies on. (A numerical
+    PRV composition with a Laplace privacy-loss distribution was used before: it is not
+    provably valid for an adaptive pure-epsilon stage; docs/accounting.md.)
     """
     if not 0 < delta < 1:
         raise BudgetError(f"delta must be in (0, 1) (got {delta})")
@@ -237,44 +252,145 @@ def compose(events: Sequence[PrivacyEvent], delta: float) -> dict:
     sigma = None
     if gauss:
         sigma = compose_gaussian_sigmas(s for e in gauss for s in [e.normalized_sigma] * e.count)
-    if not laplace:
-        eps = (gaussian_epsilon(sigma, remaining) if sigma else 0.0) + approx_eps
-        return {"epsilon": eps, "delta": delta, "method": "analytic-gaussian", "gaussian_sigma": sigma}
+    gaussian_part = gaussian_epsilon(sigma, remaining) if sigma else 0.0
     pure_sum = sum(e.epsilon * e.count for e in laplace)
-    basic = pure_sum + approx_eps + (gaussian_epsilon(sigma, remaining) if sigma else 0.0)
-    prv = _prv_epsilon(sigma, laplace, remaining)
-    eps = min(basic, prv + approx_eps) if prv is not None else basic
     return {
-        "epsilon": eps,
+        "epsilon": gaussian_part + pure_sum + approx_eps,
         "delta": delta,
-        "method": "prv-accountant" if prv is not None and prv + approx_eps < basic else "basic",
+        "method": "analytic-gaussian" if not laplace else "analytic-gaussian + basic (pure-epsilon parts)",
         "gaussian_sigma": sigma,
-        "basic_composition_epsilon": basic,
     }
 
 
-def _prv_epsilon(sigma: float | None, laplace: Sequence[PrivacyEvent], delta: float) -> float | None:
-    """Upper bound on epsilon from prv-accountant (numerical PRV composition)."""
-    from prv_accountant import PRVAccountant
-    from prv_accountant.privacy_random_variables import GaussianMechanism, LaplaceMechanism
+# ----------------------------------------------------------------------------------------------
+# Stage shapes and joint calibration
+# ----------------------------------------------------------------------------------------------
+#: Fraction of a Gaussian stage's delta share left unused by its calibration (Bayesian trigram and
+#: LM-count stages calibrate sigma at delta * (1 - margin)), so the accountant's conversion at the
+#: share's delta has a strictly positive remainder to work with.
+GAUSSIAN_DELTA_MARGIN = 1e-3
 
-    prvs, counts = [], []
-    if sigma is not None:
-        prvs.append(GaussianMechanism(noise_multiplier=sigma))
-        counts.append(1)
-    for event in laplace:
-        # prv-accountant's ``mu`` is the bound of the privacy-loss variable's support, i.e. the
-        # mechanism's pure epsilon (= sensitivity / scale), NOT the Laplace scale.
-        prvs.append(LaplaceMechanism(mu=event.epsilon))
-        counts.append(event.count)
-    try:
-        accountant = PRVAccountant(
-            prvs=prvs, max_self_compositions=counts, eps_error=1e-3, delta_error=delta * 1e-3
-        )
-        _, _, upper = accountant.compute_epsilon(delta=delta * (1 - 1e-3), num_self_compositions=counts)
-    except (ValueError, RuntimeError, FloatingPointError):
-        return None
-    return float(upper) if math.isfinite(upper) else None
+#: Fraction of the TrieHH share's delta at which its shuffle-amplification bound is computed.
+TRIEHH_DELTA_SHARE_USED = 0.999
+
+#: Relative precision of the joint calibration: the composed total is within this of the target,
+#: and never above it.
+JOINT_TOLERANCE = 1e-7
+
+
+@dataclass(frozen=True)
+class StagePrivacy:
+    """How a budgeted stage turns its (epsilon, delta) into privacy events: its composition shape.
+
+    * ``gaussian``: one Gaussian mechanism (several that compose to one, e.g. the DPNE levels) with
+      noise multiplier ``gaussian_sigma(epsilon, gaussian_delta * delta)``, plus a ``(0,
+      threshold_delta * delta)`` event when ``threshold_delta > 0`` (the DPSU threshold).
+    * ``laplace``: a pure epsilon-DP stage (Laplace-type noise).
+    * ``approx``: an (epsilon, approx_delta * delta) event (TrieHH's central guarantee).
+
+    The stage's own calibration must produce exactly these events (or ones that compose to
+    less), which tests/test_budget_plan.py checks stage by stage against the real calibration
+    functions.
+    """
+
+    kind: Literal["gaussian", "laplace", "approx"]
+    gaussian_delta: float = 0.0
+    threshold_delta: float = 0.0
+    approx_delta: float = 0.0
+
+    def events(self, stage: str, budget: Budget) -> list[PrivacyEvent]:
+        epsilon, delta = budget
+        if self.kind == "laplace":
+            return [PrivacyEvent(stage=stage, mechanism="laplace", epsilon=epsilon)]
+        if self.kind == "approx":
+            return [
+                PrivacyEvent(
+                    stage=stage, mechanism="approx", epsilon=epsilon, delta=self.approx_delta * delta
+                )
+            ]
+        events = [
+            PrivacyEvent(
+                stage=stage, mechanism="gaussian", sigma=gaussian_sigma(epsilon, self.gaussian_delta * delta)
+            )
+        ]
+        if self.threshold_delta > 0:
+            events.append(PrivacyEvent(stage=stage, mechanism="approx", delta=self.threshold_delta * delta))
+        return events
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """The budgets each stage calibrates to, and what they compose to.
+
+    ``nominal[s]`` is the stage's fraction of the run's (epsilon, delta); ``calibrated[s]`` is
+    ``(multiplier * nominal epsilon, nominal delta)``: what the stage calibrates its noise to on its
+    own. Composed together, the calibrated stages spend ``composed_epsilon`` at ``target.delta``,
+    equal to ``target.epsilon`` up to :data:`JOINT_TOLERANCE` (never above it)."""
+
+    target: Budget
+    multiplier: float
+    nominal: dict[str, Budget]
+    calibrated: dict[str, Budget]
+    composed_epsilon: float
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "target_epsilon": self.target.epsilon,
+            "target_delta": self.target.delta,
+            "multiplier": self.multiplier,
+            "composed_epsilon": self.composed_epsilon,
+            "stages": {
+                s: {
+                    "nominal_epsilon": self.nominal[s].epsilon,
+                    "calibrated_epsilon": b.epsilon,
+                    "delta": b.delta,
+                }
+                for s, b in self.calibrated.items()
+            },
+        }
+
+
+def joint_calibration(
+    shapes: dict[str, StagePrivacy], fractions: dict[str, float], budget: Budget, *, joint: bool = True
+) -> BudgetPlan:
+    """Scale every stage's epsilon by one factor m >= 1 so that the composition of all the stages'
+    events equals ``budget * sum(fractions)`` (the run's budget when the fractions sum to 1).
+
+    Each stage keeps its fraction of delta and the proportions of the epsilons are kept. The
+    composed epsilon grows continuously and strictly with m, and is at most the target at m = 1
+    (basic composition of the shares); m is found by bracketing and Brent's method, then nudged
+    down until the composed total is not above the target. ``joint=False`` gives m = 1 (every
+    stage calibrated to its share alone: the previous behaviour, for comparison)."""
+    if set(fractions) - set(shapes):
+        raise BudgetError(f"no privacy shape for stage(s) {sorted(set(fractions) - set(shapes))}")
+    total_fraction = sum(fractions.values())
+    target = budget * min(1.0, total_fraction)
+    nominal = {s: budget * f for s, f in fractions.items()}
+
+    def plan(m: float) -> dict[str, Budget]:
+        return {s: Budget(b.epsilon * m, b.delta) for s, b in nominal.items()}
+
+    def composed(m: float) -> float:
+        events = [e for s, b in plan(m).items() for e in shapes[s].events(s, b)]
+        return compose(events, target.delta)["epsilon"] if events else 0.0
+
+    if not nominal or target.epsilon <= 0:
+        return BudgetPlan(target, 1.0, nominal, plan(1.0), 0.0)
+    goal = target.epsilon
+    at_one = composed(1.0)
+    if not joint or at_one >= goal * (1 - JOINT_TOLERANCE):
+        return BudgetPlan(target, 1.0, nominal, plan(1.0), at_one)
+    lo, hi = 1.0, 2.0
+    while composed(hi) < goal:
+        lo, hi = hi, hi * 2.0
+        if hi > 1e6:
+            raise BudgetError("joint calibration did not converge (internal error)")
+    m = optimize.brentq(lambda x: composed(x) - goal, lo, hi, xtol=1e-12, rtol=JOINT_TOLERANCE / 4)
+    value = composed(m)
+    while value > goal:  # round towards safety
+        m *= 1 - JOINT_TOLERANCE / 4
+        value = composed(m)
+    return BudgetPlan(target, m, nominal, plan(m), value)
 
 
 def _check_eps_delta(epsilon: float, delta: float) -> None:

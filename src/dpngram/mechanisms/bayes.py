@@ -48,7 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dpngram.core.accounting import gaussian_sigma, laplace_scale
+from dpngram.core.accounting import GAUSSIAN_DELTA_MARGIN, gaussian_sigma, laplace_scale
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource, simulation_rng
 from dpngram.engines.base import Engine
@@ -64,7 +64,7 @@ BOS, EOS, UNK = "<s>", "</s>", "<unk>"
 
 
 #: Margin on delta for the discrete Gaussian on a fine grid (docs/noise.md, "Calibrate ...").
-DELTA_MARGIN = 1e-3
+DELTA_MARGIN = GAUSSIAN_DELTA_MARGIN  # one constant, shared with the joint calibration's shape
 
 
 #: The snapped vector differs by at most one grid step per coordinate; the grid is chosen so that

@@ -52,6 +52,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from scipy import stats
 
+from dpngram.core.accounting import TRIEHH_DELTA_SHARE_USED
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
@@ -66,7 +67,7 @@ DEFAULT_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789'-"
 
 #: The amplification bound is computed at this fraction of the stage's delta share: the
 #: accountant needs a strictly positive remainder when it composes the stage's events.
-DELTA_SHARE_USED = 0.999
+DELTA_SHARE_USED = TRIEHH_DELTA_SHARE_USED  # shared with the joint calibration's shape
 
 
 USERS_TABLE, WORDS_TABLE, KNOWN_TABLE, LEARNED_TABLE = (

@@ -9,6 +9,10 @@ shares its parent's budget and is charged only the increment of the parent's com
 ledger sum over the sub-stages is the exact composition (docs/accounting.md,
 docs/orchestration.md). A charge that would exceed the stage's share is refused.
 
+What the ledger is charged is the increment of the run's composed ε that the stage's events add to
+the events already committed by the run, so a run's ledger total is its composed total
+(docs/accounting.md, "Joint calibration" and "The ledger").
+
 Owns: :func:`spend_once` (persist-then-commit, the per-stage ledger charge).
 Imports: dpngram.release (layout, context, ledger), dpngram.engines, dpngram.config, dpngram.core.
 """
@@ -94,31 +98,35 @@ def _charged_summary(
     ctx: RunContext, stage: str, events: list[PrivacyEvent], stage_delta: float
 ) -> dict[str, Any]:
     """The stage's privacy summary plus what the ledger is charged (``parent_total_epsilon``,
-    ``charged_epsilon``, ``charged_delta``)."""
-    earlier = _earlier_sibling_events(ctx, stage)
+    ``charged_epsilon``, ``charged_delta``).
+
+    ``parent_total_epsilon`` is the stage's composed epsilon at its delta share, together with its
+    sibling sub-stages (``dpne.k2`` with ``dpne.k1`` ...): it must fit the stage's calibrated share.
+    The ledger is charged the increment of the whole run's composed epsilon (all events committed
+    by the run so far, at the run's delta): the charges of a run telescope to its composed total,
+    which the joint calibration makes equal to the run's epsilon. The run's delta is charged once,
+    by the first stage whose events use delta."""
     summary = _summary(events, stage_delta)
-    # What the ledger is charged. A sub-stage (e.g. one DPNE level) is charged only the
-    # increment of its parent's composed epsilon, so the ledger sum over the parent's
-    # sub-stages telescopes to the exact composition; the parent's delta is charged once,
-    # by its first sub-stage.
-    parent_total = summary["epsilon"]
-    # A stage whose events are all pure-epsilon (Laplace) is charged (sum of epsilons, 0):
-    # its composed epsilon at delta > 0 may be smaller, but that one needs the delta.
-    uses_delta = any(e.mechanism != "laplace" for e in events)
-    if uses_delta or not events:
-        charged_epsilon, charged_delta = summary["epsilon"], stage_delta if events else 0.0
-    else:
-        charged_epsilon, charged_delta = sum(e.epsilon * e.count for e in events), 0.0
-    if earlier:
-        before = _summary(earlier, stage_delta)["epsilon"]
-        parent_total = _summary(earlier + list(events), stage_delta)["epsilon"]
-        charged_epsilon, charged_delta = max(0.0, parent_total - before), 0.0
+    siblings = _committed_events(ctx, stage, siblings_only=True)
+    parent_total = (
+        _summary(siblings + list(events), stage_delta)["epsilon"] if siblings else summary["epsilon"]
+    )
+    earlier = _committed_events(ctx, stage, siblings_only=False)
+    run_delta = ctx.config.budget_plan().target.delta
+    before = _summary(earlier, run_delta)["epsilon"]
+    after = _summary(earlier + list(events), run_delta)["epsilon"]
+    used_before, used_after = _uses_delta(earlier), _uses_delta(earlier + list(events))
     return {
         **summary,
         "parent_total_epsilon": parent_total,
-        "charged_epsilon": charged_epsilon,
-        "charged_delta": charged_delta,
+        "charged_epsilon": max(0.0, after - before),
+        "charged_delta": run_delta if used_after and not used_before else 0.0,
     }
+
+
+def _uses_delta(events: list[PrivacyEvent]) -> bool:
+    """Whether a composition of ``events`` relies on delta (anything but pure-epsilon events)."""
+    return any(e.mechanism != "laplace" for e in events)
 
 
 def _stage_share(config: RunConfig, stage: str) -> Budget:
@@ -130,13 +138,15 @@ def _summary(events: list[PrivacyEvent], delta: float) -> dict[str, Any]:
     return Accountant(list(events)).summary(delta) if events else {"epsilon": 0.0, "delta": 0.0}
 
 
-def _earlier_sibling_events(ctx: RunContext, stage: str) -> list[PrivacyEvent]:
-    """Events already committed by sibling sub-stages (``parent.*``) of ``stage`` in this run."""
-    if "." not in stage:
-        return []
+def _committed_events(ctx: RunContext, stage: str, *, siblings_only: bool) -> list[PrivacyEvent]:
+    """Events already committed in this run by other stages (only by ``stage``'s sibling
+    sub-stages ``parent.*`` when ``siblings_only``)."""
     parent = stage.split(".", 1)[0]
     events: list[PrivacyEvent] = []
     for name, fragment in read_parts(ctx).items():
-        if name != stage and name.split(".", 1)[0] == parent and "privacy" in fragment:
-            events.extend(PrivacyEvent(**e) for e in fragment["privacy"].get("events", []))
+        if name == stage or "privacy" not in fragment:
+            continue
+        if siblings_only and ("." not in stage or name.split(".", 1)[0] != parent):
+            continue
+        events.extend(PrivacyEvent(**e) for e in fragment["privacy"].get("events", []))
     return events
