@@ -17,14 +17,22 @@ Imports: dpngram.core; pydantic.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from dpngram.core.accounting import (
+    GAUSSIAN_DELTA_MARGIN,
+    TRIEHH_DELTA_SHARE_USED,
+    BudgetPlan,
+    StagePrivacy,
+    joint_calibration,
+)
 from dpngram.core.budget import Budget
-from dpngram.core.errors import ConfigError
+from dpngram.core.errors import BudgetError, ConfigError
 
 #: Stages that spend privacy budget, in run order. ``stage_budget`` splits (epsilon, delta) among
 #: the ones that are enabled.
@@ -61,6 +69,9 @@ class DpneConfig(_Section):
         "exact_max_valid": "exact_max_valid",
         "vocabulary_method": "vocabulary_method",
         "known_vocabulary": "known_vocabulary",
+        "policy": "dpsu_policy",
+        "policy_cap": "dpsu_policy_cap",
+        "threshold_delta": "dpne_threshold_delta",
     }
 
     max_n: int = Field(
@@ -78,7 +89,12 @@ class DpneConfig(_Section):
     eta: float = Field(0.01, gt=0, lt=1, title="eta", description="Tolerated fraction of spurious k-grams.")
 
     sigma_decay: float = Field(
-        1.0, gt=0, le=10, title="sigma decay c", description="sigma_k = c * sigma_{k-1}."
+        1.2,
+        gt=0,
+        le=10,
+        title="sigma decay c",
+        description="sigma_k = c * sigma_{k-1}: c > 1 spends more of the dpne budget on short n-grams "
+        "(the default 1.2 was chosen on public text; the paper's even split is 1). 0 < c <= 10.",
     )
 
     pruning: Literal["both", "single"] = Field(
@@ -103,6 +119,32 @@ class DpneConfig(_Section):
         title="Vocabulary method",
         description="S_1 from DPSU, from LDP TrieHH words (plus the known vocabulary), or their union "
         "('triehh'/'both' need stage_budget.triehh).",
+    )
+
+    policy: Literal["weighted", "policy-gaussian"] = Field(
+        "policy-gaussian",
+        title="DPSU policy",
+        description="How each user spreads its unit l2 weight over its items, for the vocabulary and every "
+        "k-gram level: 'weighted' (1/sqrt(|U_i|) each) or 'policy-gaussian' (Gopi et al. 2020: users in a "
+        "secret random order fill items up to a cap, so weight goes where it is still needed).",
+    )
+
+    policy_cap: float = Field(
+        10.0,
+        ge=0,
+        le=20,
+        title="Policy cap alpha",
+        description="policy-gaussian only: an item's weight is filled up to rho + alpha * sigma (rho the "
+        "level's threshold); 0 <= alpha <= 20.",
+    )
+
+    threshold_delta: float = Field(
+        0.1,
+        gt=0,
+        lt=1,
+        title="Threshold share of delta",
+        description="Fraction of the dpne delta spent by the vocabulary's DPSU threshold; the rest goes to "
+        "the Gaussian noise (the paper uses 1/2; the default 0.1 was chosen on public text). 0 < value < 1.",
     )
 
     known_vocabulary: str | None = Field(
@@ -631,6 +673,12 @@ class RunConfig(BaseModel):
         description="Refuse the run if the dataset's recorded spend plus this run would exceed it.",
     )
     lifetime_delta: float | None = Field(None, gt=0, lt=1, title="Lifetime delta")
+    budget_calibration: Literal["joint", "per-stage"] = Field(
+        "joint",
+        title="Budget calibration",
+        description="'joint': the stages' noise is scaled together so that their composed total is exactly "
+        "the run's epsilon; 'per-stage': each stage is calibrated to its share alone (composes to less).",
+    )
 
     # -- one section per stage (flat names, as CLI flags and Params: ``SECTION.FLAGS``) ----------
     dpne: DpneConfig = Field(default_factory=DpneConfig)
@@ -680,6 +728,11 @@ class RunConfig(BaseModel):
             raise ValueError(f"vocabulary_method: '{method}' needs a budget share stage_budget.triehh")
         if not uses_triehh and "triehh" in self.stage_budget:
             raise ValueError("stage_budget: 'triehh' has a share but vocabulary_method is 'dpsu'")
+        if method == "triehh" and self.dpne.max_n == 1 and "dpne" in self.stage_budget:
+            raise ValueError(
+                "stage_budget: with vocabulary_method 'triehh' and max_n 1 no dpne level draws noise, so "
+                "the dpne share would buy nothing; drop it or raise max_n"
+            )
         return self
 
     @model_validator(mode="after")
@@ -741,13 +794,35 @@ class RunConfig(BaseModel):
         """The run's (epsilon, delta)."""
         return Budget(self.epsilon, self.delta)
 
-    def stage_share(self, stage: str) -> Budget:
-        """The share of the run's budget that ``stage_budget`` gives ``stage`` (unpacks as
-        ``epsilon, delta``)."""
+    def nominal_share(self, stage: str) -> Budget:
+        """``stage``'s fraction of the run's (epsilon, delta), as ``stage_budget`` gives it."""
         fraction = self.stage_budget.get(stage, 0.0)
         if fraction <= 0:
             raise ConfigError(f"stage_budget: stage '{stage}' has no budget (set stage_budget.{stage})")
         return self.budget * fraction
+
+    def stage_share(self, stage: str) -> Budget:
+        """The (epsilon, delta) ``stage`` calibrates its noise to (unpacks as ``epsilon, delta``):
+        its nominal share with epsilon scaled by the joint calibration's factor, so that all the
+        stages together compose to exactly the run's budget (:meth:`budget_plan`)."""
+        self.nominal_share(stage)  # refuses a stage without a share
+        return self.budget_plan().calibrated[stage]
+
+    def privacy_shapes(self) -> dict[str, StagePrivacy]:
+        """How each budgeted stage turns its (epsilon, delta) into privacy events."""
+        return stage_privacy_shapes(self.dpne.threshold_delta, self.dpne.vocabulary_method)
+
+    def budget_plan(self) -> BudgetPlan:
+        """Every budgeted stage's calibrated budget (:func:`dpngram.core.accounting.joint_calibration`).
+        Pure function of the privacy parameters; computed once per distinct set of them."""
+        return _budget_plan(
+            tuple(sorted(self.stage_budget.items())),
+            self.epsilon,
+            self.delta,
+            self.dpne.threshold_delta,
+            self.dpne.vocabulary_method,
+            self.budget_calibration,
+        )
 
     def check_against_users(self, n_users: int) -> None:
         """Refuse parameters that void the guarantee for a dataset of ``n_users`` users."""
@@ -777,6 +852,44 @@ class RunConfig(BaseModel):
                 frag["section"] = SECTIONS[section].TITLE
             out[name] = frag
         return out
+
+
+def stage_privacy_shapes(threshold_delta: float, vocabulary_method: str) -> dict[str, StagePrivacy]:
+    """How each budgeted stage turns its (epsilon, delta) into privacy events: what the stages' own
+    calibrations do (tests/test_budget_plan.py checks each against them)."""
+    dpsu_vocabulary = vocabulary_method != "triehh"
+    gaussian = StagePrivacy("gaussian", gaussian_delta=1.0 - GAUSSIAN_DELTA_MARGIN)
+    return {
+        # Thm. 2.1: the levels compose to one Gaussian; with a TrieHH vocabulary no DPSU level runs,
+        # so no threshold delta is reserved and all of the dpne delta goes to the Gaussian.
+        "dpne": StagePrivacy(
+            "gaussian",
+            gaussian_delta=1.0 - threshold_delta if dpsu_vocabulary else 1.0,
+            threshold_delta=threshold_delta if dpsu_vocabulary else 0.0,
+        ),
+        "lm_counts": gaussian,
+        "bayes": gaussian,
+        "synth": StagePrivacy("laplace"),
+        "triehh": StagePrivacy("approx", approx_delta=TRIEHH_DELTA_SHARE_USED),
+    }
+
+
+@functools.lru_cache(maxsize=64)
+def _budget_plan(
+    fractions: tuple[tuple[str, float], ...],
+    epsilon: float,
+    delta: float,
+    threshold_delta: float,
+    vocabulary_method: str,
+    calibration: str,
+) -> BudgetPlan:
+    shapes = stage_privacy_shapes(threshold_delta, vocabulary_method)
+    try:
+        return joint_calibration(
+            shapes, dict(fractions), Budget(epsilon, delta), joint=calibration == "joint"
+        )
+    except BudgetError as err:
+        raise ConfigError(f"stage_budget: {err}") from None
 
 
 #: The sections of :class:`RunConfig`, by attribute name.

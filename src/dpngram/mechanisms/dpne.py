@@ -38,6 +38,7 @@ Imports: dpngram.mechanisms.dpsu, dpngram.engines, dpngram.core; numpy, scipy, p
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -53,7 +54,14 @@ from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql
-from dpngram.mechanisms.dpsu import VOCABULARY_TABLE, dpsu_histogram, threshold_histogram
+from dpngram.mechanisms.dpsu import (
+    VOCABULARY_TABLE,
+    Policy,
+    check_policy,
+    dpsu_histogram,
+    policy_fill_level,
+    threshold_histogram,
+)
 
 MAX_LEVEL = 12
 
@@ -109,10 +117,29 @@ def _check_k(k: int) -> None:
 # ----------------------------------------------------------------------------------------------
 # Public parameters
 # ----------------------------------------------------------------------------------------------
-def level_sigmas(budget: Budget, max_n: int, sigma_decay: float) -> list[float]:
-    """[sigma_1, ..., sigma_T] for the dpne ``budget`` (Thm. 2.1, sigma_k = c sigma_{k-1})."""
+def level_sigmas(
+    budget: Budget,
+    max_n: int,
+    sigma_decay: float,
+    *,
+    threshold_delta: float = 0.5,
+    dpsu_vocabulary: bool = True,
+) -> dict[int, float]:
+    """{k: sigma_k} for the levels that draw Gaussian noise, from the dpne ``budget`` (Thm. 2.1,
+    sigma_k = c sigma_{k-1}).
+
+    With a DPSU vocabulary, levels 1..T compose to sigma* at ``(1 - threshold_delta) * delta`` and
+    the vocabulary's threshold takes the rest. With a TrieHH vocabulary no DPSU level runs: levels
+    2..T alone compose to sigma* at the whole delta (level thresholds cost no delta, Thm. 2.1), so
+    nothing is reserved for a level that does not run."""
     epsilon, delta = budget
-    return dpne_sigmas(epsilon, delta, max_n, sigma_decay)[1]
+    if dpsu_vocabulary:
+        sigmas = dpne_sigmas(epsilon, delta, max_n, sigma_decay, gaussian_delta=1.0 - threshold_delta)[1]
+        return dict(enumerate(sigmas, start=1))
+    if max_n < 2:
+        return {}
+    sigmas = dpne_sigmas(epsilon, delta, max_n - 1, sigma_decay, gaussian_delta=1.0)[1]
+    return dict(enumerate(sigmas, start=2))
 
 
 def level_threshold(sigma: float, eta: float, previous_size: int, valid_size: int) -> float | None:
@@ -390,10 +417,13 @@ def prepare_level(
     noise: NoiseSource,
     valid_count: Literal["exact", "estimate"] = "exact",
     sampling_probability: float = 0.01,
+    cap: Callable[[int, int], float | None] | None = None,
 ) -> LevelInputs:
     """Level k up to the noisy step: valid-gram sides, |V_k| (exact, or supplement Alg. 2),
     the pruned candidates and the bounded, weighted histogram H_k (Alg. 1 / supplement Alg. 1
-    before "Add noise"). Needs ``dpne_s{j}`` for j < k and ``dpne_occ{k-1}``/``dpne_occ1``."""
+    before "Add noise"). Needs ``dpne_s{j}`` for j < k and ``dpne_occ{k-1}``/``dpne_occ1``.
+    ``cap(|S_{k-1}|, |V_k|)`` gives the policy Gaussian's fill level (None: weighted policy); it
+    sees released set sizes only."""
     _check_k(k)
     if pruning not in ("both", "single"):
         raise ConfigError(f"pruning: must be 'both' or 'single' (got {pruning!r})")
@@ -410,7 +440,17 @@ def prepare_level(
     candidates = _build_candidates(wh, schema, k, pruning)
     histogram, source = f"dpne_hist{k}", f"dpne_source{k}"
     wh.execute(load_sql("dpne/level_source", schema=schema, target=source, candidates=candidates))
-    dpsu_histogram(wh, schema, source, histogram, max_contribution=max_contribution, salt=noise.salt())
+    fill = cap(previous, n_valid) if cap is not None else None
+    dpsu_histogram(
+        wh,
+        schema,
+        source,
+        histogram,
+        max_contribution=max_contribution,
+        salt=noise.salt(),
+        cap=fill,
+        order_salt=noise.salt() if fill is not None else None,
+    )
     return LevelInputs(
         k=k,
         pruning=pruning,
@@ -502,12 +542,23 @@ def release_level(
     noise: NoiseSource,
     valid_count: Literal["exact", "estimate"] = "exact",
     sampling_probability: float = 0.01,
+    policy: Policy = "weighted",
+    policy_cap: float = 2.0,
 ) -> LevelOutcome:
     """DPNE level k (Alg. 1 loop body; supplement Alg. 1 for the scalable variant).
 
-    Needs ``dpne_s{j}`` for j < k and ``dpne_occ{k-1}`` in ``schema``; writes ``dpne_s{k}`` and
-    ``dpne_occ{k}`` and drops the private candidates and histogram."""
+    ``policy`` builds H_k with the weighted or the policy Gaussian (fill level rho_k + policy_cap
+    sigma_k; :mod:`dpngram.mechanisms.dpsu`): either has l2-sensitivity 1 over V_k, so sigma_k
+    and the privacy argument are unchanged. Needs ``dpne_s{j}`` for j < k and ``dpne_occ{k-1}`` in
+    ``schema``; writes ``dpne_s{k}`` and ``dpne_occ{k}`` and drops the private candidates and
+    histogram."""
     choose_variant(variant, 0, exact_max_valid)  # validate before any work
+    check_policy(policy)
+
+    def cap(previous: int, valid: int) -> float | None:
+        rho = level_threshold(sigma, eta, previous, valid)
+        return None if rho is None else policy_fill_level(policy, rho, sigma, policy_cap)
+
     inputs = prepare_level(
         wh,
         schema,
@@ -517,6 +568,7 @@ def release_level(
         noise=noise,
         valid_count=valid_count,
         sampling_probability=sampling_probability,
+        cap=cap,
     )
     rho = level_threshold(sigma, eta, inputs.previous, inputs.valid)
     chosen = choose_variant(variant, inputs.valid, exact_max_valid)

@@ -1,4 +1,4 @@
-"""Differentially private set union (DPSU) with the weighted Gaussian policy: the vocabulary S_1.
+"""Differentially private set union (DPSU), weighted or policy Gaussian: the vocabulary S_1.
 
 Papers: Gopi, Gulhane, Kulkarni, Shen, Shokouhi & Yekhanin (2020), "Differentially private set
 union" (GGK+20); DPNE (Kim, Gopi, Kulkarni & Yekhanin 2021) Algorithm 1 line 1, Theorem 2.1, and
@@ -23,22 +23,37 @@ sigma * Phi^-1((1 - delta_0)^(1/t))`` (:func:`dpngram.core.accounting.dpsu_thres
 is a Gaussian mechanism (sensitivity 1, noise sigma) composed with a (0, delta_0) event: delta_0
 bounds the probability that an item held only by the added/removed user crosses the threshold.
 
-Owns: the DPSU release over any ``(user_id, item)`` relation, the vocabulary S_1 and its
-parameters, writing released keys (:func:`write_keys_parquet`).
-Imports: dpngram.engines, dpngram.core; pyarrow.
+Policy Gaussian (GGK+20 §5, ``policy='policy-gaussian'``): instead of step 3, users are visited
+one after the other in a secret random order (a salted hash of the user id), and each user adds
+``P(g)`` to its kept items, where ``g = (cap - H)_+`` on those items and ``P`` projects onto the
+unit l2 ball: weight goes to the items still below ``cap = rho + alpha*sigma`` instead of piling
+onto items far above the threshold. In ``y = cap - H`` coordinates a user's update is the
+proximal map of the convex function ``||y_+||_2`` (identity off the user's items), hence
+non-expansive; adding a user therefore changes the final histogram by at most its own update,
+norm <= 1, whatever its position in the order: l2-sensitivity 1 as for the weighted policy, and the
+same threshold rho (an item held only by the added user gets at most ``1/sqrt(t)`` of its
+``t`` new items). Derivation: docs/dpne.md, "Policy Gaussian". The update is sequential, so it
+runs on the driver over the streamed (user, item) pairs, holding one float per item of the support.
+
+Owns: the DPSU release over any ``(user_id, item)`` relation with either policy, the vocabulary
+S_1 and its parameters, writing released keys (:func:`write_keys_parquet`).
+Imports: dpngram.engines, dpngram.core; numpy, pyarrow.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dpngram.core.accounting import PrivacyEvent, dpne_sigmas, dpsu_threshold
 from dpngram.core.budget import Budget
+from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql, safe_identifier
@@ -52,14 +67,23 @@ VOCABULARY_TABLE = "dpne_s1_items"  # released S_1 (item column), private schema
 BATCH_ROWS = 1 << 20
 
 
+Policy = Literal["weighted", "policy-gaussian"]
+
+
+POLICIES: tuple[str, ...] = ("weighted", "policy-gaussian")
+
+
 @dataclass(frozen=True)
 class DpsuParameters:
-    """Public parameters of one DPSU release (all data-independent)."""
+    """Public parameters of one DPSU release (all data-independent). ``cap`` is the policy
+    Gaussian's fill level (None for the weighted policy)."""
 
     sigma: float
     threshold: float
     max_contribution: int
     threshold_delta: float
+    policy: Policy = "weighted"
+    cap: float | None = None
 
     def events(self, stage: str) -> list[PrivacyEvent]:
         """Gaussian (sensitivity 1) + the (0, delta_0) threshold event (DPNE Thm. 2.1 proof)."""
@@ -76,19 +100,94 @@ class DpsuParameters:
 
 
 def vocabulary_parameters(
-    budget: Budget, max_n: int, sigma_decay: float, max_contribution: int
+    budget: Budget,
+    max_n: int,
+    sigma_decay: float,
+    max_contribution: int,
+    *,
+    threshold_delta: float = 0.5,
+    policy: Policy = "weighted",
+    policy_cap: float = 2.0,
 ) -> DpsuParameters:
-    """sigma_1 from DPNE Thm. 2.1 (``dpne_sigmas`` over ``max_n`` levels at the dpne ``budget``)
-    and rho_1 at delta/2."""
+    """sigma_1 from DPNE Thm. 2.1 (``dpne_sigmas`` over ``max_n`` levels at the dpne ``budget``, the
+    Gaussian at ``(1 - threshold_delta) * delta``) and rho_1 at ``threshold_delta * delta`` (the
+    paper's split is 1/2). With the policy Gaussian, items are filled up to
+    ``rho_1 + policy_cap * sigma_1``."""
+    check_policy(policy)
     epsilon, delta = budget
-    _, sigmas = dpne_sigmas(epsilon, delta, max_n, sigma_decay)
+    _, sigmas = dpne_sigmas(epsilon, delta, max_n, sigma_decay, gaussian_delta=1.0 - threshold_delta)
     sigma_1 = sigmas[0]
+    rho = dpsu_threshold(sigma_1, threshold_delta * delta, max_contribution)
     return DpsuParameters(
         sigma=sigma_1,
-        threshold=dpsu_threshold(sigma_1, delta / 2.0, max_contribution),
+        threshold=rho,
         max_contribution=max_contribution,
-        threshold_delta=delta / 2.0,
+        threshold_delta=threshold_delta * delta,
+        policy=policy,
+        cap=policy_fill_level(policy, rho, sigma_1, policy_cap),
     )
+
+
+def check_policy(policy: str) -> None:
+    if policy not in POLICIES:
+        raise ConfigError(f"dpsu_policy: must be one of {list(POLICIES)} (got {policy!r})")
+
+
+def policy_fill_level(policy: Policy, rho: float, sigma: float, alpha: float) -> float | None:
+    """The policy Gaussian's cap Gamma = rho + alpha * sigma (GGK+20 §5.2); None for 'weighted'.
+    Public: it depends on public parameters and, in DPNE levels, on released set sizes only."""
+    check_policy(policy)
+    if policy == "weighted":
+        return None
+    if not (alpha >= 0 and np.isfinite(alpha)):
+        raise ConfigError(f"dpsu_policy_cap: must be a finite number >= 0 (got {alpha!r})")
+    if not (np.isfinite(rho) and np.isfinite(sigma)):  # the update needs a finite fill level
+        raise ValueError(f"the policy's fill level needs a finite rho and sigma (got {rho!r}, {sigma!r})")
+    return float(rho + alpha * sigma)
+
+
+def policy_gaussian_update(weights: np.ndarray, items: np.ndarray, cap: float) -> None:
+    """One user's policy-Gaussian update, in place: ``weights[items] += P((cap - weights[items])_+)``
+    where P projects onto the unit l2 ball (GGK+20 §5.2). ``items`` are distinct indices."""
+    gap = cap - weights[items]
+    np.maximum(gap, 0.0, out=gap)
+    norm = float(np.sqrt(gap @ gap))
+    if norm > 1.0:
+        gap *= 1.0 / norm
+    weights[items] += gap
+
+
+def policy_gaussian_weights(users: Iterable[np.ndarray], n_items: int, cap: float) -> np.ndarray:
+    """The policy-Gaussian histogram over item ids 0..n_items-1 for users visited in the given
+    order, each an array of its distinct kept item ids."""
+    weights = np.zeros(n_items, dtype=np.float64)
+    for items in users:
+        policy_gaussian_update(weights, items, cap)
+    return weights
+
+
+def _users_in_stream(batches: Iterable[pa.RecordBatch]) -> Iterable[np.ndarray]:
+    """Split a stream of (item_rank, iid) rows in visiting order into one item-id array per user
+    (item_rank 1 starts a user); a user may straddle record batches."""
+    pending = np.empty(0, dtype=np.int64)
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        ranks = batch.column("item_rank").to_numpy(zero_copy_only=False)
+        iids = batch.column("iid").to_numpy(zero_copy_only=False).astype(np.int64)
+        starts = np.flatnonzero(ranks == 1)
+        if starts.size == 0:
+            pending = np.concatenate([pending, iids])
+            continue
+        if starts[0] > 0 or pending.size:
+            head = np.concatenate([pending, iids[: starts[0]]])
+            if head.size:
+                yield head
+        for a, b in zip(starts[:-1], starts[1:], strict=True):
+            yield iids[a:b]
+        pending = iids[starts[-1] :].copy()
+    if pending.size:
+        yield pending
 
 
 def threshold_histogram(
@@ -122,16 +221,48 @@ def threshold_histogram(
 
 
 def dpsu_histogram(
-    wh: Engine, schema: str, source: str, histogram: str, *, max_contribution: int, salt: int
+    wh: Engine,
+    schema: str,
+    source: str,
+    histogram: str,
+    *,
+    max_contribution: int,
+    salt: int,
+    cap: float | None = None,
+    order_salt: int | None = None,
 ) -> None:
-    """Build the weighted-Gaussian histogram ``{schema}.{histogram}(item, weight)`` of the
-    ``{schema}.{source}(user_id, item)`` relation (supplement Alg. 5 lines 1-6)."""
+    """Build the DPSU histogram ``{schema}.{histogram}(item, weight)`` of the
+    ``{schema}.{source}(user_id, item)`` relation: weighted Gaussian (supplement Alg. 5 lines 1-6)
+    when ``cap`` is None, else the policy Gaussian filling items up to ``cap``, users visited in the
+    order of ``hash(user_id) XOR order_salt``. Both salts are secret per run."""
     if max_contribution < 1:
         raise ValueError(f"max_contribution: must be >= 1 (got {max_contribution})")
+    if cap is None:
+        wh.execute(
+            load_sql("dpsu/histogram", schema=schema, source=source, histogram=histogram),
+            {"salt": int(salt), "max_contribution": int(max_contribution)},
+        )
+        return
+    if order_salt is None:
+        raise ValueError("the policy Gaussian needs an order salt")
+    pairs, item_ids = safe_identifier(f"{histogram}_pairs"), safe_identifier(f"{histogram}_iids")
     wh.execute(
-        load_sql("dpsu/histogram", schema=schema, source=source, histogram=histogram),
-        {"salt": int(salt), "max_contribution": int(max_contribution)},
+        load_sql("dpsu/policy_items", schema=schema, source=source, target=pairs),
+        {"salt": int(salt), "order_salt": int(order_salt), "max_contribution": int(max_contribution)},
     )
+    wh.execute(load_sql("dpsu/policy_item_ids", schema=schema, target=item_ids, pairs=pairs))
+    n_items = int(wh.fetch_scalar(load_sql("dpsu/policy_support_size", schema=schema, item_ids=item_ids)))
+    stream = wh.fetch_batches(load_sql("dpsu/policy_stream", schema=schema, pairs=pairs, item_ids=item_ids))
+    weights = policy_gaussian_weights(_users_in_stream(stream), n_items, cap)
+    view = "dpsu_policy_weights"
+    table = pa.table({"iid": np.arange(n_items, dtype=np.int64), "weight": weights})
+    with wh.registered(**{view: table}):
+        wh.execute(
+            load_sql(
+                "dpsu/policy_histogram", schema=schema, histogram=histogram, item_ids=item_ids, weights=view
+            )
+        )
+    wh.drop(schema, pairs, item_ids)
 
 
 def dpsu_release(
@@ -144,15 +275,26 @@ def dpsu_release(
     threshold: float,
     max_contribution: int,
     noise: NoiseSource,
+    cap: float | None = None,
 ) -> int:
-    """DPSU (weighted Gaussian policy) over any ``{schema}.{source}(user_id, item)`` relation.
+    """DPSU over any ``{schema}.{source}(user_id, item)`` relation: weighted Gaussian policy, or the
+    policy Gaussian filling items up to ``cap`` when it is given.
 
     Writes the released items to ``{schema}.{target}(item)`` and returns how many were released
     (a DP count: the size of the release). The private histogram is dropped afterwards.
     ``sigma``/``threshold`` must come from the accountant (see :func:`vocabulary_parameters`).
     """
     histogram = safe_identifier(f"{target}_histogram")
-    dpsu_histogram(wh, schema, source, histogram, max_contribution=max_contribution, salt=noise.salt())
+    dpsu_histogram(
+        wh,
+        schema,
+        source,
+        histogram,
+        max_contribution=max_contribution,
+        salt=noise.salt(),
+        cap=cap,
+        order_salt=noise.salt() if cap is not None else None,
+    )
     released = threshold_histogram(
         wh,
         load_sql("dpsu/histogram_scan", schema=schema, histogram=histogram),
@@ -185,6 +327,7 @@ def release_vocabulary(wh: Engine, schema: str, params: DpsuParameters, noise: N
         threshold=params.threshold,
         max_contribution=params.max_contribution,
         noise=noise,
+        cap=params.cap,
     )
 
 

@@ -45,7 +45,13 @@ from dpngram.mechanisms.dpne import (
     release_level,
     restore_level,
 )
-from dpngram.mechanisms.dpsu import VOCABULARY_STAGE, VOCABULARY_TABLE, dpsu_release, write_keys_parquet
+from dpngram.mechanisms.dpsu import (
+    VOCABULARY_STAGE,
+    VOCABULARY_TABLE,
+    dpsu_release,
+    policy_fill_level,
+    write_keys_parquet,
+)
 from dpngram.release.context import RunContext, StageResult, read_parts, record_part, released_summary
 from dpngram.release.layout import KGRAMS, PARTS_DIR, VOCABULARY, baseline_path, level_path
 from dpngram.release.spend import spend_once
@@ -110,7 +116,13 @@ def run_level(
     config = ctx.config
     if k > config.dpne.max_n:
         return {"skipped": True, "k": k}
-    sigma = level_sigmas(config.stage_share("dpne"), config.dpne.max_n, config.dpne.sigma_decay)[k - 1]
+    sigma = level_sigmas(
+        config.stage_share("dpne"),
+        config.dpne.max_n,
+        config.dpne.sigma_decay,
+        threshold_delta=config.dpne.threshold_delta,
+        dpsu_vocabulary=config.dpne.vocabulary_method != "triehh",
+    )[k]
     stage, output = level_stage(k), level_path(k)
 
     def compute(wh: Engine) -> Any:
@@ -128,6 +140,8 @@ def run_level(
             noise=noise or NoiseSource.secure(),
             valid_count=valid_count,
             sampling_probability=sampling_probability,
+            policy=config.dpne.policy,
+            policy_cap=config.dpne.policy_cap,
         )
         _export_level(wh, ctx, k)
         report = {
@@ -135,6 +149,8 @@ def run_level(
             "max_contribution": config.dpne.max_contribution,
             "eta": config.dpne.eta,
             "pruning": config.dpne.pruning,
+            "policy": config.dpne.policy,
+            "sigma_decay": config.dpne.sigma_decay,
         }
         return StageResult(
             events=[PrivacyEvent(stage=stage, mechanism="gaussian", sigma=sigma)], report=report
@@ -229,6 +245,8 @@ def run_baseline(
                 delta_t=delta_t,
                 contribution=contribution,
                 noise=source_noise,
+                policy=ctx.config.dpne.policy,
+                policy_cap=ctx.config.dpne.policy_cap,
             )
             released.append(rows)
             events += [
@@ -272,14 +290,15 @@ def _baseline_plan(
     sigma, threshold delta, per-user contribution) each (``k`` is a length for dpsu-single)."""
     config = ctx.config
     epsilon, delta = config.stage_share("dpne")
-    sigma_star = gaussian_sigma(epsilon, delta / 2.0)
+    theta = config.dpne.threshold_delta  # the thresholds' fraction of delta, as for DPNE
+    sigma_star = gaussian_sigma(epsilon, (1.0 - theta) * delta)
     T, delta0 = config.dpne.max_n, config.dpne.max_contribution
     if method == "dpsu-all":
-        plan = [(1, T, sigma_star, delta / 2.0, T * delta0)]
+        plan = [(1, T, sigma_star, theta * delta, T * delta0)]
     elif method == "dpsu-even":
-        plan = [(n, n, sigma_star * math.sqrt(T), delta / (2.0 * T), delta0) for n in range(1, T + 1)]
+        plan = [(n, n, sigma_star * math.sqrt(T), theta * delta / T, delta0) for n in range(1, T + 1)]
     else:
-        plan = [(k, k, sigma_star, delta / 2.0, delta0)]
+        plan = [(k, k, sigma_star, theta * delta, delta0)]
     return plan
 
 
@@ -293,6 +312,8 @@ def _baseline_run(
     delta_t: float,
     contribution: int,
     noise: NoiseSource,
+    policy: str = "weighted",
+    policy_cap: float = 2.0,
 ) -> tuple[pa.Table, dict[str, Any]]:
     """One DPSU over the n-grams of lengths lo..hi: the released rows (k, ngram) and the run's
     report entry; its work tables are dropped."""
@@ -309,6 +330,7 @@ def _baseline_run(
         threshold=rho,
         max_contribution=contribution,
         noise=noise,
+        cap=policy_fill_level(policy, rho, sigma, policy_cap),
     )
     rows = wh.fetch_arrow(load_sql("dpsu/baseline_export", schema=schema, released=target))
     run = {

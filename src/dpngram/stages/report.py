@@ -5,7 +5,7 @@
 
 * privacy: each stage's recorded spend, and the run's total **composed** by
   :class:`dpngram.core.accounting.Accountant` over all events of all stages at the run's delta
-  (Gaussian events merged exactly, DPNE Prop. 2.3; mixed events via prv-accountant), next to
+  (Gaussian events merged exactly, DPNE Prop. 2.3; pure-ε and approx parts added), next to
   the basic-composition sum of the stages' epsilons (always sound, usually looser); plus what the
   ledger charged for this run;
 * row counts of every released table (``released/*.parquet``; those tables are public, so their

@@ -40,8 +40,15 @@ from dpngram.text.public import load_known_vocabulary
 
 def dpsu_parameters(config: RunConfig) -> DpsuParameters:
     """The vocabulary's DPSU parameters for this run: its share of the dpne budget and T, c, Δ0."""
+    dpne = config.dpne
     return vocabulary_parameters(
-        config.stage_share("dpne"), config.dpne.max_n, config.dpne.sigma_decay, config.dpne.max_contribution
+        config.stage_share("dpne"),
+        dpne.max_n,
+        dpne.sigma_decay,
+        dpne.max_contribution,
+        threshold_delta=dpne.threshold_delta,
+        policy=dpne.policy,
+        policy_cap=dpne.policy_cap,
     )
 
 
@@ -69,13 +76,17 @@ def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict
         table = wh.fetch_arrow(load_sql("dpne/level_export", schema=ctx.schema, level="dpne_s1"), {"k": 1})
         with ctx.release.writing(VOCABULARY) as tmp:
             write_keys_parquet(table.rename_columns(["k", "token"]), tmp, {"token": pa.string()})
+        dpsu = method != "triehh"
         report = {
             "k": 1,
             "released": released,
-            "sigma": params.sigma,
-            "rho": params.threshold,
+            "sigma": params.sigma if dpsu else None,
+            "rho": params.threshold if dpsu else None,
             "max_contribution": params.max_contribution,
             "variant": method,
+            "policy": params.policy if dpsu else None,
+            "policy_cap": params.cap if dpsu else None,
+            "threshold_delta": params.threshold_delta if dpsu else 0.0,
         }
         events = params.events(VOCABULARY_STAGE)
         if method == "triehh":  # no DPSU spend: a zero event keeps the stage's marker format
