@@ -31,9 +31,9 @@ from dpngram.engines.duckdb import Warehouse
 from dpngram.engines.sql import load_sql
 from dpngram.mechanisms import dpne, dpsu
 from dpngram.mechanisms.dpsu import (
-    _users_in_stream,
     policy_gaussian_update,
     policy_gaussian_weights,
+    policy_histogram_from_stream,
 )
 
 SCHEMA = "run_policy_test"
@@ -311,26 +311,28 @@ def test_user_with_unique_items_moves_the_histogram_by_exactly_min_1_sqrt_t_cap(
 # ----------------------------------------------------------------------------------------------
 # 4. stream splitting
 # ----------------------------------------------------------------------------------------------
-def test_users_in_stream_is_independent_of_batch_boundaries():
-    """Users of sizes 3, 1, 4, 1, 2 (11 rows): every one of the 2^10 ways of cutting the rows into
-    consecutive batches (plus empty batches in between) gives the same users as one batch."""
-    sizes = [3, 1, 4, 1, 2]
-    ranks = np.concatenate([np.arange(1, s + 1) for s in sizes]).astype(np.int64)
-    iids = np.array([7, 2, 5, 2, 0, 1, 3, 9, 4, 8, 6], dtype=np.int64)
-    schema = pa.schema([("item_rank", pa.int64()), ("iid", pa.int64())])
-    full = pa.RecordBatch.from_arrays([pa.array(ranks), pa.array(iids)], schema=schema)
-    expected = [u.tolist() for u in _users_in_stream([full])]
-    assert expected == [[7, 2, 5], [2], [0, 1, 3, 9], [4], [8, 6]]
+@pytest.mark.parametrize("compiled_after", [0, 7, 10**9])
+def test_stream_histogram_is_independent_of_batches_and_of_the_compiled_switch(compiled_after):
+    """Users streamed as one row each (a list of item ids), cut into batches every possible way,
+    through the numpy update, the compiled one, or numpy then compiled from user 7 on: the same
+    weights as the reference numpy loop (the compiled kernel runs the same operations in the same
+    order, so they agree to rounding)."""
+    rng = simulation_rng(3)
+    users = [rng.choice(12, size=int(rng.integers(1, 6)), replace=False).astype(np.int64) for _ in range(11)]
+    reference = policy_gaussian_weights(users, 12, 0.9)
+    full = pa.Table.from_arrays(
+        [pa.array([u.tolist() for u in users], type=pa.list_(pa.int64()))], names=["iids"]
+    ).to_batches()[0]
     empty = full.slice(0, 0)
-    n = len(ranks)
+    n = len(users)
     for cut_mask in range(1 << (n - 1)):
         cuts = [0] + [i + 1 for i in range(n - 1) if cut_mask >> i & 1] + [n]
         batches = [empty]
         for a, b in itertools.pairwise(cuts):
             batches += [full.slice(a, b - a), empty]
-        assert [u.tolist() for u in _users_in_stream(iter(batches))] == expected, cuts
-    assert list(_users_in_stream([empty])) == []
-    assert list(_users_in_stream([])) == []
+        weights = policy_histogram_from_stream(iter(batches), 12, 0.9, compiled_after)
+        np.testing.assert_allclose(weights, reference, rtol=0, atol=1e-12)
+    assert not policy_histogram_from_stream([], 12, 0.9, compiled_after).any()
 
 
 # ----------------------------------------------------------------------------------------------

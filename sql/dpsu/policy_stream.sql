@@ -1,6 +1,8 @@
--- The policy input in visiting order: users by their salted order hash (ties by id), each user's
--- items in their kept order. Columns: item_rank (1 starts a user), iid (dense item id).
-SELECT p.item_rank, i.iid
+-- The policy input in visiting order, one row per user: users by their salted order hash (ties
+-- by id), each with the list of its kept items' dense ids (a set: the update does not depend on
+-- the items' order). Sorting users, not (user, item) pairs, keeps the sort small.
+SELECT list(i.iid) AS iids
 FROM {schema}.{pairs} AS p
 JOIN {schema}.{item_ids} AS i ON p.item = i.item
-ORDER BY p.user_order, p.user_id, p.item_rank
+GROUP BY p.user_order, p.user_id
+ORDER BY p.user_order, p.user_id

@@ -33,11 +33,12 @@ non-expansive; adding a user therefore changes the final histogram by at most it
 norm <= 1, whatever its position in the order: l2-sensitivity 1 as for the weighted policy, and the
 same threshold rho (an item held only by the added user gets at most ``1/sqrt(t)`` of its
 ``t`` new items). Derivation: docs/dpne.md, "Policy Gaussian". The update is sequential, so it
-runs on the driver over the streamed (user, item) pairs, holding one float per item of the support.
+runs on the driver, compiled (:mod:`dpngram.mechanisms.policy_kernel`), over users streamed in
+visiting order, holding one float per item of the support.
 
 Owns: the DPSU release over any ``(user_id, item)`` relation with either policy, the vocabulary
 S_1 and its parameters, writing released keys (:func:`write_keys_parquet`).
-Imports: dpngram.engines, dpngram.core; numpy, pyarrow.
+Imports: dpngram.mechanisms.policy_kernel (lazily), dpngram.engines, dpngram.core; numpy, pyarrow.
 """
 
 from __future__ import annotations
@@ -166,28 +167,36 @@ def policy_gaussian_weights(users: Iterable[np.ndarray], n_items: int, cap: floa
     return weights
 
 
-def _users_in_stream(batches: Iterable[pa.RecordBatch]) -> Iterable[np.ndarray]:
-    """Split a stream of (item_rank, iid) rows in visiting order into one item-id array per user
-    (item_rank 1 starts a user); a user may straddle record batches."""
-    pending = np.empty(0, dtype=np.int64)
+#: Users streamed through the plain numpy update before switching to the compiled one: loading
+#: numba costs about 2 s a process (measured here), the numpy update about 13 us a user, so
+#: small inputs never pay the load. Both give the same weights (tests/test_dpsu_policy.py).
+COMPILED_AFTER_USERS = 150_000
+
+
+def policy_histogram_from_stream(
+    batches: Iterable[pa.RecordBatch], n_items: int, cap: float, compiled_after: int = COMPILED_AFTER_USERS
+) -> np.ndarray:
+    """The policy-Gaussian histogram from a stream of users in visiting order (one row per user, a
+    list column ``iids`` of its distinct item ids), batch after batch: the numpy update for the
+    first ``compiled_after`` users, then the compiled one (:mod:`dpngram.mechanisms.policy_kernel`)."""
+    weights = np.zeros(n_items, dtype=np.float64)
+    seen = 0
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        ranks = batch.column("item_rank").to_numpy(zero_copy_only=False)
-        iids = batch.column("iid").to_numpy(zero_copy_only=False).astype(np.int64)
-        starts = np.flatnonzero(ranks == 1)
-        if starts.size == 0:
-            pending = np.concatenate([pending, iids])
-            continue
-        if starts[0] > 0 or pending.size:
-            head = np.concatenate([pending, iids[: starts[0]]])
-            if head.size:
-                yield head
-        for a, b in zip(starts[:-1], starts[1:], strict=True):
-            yield iids[a:b]
-        pending = iids[starts[-1] :].copy()
-    if pending.size:
-        yield pending
+        lists = batch.column("iids")
+        offsets = lists.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+        items = lists.values.to_numpy(zero_copy_only=False).astype(np.int64)
+        items, offsets = items[offsets[0] : offsets[-1]], offsets - offsets[0]
+        if seen + batch.num_rows <= compiled_after:
+            for start, end in zip(offsets[:-1], offsets[1:], strict=True):
+                policy_gaussian_update(weights, items[start:end], cap)
+        else:
+            from dpngram.mechanisms.policy_kernel import policy_gaussian_fill
+
+            policy_gaussian_fill(weights, offsets, items, float(cap))
+        seen += batch.num_rows
+    return weights
 
 
 def threshold_histogram(
@@ -253,7 +262,7 @@ def dpsu_histogram(
     wh.execute(load_sql("dpsu/policy_item_ids", schema=schema, target=item_ids, pairs=pairs))
     n_items = int(wh.fetch_scalar(load_sql("dpsu/policy_support_size", schema=schema, item_ids=item_ids)))
     stream = wh.fetch_batches(load_sql("dpsu/policy_stream", schema=schema, pairs=pairs, item_ids=item_ids))
-    weights = policy_gaussian_weights(_users_in_stream(stream), n_items, cap)
+    weights = policy_histogram_from_stream(stream, n_items, cap)
     view = "dpsu_policy_weights"
     table = pa.table({"iid": np.arange(n_items, dtype=np.int64), "weight": weights})
     with wh.registered(**{view: table}):
