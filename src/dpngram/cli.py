@@ -244,6 +244,9 @@ def _run_summary(result: dict[str, Any]) -> dict[str, Any]:
         "epsilon_per_stage": {name: s["charged_epsilon"] for name, s in privacy["stages"].items()},
         "epsilon_total": privacy["total"]["epsilon"],
         "epsilon_basic_composition": privacy["basic_composition"]["epsilon"],
+        "epsilon_target": privacy["calibration"]["target_epsilon"],
+        "calibration_multiplier": privacy["calibration"]["multiplier"],
+        "dpne_policy": (privacy.get("dpne") or {}).get("policy"),
         "delta": privacy["delta"],
         "validation_passed": report["validation"].get("success"),
         "noise": report["noise"]["mode"],
@@ -268,7 +271,11 @@ def _print_summary(summary: dict[str, Any]) -> None:
     for stage, eps in summary["epsilon_per_stage"].items():
         spend.add_row(stage, f"{eps:.4f}")
     spend.add_row("[bold]total (composed)[/bold]", f"[bold]{summary['epsilon_total']:.4f}[/bold]")
-    spend.add_row("basic composition (Σ stage ε)", f"{summary['epsilon_basic_composition']:.4f}")
+    spend.add_row("target (the run's ε)", f"{summary['epsilon_target']:.4f}")
+    if summary["calibration_multiplier"] > 1:
+        spend.add_row(
+            "stage shares scaled by (joint calibration)", f"×{summary['calibration_multiplier']:.4f}"
+        )
     paths = Table(title=f"Release {summary['run_id']}", title_justify="left", show_header=False, min_width=40)
     paths.add_column(no_wrap=True)
     paths.add_column(overflow="fold")

@@ -129,6 +129,13 @@ def write_report(ctx: RunContext) -> Path:
     tables = released_tables(root)
     per_k = _ngrams_per_k(tables)
     privacy = privacy_summary(parts, ctx.config.delta, ctx.config.epsilon)
+    privacy["calibration"] = {
+        "mode": ctx.config.budget_calibration,
+        **ctx.config.budget_plan().report(),
+    }
+    dpne = _dpne_settings(ctx, parts)
+    if dpne:
+        privacy["dpne"] = dpne
     ledger = _ledger_charged(ctx)
     if ledger is not None:
         privacy["ledger_charged"] = ledger
@@ -310,6 +317,26 @@ def render_html(report: dict[str, Any]) -> str:
     )
 
 
+def _dpne_settings(ctx: RunContext, parts: dict[str, Any]) -> dict[str, Any] | None:
+    """The DPSU policy, level schedule and delta split this run's DPNE levels used (None when no
+    level ran): public parameters, and each level's sigma and threshold from its report part."""
+    levels = {n: p for n, p in parts.items() if n.startswith("dpne.k") and n[6:].isdigit()}
+    if not levels:
+        return None
+    dpne = ctx.config.dpne
+    return {
+        "policy": dpne.policy,
+        "policy_cap_alpha": dpne.policy_cap if dpne.policy == "policy-gaussian" else None,
+        "sigma_decay": dpne.sigma_decay,
+        "threshold_delta_fraction": dpne.threshold_delta if dpne.vocabulary_method != "triehh" else 0.0,
+        "vocabulary_method": dpne.vocabulary_method,
+        "levels": {
+            name: {"sigma": part.get("sigma"), "rho": part.get("rho"), "released": part.get("released")}
+            for name, part in sorted(levels.items(), key=lambda item: int(item[0][6:]))
+        },
+    }
+
+
 def _privacy_html(report: dict[str, Any]) -> list[str]:
     """Section "Privacy": the composed spend against the budget, per stage, the ledger, the plot."""
     privacy = report["privacy"]
@@ -323,12 +350,51 @@ def _privacy_html(report: dict[str, Any]) -> list[str]:
     sections.append(
         f"<p>Total spent (composed over all {n_events} mechanism events at δ = {delta}): "
         f"<span class='{status}'>ε = {spent}</span> of the run's budget ε = {budget} "
-        f"(method: {_esc(total.get('method'))}). Basic-composition sum over stages: ε = {basic}.</p>"
+        f"(method: {_esc(total.get('method'))}).</p>"
     )
+    calibration = privacy.get("calibration")
+    if calibration and calibration.get("mode") == "joint" and calibration["multiplier"] > 1:
+        sections.append(
+            "<p>Joint calibration: every stage's share of ε was scaled by "
+            f"{_esc(_fmt(calibration['multiplier']))} so that the stages together compose to the target "
+            f"ε = {_esc(_fmt(calibration['target_epsilon']))}. The sum of the stages' stand-alone ε "
+            f"(basic composition, a looser bound) is {basic}.</p>"
+        )
+    elif calibration:
+        sections.append(
+            f"<p class='muted'>Budget calibration: {_esc(calibration.get('mode'))}. "
+            f"Basic-composition sum over stages: ε = {basic}.</p>"
+        )
+    dpne = privacy.get("dpne")
+    if dpne:
+        cap = (
+            f", cap ρ + {_esc(_fmt(dpne['policy_cap_alpha']))}σ"
+            if dpne.get("policy_cap_alpha") is not None
+            else ""
+        )
+        sections.append(
+            f"<p>DPNE: DPSU policy <b>{_esc(dpne['policy'])}</b>{cap}; level schedule σ_k = "
+            f"{_esc(_fmt(dpne['sigma_decay']))}·σ_(k−1); vocabulary threshold's share of the dpne δ: "
+            f"{_esc(_fmt(dpne['threshold_delta_fraction']))}; "
+            f"vocabulary: {_esc(dpne['vocabulary_method'])}.</p>"
+        )
+        sections.append(
+            _table(
+                ["level", "σ", "ρ", "released"],
+                [[n, lv["sigma"], lv["rho"], lv["released"]] for n, lv in dpne["levels"].items()],
+            )
+        )
     if privacy["stages"]:
         sections.append(
             _table(
-                ["stage", "ε (own events)", "ε charged", "δ", "stage budget ε", "events"],
+                [
+                    "stage",
+                    "ε (own events, stand-alone)",
+                    "ε charged (run increment)",
+                    "δ",
+                    "stage budget ε",
+                    "events",
+                ],
                 [
                     [n, s["epsilon"], s["charged_epsilon"], s["delta"], s["budget_epsilon"], s["events"]]
                     for n, s in privacy["stages"].items()
