@@ -195,6 +195,47 @@ def test_vocabulary_histogram_identical(engines) -> None:
     _assert_same_histogram(hist["duckdb"], hist["spark"], BIG_DELTA)
 
 
+def test_policy_histogram_runs_on_both_engines(engines) -> None:
+    """The policy Gaussian's SQL (bounding, dense ids, users in visiting order as list rows) on
+    Spark. The visiting order is a hash of the user id, and the engines' hashes differ, so the
+    histograms are compared where they must agree: with a cap no item reaches, every user gives
+    1/sqrt(|U_i|) to each item whatever the order, i.e. the weighted histogram; with a binding cap
+    both have the same support, no item above the cap, and the same total number of users' steps."""
+    hist, capped = {}, {}
+    for name, (engine, schema) in engines.items():
+        engine.execute(load_sql("dpsu/vocabulary_source", schema=schema, target="eq_policy_source"))
+        for cap, out in ((1e12, hist), (1.5, capped)):
+            dpsu.dpsu_histogram(
+                engine,
+                schema,
+                "eq_policy_source",
+                "eq_policy_hist",
+                max_contribution=BIG_DELTA,
+                salt=1,
+                cap=cap,
+                order_salt=NoiseSource.secure().salt(),
+            )
+            out[name] = _sorted(
+                engine.fetch_arrow(
+                    load_sql("dpsu/histogram_scan", schema=schema, histogram="eq_policy_hist")
+                ),
+                ["item"],
+            )
+    # cap 1e12: a sum of up to n terms of size ~1e12 loses ~n * 1e12 * 2^-53 per item
+    duck, spark = hist["duckdb"], hist["spark"]
+    assert (
+        duck.column("item").to_pylist()
+        == spark.column("item").cast(duck.schema.field("item").type).to_pylist()
+    )
+    np.testing.assert_allclose(duck.column("weight").to_numpy(), spark.column("weight").to_numpy(), atol=1e-3)
+    for name, table in capped.items():
+        weights = table.column("weight").to_numpy()
+        assert weights.max() <= 1.5 + 1e-12 and weights.min() > 0, name
+    assert capped["duckdb"].column("item").to_pylist() == (
+        capped["spark"].column("item").cast(capped["duckdb"].schema.field("item").type).to_pylist()
+    )
+
+
 def test_level_candidates_and_histograms_identical(engines) -> None:
     """Feed the same released S_1, S_2 to both engines and compare V_k, candidates and H_k."""
     duck, duck_schema = engines["duckdb"]
