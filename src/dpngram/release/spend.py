@@ -23,6 +23,8 @@ from typing import Any
 from dpngram.config import RunConfig
 from dpngram.core.accounting import Accountant, PrivacyEvent
 from dpngram.core.budget import Budget
+from dpngram.core.errors import ResumeError
+from dpngram.core.noise import before_first_draw
 from dpngram.engines.duckdb import Warehouse
 from dpngram.release.context import RunContext, StageResult, read_parts
 from dpngram.release.layout import PARTS_DIR, write_json_atomic
@@ -37,27 +39,52 @@ def spend_once(
     *,
     engine: bool = False,
 ) -> dict[str, Any]:
-    """Run a privacy-spending stage at most once per run.
+    """Run a privacy-spending stage at most once per run, and never draw its noise twice.
 
     ``engine=True``: ``compute`` receives the configured engine (:meth:`RunContext.engine`: DuckDB
     or Spark) instead of the DuckDB warehouse; the ledger is in the DuckDB file either way.
 
     ``compute`` draws the noise, writes every file named in ``outputs`` (relative to the release,
-    via :meth:`Release.writing`) and returns its events. Then, in this order: the stage's
-    marker (events + report fragment) is written, and the spend is committed to the ledger.
-    If the marker and all outputs already exist (a retry), nothing is recomputed; the ledger entry
-    is (re)committed idempotently.
+    via :meth:`Release.writing`) and returns its events. In this order:
+
+    1. just before ``compute``'s first random draw (:func:`~dpngram.core.noise.before_first_draw`),
+       the ledger is charged an upper bound (:func:`_pending_bound`) as a ``pending`` entry, in
+       one transaction with the dataset's lifetime check;
+    2. ``compute`` draws and writes the outputs; then the stage's marker (events + report
+       fragment) is written;
+    3. the ledger entry is finalized to the exact charge.
+
+    A crash anywhere leaves at most an over-charge. On a retry: marker and every output present
+    -> reused (nothing recomputed; the entry is finalized idempotently); the ledger has an entry
+    but an output or the marker is missing -> the noise was drawn and the draw is not (fully)
+    persisted, so the stage is refused (:class:`~dpngram.core.errors.ResumeError`) rather than
+    drawn again; no entry -> the stage never drew, and runs.
     """
     release = ctx.release
     marker = release.path(PARTS_DIR, f"{stage}.json")
     started = time.perf_counter()
+    dataset, run_id = ctx.config.dataset, ctx.run_id
     with ctx.engine() if engine else ctx.warehouse() as wh:
+        ledger = Ledger(wh.con)
         reused = marker.exists() and all((release.root / o).exists() for o in outputs)
         if reused:
             fragment = json.loads(marker.read_text(encoding="utf-8"))
             events = [PrivacyEvent(**e) for e in fragment["privacy"]["events"]]
         else:
-            result = compute(wh)
+            if ledger.entry(dataset, run_id, stage) is not None:
+                raise ResumeError(
+                    f"stage {stage} of run '{run_id}' drew its noise before a crash but its output is "
+                    "incomplete; it is not drawn again (the ledger keeps its charge): start a new run "
+                    "with a new --run-id"
+                )
+            bound = _pending_bound(ctx, ledger)
+
+            def charge_before_drawing() -> None:
+                # A connection of its own: compute may hold an open result on wh.con.
+                Ledger(wh.con.cursor()).charge_pending(dataset, run_id, stage, bound)
+
+            with before_first_draw(charge_before_drawing):
+                result = compute(wh)
             missing = [o for o in outputs if not (release.root / o).exists()]
             if missing:
                 raise RuntimeError(f"stage {stage} did not write {missing}")
@@ -79,15 +106,22 @@ def spend_once(
                 )
             write_json_atomic(marker, fragment)
         privacy = fragment["privacy"]
-        Ledger(wh.con).record(
-            ctx.config.dataset,
-            ctx.run_id,
-            stage,
-            privacy["charged_epsilon"],
-            privacy["charged_delta"],
-            events,
-        )
+        ledger.finalize(dataset, run_id, stage, privacy["charged_epsilon"], privacy["charged_delta"], events)
     return {"stage": stage, "reused": reused, "epsilon": privacy["epsilon"], "outputs": outputs}
+
+
+def _pending_bound(ctx: RunContext, ledger: Ledger) -> Budget:
+    """What the ledger is charged before a stage draws: an upper bound on its final charge.
+
+    The run's budget minus what this run has charged so far. Every stage's charge fits in it:
+    a stage's composed epsilon may not exceed its share (refused below), sub-stages are charged
+    increments that telescope to their parent's composed epsilon, and the shares sum to at most
+    the run's budget; so the run's charges sum to at most its (epsilon, delta). The bound also
+    equals what the run has reserved (:meth:`Ledger.open_run`), so it never trips the lifetime
+    check of a run that passed ``prepare``. A pending entry that is never finalized (a crash)
+    thus over-charges, never under-charges."""
+    charged = ledger.spent(ctx.config.dataset, ctx.run_id)
+    return Budget(max(0.0, ctx.config.epsilon - charged.epsilon), max(0.0, ctx.config.delta - charged.delta))
 
 
 def _charged_summary(
