@@ -16,6 +16,7 @@ Imports: dpngram.engines.sql; duckdb, pyarrow.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from dpngram.core.errors import WarehouseBusy
 from dpngram.engines.sql import load_sql, run_schema_name, safe_identifier
 
 
@@ -55,10 +57,15 @@ class Warehouse:
         try:
             self.con = duckdb.connect(str(path), read_only=read_only, config=config)
         except duckdb.IOException as err:
-            raise RuntimeError(
-                f"cannot open the warehouse {path}: {str(err).splitlines()[0]} "
-                "(another process may hold it open for writing)"
-            ) from None
+            first = (str(err).splitlines() or [""])[0]
+            if "lock" in first.lower():
+                pid = re.search(r"\(PID (\d+)\)", first)
+                holder = f"process {pid.group(1)}" if pid else "another process"
+                raise WarehouseBusy(
+                    f"the warehouse {path} is in use by {holder} (one writer at a time); wait for "
+                    "it to finish, or use another --warehouse"
+                ) from None
+            raise RuntimeError(f"cannot open the warehouse {path}: {first}") from None
         # DuckDB's progress bar writes to stdout (a session-level option); stages report their own.
         self.con.execute("SET enable_progress_bar = false")
 
