@@ -544,6 +544,42 @@ def _nullcontext() -> Any:
     return nullcontext(None)
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    """Run the empirical privacy audit; exit 1 if a lower bound exceeds its claimed epsilon."""
+    from rich.table import Table
+
+    from dpngram.audit import AUDITS, run_audit
+
+    if args.runs is not None and args.runs < 20:
+        raise ConfigError(f"runs: must be >= 20 (got {args.runs})")
+    if not 0 < args.alpha < 1:
+        raise ConfigError(f"alpha: must be in (0, 1) (got {args.alpha})")
+    results = [
+        run_audit(name, args.runs, fast=args.fast, alpha=args.alpha) for name in args.mechanism or AUDITS
+    ]
+    if args.json:
+        sys.stdout.write(json.dumps([r.to_dict() for r in results], indent=2, sort_keys=True) + "\n")
+    else:
+        table = Table(
+            title=f"Empirical privacy audit (lower bounds hold with probability >= {1 - args.alpha:g})",
+            title_justify="left",
+        )
+        for column in ("mechanism", "claimed ε", "δ", "ε lower bound", "runs per dataset", ""):
+            table.add_column(column, justify="left" if column in ("mechanism", "") else "right")
+        for r in results:
+            verdict = "ok" if r.ok else "[bold red]LOWER BOUND ABOVE THE CLAIM: a bug[/bold red]"
+            table.add_row(
+                r.mechanism,
+                f"{r.claimed_epsilon:.4f}",
+                f"{r.delta:.3g}",
+                f"{r.epsilon_lower_bound:.4f}",
+                f"{r.runs_per_dataset:,}",
+                verdict,
+            )
+        _console().print(table)
+    return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """Perplexities, OOV rate and next-word accuracy of a KenLM model on a text file."""
     from dpngram.lm.evaluate import SPELL_ALPHABET, SPELL_MEAN_LENGTH, evaluate_file
@@ -611,6 +647,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ledger_command(sub, common)
     _add_budget_command(sub, common)
     _add_gc_command(sub, common)
+    _add_audit_command(sub, common)
     _add_evaluate_command(sub, common)
     _add_demo_command(sub, common)
     return parser
@@ -703,6 +740,29 @@ def _add_gc_command(sub: _Subparsers, common: argparse.ArgumentParser) -> None:
         "(their ledger charges stay; they can no longer be resumed)",
     )
     p.set_defaults(func=cmd_gc)
+
+
+def _add_audit_command(sub: _Subparsers, common: argparse.ArgumentParser) -> None:
+    """``dpngram audit``: empirical lower bounds on ε (src/dpngram/audit.py)."""
+    from dpngram.audit import ALPHA, AUDITS
+
+    p = sub.add_parser(
+        "audit",
+        parents=[common],
+        help="empirical privacy audit: a lower bound on epsilon per mechanism from canary runs",
+    )
+    p.add_argument(
+        "--mechanism", action="append", choices=list(AUDITS), default=None, help="repeatable (default: all)"
+    )
+    p.add_argument(
+        "--runs", type=int, default=None, metavar="N", help="runs per dataset (default: per mechanism)"
+    )
+    p.add_argument("--fast", action="store_true", help="the fast variant (about 15 s in all)")
+    p.add_argument(
+        "--alpha", type=float, default=ALPHA, metavar="A", help=f"1 - confidence (default {ALPHA})"
+    )
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.set_defaults(func=cmd_audit)
 
 
 def _add_evaluate_command(sub: _Subparsers, common: argparse.ArgumentParser) -> None:
