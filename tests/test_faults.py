@@ -169,7 +169,7 @@ def test_a_crash_between_the_noisy_output_and_its_marker_is_not_redrawn(tmp_path
     def crash(*args, **kwargs):
         raise OSError("simulated kill before the marker")
 
-    monkeypatch.setattr(spend_module, "write_json_atomic", crash)
+    monkeypatch.setattr(spend_module, "write_part", crash)
     with pytest.raises(OSError):
         spend_once(ctx, "dpne", [OUTPUT], stage)
     monkeypatch.undo()

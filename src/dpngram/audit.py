@@ -316,7 +316,9 @@ def audit_bayes(runs: int, noise: NoiseSource, *, epsilon: float = 2.0, delta: f
 def audit_synth(
     runs: int, noise: NoiseSource, *, epsilon: float = 1.0, l_max: int = 3, n_max: int = 2
 ) -> Scores:
-    """The Chen et al. tree (pure ε-DP): the canary repeats item 2 ℓ_max times."""
+    """The Chen et al. tree (pure ε-DP): the canary repeats item 2 ℓ_max times. n_max = 1 puts
+    the whole budget on the unigram counts, where the canary's shift ℓ_max equals the Laplace
+    sensitivity (the tightest case; deeper trees split ε over levels)."""
     from dpngram.mechanisms import synth
 
     base = [[2, 3, 0], [2, 0], [3, 3, 3], [4, 4, 0]]

@@ -247,6 +247,8 @@ def _run_summary(result: dict[str, Any]) -> dict[str, Any]:
         "delta": privacy["delta"],
         "validation_passed": report["validation"].get("success"),
         "noise": report["noise"]["mode"],
+        "differentially_private": privacy.get("differentially_private", True),
+        "non_dp_settings": privacy.get("non_dp_settings", []),
     }
 
 
@@ -269,6 +271,10 @@ def _print_summary(summary: dict[str, Any]) -> None:
         spend.add_row(stage, f"{eps:.4f}")
     spend.add_row("[bold]total (composed)[/bold]", f"[bold]{summary['epsilon_total']:.4f}[/bold]")
     spend.add_row("basic composition (Σ stage ε)", f"{summary['epsilon_basic_composition']:.4f}")
+    if not summary.get("differentially_private", True):
+        spend.add_row(
+            f"[bold red]NOT DP ({', '.join(summary['non_dp_settings'])}): no guarantee[/bold red]", ""
+        )
     paths = Table(title=f"Release {summary['run_id']}", title_justify="left", show_header=False, min_width=40)
     paths.add_column(no_wrap=True)
     paths.add_column(overflow="fold")

@@ -16,7 +16,6 @@ Imports: dpngram.release (layout, context, ledger), dpngram.engines, dpngram.con
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,8 +25,8 @@ from dpngram.core.budget import Budget
 from dpngram.core.errors import ResumeError
 from dpngram.core.noise import before_first_draw
 from dpngram.engines.duckdb import Warehouse
-from dpngram.release.context import RunContext, StageResult, read_parts
-from dpngram.release.layout import PARTS_DIR, write_json_atomic
+from dpngram.release.context import RunContext, StageResult, read_parts, write_part
+from dpngram.release.layout import PARTS_DIR
 from dpngram.release.ledger import Ledger
 
 
@@ -62,7 +61,6 @@ def spend_once(
     """
     release = ctx.release
     marker = release.path(PARTS_DIR, f"{stage}.json")
-    started = time.perf_counter()
     dataset, run_id = ctx.config.dataset, ctx.run_id
     with ctx.engine() if engine else ctx.warehouse() as wh:
         ledger = Ledger(wh.con)
@@ -96,7 +94,6 @@ def spend_once(
                 **result.report,
                 "privacy": {**summary, "budget_epsilon": stage_eps, "budget_delta": stage_delta},
                 "outputs": outputs,
-                "seconds": round(time.perf_counter() - started, 3),
             }
             if parent_total > stage_eps * (1 + 1e-6):
                 raise RuntimeError(
@@ -104,7 +101,7 @@ def spend_once(
                     f"{stage_eps:.6g}; "
                     "refusing to commit (this is a bug in the stage's calibration)"
                 )
-            write_json_atomic(marker, fragment)
+            write_part(ctx, marker, stage, fragment)
         privacy = fragment["privacy"]
         ledger.finalize(dataset, run_id, stage, privacy["charged_epsilon"], privacy["charged_delta"], events)
     return {"stage": stage, "reused": reused, "epsilon": privacy["epsilon"], "outputs": outputs}
