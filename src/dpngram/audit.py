@@ -126,8 +126,8 @@ def epsilon_lower_bound(
     """Empirical ε lower bound from scores of runs without (``scores_out``) and with
     (``scores_in``) the canary. Returns (ε_lb, threshold, FPR_ub, FNR_ub).
 
-    The threshold maximises the point estimate on the first half of each sample; the bound uses
-    only the second half (Clopper-Pearson, confidence 1 - alpha)."""
+    The threshold maximises the same bound on the first half of each sample; the reported bound
+    uses only the second half (Clopper-Pearson, confidence 1 - alpha)."""
     out = np.asarray(scores_out, dtype=np.float64)
     inn = np.asarray(scores_in, dtype=np.float64)
     out_a, out_b = out[: out.size // 2], out[out.size // 2 :]
@@ -138,12 +138,10 @@ def epsilon_lower_bound(
     candidates = np.concatenate([candidates, candidates + 1e-9])  # ">=" just above each sample
     best_t, best = float(candidates[0]), -math.inf
     for t in candidates:
+        # selection criterion: the same Clopper-Pearson bound on the first half (a point
+        # estimate would pick extreme tails, where a few runs make the rates look tiny)
         fp, fn = int(np.sum(out_a >= t)), int(np.sum(in_a < t))
-        # point estimate with +1/2 smoothing (selection only; the bound below is exact CP)
-        fpr, fnr = (fp + 0.5) / (out_a.size + 1), (fn + 0.5) / (in_a.size + 1)
-        estimate = max(
-            math.log(max(1e-12, 1 - delta - fpr) / fnr), math.log(max(1e-12, 1 - delta - fnr) / fpr)
-        )
+        estimate = _bound(fp, fn, out_a.size, in_a.size, delta, alpha)[0]
         if estimate > best:
             best, best_t = estimate, float(t)
     fp, fn = int(np.sum(out_b >= best_t)), int(np.sum(in_b < best_t))
@@ -314,7 +312,7 @@ def audit_bayes(runs: int, noise: NoiseSource, *, epsilon: float = 2.0, delta: f
 
 
 def audit_synth(
-    runs: int, noise: NoiseSource, *, epsilon: float = 1.0, l_max: int = 3, n_max: int = 2
+    runs: int, noise: NoiseSource, *, epsilon: float = 1.0, l_max: int = 3, n_max: int = 1
 ) -> Scores:
     """The Chen et al. tree (pure ε-DP): the canary repeats item 2 ℓ_max times. n_max = 1 puts
     the whole budget on the unigram counts, where the canary's shift ℓ_max equals the Laplace
