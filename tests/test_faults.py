@@ -289,3 +289,174 @@ def test_a_stage_charge_is_checked_against_the_lifetime_atomically(tmp_path):
     with pytest.raises(BudgetError, match="lifetime"):
         spend_once(a, "dpne", [OUTPUT], stage)
     assert stage.calls == 1 and not (a.release.root / OUTPUT).exists()  # refused before the draw
+
+
+# -- 4, 5, 7, 8: the CLI, leftovers, what the release says ----------------------------------------
+def test_global_flags_before_the_subcommand_are_honoured():
+    from dpngram.cli import build_parser
+
+    parser = build_parser()
+    base = ["run", "--input", "x.jsonl", "--out", "o"]
+    assert parser.parse_args(["--debug", "--verbose", *base]).debug is True
+    assert parser.parse_args(["--debug", *base]).verbose is False
+    assert parser.parse_args([*base, "--debug"]).debug is True
+    assert parser.parse_args(base).debug is False
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    """One `dpngram run` on a small sample with two malformed records; its console output."""
+    import contextlib
+    import gzip
+    import io
+
+    from dpngram.cli import main
+    from dpngram.text.sample import write_sample
+
+    base = tmp_path_factory.mktemp("clirun")
+    files = write_sample(base / "sample", n_users=300, seed=11, public_sentences=100)
+    users = base / "users.jsonl.gz"
+    with gzip.open(files["users"], "rt") as src, gzip.open(users, "wt") as dst:
+        dst.writelines(src)
+        dst.write('{"user_id": "x"}\nnot json at all\n')
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["run", "--input", str(users), "--out", str(base / "out"), "--warehouse", str(base / "wh.duckdb")]
+    argv += ["--max-n", "2", "--quiet", "--run-id", "clirun"]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return {"base": base, "code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+
+def test_run_prints_the_quarantine_summary_by_reason(cli_run):
+    assert cli_run["code"] == 0, cli_run["stderr"]
+    assert "Quarantined records by reason" in cli_run["stdout"]
+    assert "malformed_json" in cli_run["stdout"] and "missing_text" in cli_run["stdout"]
+
+
+def test_the_release_holds_no_timings_or_machine_paths_and_says_what_is_noisy(cli_run):
+    base = cli_run["base"]
+    release = base / "out" / "runs" / "clirun"
+    assert not (release / "report.timings").exists()
+    report = json.loads((release / "report.json").read_text())
+    assert "timings_seconds" not in report
+    for path in release.rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".html", ".md"):
+            text = path.read_text(errors="ignore")
+            assert str(base) not in text, path  # no absolute path of this machine
+            assert '"seconds"' not in text, path
+    assert report["released"]["tables"]["vocabulary"]["content"] == "keys only"
+    assert report["privacy"]["differentially_private"] is True
+    operator = json.loads((base / "operator" / "clirun" / "operator_report.json").read_text())
+    assert {"ingest", "dpne.k1", "dpne.k2"} <= set(operator["timings_seconds"])
+    assert operator["paths"]["input"].endswith("users.jsonl.gz")
+
+
+def test_noisy_columns_are_declared_and_non_dp_settings_flagged(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dpngram.stages.report import write_report
+
+    ctx = RunContext(prepare(make_config(tmp_path, bayes_calibration="brute-force-NOT-DP")))
+    pq.write_table(
+        pa.table({"w1": ["a"], "w2": ["b"], "w3": ["c"], "prob": [1.0]}),
+        ctx.release.path("released", "trigram_dist.parquet"),
+    )
+    report = json.loads(write_report(ctx).read_text())
+    table = report["released"]["tables"]["trigram_dist"]
+    assert table["content"] == "keys and DP-noisy values" and set(table["noisy_columns"]) == {"prob"}
+    assert report["privacy"]["differentially_private"] is False
+    assert report["privacy"]["non_dp_settings"] == ["bayes_calibration=brute-force-NOT-DP"]
+    assert "NOT differentially private" in report["privacy"]["total"]["warning"]
+    assert "NOT differentially private" in (ctx.release.root / "report.html").read_text()
+
+
+def test_an_input_with_no_usable_record_shows_the_quarantine_and_fails(tmp_path, capsys):
+    from dpngram.cli import main
+
+    bad = write_input(tmp_path / "bad.jsonl", 'not json\n{"user_id": "u"}\n')
+    code = main(
+        [
+            "run",
+            "--input",
+            str(bad),
+            "--out",
+            str(tmp_path / "o"),
+            "--warehouse",
+            str(tmp_path / "w.duckdb"),
+            "-q",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "no usable record" in err and "malformed_json" in err and "missing_text" in err
+
+
+def test_every_failure_on_a_locked_warehouse_is_one_line(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    from dpngram.cli import main
+
+    warehouse = tmp_path / "locked.duckdb"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb, time; c = duckdb.connect({str(warehouse)!r}); print('ready', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        data = write_input(tmp_path / "in.jsonl")
+        for argv in (
+            ["ledger", "--warehouse", str(warehouse)],
+            ["budget", "--warehouse", str(warehouse), "--lifetime-epsilon", "9"],
+            ["run", "--input", str(data), "--out", str(tmp_path / "o"), "--warehouse", str(warehouse), "-q"],
+        ):
+            code = main(argv)
+            err = capsys.readouterr().err
+            assert code == 1, argv
+            assert err.count("\n") == 1 and f"in use by process {holder.pid}" in err, err
+            assert len(err) < 120 + len(str(warehouse))  # one short line besides the path
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_gc_lists_and_deletes_the_staging_of_failed_runs(tmp_path, capsys):
+    from dpngram.cli import main
+
+    ctx = RunContext(prepare(make_config(tmp_path, epsilon=3.0, lifetime_epsilon=5.0, run_id="failed")))
+    assert ctx.release.staging.is_dir()
+    args = ["gc", "--out", ctx.config.out, "--warehouse", ctx.config.warehouse, "--older-than", "0"]
+    assert main(args) == 0
+    assert "failed.staging" in capsys.readouterr().out and ctx.release.staging.is_dir()
+    assert main([*args, "--delete"]) == 0
+    assert not ctx.release.staging.exists()
+    with ctx.warehouse() as wh:  # its reservation is released; it can no longer be resumed
+        assert Ledger(wh.con).committed("faults").epsilon == 0.0
+    with pytest.raises(ResumeError, match="closed"):
+        prepare(ctx.config)
+
+
+def test_no_temporary_file_is_published(tmp_path):
+    from dpngram.release.context import record_part
+    from dpngram.release.publish import publish_run
+
+    ctx = RunContext(prepare(make_config(tmp_path)))
+    record_part(ctx, "validation", {"success": True})
+    ctx.release.path("report.json").write_text("{}")
+    leftovers = [
+        ctx.release.path("report.parts", ".dpne.k1.json.x1y2z3.tmp"),  # write_json_atomic, killed
+        ctx.release.path("report.timings", "ingest.jsonab12cd.tmp"),  # the old naming, 0 bytes
+        ctx.release.path("released", ".vocabulary.parquet.partial"),  # Release.writing, killed
+        ctx.release.path("plots", ".ngrams_per_k.png.partial.png"),
+    ]
+    for path in leftovers:
+        path.write_bytes(b"")
+    final = publish_run(ctx)
+    names = [p.name for p in final.rglob("*") if p.is_file()]
+    assert not [n for n in names if n.endswith((".tmp", ".partial")) or ".partial." in n], names
