@@ -62,8 +62,8 @@ class Warehouse:
                 pid = re.search(r"\(PID (\d+)\)", first)
                 holder = f"process {pid.group(1)}" if pid else "another process"
                 raise WarehouseBusy(
-                    f"the warehouse {path} is in use by {holder} (one writer at a time); wait for "
-                    "it to finish, or use another --warehouse"
+                    f"warehouse {path} is in use by {holder}; wait for it to finish or use another "
+                    "--warehouse"
                 ) from None
             raise RuntimeError(f"cannot open the warehouse {path}: {first}") from None
         # DuckDB's progress bar writes to stdout (a session-level option); stages report their own.
