@@ -256,16 +256,14 @@ def compose(events: Sequence[PrivacyEvent], delta: float) -> dict:
 def _prv_epsilon(sigma: float | None, laplace: Sequence[PrivacyEvent], delta: float) -> float | None:
     """Upper bound on epsilon from prv-accountant (numerical PRV composition)."""
     from prv_accountant import PRVAccountant
-    from prv_accountant.privacy_random_variables import GaussianMechanism, LaplaceMechanism
+    from prv_accountant.privacy_random_variables import GaussianMechanism
 
     prvs, counts = [], []
     if sigma is not None:
         prvs.append(GaussianMechanism(noise_multiplier=sigma))
         counts.append(1)
     for event in laplace:
-        # prv-accountant's ``mu`` is the bound of the privacy-loss variable's support, i.e. the
-        # mechanism's pure epsilon (= sensitivity / scale), NOT the Laplace scale.
-        prvs.append(LaplaceMechanism(mu=event.epsilon))
+        prvs.append(pure_epsilon_prv(event.epsilon))
         counts.append(event.count)
     try:
         accountant = PRVAccountant(
@@ -275,6 +273,23 @@ def _prv_epsilon(sigma: float | None, laplace: Sequence[PrivacyEvent], delta: fl
     except (ValueError, RuntimeError, FloatingPointError):
         return None
     return float(upper) if math.isfinite(upper) else None
+
+
+def pure_epsilon_prv(epsilon: float) -> Any:
+    """The privacy random variable of a ``laplace`` (pure ε) event: the WORST ε-DP mechanism's,
+    randomized response (prv-accountant's ``PureDPMechanism``), not the continuous Laplace's.
+
+    Why (docs/accounting_faults.md): every noisy value is drawn on a grid (discrete Laplace), whose
+    privacy loss for a one-step shift is ±ε with P(+ε) = e^ε/(1 + e^ε): exactly randomized
+    response, which composes worse than continuous Laplace (50 events of ε = 0.1 at δ = 1e-6:
+    3.17, not 3.12). The Chen et al. stage picks node budgets adaptively from noisy values and is
+    ε-DP as a whole by the paper's argument, not a Laplace mechanism of fixed scale. Randomized
+    response with ε is a dominating pair for every ε-DP mechanism (Kairouz, Oh & Viswanath 2015),
+    and composing dominating pairs bounds adaptive composition (Zhu, Dong & Wang 2022, Thm. 10),
+    so this covers both."""
+    from prv_accountant.privacy_random_variables import PureDPMechanism
+
+    return PureDPMechanism(eps=epsilon)
 
 
 def _check_eps_delta(epsilon: float, delta: float) -> None:
