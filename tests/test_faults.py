@@ -461,3 +461,19 @@ def test_no_temporary_file_is_published(tmp_path):
     final = publish_run(ctx)
     names = [p.name for p in final.rglob("*") if p.is_file()]
     assert not [n for n in names if n.endswith((".tmp", ".partial")) or ".partial." in n], names
+
+
+# -- 6. the memory limit is the process's budget ------------------------------------------------
+def test_duckdb_gets_only_its_share_of_the_process_memory_limit(tmp_path):
+    """memory_limit bounds the whole process: DuckDB obeys its own limit, so it must be given
+    less than the budget, leaving the documented reserve to Python (docs/engines.md, Memory)."""
+    from dpngram.engines.duckdb import PYTHON_RESERVE_FRACTION, Warehouse, memory_bytes
+
+    with Warehouse(tmp_path / "w.duckdb", memory_limit="2GB") as wh:
+        setting = wh.scalar("SELECT current_setting('memory_limit')")  # e.g. '1.3 GiB'
+    value, unit = setting.split()
+    duckdb_bytes = float(value) * {"MiB": 1024**2, "GiB": 1024**3}[unit]
+    budget = memory_bytes("2GB")
+    # DuckDB prints one decimal: allow 0.05 GiB of display rounding
+    assert duckdb_bytes == pytest.approx(budget * (1 - PYTHON_RESERVE_FRACTION), abs=0.05 * 1024**3)
+    assert duckdb_bytes < budget
