@@ -28,7 +28,6 @@ import pyarrow as pa
 from dpngram.core.errors import WarehouseBusy
 from dpngram.engines.sql import load_sql, run_schema_name, safe_identifier
 
-
 _UNITS = {
     "b": 1,
     "kb": 1000,
