@@ -1,15 +1,18 @@
 """Charging the privacy budget: :func:`spend_once`, the only way a stage spends.
 
 A stage hands :func:`spend_once` a ``compute`` function that draws the noise, writes the stage's
-outputs into the staged release and returns its privacy events. The noisy output and the stage's
-report part (its events, the composed (ε, δ) and what the ledger is charged) are persisted before
-the charge is committed to the ledger, so a retried stage reloads its output instead of drawing
-fresh noise, and the ledger entry is written once. A sub-stage ``parent.part`` (e.g. ``dpne.k3``)
-shares its parent's budget and is charged only the increment of the parent's composed ε, so the
-ledger sum over the sub-stages is the exact composition (docs/accounting.md,
-docs/orchestration.md). A charge that would exceed the stage's share is refused.
+outputs into the staged release and returns its privacy events. The ledger is charged an upper
+bound *before* the first random draw (a ``pending`` entry, in one transaction with the dataset's
+lifetime check), the noisy output and the stage's report part (its events, the composed (ε, δ)
+and what the ledger is charged) are persisted, and the entry is then finalized to the exact
+charge: a crash can only over-charge. A retried stage reloads its persisted output; a stage whose
+noise was drawn but whose output is incomplete is refused, never drawn again (docs/faults.md). A
+sub-stage ``parent.part`` (e.g. ``dpne.k3``) shares its parent's budget and is charged only the
+increment of the parent's composed ε, so the ledger sum over the sub-stages is the exact
+composition (docs/accounting.md, docs/orchestration.md). A charge that would exceed the stage's
+share is refused.
 
-Owns: :func:`spend_once` (persist-then-commit, the per-stage ledger charge).
+Owns: :func:`spend_once` (charge-before-draw, persist, finalize; the per-stage ledger charge).
 Imports: dpngram.release (layout, context, ledger), dpngram.engines, dpngram.config, dpngram.core.
 """
 
