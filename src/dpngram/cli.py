@@ -9,6 +9,9 @@ Sub-commands::
                                                              validation, lm, report), publish
     dpngram baseline --method dpsu-all|dpsu-even|dpsu-single [--k K] --input PATH --out DIR [...]
     dpngram ledger   --dataset NAME [--warehouse PATH]       privacy spend history of a dataset
+    dpngram budget   --dataset NAME [--lifetime-epsilon E]   show or change the dataset's lifetime budget
+    dpngram gc       --out DIR [--older-than H] [--delete]   staging directories of failed runs
+    dpngram audit    [--mechanism NAME] [--fast] [--json]    empirical lower bound on epsilon per mechanism
     dpngram demo                                             sample corpus + Airflow `dags test` run
     dpngram evaluate --model PATH --text FILE [--arpa PATH] [--json]   open-vocab perplexity, top-k, OOV rate
 
@@ -17,10 +20,12 @@ Every :class:`dpngram.config.RunConfig` field is a flag of ``run``/``baseline``/
 and ``baseline`` run the steps of :mod:`dpngram.orchestration.plan` in this process
 (:func:`~dpngram.orchestration.plan.run_release`), the same steps the Airflow DAG runs as tasks.
 
-Errors: a bad parameter, unreadable input or exhausted budget (the user errors of
+Errors: a bad parameter, unreadable input, exhausted budget or refused resume (the user errors of
 :data:`dpngram.core.errors.USER_ERRORS`) prints one line ``dpngram: error: ...`` and exits 2; a
-failed validation prints its failure lines and exits 1; anything unexpected prints one line and
-exits 1 (``--debug`` shows the traceback). Raw input text is never printed; exact input statistics
+failed validation prints its failure lines and exits 1; a warehouse locked by another process
+prints one line and exits 1; anything unexpected prints one line and exits 1 (``--debug``, before
+or after the sub-command, shows the traceback). ``run`` prints the quarantine summary (exact
+counts per reason: operator console only). Raw input text is never printed; exact input statistics
 appear only in ``dpngram ingest``'s operator summary on this console (never in a released file or
 log).
 
