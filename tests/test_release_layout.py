@@ -95,4 +95,6 @@ def test_a_full_release_has_the_same_files_columns_and_report_sections(tmp_path:
         assert [[f.name, str(f.type)] for f in schema] == columns, relative
     report = json.loads((release / "report.json").read_text(encoding="utf-8"))
     assert sorted(report) == sorted(set(expected["report_keys"]) - {"timings_seconds"})
-    assert not [f for f in files if "seconds" in (release / f).read_text(errors="ignore") and f.endswith(".json")]
+    assert not [
+        f for f in files if "seconds" in (release / f).read_text(errors="ignore") and f.endswith(".json")
+    ]

@@ -11,8 +11,8 @@ import pytest
 
 from dpngram.config import RunConfig
 from dpngram.core.accounting import Accountant, PrivacyEvent, compose, gaussian_sigma, privacy_summary
-from dpngram.release.identity import operator_dir
 from dpngram.release.context import RunContext, record_part, stage_timer
+from dpngram.release.identity import operator_dir
 from dpngram.release.layout import REPORT_HTML
 from dpngram.release.publish import prepare
 from dpngram.stages.report import released_tables, write_report
