@@ -1,6 +1,6 @@
 """Tests of :mod:`pipeline.accounting`: calibration of the analytic Gaussian mechanism against an
 independent high-precision reference, exact Gaussian composition, mixed composition through
-prv-accountant, the DPNE schedule (Thm. 2.1), the DPSU threshold, and an empirical privacy test of
+basic composition of pure-ε parts, the DPNE schedule (Thm. 2.1), the DPSU threshold, and an empirical privacy test of
 the Gaussian mechanism as sampled by :class:`pipeline.noise.NoiseSource`.
 
 References: Balle & Wang (2018), "Improving the Gaussian mechanism for differential privacy",
@@ -322,6 +322,16 @@ def test_pure_laplace_k_fold(eps0: float, k: int, delta: float) -> None:
     total = Accountant([PrivacyEvent("a", "laplace", epsilon=eps0, count=k)]).total_epsilon(delta)
     assert total == pytest.approx(k * eps0, rel=1e-12)
     assert total >= kov_epsilon(delta, eps0, k) - 1e-12
+
+
+@pytest.mark.parametrize("eps0, k, delta", [(0.1, 50, 1e-6), (0.05, 200, 1e-7), (0.3, 20, 1e-6)])
+def test_pure_events_compose_as_the_worst_eps_dp_mechanism(eps0: float, k: int, delta: float) -> None:
+    """A discrete Laplace (every released Laplace value is on a grid) has exactly randomized
+    response's privacy loss (±eps0), and adaptively budgeted pure-eps stages are only known to be
+    eps0-DP: the composition must not be below the Kairouz-Oh-Viswanath optimum for eps0-DP
+    mechanisms, which randomized response attains (minus the PRV discretisation error, 2e-3)."""
+    total = Accountant([PrivacyEvent("a", "laplace", epsilon=eps0, count=k)]).total_epsilon(delta)
+    assert total >= kov_epsilon(delta, eps0, k) - 2e-3
 
 
 def test_mixed_composition_bounds() -> None:

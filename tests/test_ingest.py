@@ -480,7 +480,8 @@ def test_run_ingest_publishes_no_counts_and_logs_nothing_private(
         result = run_ingest(ctx, progress=seen.append)
     assert result == {"stage": "ingest", "schema": ctx.schema, "ok": True}
     part = read_parts(ctx)["ingest"]
-    assert part["input"] == str(path) and part["input_format"] == "jsonl"
+    # the input's path is operator-only (issue 17): not in the published part
+    assert "input" not in part and part["input_format"] == "jsonl"
     assert part["tokenizer"]["lowercase"] is True and part["row_identity_checked"] is True
     assert _all_numbers(part) == [tokenizer.TOKENIZER_VERSION]  # nothing data-derived
     published = "".join(p.read_text() for p in ctx.release.root.rglob("*") if p.is_file())

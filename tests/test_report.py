@@ -12,6 +12,7 @@ import pytest
 from dpngram.config import RunConfig
 from dpngram.core.accounting import Accountant, PrivacyEvent, compose, gaussian_sigma, privacy_summary
 from dpngram.release.context import RunContext, record_part, stage_timer
+from dpngram.release.identity import operator_dir
 from dpngram.release.layout import REPORT_HTML
 from dpngram.release.publish import prepare
 from dpngram.stages.report import released_tables, write_report
@@ -93,7 +94,11 @@ def test_report_merges_parts_and_composes_privacy(tmp_path):
     }
     assert report["released"]["tables"]["kgrams/k=2"]["rows"] == 3  # nested released files are counted too
     assert report["parameters"]["epsilon"] == ctx.config.epsilon
-    assert report["timings_seconds"].keys() == {"ingest"}
+    # timings are operator-only: not in the release, in the operator report beside the warehouse
+    assert "timings_seconds" not in report
+    assert all("seconds" not in part for part in report["stages"].values())
+    operator = json.loads((operator_dir(ctx.config) / "operator_report.json").read_text())
+    assert operator["timings_seconds"].keys() == {"ingest", "dpne.k1", "dpne.k2"}
     assert report["noise"]["mode"] == "secure"
     assert report["validation"] == {"ran": False}
     assert report["stages"]["mystery.stage"]["widgets"] == 7  # unknown parts carried over

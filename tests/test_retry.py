@@ -1,14 +1,16 @@
 """Safe retries: a DAG run killed with SIGKILL mid-stage, then re-run, charges the privacy ledger
 exactly once per stage, reuses the noisy outputs it had persisted (no fresh noise), publishes
 once, and until then leaves ``OUT/latest`` at the previous release with no partial release
-directory other than ``RUN_ID.staging``.
+directory other than ``RUN_ID.staging``. A stage killed after drawing its noise but before its
+output was persisted is never drawn again: the re-run is refused (issue 17) and the ledger keeps
+the stage's charge (an over-charge, never an under-charge).
 
 Deterministic kills: the DAG runs through ``DAG.test()`` (what ``airflow dags test`` calls; tasks
 run in-process) inside a driver subprocess that wraps one pipeline function to SIGKILL its own
 process at a named point:
 
-* ``commit:STAGE``: the stage's noisy outputs and report part are persisted, the ledger commit is
-  next (the worst moment for a retry: noise drawn and stored, spend not yet recorded);
+* ``commit:STAGE``: the stage's noisy outputs and report part are persisted, the ledger's final
+  charge is next (the pending charge, an upper bound, was recorded before the draw);
 * ``write:PATH``: the stage has drawn its noise and written ``PATH`` to its temporary file, the
   atomic rename is next (the output is not persisted).
 
@@ -42,6 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 LOGICAL_DATE = "2026-03-02T00:00:00+00:00"
 AIRFLOW_RUN_ID = f"manual__{LOGICAL_DATE}"  # DagRun.generate_run_id(MANUAL, logical_date, run_after)
+SECOND_DATE = "2026-03-03T00:00:00+00:00"  # a second DAG run, killed mid-draw
 MARKER = "zqxmarker7741"
 
 DRIVER = textwrap.dedent(
@@ -56,15 +59,15 @@ DRIVER = textwrap.dedent(
         from dpngram.release.ledger import Ledger
 
         stage = kill.split(":", 1)[1]
-        record = Ledger.record
+        finalize = Ledger.finalize
 
-        def killing_record(self, dataset, run_id, name, *args, **kwargs):
+        def killing_finalize(self, dataset, run_id, name, *args, **kwargs):
             if name == stage:
                 print(f"KILLING before the ledger commit of {name}", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
-            return record(self, dataset, run_id, name, *args, **kwargs)
+            return finalize(self, dataset, run_id, name, *args, **kwargs)
 
-        Ledger.record = killing_record
+        Ledger.finalize = killing_finalize
     elif kill.startswith("write:"):
         from dpngram.release.layout import Release
 
@@ -124,12 +127,14 @@ def setting(tmp_path_factory) -> dict:
     return {"base": base, "env": env, "conf": conf, "outputs": []}
 
 
-def drive(setting: dict, kill_at: str | None) -> subprocess.CompletedProcess:
+def drive(
+    setting: dict, kill_at: str | None, logical_date: str = LOGICAL_DATE
+) -> subprocess.CompletedProcess:
     env = dict(setting["env"])
     if kill_at:
         env["KILL_AT"] = kill_at
     proc = subprocess.run(
-        [sys.executable, "-c", DRIVER, json.dumps(setting["conf"]), LOGICAL_DATE],
+        [sys.executable, "-c", DRIVER, json.dumps(setting["conf"]), logical_date],
         env=env,
         capture_output=True,
         text=True,
@@ -169,38 +174,26 @@ def test_killed_stages_are_charged_once_and_published_once(setting):
     level2 = release.staging / "released" / "kgrams" / "k=2.parquet"
     level3 = "released/kgrams/k=3.parquet"
 
-    # 1. killed after level 2 persisted its noisy output, before its ledger commit
+    # 1. killed after level 2 persisted its noisy output, before its final ledger charge
     first = drive(setting, "commit:dpne.k2")
     assert first.returncode == -9, first.stdout[-3000:] + first.stderr[-3000:]
     assert "KILLING before the ledger commit of dpne.k2" in first.stdout
-    assert [s for s, _, _ in ledger(setting, run_id)] == ["dpne.k1"]
+    # level 2 was charged (pending, an upper bound) before it drew its noise
+    assert [s for s, _, _ in ledger(setting, run_id)] == ["dpne.k1", "dpne.k2"]
     assert level2.is_file() and (release.staging / "report.parts" / "dpne.k2.json").is_file()
     persisted = digest(level2)
     assert (out / "latest").resolve() == previous_dir
     assert release_dirs(out) == {previous_dir.name, f"{run_id}.staging"}
 
-    # 2. the re-run is killed mid-level-3: noise drawn and written to a temporary file, not renamed
-    second = drive(setting, f"write:{level3}")
-    assert second.returncode == -9, second.stdout[-3000:] + second.stderr[-3000:]
-    assert f"KILLING before the rename of {level3}" in second.stdout
-    assert [s for s, _, _ in ledger(setting, run_id)] == [
-        "dpne.k1",
-        "dpne.k2",
-    ]  # k2 committed once, by the retry
-    assert digest(level2) == persisted  # reused, not redrawn
-    assert not (release.staging / level3).exists()
-    assert (out / "latest").resolve() == previous_dir
-    assert release_dirs(out) == {previous_dir.name, f"{run_id}.staging"}
-
-    # 3. the re-run completes
-    third = drive(setting, None)
-    assert third.returncode == 0, third.stdout[-4000:] + third.stderr[-4000:]
+    # 2. the re-run reuses level 2 (finalizing its charge) and completes
+    second = drive(setting, None)
+    assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
     assert release.published and not release.staging.exists()
     assert (out / "latest").resolve() == release.final
     assert release_dirs(out) == {previous_dir.name, run_id}
     final_level2 = release.final / "released" / "kgrams" / "k=2.parquet"
-    assert digest(final_level2) == persisted
-    assert not [p for p in release.final.rglob("*") if p.name.endswith(".partial")]
+    assert digest(final_level2) == persisted  # reused, not redrawn
+    assert not [p for p in release.final.rglob("*") if p.name.endswith((".partial", ".tmp"))]
 
     entries = ledger(setting, run_id)
     assert [s for s, _, _ in entries] == ["dpne.k1", "dpne.k2", "dpne.k3"]  # one charge per stage
@@ -216,6 +209,21 @@ def test_killed_stages_are_charged_once_and_published_once(setting):
         assert epsilon == pytest.approx(parts[stage]["privacy"]["charged_epsilon"], rel=1e-12), stage
     # the previous release is untouched and still complete
     assert (previous_dir / "report.json").is_file()
+
+    # 3. another DAG run is killed mid-level-3: noise drawn, written to a temporary file, not renamed
+    other_id = run_id_from(f"manual__{SECOND_DATE}")
+    other = RunContext(RunConfig.build(**setting["conf"], run_id=other_id)).release
+    killed = drive(setting, f"write:{level3}", SECOND_DATE)
+    assert killed.returncode == -9, killed.stdout[-3000:] + killed.stderr[-3000:]
+    assert f"KILLING before the rename of {level3}" in killed.stdout
+    charged_k3 = dict((s, e) for s, e, _ in ledger(setting, other_id))["dpne.k3"]
+    # 4. its re-run refuses to draw level 3 again (one line, no retry); the charge stays
+    refused = drive(setting, None, SECOND_DATE)
+    assert refused.returncode == 1
+    assert "drew its noise before a crash" in refused.stdout + refused.stderr
+    assert dict((s, e) for s, e, _ in ledger(setting, other_id))["dpne.k3"] == charged_k3
+    assert charged_k3 >= parts["dpne.k3"]["privacy"]["charged_epsilon"]  # over-charged, not under
+    assert not other.published and (out / "latest").resolve() == release.final
 
 
 def test_marker_text_is_in_no_dag_test_output_or_log(setting):

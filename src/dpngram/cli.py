@@ -9,6 +9,9 @@ Sub-commands::
                                                              validation, lm, report), publish
     dpngram baseline --method dpsu-all|dpsu-even|dpsu-single [--k K] --input PATH --out DIR [...]
     dpngram ledger   --dataset NAME [--warehouse PATH]       privacy spend history of a dataset
+    dpngram budget   --dataset NAME [--lifetime-epsilon E]   show or change the dataset's lifetime budget
+    dpngram gc       --out DIR [--older-than H] [--delete]   staging directories of failed runs
+    dpngram audit    [--mechanism NAME] [--fast] [--json]    empirical lower bound on epsilon per mechanism
     dpngram demo                                             sample corpus + Airflow `dags test` run
     dpngram evaluate --model PATH --text FILE [--arpa PATH] [--json]   open-vocab perplexity, top-k, OOV rate
 
@@ -17,10 +20,12 @@ Every :class:`dpngram.config.RunConfig` field is a flag of ``run``/``baseline``/
 and ``baseline`` run the steps of :mod:`dpngram.orchestration.plan` in this process
 (:func:`~dpngram.orchestration.plan.run_release`), the same steps the Airflow DAG runs as tasks.
 
-Errors: a bad parameter, unreadable input or exhausted budget (the user errors of
+Errors: a bad parameter, unreadable input, exhausted budget or refused resume (the user errors of
 :data:`dpngram.core.errors.USER_ERRORS`) prints one line ``dpngram: error: ...`` and exits 2; a
-failed validation prints its failure lines and exits 1; anything unexpected prints one line and
-exits 1 (``--debug`` shows the traceback). Raw input text is never printed; exact input statistics
+failed validation prints its failure lines and exits 1; a warehouse locked by another process
+prints one line and exits 1; anything unexpected prints one line and exits 1 (``--debug``, before
+or after the sub-command, shows the traceback). ``run`` prints the quarantine summary (exact
+counts per reason: operator console only). Raw input text is never printed; exact input statistics
 appear only in ``dpngram ingest``'s operator summary on this console (never in a released file or
 log).
 
@@ -42,7 +47,7 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 from dpngram.config import SECTIONS, RunConfig, flat_fields
-from dpngram.core.errors import USER_ERRORS, ConfigError, ValidationFailed
+from dpngram.core.errors import USER_ERRORS, ConfigError, IngestError, ValidationFailed, WarehouseBusy
 from dpngram.demo import DEMO_USERS
 from dpngram.engines.base import is_remote_path
 
@@ -250,6 +255,8 @@ def _run_summary(result: dict[str, Any]) -> dict[str, Any]:
         "delta": privacy["delta"],
         "validation_passed": report["validation"].get("success"),
         "noise": report["noise"]["mode"],
+        "differentially_private": privacy.get("differentially_private", True),
+        "non_dp_settings": privacy.get("non_dp_settings", []),
     }
 
 
@@ -275,6 +282,10 @@ def _print_summary(summary: dict[str, Any]) -> None:
     if summary["calibration_multiplier"] > 1:
         spend.add_row(
             "stage shares scaled by (joint calibration)", f"×{summary['calibration_multiplier']:.4f}"
+        )
+    if not summary.get("differentially_private", True):
+        spend.add_row(
+            f"[bold red]NOT DP ({', '.join(summary['non_dp_settings'])}): no guarantee[/bold red]", ""
         )
     paths = Table(title=f"Release {summary['run_id']}", title_justify="left", show_header=False, min_width=40)
     paths.add_column(no_wrap=True)
@@ -309,11 +320,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from dpngram.release.context import RunContext
     from dpngram.release.publish import prepare
     from dpngram.stages.ingest import run_ingest
-    from dpngram.text.records import QUARANTINE_REASONS, quarantine_summary
 
     config = config_from_args(args, out=args.out or ".dpngram/ingest-runs")
     _check_input(config)
-    config = prepare(config)
+    config = prepare(config, reserve=False)
     ctx = RunContext(config)
     with _StageProgress(enabled=not args.quiet) as progress:
         progress.on_stage("ingest", "start", {})
@@ -329,37 +339,73 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         if key in stats:
             table.add_row(key.replace("_", " "), f"{stats[key]:,}")
     console.print(table)
-    reasons = quarantine_summary(stats)
-    if reasons:
-        quarantine = Table(title="Quarantined records by reason", title_justify="left")
-        quarantine.add_column("reason")
-        quarantine.add_column("rows", justify="right")
-        quarantine.add_column("meaning")
-        for reason, n in reasons:
-            quarantine.add_row(reason, f"{n:,}", QUARANTINE_REASONS.get(reason, ""))
-        console.print(quarantine)
+    _print_quarantine(console, stats)
     console.print(f"run id {ctx.run_id}; private tables in schema {ctx.schema} of {config.warehouse}")
     return EXIT_OK
 
 
+def _print_quarantine(console: Any, stats: dict[str, Any]) -> None:
+    """Quarantined records by reason (exact counts: operator console only, never released)."""
+    from rich.table import Table
+
+    from dpngram.text.records import QUARANTINE_REASONS, quarantine_summary
+
+    reasons = quarantine_summary(stats)
+    if not reasons:
+        console.print("Quarantine: no record was quarantined.")
+        return
+    quarantine = Table(
+        title="Quarantined records by reason (operator console only, never released)", title_justify="left"
+    )
+    quarantine.add_column("reason")
+    quarantine.add_column("rows", justify="right")
+    quarantine.add_column("meaning")
+    for reason, n in reasons:
+        quarantine.add_row(reason, f"{n:,}", QUARANTINE_REASONS.get(reason, ""))
+    console.print(quarantine)
+
+
+def _print_run_quarantine(config: RunConfig, stderr: bool) -> None:
+    """The quarantine summary of a run's ingest, if ingest got that far (never raises: it runs
+    after a success or on the way out of a failure)."""
+    from dpngram.engines.ingest import ingest_stats
+    from dpngram.release.context import RunContext
+
+    try:
+        ctx = RunContext(config)
+        with ctx.engine() as engine:
+            stats = ingest_stats(engine, ctx.schema)
+    except Exception:  # noqa: BLE001 - no finished ingest: nothing to show
+        return
+    _print_quarantine(_console(stderr=stderr), stats)
+
+
 def _release(args: argparse.Namespace, baseline: str | None = None, baseline_k: int | None = None) -> int:
     from dpngram.orchestration.plan import run_release
+    from dpngram.release.context import new_run_id
 
     config = config_from_args(args)
     _check_input(config)
-    with _StageProgress(enabled=not args.quiet) as progress:
-        result = run_release(
-            config,
-            baseline=baseline,
-            baseline_k=baseline_k,
-            on_stage=progress.on_stage,
-            ingest_progress=progress.on_records,
-        )
+    if not config.run_id:  # fixed here, so the quarantine of a failed run can be shown
+        config = config.with_values(run_id=new_run_id())
+    try:
+        with _StageProgress(enabled=not args.quiet) as progress:
+            result = run_release(
+                config,
+                baseline=baseline,
+                baseline_k=baseline_k,
+                on_stage=progress.on_stage,
+                ingest_progress=progress.on_records,
+            )
+    except IngestError:
+        _print_run_quarantine(config, stderr=True)
+        raise
     summary = _run_summary(result)
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     else:
         _print_summary(summary)
+    _print_run_quarantine(config, stderr=args.json)
     return EXIT_OK
 
 
@@ -432,6 +478,126 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_budget(args: argparse.Namespace) -> int:
+    """Show a dataset's lifetime budget and what counts against it; with --lifetime-epsilon /
+    --lifetime-delta, set or change it (the only way to change a stored limit)."""
+    from dpngram.core.budget import Budget
+    from dpngram.engines.duckdb import Warehouse
+    from dpngram.release.ledger import Ledger
+
+    for name in ("lifetime_epsilon", "lifetime_delta"):
+        value = getattr(args, name)
+        if value is not None and not (value > 0 and (name == "lifetime_epsilon" or value < 1)):
+            raise ConfigError(
+                f"{name}: must be > 0{' and < 1' if name == 'lifetime_delta' else ''} (got {value})"
+            )
+    changing = args.lifetime_epsilon is not None or args.lifetime_delta is not None
+    if not changing and not Path(args.warehouse).is_file():
+        raise FileNotFoundError(f"warehouse {args.warehouse} does not exist (no run has used it yet)")
+    with Warehouse(args.warehouse) as wh:
+        ledger = Ledger(wh.con)
+        before = ledger.lifetime(args.dataset)
+        if changing:
+            ledger.set_lifetime(args.dataset, args.lifetime_epsilon, args.lifetime_delta)
+        lifetime_eps, lifetime_delta = ledger.lifetime(args.dataset)
+        used: Budget = ledger.committed(args.dataset)
+
+    def shown(value: float | None, fmt: str) -> str:
+        return "no limit" if value is None else format(value, fmt)
+
+    console = _console()
+    if changing:
+        console.print(
+            f"dataset '{args.dataset}': lifetime epsilon {shown(before[0], '.4g')} -> "
+            f"{shown(lifetime_eps, '.4g')}, delta {shown(before[1], '.3g')} -> {shown(lifetime_delta, '.3g')}"
+        )
+    console.print(
+        f"dataset '{args.dataset}': lifetime epsilon {shown(lifetime_eps, '.4g')}, delta "
+        f"{shown(lifetime_delta, '.3g')}; committed epsilon {used.epsilon:.4g}, delta {used.delta:.3g} "
+        "(charges, plus the reservations of runs still open)"
+    )
+    return EXIT_OK
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    """Staging directories (``OUT/runs/*.staging``) of runs that never published: listed, or with
+    --delete removed together with their private run schema and budget reservation."""
+    import shutil
+    import time
+
+    from dpngram.engines.duckdb import Warehouse
+    from dpngram.release.ledger import Ledger
+
+    runs = Path(args.out) / "runs"
+    now = time.time()
+    stale = []
+    for staging in sorted(runs.glob("*.staging")) if runs.is_dir() else []:
+        newest = max([p.stat().st_mtime for p in staging.rglob("*")] + [staging.stat().st_mtime])
+        age_hours = (now - newest) / 3600
+        if age_hours >= args.older_than:
+            stale.append((staging, staging.name.removesuffix(".staging"), age_hours))
+    console = _console()
+    if not stale:
+        console.print(f"no staging directory older than {args.older_than:g} h under {runs}")
+        return EXIT_OK
+    for staging, run_id, age in stale:
+        console.print(f"{'deleting' if args.delete else 'stale'}: {staging} (run {run_id}, {age:.1f} h old)")
+    if not args.delete:
+        console.print("run again with --delete to remove them (their ledger charges stay)")
+        return EXIT_OK
+    warehouse = Path(args.warehouse)
+    with Warehouse(warehouse) if warehouse.is_file() else _nullcontext() as wh:
+        for staging, run_id, _ in stale:
+            if wh is not None:
+                Ledger(wh.con).close_run(run_id)
+                wh.drop_run_schema(run_id)
+            shutil.rmtree(staging)
+    console.print(f"deleted {len(stale)} staging director{'y' if len(stale) == 1 else 'ies'}")
+    return EXIT_OK
+
+
+def _nullcontext() -> Any:
+    from contextlib import nullcontext
+
+    return nullcontext(None)
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """Run the empirical privacy audit; exit 1 if a lower bound exceeds its claimed epsilon."""
+    from rich.table import Table
+
+    from dpngram.audit import AUDITS, run_audit
+
+    if args.runs is not None and args.runs < 20:
+        raise ConfigError(f"runs: must be >= 20 (got {args.runs})")
+    if not 0 < args.alpha < 1:
+        raise ConfigError(f"alpha: must be in (0, 1) (got {args.alpha})")
+    results = [
+        run_audit(name, args.runs, fast=args.fast, alpha=args.alpha) for name in args.mechanism or AUDITS
+    ]
+    if args.json:
+        sys.stdout.write(json.dumps([r.to_dict() for r in results], indent=2, sort_keys=True) + "\n")
+    else:
+        table = Table(
+            title=f"Empirical privacy audit (lower bounds hold with probability >= {1 - args.alpha:g})",
+            title_justify="left",
+        )
+        for column in ("mechanism", "claimed ε", "δ", "ε lower bound", "runs per dataset", ""):
+            table.add_column(column, justify="left" if column in ("mechanism", "") else "right")
+        for r in results:
+            verdict = "ok" if r.ok else "[bold red]LOWER BOUND ABOVE THE CLAIM: a bug[/bold red]"
+            table.add_row(
+                r.mechanism,
+                f"{r.claimed_epsilon:.4f}",
+                f"{r.delta:.3g}",
+                f"{r.epsilon_lower_bound:.4f}",
+                f"{r.runs_per_dataset:,}",
+                verdict,
+            )
+        _console().print(table)
+    return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """Perplexities, OOV rate and next-word accuracy of a KenLM model on a text file."""
     from dpngram.lm.evaluate import SPELL_ALPHABET, SPELL_MEAN_LENGTH, evaluate_file
@@ -473,20 +639,33 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------------------------
 # Parser and entry point
 # ----------------------------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
-    common.add_argument("--verbose", "-v", action="store_true", help="log stage progress (INFO)")
+def _global_flags(default: Any) -> argparse.ArgumentParser:
+    flags = argparse.ArgumentParser(add_help=False)
+    flags.add_argument(
+        "--debug", action="store_true", default=default, help="show tracebacks of unexpected errors"
+    )
+    flags.add_argument(
+        "--verbose", "-v", action="store_true", default=default, help="log stage progress (INFO)"
+    )
+    return flags
 
+
+def build_parser() -> argparse.ArgumentParser:
+    """The global flags (--debug, --verbose) are accepted before or after the sub-command: the
+    sub-commands' copies default to SUPPRESS, so they never overwrite one given before."""
     parser = argparse.ArgumentParser(
         prog=PROG,
-        parents=[common],
+        parents=[_global_flags(False)],
         description="Differentially private n-grams from private user text (user-level DP).",
     )
+    common = _global_flags(argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_sample_command(sub, common)
     _add_release_commands(sub, common)
     _add_ledger_command(sub, common)
+    _add_budget_command(sub, common)
+    _add_gc_command(sub, common)
+    _add_audit_command(sub, common)
     _add_evaluate_command(sub, common)
     _add_demo_command(sub, common)
     return parser
@@ -540,6 +719,68 @@ def _add_ledger_command(sub: _Subparsers, common: argparse.ArgumentParser) -> No
     p.add_argument("--warehouse", default=RunConfig.model_fields["warehouse"].default, metavar="PATH")
     p.add_argument("--json", action="store_true", help="print the history as JSON")
     p.set_defaults(func=cmd_ledger)
+
+
+def _add_budget_command(sub: _Subparsers, common: argparse.ArgumentParser) -> None:
+    """``dpngram budget``: show or deliberately change a dataset's lifetime budget."""
+    p = sub.add_parser(
+        "budget",
+        parents=[common],
+        help="show or change a dataset's lifetime budget (stored in the ledger)",
+    )
+    p.add_argument("--dataset", default=RunConfig.model_fields["dataset"].default, metavar="NAME")
+    p.add_argument("--warehouse", default=RunConfig.model_fields["warehouse"].default, metavar="PATH")
+    p.add_argument("--lifetime-epsilon", type=float, default=None, metavar="E", help="new lifetime epsilon")
+    p.add_argument("--lifetime-delta", type=float, default=None, metavar="D", help="new lifetime delta")
+    p.set_defaults(func=cmd_budget)
+
+
+def _add_gc_command(sub: _Subparsers, common: argparse.ArgumentParser) -> None:
+    """``dpngram gc``: list (or delete) staging directories of runs that never published."""
+    p = sub.add_parser(
+        "gc",
+        parents=[common],
+        help="list the staging directories of unpublished runs; --delete removes them",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="the runs' output directory")
+    p.add_argument("--warehouse", default=RunConfig.model_fields["warehouse"].default, metavar="PATH")
+    p.add_argument(
+        "--older-than",
+        type=float,
+        default=24.0,
+        metavar="HOURS",
+        help="only staging directories untouched for this long (default: 24)",
+    )
+    p.add_argument(
+        "--delete",
+        action="store_true",
+        help="delete them, drop their private tables and release their budget reservation "
+        "(their ledger charges stay; they can no longer be resumed)",
+    )
+    p.set_defaults(func=cmd_gc)
+
+
+def _add_audit_command(sub: _Subparsers, common: argparse.ArgumentParser) -> None:
+    """``dpngram audit``: empirical lower bounds on ε (src/dpngram/audit.py)."""
+    from dpngram.audit import ALPHA, AUDITS
+
+    p = sub.add_parser(
+        "audit",
+        parents=[common],
+        help="empirical privacy audit: a lower bound on epsilon per mechanism from canary runs",
+    )
+    p.add_argument(
+        "--mechanism", action="append", choices=list(AUDITS), default=None, help="repeatable (default: all)"
+    )
+    p.add_argument(
+        "--runs", type=int, default=None, metavar="N", help="runs per dataset (default: per mechanism)"
+    )
+    p.add_argument("--fast", action="store_true", help="the fast variant (about 15 s in all)")
+    p.add_argument(
+        "--alpha", type=float, default=ALPHA, metavar="A", help=f"1 - confidence (default {ALPHA})"
+    )
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.set_defaults(func=cmd_audit)
 
 
 def _add_evaluate_command(sub: _Subparsers, common: argparse.ArgumentParser) -> None:
@@ -628,6 +869,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             message = f"{err.strerror or 'not found'}: {err.filename}"
         _error(message)
         return EXIT_USAGE
+    except WarehouseBusy as err:
+        if args.debug:
+            raise
+        _error(str(err))
+        return EXIT_FAILED
     except KeyboardInterrupt:
         _error("interrupted; nothing was published")
         return 130

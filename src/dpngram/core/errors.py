@@ -20,6 +20,18 @@ class BudgetError(ValueError):
     """A requested spend is impossible or would exceed a budget."""
 
 
+class ResumeError(ValueError):
+    """A run cannot be resumed as asked: its input or parameters changed since it started, or a
+    stage's noise was drawn but its output is incomplete (a retry would draw it again). One line
+    naming what changed or what to do."""
+
+
+class WarehouseBusy(RuntimeError):
+    """The warehouse database file is held open for writing by another process (DuckDB allows
+    one writer). Not a user error: a retry later succeeds. One line naming the file and the
+    holder's process id."""
+
+
 class IngestError(ValueError):
     """The input cannot be ingested at all. ``str()`` is one line naming the path (never data)."""
 
@@ -43,6 +55,7 @@ class ValidationFailed(RuntimeError):
 USER_ERRORS: tuple[type[Exception], ...] = (
     ConfigError,
     BudgetError,
+    ResumeError,
     IngestError,
     ArpaError,
     ValidationFailed,

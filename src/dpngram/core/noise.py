@@ -38,6 +38,9 @@ import numbers
 import os
 import secrets
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -50,6 +53,39 @@ TEST_SEED_VALUE = "yes-this-process-releases-nothing"
 
 
 _BATCH_OVERSAMPLE = 1.6  # discrete-Gaussian rejection accepts >= ~0.6 of proposals for sigma >= 1
+
+
+#: The callback of :func:`before_first_draw`, fired (once) by the first draw of any NoiseSource.
+_FIRST_DRAW: list[Callable[[], None]] = []
+_FIRST_DRAW_LOCK = threading.Lock()
+
+
+@contextmanager
+def before_first_draw(callback: Callable[[], None]) -> Iterator[None]:
+    """Call ``callback`` once, just before the first random draw of any :class:`NoiseSource`
+    inside the block (process-wide: noise is drawn on the driver, one stage at a time).
+
+    :func:`dpngram.release.spend.spend_once` uses it to charge the ledger *before* a stage draws
+    its noise, so a crash can only leave an over-charge, never a draw without a charge. If the
+    callback raises (e.g. the lifetime budget is exhausted), the draw does not happen."""
+    with _FIRST_DRAW_LOCK:
+        if _FIRST_DRAW:
+            raise RuntimeError("before_first_draw blocks cannot be nested")
+        _FIRST_DRAW.append(callback)
+    try:
+        yield
+    finally:
+        with _FIRST_DRAW_LOCK:
+            _FIRST_DRAW.clear()
+
+
+def _about_to_draw() -> None:
+    if not _FIRST_DRAW:  # fast path: no stage is watching
+        return
+    with _FIRST_DRAW_LOCK:
+        callback = _FIRST_DRAW.pop() if _FIRST_DRAW else None
+    if callback is not None:
+        callback()
 
 
 class InsecureSeedError(RuntimeError):
@@ -88,6 +124,7 @@ class NoiseSource:
     # -- continuous Gaussian: threshold decisions only -----------------------------------------
     def gaussian(self, sigma: float, size: int | tuple[int, ...] | None = None) -> np.ndarray:
         """N(0, sigma^2) draws, for threshold decisions (one bit released per draw)."""
+        _about_to_draw()
         _check_scale("sigma", sigma)
         return self._rng.normal(0.0, sigma, size)
 
@@ -99,6 +136,7 @@ class NoiseSource:
     # -- exact integer samplers: released noisy values ----------------------------------------
     def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
         """Integers with P(x) proportional to exp(-|x|/scale) (difference of two geometrics)."""
+        _about_to_draw()
         _check_scale("scale", scale)
         p = -math.expm1(-1.0 / scale)  # success probability 1 - e^{-1/scale}
         first = self._rng.geometric(p, size)
@@ -112,6 +150,7 @@ class NoiseSource:
         scale t = floor(sigma) + 1 and accept with probability exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2)).
         Vectorised: proposals are drawn in batches until ``size`` have been accepted.
         """
+        _about_to_draw()
         _check_scale("sigma", sigma)
         t = math.floor(sigma) + 1
         out = np.empty(size, dtype=np.int64)
@@ -141,20 +180,24 @@ class NoiseSource:
     # -- discrete helpers needed by the scalable samplers --------------------------------------
     def binomial(self, n: int, p: float) -> int:
         """One Binomial(n, p) draw (e.g. the number of spurious k-grams, DPNE supplement Alg. 1)."""
+        _about_to_draw()
         if n < 0 or not 0.0 <= p <= 1.0:
             raise ValueError(f"binomial needs n >= 0 and 0 <= p <= 1 (got n={n}, p={p})")
         return int(self._rng.binomial(n, p)) if n > 0 else 0
 
     def integers(self, low: int, high: int, size: int) -> np.ndarray:
         """Uniform integers in [low, high)."""
+        _about_to_draw()
         return self._rng.integers(low, high, size, dtype=np.int64)
 
     def uniform(self, size: int) -> np.ndarray:
         """Uniform floats in [0, 1)."""
+        _about_to_draw()
         return self._rng.random(size)
 
     def sample_without_replacement(self, population: int, k: int) -> np.ndarray:
         """``k`` distinct integers drawn uniformly from range(population)."""
+        _about_to_draw()
         if not 0 <= k <= population:
             raise ValueError(f"cannot draw {k} distinct items from {population}")
         if k == 0:
@@ -171,6 +214,7 @@ class NoiseSource:
 
     def salt(self) -> int:
         """A random 62-bit integer, for hash-based per-user sampling inside SQL."""
+        _about_to_draw()
         return int(self._rng.integers(0, 2**62, dtype=np.int64))
 
 

@@ -16,6 +16,7 @@ Imports: dpngram.engines.sql; duckdb, pyarrow.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,11 +25,51 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from dpngram.core.errors import WarehouseBusy
 from dpngram.engines.sql import load_sql, run_schema_name, safe_identifier
+
+_UNITS = {
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}  # DuckDB's meaning
+
+#: Of a run's ``memory_limit`` (the PROCESS budget), this fraction is kept for the Python side
+#: (Arrow batches, numpy arrays, the interpreter and its imports); DuckDB gets the rest. Bounded
+#: below by :data:`PYTHON_RESERVE_MIN` and above by :data:`PYTHON_RESERVE_MAX`.
+PYTHON_RESERVE_FRACTION = 0.3
+PYTHON_RESERVE_MIN = 0
+PYTHON_RESERVE_MAX = 3 * 1024**3
+
+
+def memory_bytes(value: str) -> int:
+    """``'4GB'`` -> 4_000_000_000 (DuckDB's units: KB/MB/GB powers of 1000, KiB/MiB/GiB of 1024)."""
+    match = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*$", value)
+    if not match or match.group(2).lower() not in _UNITS:
+        raise ValueError(f"memory_limit: must look like '4GB' or '512MB' (got {value!r})")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def duckdb_memory_limit(process_limit: str) -> str:
+    """DuckDB's share of a process memory budget: the budget minus a reserve for the Python side
+    (docs/engines.md, "Memory"). DuckDB obeys its own limit (it spills to ``temp_directory``); the
+    reserve is what the rest of the process may use, so the peak RSS stays near the budget."""
+    total = memory_bytes(process_limit)
+    reserve = min(max(int(total * PYTHON_RESERVE_FRACTION), PYTHON_RESERVE_MIN), PYTHON_RESERVE_MAX)
+    return f"{max(total - reserve, 128 * 1024**2) // 1024**2}MiB"
 
 
 class Warehouse:
-    """A DuckDB connection to the warehouse file with the project's resource settings."""
+    """A DuckDB connection to the warehouse file with the project's resource settings.
+
+    ``memory_limit`` is the budget of the whole process: DuckDB is given
+    :func:`duckdb_memory_limit` of it, the rest is left to Python."""
 
     def __init__(
         self,
@@ -44,7 +85,7 @@ class Warehouse:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         spill = Path(temp_directory) if temp_directory else self.path.with_name(self.path.name + ".tmp")
         config: dict[str, Any] = {
-            "memory_limit": memory_limit,
+            "memory_limit": duckdb_memory_limit(memory_limit),
             "preserve_insertion_order": False,
         }
         if str(path) != ":memory:":
@@ -55,10 +96,15 @@ class Warehouse:
         try:
             self.con = duckdb.connect(str(path), read_only=read_only, config=config)
         except duckdb.IOException as err:
-            raise RuntimeError(
-                f"cannot open the warehouse {path}: {str(err).splitlines()[0]} "
-                "(another process may hold it open for writing)"
-            ) from None
+            first = (str(err).splitlines() or [""])[0]
+            if "lock" in first.lower():
+                pid = re.search(r"\(PID (\d+)\)", first)
+                holder = f"process {pid.group(1)}" if pid else "another process"
+                raise WarehouseBusy(
+                    f"warehouse {path} is in use by {holder}; wait for it to finish or use another "
+                    "--warehouse"
+                ) from None
+            raise RuntimeError(f"cannot open the warehouse {path}: {first}") from None
         # DuckDB's progress bar writes to stdout (a session-level option); stages report their own.
         self.con.execute("SET enable_progress_bar = false")
 

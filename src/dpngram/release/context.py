@@ -3,8 +3,9 @@
 :class:`RunContext` ties a validated :class:`~dpngram.config.RunConfig` (with its run id) to the
 run's private schema, its staged :class:`~dpngram.release.layout.Release` and the engine or DuckDB
 warehouse it opens. A stage records its report part (:func:`record_part`, merged into report.json
-by the ``report`` step through :func:`read_parts`) and its wall-clock time (:func:`stage_timer`,
-:func:`read_timings`) in the staged release. What a stage returns goes to logs and Airflow XCom
+by the ``report`` step through :func:`read_parts`) in the staged release, and its wall-clock time
+(:func:`stage_timer`, :func:`read_timings`) in the run's operator directory, outside the release
+(:func:`operator_path`). What a stage returns goes to logs and Airflow XCom
 only through :func:`public_summary`, which keeps the keys of :data:`PUBLIC_SUMMARY_KEYS`
 (identifiers, paths, row counts of released tables, ε/δ); :func:`released_summary` builds that
 summary for a privacy-spending stage. :class:`StageResult` is what a stage's ``compute`` hands to
@@ -106,10 +107,25 @@ class StageResult:
     report: dict[str, Any]
 
 
+def is_timing_key(key: str) -> bool:
+    """Keys of wall-clock durations (``seconds``, ``tree_seconds``...): operator-only."""
+    return key == "seconds" or key.endswith("_seconds")
+
+
+def write_part(ctx: RunContext, path: Path, stage: str, fragment: dict[str, Any]) -> None:
+    """Write a report part to ``path`` without its wall-clock durations: those go to the operator
+    directory (``timings/STAGE.KEY.json``), since they grow with the private input's size."""
+    for key, value in fragment.items():
+        if is_timing_key(key) and isinstance(value, (int, float)):
+            name = stage if key == "seconds" else f"{stage}.{key.removesuffix('_seconds')}"
+            write_json_atomic(operator_path(ctx, TIMINGS_DIR, f"{name}.json"), {"seconds": float(value)})
+    write_json_atomic(path, {k: v for k, v in fragment.items() if not is_timing_key(k)})
+
+
 def record_part(ctx: RunContext, stage: str, fragment: dict[str, Any]) -> Path:
-    """Store a stage's report fragment (JSON) in the staged release."""
+    """Store a stage's report fragment (JSON) in the staged release (durations: operator dir)."""
     path = ctx.release.path(PARTS_DIR, f"{stage}.json")
-    write_json_atomic(path, fragment)
+    write_part(ctx, path, stage, fragment)
     return path
 
 
@@ -173,8 +189,20 @@ def public_summary(result: dict[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (result or {}).items() if k in PUBLIC_SUMMARY_KEYS}
 
 
+def operator_path(ctx: RunContext, *parts: str) -> Path:
+    """A path in the run's operator directory (outside the release; parents created)."""
+    from dpngram.release.identity import operator_dir
+
+    target = operator_dir(ctx.config).joinpath(*parts)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return target
+
+
 def read_timings(ctx: RunContext) -> dict[str, float]:
-    timings_dir = ctx.release.root / TIMINGS_DIR
+    """Wall-clock seconds per stage (operator-only, from the operator directory)."""
+    from dpngram.release.identity import operator_dir
+
+    timings_dir = operator_dir(ctx.config) / TIMINGS_DIR
     if not timings_dir.is_dir():
         return {}
     out = {}
@@ -185,9 +213,10 @@ def read_timings(ctx: RunContext) -> dict[str, float]:
 
 @contextmanager
 def stage_timer(ctx: RunContext, stage: str) -> Iterator[None]:
-    """Record the wall-clock time of a stage in the staged release (only when it succeeds)."""
+    """Record the wall-clock time of a stage (only when it succeeds) in the run's operator
+    directory: timings grow with the private input's size, so they are never published."""
     started = time.perf_counter()
     yield
     write_json_atomic(
-        ctx.release.path(TIMINGS_DIR, f"{stage}.json"), {"seconds": round(time.perf_counter() - started, 3)}
+        operator_path(ctx, TIMINGS_DIR, f"{stage}.json"), {"seconds": round(time.perf_counter() - started, 3)}
     )

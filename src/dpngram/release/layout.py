@@ -54,13 +54,32 @@ REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
 PLOTS_DIR = "plots"
 PARTS_DIR = "report.parts"  # per-stage report fragments, merged into report.json by step report
-TIMINGS_DIR = "report.timings"  # wall-clock seconds per stage, merged into report.json
+#: Wall-clock seconds per stage: OPERATOR-ONLY (they grow with the private input's size), kept in
+#: the run's operator directory (dpngram.release.identity.operator_dir), never in the release.
+TIMINGS_DIR = "timings"
+
+#: What each released table's non-key columns hold (README "What comes out"): DP-noisy values, or
+#: post-processing of them. A table not listed holds keys only.
+NOISY_COLUMNS: dict[str, dict[str, str]] = {
+    "trigram_dist": {"prob": "DP-noisy: softmax of Gaussian-noised logits (docs/bayes_sensitivity.md)"},
+    "ngram_counts_noisy": {"noisy_count": "DP-noisy: Laplace-noised counts, made consistent (docs/synth.md)"},
+    "lm_counts": {
+        "noisy_count": "DP-noisy: Gaussian-noised counts above a noisy threshold (docs/lm_privacy.md)"
+    },
+    "synthetic_sequences": {"text": "post-processing: sampled from the DP-noisy n-gram counts"},
+}
+
+
+def is_temporary(name: str) -> bool:
+    """A file name of an unfinished write (:func:`write_json_atomic`, :meth:`Release.writing`,
+    plot files): never published."""
+    return name.endswith((".tmp", ".partial")) or (name.startswith(".") and ".partial" in name)
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:
     """Write JSON via a temporary file and rename, so readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         json.dump(payload, fh, indent=2, sort_keys=True, default=str)
         fh.write("\n")
@@ -108,6 +127,10 @@ class Release:
         if not self.published:
             if not self.staging.is_dir():
                 raise FileNotFoundError(f"nothing staged for run {self.run_id} in {self.staging}")
+            # Leftovers of writes a crash interrupted (e.g. a kill between a temporary file and
+            # its rename) are never published.
+            for leftover in [p for p in self.staging.rglob("*") if p.is_file() and is_temporary(p.name)]:
+                leftover.unlink()
             os.replace(self.staging, self.final)
         link = self.out_dir / "latest"
         tmp_link = self.out_dir / f".latest.{os.getpid()}"

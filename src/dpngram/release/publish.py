@@ -21,27 +21,64 @@ from typing import Any
 from dpngram.config import RunConfig
 from dpngram.core.errors import ConfigError
 from dpngram.release.context import RunContext, new_run_id, read_parts, record_part
+from dpngram.release.layout import write_json_atomic
 from dpngram.release.ledger import Ledger
 
+#: Parameters holding paths of the operator's machine: withheld from the published report (they are
+#: in the operator file, :func:`dpngram.release.identity.operator_dir`).
+PATH_PARAMETERS = (
+    "input",
+    "out",
+    "warehouse",
+    "public",
+    "known_vocabulary",
+    "lm_eval_text",
+    "spark_warehouse",
+)
+WITHHELD = "withheld (operator file)"
 
-def prepare(config: RunConfig) -> RunConfig:
-    """Fix the run id, refuse a run that would exceed the dataset's lifetime budget (before any
-    data is read), and create the staging directory with the run's parameters."""
+
+def published_parameters(config: RunConfig) -> dict[str, Any]:
+    """The run's parameters as the report publishes them: paths withheld."""
+    flat = json.loads(config.to_json())
+    return {k: (WITHHELD if k in PATH_PARAMETERS and v is not None else v) for k, v in flat.items()}
+
+
+def prepare(config: RunConfig, *, reserve: bool = True) -> RunConfig:
+    """Fix the run id, register the run's identity and reserve its budget, and create the staging
+    directory with the run's parameters; all before any private data is read.
+
+    In one ledger transaction (:meth:`Ledger.open_run`): a resumed run id must have the same
+    fingerprint (parameters and input, :mod:`dpngram.release.identity`), else a one-line
+    :class:`~dpngram.core.errors.ResumeError` names what changed; the run's (ε, δ) is reserved
+    against the dataset's lifetime budget (stored per dataset; a run's ``lifetime_*`` flags set it
+    the first time), else a one-line :class:`~dpngram.core.errors.BudgetError`. ``reserve=False``
+    (``dpngram ingest``: a run that spends nothing) reserves nothing."""
+    from dpngram.core.budget import Budget
+    from dpngram.release.identity import compare, fingerprint, operator_dir
+
     if not config.run_id:
         config = config.with_values(run_id=new_run_id())
     ctx = RunContext(config)
     if ctx.release.published:
         raise ConfigError(f"run_id: run '{ctx.run_id}' is already published in {ctx.release.final}")
+    identity = fingerprint(config)
     with ctx.warehouse() as wh:
-        Ledger(wh.con).check(
+        Ledger(wh.con).open_run(
             config.dataset,
-            config.epsilon,
-            config.delta,
+            ctx.run_id,
+            identity,
+            config.budget if reserve else Budget(0.0, 0.0),
             config.lifetime_epsilon,
             config.lifetime_delta,
-            ctx.run_id,
+            compare=compare,
         )
-    record_part(ctx, "parameters", {"parameters": json.loads(config.to_json()), "run_id": ctx.run_id})
+    operator = operator_dir(config)
+    write_json_atomic(
+        operator / "run.json",
+        {"run_id": ctx.run_id, "fingerprint": identity, "staging": str(ctx.release.staging.resolve())},
+    )
+    record_part(ctx, "parameters", {"parameters": published_parameters(config), "run_id": ctx.run_id})
     return config
 
 
@@ -53,7 +90,10 @@ def publish_run(ctx: RunContext) -> Path:
     ``latest`` keeps pointing at the previous release."""
     release = ctx.release
     if release.published:
-        return release.publish()  # idempotent: a retried publish re-points latest
+        path = release.publish()  # idempotent: a retried publish re-points latest
+        with ctx.warehouse() as wh:
+            Ledger(wh.con).close_run(ctx.run_id)
+        return path
     validation = read_parts(ctx).get("validation")
     if not validation or validation.get("success") is not True:
         raise RuntimeError(
@@ -61,7 +101,10 @@ def publish_run(ctx: RunContext) -> Path:
         )
     if not (release.staging / "report.json").is_file():
         raise RuntimeError(f"run {ctx.run_id} has no report.json; write the report before publishing")
-    return release.publish()
+    path = release.publish()
+    with ctx.warehouse() as wh:  # the run spends no more: its reservation is released
+        Ledger(wh.con).close_run(ctx.run_id)
+    return path
 
 
 def release_asset_metadata(release: Path) -> dict[str, Any]:

@@ -65,8 +65,7 @@ def run_ingest(ctx: RunContext, progress: Callable[[int], None] | None = None) -
         ctx,
         "ingest",
         {
-            "input": str(config.input),
-            "input_format": fmt,
+            "input_format": fmt,  # the input's path is operator-only (operator_report.json)
             "user_field": config.user_field,
             "text_field": config.text_field,
             "tokenizer": tokenizer_settings(config.lowercase),

@@ -36,8 +36,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dpngram.core.accounting import privacy_summary
-from dpngram.release.context import RunContext, read_parts, read_timings
-from dpngram.release.layout import PLOTS_DIR, REPORT_HTML, REPORT_JSON, write_json_atomic
+from dpngram.release.context import RunContext, is_timing_key, operator_path, read_parts, read_timings
+from dpngram.release.layout import NOISY_COLUMNS, PLOTS_DIR, REPORT_HTML, REPORT_JSON, write_json_atomic
+from dpngram.release.publish import published_parameters
 
 #: Parts rendered in their own sections; every other part is rendered generically.
 _KNOWN_PARTS = {"parameters", "validation"}
@@ -51,16 +52,20 @@ def released_tables(root: Path) -> dict[str, dict[str, Any]]:
         return out
     for path in sorted(released.rglob("*.parquet")):
         meta = pq.ParquetFile(path)
+        name = path.relative_to(released).with_suffix("").as_posix()
+        noisy = {c: d for c, d in NOISY_COLUMNS.get(name, {}).items() if c in meta.schema_arrow.names}
         entry: dict[str, Any] = {
             "path": path.relative_to(root).as_posix(),
             "rows": meta.metadata.num_rows,
             "columns": meta.schema_arrow.names,
+            "content": "keys and DP-noisy values" if noisy else "keys only",
+            "noisy_columns": noisy,
         }
         if "k" in meta.schema_arrow.names:
             counts = pc.value_counts(pq.read_table(path, columns=["k"]).column("k")).to_pylist()
             per_k = sorted((c["values"], c["counts"]) for c in counts if c["values"] is not None)
             entry["rows_per_k"] = {str(k): int(n) for k, n in per_k}
-        out[path.relative_to(released).with_suffix("").as_posix()] = entry
+        out[name] = entry
     return out
 
 
@@ -88,16 +93,33 @@ def _ledger_charged(ctx: RunContext) -> dict[str, Any] | None:
     return {"epsilon": float(row[0]), "delta": float(row[1]), "entries": int(row[2])}
 
 
-def _timings(parts: dict[str, dict[str, Any]], recorded: dict[str, float]) -> dict[str, float]:
-    """Wall-clock seconds per orchestration stage (CLI/DAG timers); without timer records (stages
-    called directly), the ``seconds`` the stages' own parts report."""
-    if recorded:
-        return dict(recorded)
-    return {
-        name: float(part["seconds"])
-        for name, part in parts.items()
-        if isinstance(part.get("seconds"), (int, float))
-    }
+def non_dp_settings(parameters: dict[str, Any]) -> list[str]:
+    """Settings that void the DP guarantee (allowed only for comparison; loudly named)."""
+    return sorted(
+        f"{name}={value}"
+        for name, value in parameters.items()
+        if isinstance(value, str) and "NOT-DP" in value
+    )
+
+
+def write_operator_report(ctx: RunContext) -> Path:
+    """The run's operator-only facts, outside the release: wall-clock seconds per stage and the
+    paths on this machine (input, warehouse, output, release)."""
+    from dpngram.release.publish import PATH_PARAMETERS
+
+    flat = ctx.config.flat()
+    path = operator_path(ctx, "operator_report.json")
+    write_json_atomic(
+        path,
+        {
+            "run_id": ctx.run_id,
+            "note": "operator-only: never published (timings grow with the private input's size)",
+            "timings_seconds": read_timings(ctx),
+            "paths": {name: flat[name] for name in PATH_PARAMETERS if flat.get(name) is not None},
+            "release": str(ctx.release.final.resolve()),
+        },
+    )
+    return path
 
 
 def _noise_mode(parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -136,6 +158,15 @@ def write_report(ctx: RunContext) -> Path:
     dpne = _dpne_settings(ctx, parts)
     if dpne:
         privacy["dpne"] = dpne
+    parameters = parts.get("parameters", {}).get("parameters") or published_parameters(ctx.config)
+    not_dp = non_dp_settings(parameters)
+    privacy["differentially_private"] = not not_dp
+    if not_dp:
+        privacy["non_dp_settings"] = not_dp
+        privacy["total"]["warning"] = (
+            f"NOT differentially private: {', '.join(not_dp)}; the epsilon above is what the noise "
+            "would give under a data-independent calibration, not a guarantee"
+        )
     ledger = _ledger_charged(ctx)
     if ledger is not None:
         privacy["ledger_charged"] = ledger
@@ -143,19 +174,29 @@ def write_report(ctx: RunContext) -> Path:
         "run_id": ctx.run_id,
         "dataset": ctx.config.dataset,
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "parameters": parts.get("parameters", {}).get("parameters", json.loads(ctx.config.to_json())),
+        "parameters": parameters,
         "privacy": privacy,
-        "released": {"tables": tables, "ngrams_per_k": {str(k): n for k, n in per_k.items()}},
-        "timings_seconds": _timings(parts, read_timings(ctx)),
+        "released": {
+            "tables": tables,
+            "ngrams_per_k": {str(k): n for k, n in per_k.items()},
+            "note": "every released table holds keys, or keys and the DP-noisy values named in "
+            "noisy_columns; never an exact count. Wall-clock timings and machine paths are "
+            "operator-only (not published).",
+        },
         "noise": _noise_mode(parts),
         "validation": _validation_summary(parts.get("validation")),
         "model": parts.get("lm"),  # language model (lm/): paths, order, counts per order, metrics
-        "stages": {name: part for name, part in parts.items() if name not in _KNOWN_PARTS},
+        "stages": {
+            name: {k: v for k, v in part.items() if not is_timing_key(k)}
+            for name, part in parts.items()
+            if name not in _KNOWN_PARTS
+        },
     }
     plots = _plots(root, per_k, privacy)
     report["plots"] = plots
     path = ctx.release.path(REPORT_JSON)
     write_json_atomic(path, report)
+    write_operator_report(ctx)
     html_path = ctx.release.path(REPORT_HTML)
     with ctx.release.writing(REPORT_HTML) as tmp:
         tmp.write_text(render_html(report), encoding="utf-8")
@@ -301,9 +342,6 @@ def render_html(report: dict[str, Any]) -> str:
     sections.extend(_released_html(report))
     sections.extend(_validation_html(report["validation"]))
 
-    sections.append("<h2>Timings (seconds)</h2>")
-    sections.append(_table(["stage", "seconds"], [[n, s] for n, s in report["timings_seconds"].items()]))
-
     sections.append("<h2>Parameters</h2>")
     sections.append(_kv_table(report["parameters"]))
 
@@ -347,6 +385,8 @@ def _privacy_html(report: dict[str, Any]) -> list[str]:
     n_events = len(privacy.get("events", []))
     spent, budget = _esc(_fmt(total["epsilon"])), _esc(_fmt(privacy["epsilon_budget"]))
     basic, delta = _esc(_fmt(privacy["basic_composition"]["epsilon"])), _esc(_fmt(privacy["delta"]))
+    if not privacy.get("differentially_private", True):
+        sections.append(f"<p class='bad'>{_esc(total.get('warning', 'NOT differentially private'))}</p>")
     sections.append(
         f"<p>Total spent (composed over all {n_events} mechanism events at δ = {delta}): "
         f"<span class='{status}'>ε = {spent}</span> of the run's budget ε = {budget} "
@@ -427,8 +467,17 @@ def _released_html(report: dict[str, Any]) -> list[str]:
         sections.append("<h3>Released tables</h3>")
         sections.append(
             _table(
-                ["table", "file", "rows", "columns"],
-                [[n, t["path"], t["rows"], ", ".join(t["columns"])] for n, t in tables.items()],
+                ["table", "file", "rows", "columns", "values"],
+                [
+                    [
+                        n,
+                        t["path"],
+                        t["rows"],
+                        ", ".join(t["columns"]),
+                        "; ".join(f"{c}: {d}" for c, d in t.get("noisy_columns", {}).items()) or "keys only",
+                    ]
+                    for n, t in tables.items()
+                ],
             )
         )
     return sections

@@ -1,0 +1,479 @@
+"""Trust under faults (issue 17): a resume cannot mix two inputs or budgets, a stage never draws
+its noise twice, the ledger is charged before the draw, and a dataset's lifetime budget holds
+across runs, flags and concurrent runs. Fast: fake stages on a small warehouse, no Airflow."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from dpngram.config import RunConfig
+from dpngram.core.accounting import PrivacyEvent
+from dpngram.core.errors import BudgetError, ResumeError
+from dpngram.core.noise import NoiseSource
+from dpngram.release import spend as spend_module
+from dpngram.release.context import RunContext, StageResult, read_parts
+from dpngram.release.ledger import Ledger
+from dpngram.release.publish import prepare
+from dpngram.release.spend import spend_once
+
+OUTPUT = "released/noisy.json"
+
+
+def write_input(path: Path, text: str = '{"user_id": "u1", "text": "hello there"}\n') -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def make_config(tmp_path: Path, **overrides) -> RunConfig:
+    values = {
+        "input": str(tmp_path / "in.jsonl"),
+        "out": str(tmp_path / "out"),
+        "warehouse": str(tmp_path / "wh.duckdb"),
+        "dataset": "faults",
+        **overrides,
+    }
+    if not Path(values["input"]).exists():
+        write_input(Path(values["input"]))
+    return RunConfig.build(**values)
+
+
+def entries(ctx: RunContext) -> list[dict]:
+    with ctx.warehouse() as wh:
+        con = wh.con
+        rows = con.execute(
+            "SELECT stage, epsilon, delta, status FROM ledger.privacy_spend WHERE run_id = ?", [ctx.run_id]
+        ).fetchall()
+    return [{"stage": r[0], "epsilon": r[1], "delta": r[2], "status": r[3]} for r in rows]
+
+
+class NoisyStage:
+    """A fake stage that draws real noise (a discrete Laplace) and writes it: a Laplace event of
+    epsilon 1 (the run's epsilon is 4, so it fits its share)."""
+
+    def __init__(self, ctx: RunContext, stage: str = "dpne") -> None:
+        self.ctx, self.stage, self.calls = ctx, stage, 0
+
+    def __call__(self, wh) -> StageResult:
+        self.calls += 1
+        draw = int(NoiseSource.secure().discrete_laplace(1.0, 1)[0])
+        with self.ctx.release.writing(OUTPUT) as tmp:
+            tmp.write_text(json.dumps({"draw": draw, "call": self.calls}))
+        return StageResult([PrivacyEvent(self.stage, "laplace", epsilon=1.0)], {"calls": self.calls})
+
+
+# -- 1. a run's identity -----------------------------------------------------------------------
+def test_resume_with_another_input_file_is_refused_naming_it(tmp_path):
+    first = make_config(tmp_path, run_id="r1")
+    prepare(first)
+    other = write_input(tmp_path / "other.jsonl", '{"user_id": "u2", "text": "something else"}\n')
+    with pytest.raises(ResumeError) as err:
+        prepare(first.with_values(input=str(other)))
+    message = str(err.value)
+    assert "\n" not in message and "input" in message and "--run-id" in message
+    assert "something" not in message  # names what changed, never the content
+
+
+def test_resume_after_the_input_changed_in_place_is_refused(tmp_path):
+    config = make_config(tmp_path, run_id="r1")
+    prepare(config)
+    write_input(Path(config.input), '{"user_id": "u1", "text": "hello these"}\n')  # same size
+    with pytest.raises(ResumeError, match=r"input content"):
+        prepare(config)
+    write_input(Path(config.input), '{"user_id": "u1", "text": "hello there, longer"}\n')
+    with pytest.raises(ResumeError, match=r"input size"):
+        prepare(config)
+
+
+def test_resume_with_another_epsilon_is_refused_by_name(tmp_path):
+    config = make_config(tmp_path, run_id="r1")
+    prepare(config)
+    with pytest.raises(ResumeError, match=r"epsilon 4\.0 -> 2\.0"):
+        prepare(config.with_values(epsilon=2.0))
+
+
+def test_resume_with_the_same_input_and_parameters_is_accepted(tmp_path):
+    config = make_config(tmp_path, run_id="r1")
+    prepare(config)
+    prepare(config)
+    prepare(config.with_values(memory_limit="1GB", threads=1))  # resources may change
+
+
+def test_a_large_input_is_fingerprinted_by_its_ends_and_mtime(tmp_path, monkeypatch):
+    from dpngram.release import identity
+
+    monkeypatch.setattr(identity, "FULL_HASH_BYTES", 0)
+    monkeypatch.setattr(identity, "BLOCK_BYTES", 8)
+    config = make_config(tmp_path, run_id="r1")
+    prepare(config)
+    path = Path(config.input)
+    text = path.read_text()
+    path.write_text(text[:20] + text[20:25].upper() + text[25:])  # a change in the middle
+    with pytest.raises(ResumeError, match="modification time"):
+        prepare(config)
+
+
+# -- 2. spend once, never redraw ------------------------------------------------------------------
+def test_the_ledger_is_charged_before_the_draw_and_finalized_after(tmp_path, monkeypatch):
+    ctx = RunContext(prepare(make_config(tmp_path)))
+    stage = NoisyStage(ctx)
+    seen = []
+    original = Ledger.charge_pending
+
+    def spy(self, *args, **kwargs):
+        seen.append((ctx.release.root / OUTPUT).exists())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Ledger, "charge_pending", spy)
+    spend_once(ctx, "dpne", [OUTPUT], stage)
+    assert seen == [False]  # charged before the noisy output existed
+    (entry,) = entries(ctx)
+    assert entry["status"] == "final" and entry["epsilon"] == pytest.approx(1.0)
+
+
+def test_a_crash_after_drawing_leaves_an_over_charge_never_an_under_charge(tmp_path):
+    ctx = RunContext(prepare(make_config(tmp_path)))
+
+    def crash_after_drawing(wh):
+        NoiseSource.secure().discrete_laplace(1.0, 3)
+        raise OSError("simulated crash after the draw")
+
+    with pytest.raises(OSError):
+        spend_once(ctx, "dpne", [OUTPUT], crash_after_drawing)
+    (entry,) = entries(ctx)
+    # pending at the run's whole remaining budget: at least any charge the stage could finalize
+    assert entry["status"] == "pending" and entry["epsilon"] == pytest.approx(ctx.config.epsilon)
+    assert entry["delta"] == pytest.approx(ctx.config.delta)
+
+
+def test_a_crash_before_drawing_charges_nothing_and_the_retry_runs(tmp_path):
+    ctx = RunContext(prepare(make_config(tmp_path)))
+
+    def crash_in_sql(wh):
+        raise OSError("simulated crash before any draw")
+
+    with pytest.raises(OSError):
+        spend_once(ctx, "dpne", [OUTPUT], crash_in_sql)
+    assert entries(ctx) == []
+    stage = NoisyStage(ctx)
+    assert spend_once(ctx, "dpne", [OUTPUT], stage)["reused"] is False and stage.calls == 1
+
+
+def test_a_crash_between_the_noisy_output_and_its_marker_is_not_redrawn(tmp_path, monkeypatch):
+    ctx = RunContext(prepare(make_config(tmp_path)))
+    stage = NoisyStage(ctx)
+
+    def crash(*args, **kwargs):
+        raise OSError("simulated kill before the marker")
+
+    monkeypatch.setattr(spend_module, "write_part", crash)
+    with pytest.raises(OSError):
+        spend_once(ctx, "dpne", [OUTPUT], stage)
+    monkeypatch.undo()
+    persisted = (ctx.release.root / OUTPUT).read_text()
+    with pytest.raises(ResumeError) as err:
+        spend_once(ctx, "dpne", [OUTPUT], stage)  # the retry
+    assert stage.calls == 1  # the noise was not drawn again
+    assert (ctx.release.root / OUTPUT).read_text() == persisted
+    assert "\n" not in str(err.value) and "new --run-id" in str(err.value)
+    (entry,) = entries(ctx)
+    assert entry["status"] == "pending" and entry["epsilon"] >= 1.0  # over-charged, not refunded
+
+
+def test_an_output_lost_after_the_stage_finished_is_not_redrawn(tmp_path):
+    ctx = RunContext(prepare(make_config(tmp_path)))
+    stage = NoisyStage(ctx)
+    spend_once(ctx, "dpne", [OUTPUT], stage)
+    (ctx.release.root / OUTPUT).unlink()
+    with pytest.raises(ResumeError):
+        spend_once(ctx, "dpne", [OUTPUT], stage)
+    assert stage.calls == 1
+    assert [e["status"] for e in entries(ctx)] == ["final"]
+
+
+def test_a_complete_stage_is_reused_and_charged_once(tmp_path):
+    ctx = RunContext(prepare(make_config(tmp_path)))
+    stage = NoisyStage(ctx)
+    spend_once(ctx, "dpne", [OUTPUT], stage)
+    assert spend_once(ctx, "dpne", [OUTPUT], stage)["reused"] is True
+    assert stage.calls == 1 and len(entries(ctx)) == 1
+    assert read_parts(ctx)["dpne"]["privacy"]["charged_epsilon"] == pytest.approx(1.0)
+
+
+# -- 3. lifetime budgets belong to the dataset -----------------------------------------------------
+def _spend_whole_run(ctx: RunContext) -> None:
+    """Charge the run's whole epsilon (as a real run with stage_budget dpne=1 does)."""
+    with ctx.warehouse() as wh:
+        Ledger(wh.con).record(
+            ctx.config.dataset, ctx.run_id, "dpne", ctx.config.epsilon, ctx.config.delta, []
+        )
+
+
+def test_a_later_run_without_the_flag_is_held_to_the_stored_lifetime(tmp_path):
+    first = RunContext(prepare(make_config(tmp_path, epsilon=3.0, lifetime_epsilon=5.0, run_id="a")))
+    _spend_whole_run(first)
+    with pytest.raises(BudgetError, match=r"lifetime 5"):
+        prepare(make_config(tmp_path, epsilon=3.0, run_id="b"))  # no --lifetime-epsilon
+    prepare(make_config(tmp_path, epsilon=2.0, run_id="c"))  # fits: 3 + 2 <= 5
+
+
+def test_a_run_cannot_change_the_stored_lifetime_only_the_budget_command_can(tmp_path, capsys):
+    from dpngram.cli import main
+
+    first = RunContext(prepare(make_config(tmp_path, epsilon=3.0, lifetime_epsilon=5.0, run_id="a")))
+    _spend_whole_run(first)
+    with pytest.raises(BudgetError, match=r"dpngram budget --dataset faults --lifetime-epsilon"):
+        prepare(make_config(tmp_path, epsilon=3.0, lifetime_epsilon=8.0, run_id="b"))
+    warehouse = str(tmp_path / "wh.duckdb")
+    assert main(["budget", "--dataset", "faults", "--warehouse", warehouse, "--lifetime-epsilon", "8"]) == 0
+    assert "8" in capsys.readouterr().out
+    prepare(make_config(tmp_path, epsilon=3.0, run_id="b"))  # 3 + 3 <= 8
+    # lowering below what is already committed is refused
+    assert main(["budget", "--dataset", "faults", "--warehouse", warehouse, "--lifetime-epsilon", "4"]) == 2
+    assert "below" in capsys.readouterr().err
+
+
+def test_two_runs_prepared_before_either_spends_cannot_both_pass(tmp_path):
+    """The check-then-spend race through the library API: prepare reserves the run's budget."""
+    a = RunContext(prepare(make_config(tmp_path, epsilon=3.0, lifetime_epsilon=5.0, run_id="a")))
+    with pytest.raises(BudgetError):
+        prepare(make_config(tmp_path, epsilon=3.0, lifetime_epsilon=5.0, run_id="b"))
+    _spend_whole_run(a)
+    with a.warehouse() as wh:
+        assert Ledger(wh.con).spent("faults").epsilon <= 5.0
+
+
+def test_concurrent_runs_cannot_both_pass_the_lifetime_check(tmp_path):
+    """Two threads prepare (check + reserve) at once; then each spends its whole run: exactly one
+    may run, and the ledger never exceeds the lifetime."""
+    make_config(tmp_path)  # writes the input
+    barrier = threading.Barrier(4)
+    outcomes: dict[str, str] = {}
+
+    def attempt(run_id: str) -> None:
+        config = make_config(tmp_path, epsilon=3.0, lifetime_epsilon=5.0, run_id=run_id)
+        barrier.wait()
+        try:
+            ctx = RunContext(prepare(config))
+            stage = NoisyStage(ctx)
+            spend_once(ctx, "dpne", [OUTPUT], stage)
+            _ = stage
+            outcomes[run_id] = "ran"
+        except BudgetError:
+            outcomes[run_id] = "refused"
+
+    threads = [threading.Thread(target=attempt, args=(f"t{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert sorted(outcomes.values()) == ["ran", "refused", "refused", "refused"]
+    ctx = RunContext(make_config(tmp_path, run_id="t0"))
+    with ctx.warehouse() as wh:
+        ledger = Ledger(wh.con)
+        assert ledger.committed("faults").epsilon <= 5.0 * (1 + 1e-12)
+
+
+def test_a_stage_charge_is_checked_against_the_lifetime_atomically(tmp_path):
+    """Even past prepare (a reservation released by `dpngram gc`, or an old ledger), the charge
+    before the draw refuses to pass the dataset's lifetime."""
+    a = RunContext(prepare(make_config(tmp_path, epsilon=3.0, lifetime_epsilon=5.0, run_id="a")))
+    with a.warehouse() as wh:
+        ledger = Ledger(wh.con)
+        ledger.close_run("a")  # no reservation any more
+        ledger.record("faults", "other", "dpne", 3.0, 0.0, [])  # someone else spent 3
+    stage = NoisyStage(a)
+    with pytest.raises(BudgetError, match="lifetime"):
+        spend_once(a, "dpne", [OUTPUT], stage)
+    assert stage.calls == 1 and not (a.release.root / OUTPUT).exists()  # refused before the draw
+
+
+# -- 4, 5, 7, 8: the CLI, leftovers, what the release says ----------------------------------------
+def test_global_flags_before_the_subcommand_are_honoured():
+    from dpngram.cli import build_parser
+
+    parser = build_parser()
+    base = ["run", "--input", "x.jsonl", "--out", "o"]
+    assert parser.parse_args(["--debug", "--verbose", *base]).debug is True
+    assert parser.parse_args(["--debug", *base]).verbose is False
+    assert parser.parse_args([*base, "--debug"]).debug is True
+    assert parser.parse_args(base).debug is False
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    """One `dpngram run` on a small sample with two malformed records; its console output."""
+    import contextlib
+    import gzip
+    import io
+
+    from dpngram.cli import main
+    from dpngram.text.sample import write_sample
+
+    base = tmp_path_factory.mktemp("clirun")
+    files = write_sample(base / "sample", n_users=300, seed=11, public_sentences=100)
+    users = base / "users.jsonl.gz"
+    with gzip.open(files["users"], "rt") as src, gzip.open(users, "wt") as dst:
+        dst.writelines(src)
+        dst.write('{"user_id": "x"}\nnot json at all\n')
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["run", "--input", str(users), "--out", str(base / "out"), "--warehouse", str(base / "wh.duckdb")]
+    argv += ["--max-n", "2", "--quiet", "--run-id", "clirun"]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return {"base": base, "code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+
+def test_run_prints_the_quarantine_summary_by_reason(cli_run):
+    assert cli_run["code"] == 0, cli_run["stderr"]
+    assert "Quarantined records by reason" in cli_run["stdout"]
+    assert "malformed_json" in cli_run["stdout"] and "missing_text" in cli_run["stdout"]
+
+
+def test_the_release_holds_no_timings_or_machine_paths_and_says_what_is_noisy(cli_run):
+    base = cli_run["base"]
+    release = base / "out" / "runs" / "clirun"
+    assert not (release / "report.timings").exists()
+    report = json.loads((release / "report.json").read_text())
+    assert "timings_seconds" not in report
+    for path in release.rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".html", ".md"):
+            text = path.read_text(errors="ignore")
+            assert str(base) not in text, path  # no absolute path of this machine
+            assert '"seconds"' not in text, path
+    assert report["released"]["tables"]["vocabulary"]["content"] == "keys only"
+    assert report["privacy"]["differentially_private"] is True
+    operator = json.loads((base / "operator" / "clirun" / "operator_report.json").read_text())
+    assert {"ingest", "dpne.k1", "dpne.k2"} <= set(operator["timings_seconds"])
+    assert operator["paths"]["input"].endswith("users.jsonl.gz")
+
+
+def test_noisy_columns_are_declared_and_non_dp_settings_flagged(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dpngram.stages.report import write_report
+
+    ctx = RunContext(prepare(make_config(tmp_path, bayes_calibration="brute-force-NOT-DP")))
+    pq.write_table(
+        pa.table({"w1": ["a"], "w2": ["b"], "w3": ["c"], "prob": [1.0]}),
+        ctx.release.path("released", "trigram_dist.parquet"),
+    )
+    report = json.loads(write_report(ctx).read_text())
+    table = report["released"]["tables"]["trigram_dist"]
+    assert table["content"] == "keys and DP-noisy values" and set(table["noisy_columns"]) == {"prob"}
+    assert report["privacy"]["differentially_private"] is False
+    assert report["privacy"]["non_dp_settings"] == ["bayes_calibration=brute-force-NOT-DP"]
+    assert "NOT differentially private" in report["privacy"]["total"]["warning"]
+    assert "NOT differentially private" in (ctx.release.root / "report.html").read_text()
+
+
+def test_an_input_with_no_usable_record_shows_the_quarantine_and_fails(tmp_path, capsys):
+    from dpngram.cli import main
+
+    bad = write_input(tmp_path / "bad.jsonl", 'not json\n{"user_id": "u"}\n')
+    code = main(
+        [
+            "run",
+            "--input",
+            str(bad),
+            "--out",
+            str(tmp_path / "o"),
+            "--warehouse",
+            str(tmp_path / "w.duckdb"),
+            "-q",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "no usable record" in err and "malformed_json" in err and "missing_text" in err
+
+
+def test_every_failure_on_a_locked_warehouse_is_one_line(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    from dpngram.cli import main
+
+    warehouse = tmp_path / "locked.duckdb"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb, time; c = duckdb.connect({str(warehouse)!r}); print('ready', flush=True); "
+            "time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        data = write_input(tmp_path / "in.jsonl")
+        for argv in (
+            ["ledger", "--warehouse", str(warehouse)],
+            ["budget", "--warehouse", str(warehouse), "--lifetime-epsilon", "9"],
+            ["run", "--input", str(data), "--out", str(tmp_path / "o"), "--warehouse", str(warehouse), "-q"],
+        ):
+            code = main(argv)
+            err = capsys.readouterr().err
+            assert code == 1, argv
+            assert err.count("\n") == 1 and f"in use by process {holder.pid}" in err, err
+            assert len(err) <= 110 + len(str(warehouse))  # one short line besides the path
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_gc_lists_and_deletes_the_staging_of_failed_runs(tmp_path, capsys):
+    from dpngram.cli import main
+
+    ctx = RunContext(prepare(make_config(tmp_path, epsilon=3.0, lifetime_epsilon=5.0, run_id="failed")))
+    assert ctx.release.staging.is_dir()
+    args = ["gc", "--out", ctx.config.out, "--warehouse", ctx.config.warehouse, "--older-than", "0"]
+    assert main(args) == 0
+    assert "failed.staging" in capsys.readouterr().out and ctx.release.staging.is_dir()
+    assert main([*args, "--delete"]) == 0
+    assert not ctx.release.staging.exists()
+    with ctx.warehouse() as wh:  # its reservation is released; it can no longer be resumed
+        assert Ledger(wh.con).committed("faults").epsilon == 0.0
+    with pytest.raises(ResumeError, match="closed"):
+        prepare(ctx.config)
+
+
+def test_no_temporary_file_is_published(tmp_path):
+    from dpngram.release.context import record_part
+    from dpngram.release.publish import publish_run
+
+    ctx = RunContext(prepare(make_config(tmp_path)))
+    record_part(ctx, "validation", {"success": True})
+    ctx.release.path("report.json").write_text("{}")
+    leftovers = [
+        ctx.release.path("report.parts", ".dpne.k1.json.x1y2z3.tmp"),  # write_json_atomic, killed
+        ctx.release.path("report.timings", "ingest.jsonab12cd.tmp"),  # the old naming, 0 bytes
+        ctx.release.path("released", ".vocabulary.parquet.partial"),  # Release.writing, killed
+        ctx.release.path("plots", ".ngrams_per_k.png.partial.png"),
+    ]
+    for path in leftovers:
+        path.write_bytes(b"")
+    final = publish_run(ctx)
+    names = [p.name for p in final.rglob("*") if p.is_file()]
+    assert not [n for n in names if n.endswith((".tmp", ".partial")) or ".partial." in n], names
+
+
+# -- 6. the memory limit is the process's budget ------------------------------------------------
+def test_duckdb_gets_only_its_share_of_the_process_memory_limit(tmp_path):
+    """memory_limit bounds the whole process: DuckDB obeys its own limit, so it must be given
+    less than the budget, leaving the documented reserve to Python (docs/engines.md, Memory)."""
+    from dpngram.engines.duckdb import PYTHON_RESERVE_FRACTION, Warehouse, memory_bytes
+
+    with Warehouse(tmp_path / "w.duckdb", memory_limit="2GB") as wh:
+        setting = wh.scalar("SELECT current_setting('memory_limit')")  # e.g. '1.3 GiB'
+    value, unit = setting.split()
+    duckdb_bytes = float(value) * {"MiB": 1024**2, "GiB": 1024**3}[unit]
+    budget = memory_bytes("2GB")
+    # DuckDB prints one decimal: allow 0.05 GiB of display rounding
+    assert duckdb_bytes == pytest.approx(budget * (1 - PYTHON_RESERVE_FRACTION), abs=0.05 * 1024**3)
+    assert duckdb_bytes < budget
