@@ -14,10 +14,13 @@ Imports: dpngram.engines.sql, dpngram.core.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from dpngram.core.accounting import PrivacyEvent
 from dpngram.core.budget import Budget
 from dpngram.core.errors import BudgetError
+
+if TYPE_CHECKING:
+    from dpngram.core.accounting import PrivacyEvent
 
 
 # ----------------------------------------------------------------------------------------------
