@@ -131,14 +131,14 @@ PARAM_DEFAULTS = _param_defaults()
 
 
 def _schedule() -> str | None:
-    """``DPNGRAM_SCHEDULE`` (any Airflow preset/cron, or 'none'). Every refresh spends budget, so a
+    """``DPNGRAM_SCHEDULE`` (any Airflow preset/cron, 'none', or unset/empty for the default). Every
+    refresh spends budget, so a
     schedule needs ``lifetime_epsilon`` in the deployment's defaults: without it there is no
     schedule by default, and an explicit one is refused here (an import error naming the fix)
     rather than failing every scheduled run."""
     capped = PARAM_DEFAULTS.get("lifetime_epsilon") is not None
-    raw = os.environ.get("DPNGRAM_SCHEDULE")
-    value = (raw if raw is not None else ("@weekly" if capped else "none")).strip()
-    if value.lower() in ("", "none", "null", "off"):
+    value = os.environ.get("DPNGRAM_SCHEDULE", "").strip() or ("@weekly" if capped else "none")
+    if value.lower() in ("none", "null", "off"):
         return None
     if not capped:
         raise ValueError(
