@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpngram.config import RunConfig
+from dpngram.config import SECTIONS, RunConfig
 
 #: The first screen of the form (no section: Airflow's open default section), in this order.
 ESSENTIALS = ("dataset", "input", "public", "out", "epsilon", "delta", "stage_budget", "max_n")
@@ -90,8 +90,8 @@ def section_of(name: str, config_section: str | None) -> str | None:
     """The form section of parameter ``name`` (None: the essentials)."""
     if name in ESSENTIALS:
         return None
-    if config_section is not None:
-        return CONFIG_SECTIONS[config_section]
+    if config_section is not None:  # a section added to RunConfig later gets its own, at the end
+        return CONFIG_SECTIONS.get(config_section) or SECTIONS[config_section].TITLE
     return TOP_LEVEL_SECTIONS.get(name, INPUT)
 
 
@@ -132,5 +132,7 @@ def form_params(defaults: dict[str, Any], skip: tuple[str, ...] = ("run_id",)) -
         out[name] = {"default": default, **schema}
     order = {section: i for i, section in enumerate((None, *SECTION_ORDER))}
     essentials = {name: i for i, name in enumerate(ESSENTIALS)}
-    ranked = sorted(out, key=lambda n: (order[out[n].get("section")], essentials.get(n, len(essentials))))
+    ranked = sorted(
+        out, key=lambda n: (order.get(out[n].get("section"), len(order)), essentials.get(n, len(essentials)))
+    )
     return {name: out[name] for name in ranked}
