@@ -48,7 +48,7 @@ def _seconds(start: str | None, end: str | None) -> float | None:
 
 
 def _commit() -> str:
-    proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
     return proc.stdout.strip() or "unknown"
 
 
