@@ -357,7 +357,14 @@ PRECHECK_SCRIPT = textwrap.dedent("""
 def test_scheduled_refresh_without_a_lifetime_budget_is_refused(airflow, tmp_path):
     """A weekly schedule with no lifetime cap would spend without bound: privacy_precheck refuses
     scheduled runs unless lifetime_epsilon is set; triggered runs are not affected."""
-    defaults = {"out": str(tmp_path / "out"), "warehouse": str(tmp_path / "wh.duckdb"), "dataset": "weekly"}
+    public = tmp_path / "public.txt"
+    public.write_text("a public sentence .\n")  # the default split's stages read it: it must exist
+    defaults = {
+        "out": str(tmp_path / "out"),
+        "warehouse": str(tmp_path / "wh.duckdb"),
+        "dataset": "weekly",
+        "public": str(public),
+    }
     proc = subprocess.run(
         [sys.executable, "-c", PRECHECK_SCRIPT],
         env={**airflow["env"], "DPNGRAM_PARAMS": json.dumps(defaults)},
