@@ -59,6 +59,7 @@ def run_through_dpne(tmp_path: Path, files: dict[str, Path], *, public: bool = T
     }
     if public:
         paths["public"] = str(files["public"])
+    config_values.setdefault("stage_budget", {"dpne": 1.0})  # DPNE with the whole budget unless set
     ctx = RunContext(prepare(RunConfig.build(**paths, **config_values)))
     ingest_stage.run_ingest(ctx)
     run_dpne(ctx)
