@@ -7,19 +7,22 @@ list the CLI runs), each made from one task function; every task rebuilds the va
 :class:`dpngram.config.RunConfig` from the run's Params plus the run id and runs its step (``dpngram``
 knows nothing of Airflow). Tasks::
 
-    privacy_precheck -> ingest -> triehh -> dpne.k1 -> dpne.k2 -> ... -> dpne.k12 -> dpne.kgrams
+    privacy_precheck -> ingest -> triehh -> dpne.k1 -> dpne.kgrams
         -> lm_counts -> bayes -> synth -> validation -> lm -> report -> publish -> publish_lm
 
-(``dpne.*`` form the task group ``dpne``: k1 is the vocabulary, k2..k12 the k-gram levels.)
+(``dpne.*`` form the task group ``dpne``: k1 is the vocabulary; kgrams runs the k-gram levels
+k = 2..T one after another in one process, then merges them. Each level keeps its own name
+``dpne.kK`` in the report, the timings and the ledger.)
 
 * ``privacy_precheck`` consults the privacy ledger *before any data is read*: a run that would
   take the dataset past ``lifetime_epsilon``/``lifetime_delta`` fails here with the ledger's
   one-line reason (AirflowFailException: no retry). It also fixes ``run_id`` = the Airflow run id
   made safe for paths (:func:`dpngram.release.context.run_id_from`) and stages the run's parameters.
-* There is one ``dpne.kK`` task per k up to the largest T the Params schema allows; a step that
-  does not apply to the run (a level beyond its T, a stage without a budget share, ``lm`` without a
-  source) skips itself (AirflowSkipException) with the plan's reason, decided before any pipeline
-  module is imported; the tasks after ``ingest`` use ``trigger_rule='none_failed'``.
+* The tasks are :data:`dpngram.orchestration.plan.TASKS`. A task that does not apply to the run (a
+  stage without a budget share, ``bayes`` without a public corpus, ``lm`` without a source, T = 1)
+  skips itself (AirflowSkipException) with the plan's reason, decided before any pipeline module is
+  imported; the tasks after ``ingest`` use ``trigger_rule='none_failed'``. With every default, only
+  ``triehh`` is skipped.
 * XCom carries only :func:`dpngram.release.context.public_summary` of each stage: paths, row counts of
   released tables, epsilon/delta. Exact statistics and raw text stay in the private warehouse.
 * Retries are safe: every privacy-spending stage persists its noisy output before its spend is
@@ -41,10 +44,17 @@ knows nothing of Airflow). Tasks::
   - ``dpngram://release/language-model`` is updated by ``publish_lm`` only when the run built a
     model (a skipped task emits no asset event). ``dpngram_consume_lm`` is scheduled on it.
 
-Schedule: ``DPNGRAM_SCHEDULE`` at parse time (default ``@weekly``; a cron expression or preset;
-``none`` for triggered runs only), ``catchup=False``. Every scheduled refresh spends (epsilon,
-delta) from the dataset's lifetime budget; once the ledger says the next run would exceed it,
-refreshes fail at ``privacy_precheck`` (readable reason, nothing read) until the budget is raised.
+Schedule: ``DPNGRAM_SCHEDULE`` at parse time (a cron expression or preset, or ``none``),
+``catchup=False``. Every scheduled refresh spends (epsilon, delta), so a schedule needs a lifetime
+budget: without ``lifetime_epsilon`` in ``DPNGRAM_PARAMS`` the default is no schedule (triggered
+runs only: a fresh install never starts a run by itself), and an explicit ``DPNGRAM_SCHEDULE`` is
+an import error naming the missing setting. With it, the default is ``@weekly``; once the ledger
+says the next run would exceed the lifetime budget, refreshes fail at ``privacy_precheck``
+(one-line reason, nothing read) until the budget is raised.
+
+The trigger form (:mod:`dpngram.orchestration.form`): the essentials first (dataset, input, public
+corpus, output, epsilon, delta, budget split, T), then collapsed sections; only ``input`` and
+``out`` are required; every description states the parameter's bounds.
 
 Param defaults (trigger form and scheduled runs): ``input``/``public`` point at the demo's sample
 corpus and ``out`` at the demo's output, resolved from environment variables so the same file works
@@ -72,7 +82,8 @@ import pendulum
 from airflow.sdk import Asset, Param, TaskGroup, dag, task
 
 from dpngram.config import RunConfig, flat_fields
-from dpngram.orchestration.plan import MAX_LEVEL, STEPS, Step
+from dpngram.orchestration.form import form_params
+from dpngram.orchestration.plan import MAX_LEVEL, TASKS, Task
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_DIR = Path(os.environ.get("DPNGRAM_DEMO_DIR", str(REPO / ".dpngram"))).resolve()
@@ -91,12 +102,6 @@ NOT_PARAMS = ("run_id",)
 
 _SCHEMA = RunConfig.param_schema()
 assert MAX_LEVEL == int(_SCHEMA["max_n"]["maximum"]), "the plan has a level task per allowed T"
-
-
-def _schedule() -> str | None:
-    """``DPNGRAM_SCHEDULE``: '@weekly' (default), any Airflow preset/cron, or 'none'."""
-    value = os.environ.get("DPNGRAM_SCHEDULE", "@weekly").strip()
-    return None if value.lower() in ("", "none", "null", "off") else value
 
 
 def _param_defaults() -> dict[str, Any]:
@@ -125,14 +130,30 @@ def _param_defaults() -> dict[str, Any]:
 PARAM_DEFAULTS = _param_defaults()
 
 
+def _schedule() -> str | None:
+    """``DPNGRAM_SCHEDULE`` (any Airflow preset/cron, 'none', or unset/empty for the default). Every
+    refresh spends budget, so a
+    schedule needs ``lifetime_epsilon`` in the deployment's defaults: without it there is no
+    schedule by default, and an explicit one is refused here (an import error naming the fix)
+    rather than failing every scheduled run."""
+    capped = PARAM_DEFAULTS.get("lifetime_epsilon") is not None
+    value = os.environ.get("DPNGRAM_SCHEDULE", "").strip() or ("@weekly" if capped else "none")
+    if value.lower() in ("none", "null", "off"):
+        return None
+    if not capped:
+        raise ValueError(
+            f"DPNGRAM_SCHEDULE={value!r} needs a lifetime budget: every refresh spends epsilon; set "
+            'lifetime_epsilon in DPNGRAM_PARAMS (e.g. {"lifetime_epsilon": 40}) or DPNGRAM_SCHEDULE=none'
+        )
+    return value
+
+
 def _params() -> dict[str, Param]:
+    """The trigger form: essentials first, then sections (dpngram.orchestration.form)."""
     params = {}
-    for name, fragment in _SCHEMA.items():
-        if name in NOT_PARAMS:
-            continue
+    for name, fragment in form_params(PARAM_DEFAULTS, skip=NOT_PARAMS).items():
         fragment = dict(fragment)
-        default = PARAM_DEFAULTS.get(name, fragment.pop("default", None))
-        fragment.pop("default", None)
+        default = fragment.pop("default")
         params[name] = Param(default, **fragment)
     return params
 
@@ -157,14 +178,12 @@ def _fail_fast(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(**context: Any) -> Any:
-        from airflow.sdk.exceptions import AirflowFailException
-
         from dpngram.core.errors import USER_ERRORS
 
         try:
             return fn(**context)
         except USER_ERRORS as err:
-            raise AirflowFailException(f"{type(err).__name__}: {err}") from None
+            _refuse(f"{type(err).__name__}: {err}")
 
     return wrapper
 
@@ -172,8 +191,6 @@ def _fail_fast(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _config(context: dict[str, Any]) -> RunConfig:
     """RunConfig of this Airflow run: its Params plus run_id. Invalid parameters fail the task
     without retry (a retry cannot fix them), with the one-line ConfigError message."""
-    from airflow.sdk.exceptions import AirflowFailException
-
     from dpngram.core.errors import ConfigError
     from dpngram.release.context import run_id_from
 
@@ -182,7 +199,19 @@ def _config(context: dict[str, Any]) -> RunConfig:
     try:
         return RunConfig.build(**values, run_id=run_id_from(context["run_id"]))
     except ConfigError as err:
-        raise AirflowFailException(str(err)) from None
+        _refuse(str(err))
+        raise  # unreachable: _refuse raises
+
+
+def _refuse(reason: str) -> None:
+    """Fail the task without retry for a refusal (budget, parameters): the one-line reason is
+    logged as the task's first error line, then the task fails (AirflowFailException)."""
+    import logging
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    logging.getLogger("dpngram").error(reason)
+    raise AirflowFailException(reason) from None
 
 
 def _skip(reason: str | None) -> None:
@@ -197,20 +226,24 @@ def _skip(reason: str | None) -> None:
 @task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
 @_fail_fast
 def run_step(step_name: str, **context: Any) -> dict[str, Any]:
-    """One step of the plan: skipped when it does not apply to this run's parameters, otherwise
-    run and timed; returns only its public summary (XCom)."""
-    step: Step = STEP_BY_NAME[step_name]
+    """One task of the plan: skipped when none of its steps applies to this run's parameters,
+    otherwise its steps run (each timed under its own name); returns only the public summary of
+    its last step (XCom)."""
+    task_spec: Task = TASK_BY_NAME[step_name]
     config = _config(context)
-    _skip(step.skip_reason(config))
+    _skip(task_spec.skip_reason(config))
     from dpngram.release.context import RunContext, public_summary, stage_timer
 
     ctx = RunContext(config)
-    with stage_timer(ctx, step.name):
-        return public_summary(step.run(ctx))
+    summary: dict[str, Any] = {}
+    for step in task_spec.applicable(config):
+        with stage_timer(ctx, step.name):
+            summary = public_summary(step.run(ctx))
+    return summary
 
 
-STEP_BY_NAME = {step.name: step for step in STEPS}
-GROUP_TIPS = {"dpne": "DPSU vocabulary (k1) and DPNE k-gram levels (k2..k12), then their merge"}
+TASK_BY_NAME = {spec.name: spec for spec in TASKS}
+GROUP_TIPS = {"dpne": "DPSU vocabulary (k1), then the DPNE k-gram levels k = 2..T and their merge (kgrams)"}
 
 
 @dag(
@@ -232,21 +265,19 @@ def dpngram_release() -> None:
         """Privacy pre-check: refuse the run (no retry, one-line reason) if the dataset's ledger
         says it would exceed its lifetime budget; nothing is read before this. Fixes run_id and
         stages the parameters."""
-        from airflow.sdk.exceptions import AirflowFailException
-
         from dpngram.core.errors import BudgetError, ConfigError
         from dpngram.release.publish import prepare
 
         config = _config(context)
         if _is_scheduled(context) and config.lifetime_epsilon is None:
-            raise AirflowFailException(
+            _refuse(
                 "privacy pre-check refused the run: a scheduled refresh needs a lifetime budget "
                 "(every refresh spends epsilon): set lifetime_epsilon in DPNGRAM_PARAMS"
             )
         try:
             return {"run_id": prepare(config).run_id}
         except (BudgetError, ConfigError) as err:
-            raise AirflowFailException(f"privacy pre-check refused the run: {err}") from None
+            _refuse(f"privacy pre-check refused the run: {err}")
 
     @task(outlets=[NGRAMS_ASSET, RELEASE_ASSET], multiple_outputs=False)
     @_fail_fast
@@ -279,14 +310,14 @@ def dpngram_release() -> None:
 
     groups: dict[str, TaskGroup] = {}
     chain = [privacy_precheck()]
-    for step in STEPS:
-        if step.group and step.group not in groups:
-            groups[step.group] = TaskGroup(step.group, tooltip=GROUP_TIPS[step.group])
-        group = groups.get(step.group) if step.group else None
-        options: dict[str, Any] = {"task_id": step.task_id, "doc_md": step.doc or None, "task_group": group}
-        if step.name == "ingest":
+    for spec in TASKS:
+        if spec.group and spec.group not in groups:
+            groups[spec.group] = TaskGroup(spec.group, tooltip=GROUP_TIPS[spec.group])
+        group = groups.get(spec.group) if spec.group else None
+        options: dict[str, Any] = {"task_id": spec.task_id, "doc_md": spec.doc or None, "task_group": group}
+        if spec.name == "ingest":
             options["trigger_rule"] = "all_success"
-        chain.append(run_step.override(**options)(step_name=step.name))
+        chain.append(run_step.override(**options)(step_name=spec.name))
     chain += [publish(), publish_lm()]
     for upstream, downstream in zip(chain, chain[1:], strict=False):
         upstream >> downstream

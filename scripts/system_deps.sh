@@ -12,6 +12,9 @@ packages=(
     build-essential cmake
     libboost-program-options-dev libboost-system-dev libboost-thread-dev libboost-test-dev
     zlib1g-dev libbz2-dev liblzma-dev
+    # a headless browser for the tests that look at the Airflow trigger form and the offline
+    # Data Docs (driven by the playwright Python package with executable_path=/usr/bin/chromium)
+    chromium
     "$@"
 )
 # A Java runtime for the Spark engine (PySpark local mode); any installed JDK/JRE will do.

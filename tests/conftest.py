@@ -59,7 +59,45 @@ def run_through_dpne(tmp_path: Path, files: dict[str, Path], *, public: bool = T
     }
     if public:
         paths["public"] = str(files["public"])
+    config_values.setdefault("stage_budget", {"dpne": 1.0})  # DPNE with the whole budget unless set
     ctx = RunContext(prepare(RunConfig.build(**paths, **config_values)))
     ingest_stage.run_ingest(ctx)
     run_dpne(ctx)
     return ctx
+
+
+#: Chromium flags for a headless browser that never reaches out on its own.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium_path() -> str | None:
+    """The system Chromium (Debian package ``chromium``, installed by scripts/system_deps.sh)."""
+    import shutil
+
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless system Chromium driven by Playwright (``playwright install`` is never used).
+    Skipped, with the reason, only when there is no Chromium binary on this machine."""
+    path = chromium_path()
+    if path is None:
+        pytest.skip("no chromium binary on PATH (scripts/system_deps.sh installs the Debian package)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+        try:
+            yield instance
+        finally:
+            instance.close()

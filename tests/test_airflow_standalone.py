@@ -4,9 +4,16 @@ with a users+passwords file, and the REST API the UI's trigger form uses.
 
 One session (module fixture) runs, in order:
 
-1. a release triggered with ``POST /api/v2/dags/dpngram_release/dagRuns`` (``logical_date: null``
-   and a ``conf``, as the trigger form sends) on a corpus in which one user's text holds a marker
-   string; it must succeed and publish report.json, the released parquet files and a KenLM model;
+1. a release triggered from the UI's trigger form in a real browser (headless Chromium driven by
+   Playwright: log in, open the DAG, *Trigger*, keep every default, *Trigger*) on a corpus in which
+   one user's text holds a marker string. The deployment's defaults (``DPNGRAM_PARAMS``) give only
+   the paths, T = 2 and a lifetime budget; every other parameter keeps its default, which must
+   publish report.json, the released parquet files and a KenLM model. The form itself is checked
+   as a user sees it (essentials in the open first section, the rest in collapsed sections, only
+   input and output marked required, bounds shown) and a screenshot is saved
+   (``DPNGRAM_SCREENSHOTS``, default: the test's temporary directory). Without a Chromium binary
+   the run is triggered through the REST API with an empty conf (what the form sends with the
+   defaults) and the form test is skipped with the reason;
 2. the asset events (n-grams, release, language model) with their ``extra`` metadata, and the
    consumer DAG ``dpngram_consume_lm`` run triggered by the model asset;
 3. a second release of the same dataset that would exceed its lifetime epsilon: it must fail at
@@ -37,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import chromium_path
 
 from dpngram.demo import airflow_env, ensure_airflow
 from dpngram.engines.sql import run_schema_name
@@ -259,10 +267,78 @@ class Airflow:
 
         return self.wait_until(f"run {run_id} of {dag_id}", finished, RUN_TIMEOUT, interval=3)
 
+    def newest_run(self, dag_id: str) -> dict[str, Any]:
+        def newest() -> dict[str, Any] | None:
+            status, body = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=-run_after&limit=1")
+            runs = body.get("dag_runs", []) if status == 200 else []
+            return runs[0] if runs else None
+
+        return self.wait_until(f"a run of {dag_id}", newest, 60)
+
     def task_states(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
         status, body = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100")
         assert status == 200, body
         return {ti["task_id"]: ti for ti in body["task_instances"]}
+
+
+#: Fields whose visibility the form test checks: essentials (open) and section fields (folded).
+FORM_PROBES = ("dataset", "input", "epsilon", "delta", "max_n", "lifetime_epsilon", "bayes_S", "memory_limit")
+
+
+def trigger_with_the_form(airflow: Airflow, base: Path) -> dict[str, Any]:
+    """Log in to the UI, open the release DAG's trigger form, record what it shows, save a
+    screenshot, and trigger with every default. Returns what the form tests check."""
+    from conftest import CHROMIUM_ARGS
+    from playwright.sync_api import sync_playwright
+
+    shots = Path(os.environ.get("DPNGRAM_SCREENSHOTS", str(base / "screenshots")))
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{airflow.url}/")
+            page.fill("input[name=username]", USERNAME)
+            page.fill("input[name=password]", PASSWORD)
+            page.keyboard.press("Enter")
+            page.wait_for_url(f"{airflow.url}/", timeout=60_000)
+            page.goto(f"{airflow.url}/dags/{DAG_ID}")
+            page.get_by_role("button", name="Trigger").first.click()
+            dialog = page.get_by_role("dialog")
+            dialog.get_by_text("Run Parameters").wait_for(timeout=60_000)
+            dialog.get_by_text("Dataset name").wait_for()
+            form = {
+                "text": dialog.inner_text(),
+                # field labels carry a red star when Airflow considers them required
+                "required": sorted(
+                    label.strip().removesuffix("*").strip()
+                    for label in dialog.locator("label:has(span)").all_inner_texts()
+                    if label.strip().endswith("*")
+                ),
+                "visible_fields": [
+                    name
+                    for name in (
+                        "dataset",
+                        "input",
+                        "epsilon",
+                        "delta",
+                        "stage_budget",
+                        "max_n",
+                        "bayes_S",
+                        "engine",
+                    )
+                    if dialog.locator(f"[name=element_{name}]").is_visible()
+                ],
+                "screenshot": str(shots / "trigger_form.png"),
+            }
+            page.set_viewport_size({"width": 1400, "height": 2600})  # the whole dialog, sections folded
+            page.wait_for_timeout(500)
+            page.screenshot(path=form["screenshot"])
+            dialog.get_by_role("button", name="Trigger").click()
+            dialog.wait_for(state="hidden", timeout=60_000)
+        finally:
+            browser.close()
+    return form
 
 
 @pytest.fixture(scope="module")
@@ -273,6 +349,8 @@ def session(tmp_path_factory) -> dict[str, Any]:
     airflow = Airflow(base)
     airflow.env["DPNGRAM_CONSUMER_TEXT"] = str(corpus["public"])  # the consumer's public text
     out = {"airflow": airflow, "corpus": corpus, "base": base}
+    # the deployment's Param defaults: paths, a small T, and a lifetime budget with room for one
+    # run at the default epsilon (4), not two. Everything else is RunConfig's default.
     conf = {
         "dataset": "standalone",
         "input": str(corpus["users"]),
@@ -280,10 +358,9 @@ def session(tmp_path_factory) -> dict[str, Any]:
         "out": str(base / "releases"),
         "warehouse": str(base / "warehouse.duckdb"),
         "max_n": 2,
-        "epsilon": 4.0,
-        "lifetime_epsilon": 6.0,  # room for one run of epsilon 4, not two
-        "stage_budget": {"dpne": 0.7, "synth": 0.3},  # synth -> the LM is built from its output
+        "lifetime_epsilon": 6.0,
     }
+    airflow.env["DPNGRAM_PARAMS"] = json.dumps(conf)
     out["conf"] = conf
     try:
         airflow.start()
@@ -299,8 +376,13 @@ def session(tmp_path_factory) -> dict[str, Any]:
         status, consumer = airflow.request("GET", f"/api/v2/dags/{CONSUMER_ID}")
         assert status == 200 and consumer["is_paused"] is False, (status, consumer)
 
-        status, run = airflow.trigger(conf)
-        assert status == 200, (status, run)
+        if chromium_path() is not None:
+            out["form"] = trigger_with_the_form(airflow, base)
+            run = airflow.newest_run(DAG_ID)
+        else:
+            out["form"] = None
+            status, run = airflow.trigger({})  # what the form sends when every default is kept
+            assert status == 200, (status, run)
         out["run"] = run
         out["state"] = airflow.wait_for_run(DAG_ID, run["dag_run_id"])
         out["tasks"] = airflow.task_states(DAG_ID, run["dag_run_id"])
@@ -331,13 +413,13 @@ def session(tmp_path_factory) -> dict[str, Any]:
         out["events"] = events["asset_events"]
 
         # a second run of the same dataset would take it past lifetime_epsilon
-        status, second = airflow.trigger(conf)
+        status, second = airflow.trigger({})
         assert status == 200, (status, second)
         out["second_run"] = second
         out["second_state"] = airflow.wait_for_run(DAG_ID, second["dag_run_id"])
         out["second_tasks"] = airflow.task_states(DAG_ID, second["dag_run_id"])
 
-        out["invalid"] = airflow.trigger({**conf, "epsilon": -1})
+        out["invalid"] = airflow.trigger({"epsilon": -1})
         out["tails"] = airflow.tails()
     finally:
         airflow.stop()
@@ -370,6 +452,22 @@ def test_release_triggered_through_the_rest_api_publishes(session):
     assert report["run_id"] == release.name and report["validation"]["success"] is True
     assert report["parameters"]["dataset"] == "standalone" and report["parameters"]["max_n"] == 2
     assert report["privacy"]["total"]["epsilon"] <= 4.0 * (1 + 1e-6)
+
+
+def test_the_trigger_form_shows_the_essentials_first_with_bounds(session):
+    form = session["form"]
+    if form is None:
+        pytest.skip("no chromium binary on PATH: the form was not opened (run triggered by the API)")
+    text = form["text"]
+    # the essentials are in the open first section; everything else is folded into sections
+    assert form["visible_fields"] == ["dataset", "input", "epsilon", "delta", "max_n"]
+    for section in ("Privacy details", "Input and storage", "Language model", "Engine"):
+        assert section in text, section
+    assert text.index("Budget split") < text.index("Privacy details")
+    # bounds are shown, and only what has no default is marked required
+    assert "Allowed: 0 < value ≤ 100." in text and "Allowed: 1 ≤ value ≤ 12." in text
+    assert form["required"] == ["Input path", "Output directory"]
+    assert Path(form["screenshot"]).stat().st_size > 10_000
 
 
 def test_asset_events_carry_release_metadata_and_trigger_the_consumer(session):

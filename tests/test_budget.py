@@ -37,6 +37,6 @@ def test_meaningless_budgets_are_refused(epsilon: float, delta: float) -> None:
 def test_a_share_must_be_a_fraction_and_a_stage_without_share_is_named() -> None:
     with pytest.raises(ValueError, match="share"):
         Budget(1.0, 1e-7) * 1.5
-    config = RunConfig.build(input="x", out="y")
+    config = RunConfig.build(input="x", out="y", stage_budget={"dpne": 1.0})  # (the default funds bayes)
     with pytest.raises(ConfigError, match="stage_budget: stage 'bayes' has no budget"):
         config.stage_share("bayes")

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from dpngram.config import RunConfig
+from dpngram.config import DEFAULT_STAGE_BUDGET, RunConfig
 from dpngram.demo import airflow_env
+from dpngram.orchestration.form import ESSENTIALS, SECTION_ORDER
 from dpngram.release.context import PUBLIC_SUMMARY_KEYS
 
 pytestmark = pytest.mark.airflow
@@ -100,29 +101,55 @@ def test_dag_imports_and_params_mirror_run_config(airflow):
     bag = dagbag(airflow)
     assert bag["errors"] == {} and set(bag["dags"]) == {DAG_ID, "dpngram_consume_lm"}
     info = bag["dags"][DAG_ID]
-    assert info["schedule"] == "@weekly" and info["catchup"] is False  # default: weekly refreshes
+    # default: no schedule (no lifetime budget is configured: a refresh could only be refused)
+    assert info["schedule"] is None and info["catchup"] is False
 
     schema = RunConfig.param_schema()
     params = info["params"]
     assert set(params) == set(schema) - {"run_id"}  # run_id comes from the Airflow run
     for name, param in params.items():
-        for key in ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "title"):
-            assert param["schema"].get(key) == schema[name].get(key), (name, key)
-        assert param["description"] == schema[name].get("description"), name
+        for key in ("enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            expected = schema[name].get(key)
+            if key == "enum" and expected is not None:
+                expected = [*expected, None]  # emptied dropdown: the default
+            assert param["schema"].get(key) == expected, (name, key)
+        assert param["schema"]["title"] == schema[name]["title"], name
+        # every field is described, and its description carries the schema's bounds
+        assert param["description"].startswith(schema[name]["description"]), name
+        for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            if key in schema[name]:
+                assert "Allowed:" in param["description"], name
+        # only what RunConfig requires is required in the form (Airflow: a type without null)
+        types = param["schema"]["type"]
+        assert ("null" not in types) == (name in ("input", "out")), (name, types)
+        # no two-type text areas: number-or-'auto' fields are one-line strings suggesting 'auto'
+        if isinstance(schema[name].get("type"), list) and len(set(schema[name]["type"]) - {"null"}) > 1:
+            assert types[0] == "string" and param["schema"]["examples"] == ["auto"], name
+    assert "Allowed: 0 < value ≤ 100." in params["epsilon"]["description"]
+    assert "Allowed: 1 ≤ value ≤ 12." in params["max_n"]["description"]
+    assert "Allowed: 0 < value < 1." in params["delta"]["description"]
     assert params["epsilon"]["default"] == RunConfig.model_fields["epsilon"].default
-    assert params["bayes_clip_count"]["schema"]["section"] == "Bayesian trigram distribution (Ramadan et al.)"
+    # the whole product by default: every stage has a share, so the run builds a language model
+    assert params["stage_budget"]["default"] == DEFAULT_STAGE_BUDGET
+    assert set(DEFAULT_STAGE_BUDGET) == {"dpne", "lm_counts", "bayes", "synth"}
+    # the essentials come first and have no section (Airflow's open first section)
+    names = list(params)
+    assert names[: len(ESSENTIALS)] == list(ESSENTIALS)
+    assert all("section" not in params[n]["schema"] for n in ESSENTIALS)
+    sections = [params[n]["schema"]["section"] for n in names[len(ESSENTIALS) :]]
+    assert list(dict.fromkeys(sections)) == list(SECTION_ORDER)
+    assert params["bayes_clip_count"]["schema"]["section"] == "Stage: Bayesian trigram distribution"
+    assert params["lifetime_epsilon"]["schema"]["section"] == "Privacy details"
     for name in ("input", "public", "out", "warehouse"):
         assert Path(params[name]["default"]).is_absolute(), name
 
     tasks = info["tasks"]
-    max_t = schema["max_n"]["maximum"]
-    levels = [f"dpne.k{k}" for k in range(2, max_t + 1)]
+    # TrieHH runs in the vocabulary task and the levels 2..T in the k-gram task: no task is
+    # skipped in a default run
     order = [
         "privacy_precheck",
         "ingest",
-        "triehh",
         "dpne.k1",
-        *levels,
         "dpne.kgrams",
         "lm_counts",
         "bayes",
@@ -165,7 +192,15 @@ def test_schedule_and_param_defaults_come_from_the_environment(airflow):
     assert info["params"]["dataset"]["default"] == "support-chats"
     assert info["params"]["lifetime_epsilon"]["default"] == 40
     assert info["tasks"]["ingest"]["retries"] == 5
-    assert dagbag(airflow, DPNGRAM_SCHEDULE="0 3 * * 1")["dags"][DAG_ID]["schedule"] == "0 3 * * 1"
+    capped = json.dumps({"lifetime_epsilon": 40})
+    # with a lifetime budget the default is a weekly refresh, or the schedule the deployment sets
+    assert dagbag(airflow, DPNGRAM_PARAMS=capped)["dags"][DAG_ID]["schedule"] == "@weekly"
+    custom = dagbag(airflow, DPNGRAM_SCHEDULE="0 3 * * 1", DPNGRAM_PARAMS=capped)
+    assert custom["dags"][DAG_ID]["schedule"] == "0 3 * * 1"
+    # a schedule without a lifetime budget could only be refused run after run: an import error
+    uncapped = dagbag(airflow, DPNGRAM_SCHEDULE="0 3 * * 1")
+    assert DAG_ID not in uncapped["dags"]
+    assert any("needs a lifetime budget" in e for e in uncapped["errors"].values()), uncapped["errors"]
     # a typo in the deployment's defaults is an import error naming the variable, not a silent default
     broken = dagbag(airflow, DPNGRAM_PARAMS=json.dumps({"epsilonn": 1}))
     assert DAG_ID not in broken["dags"]
@@ -173,6 +208,8 @@ def test_schedule_and_param_defaults_come_from_the_environment(airflow):
 
 
 def test_dags_test_publishes_a_release(airflow, sample):
+    """Only paths and T are set: every other Param keeps its default, which must deliver the whole
+    product (k-grams, noisy counts, trigram distribution, synthetic text, language model)."""
     out = airflow["base"] / "out"
     conf = {
         "input": str(sample["users"]),
@@ -213,24 +250,13 @@ def test_dags_test_publishes_a_release(airflow, sample):
         xcoms = db.execute(
             "SELECT task_id, value FROM xcom WHERE dag_id = ? AND run_id = ?", (DAG_ID, run_ids[0])
         ).fetchall()
-    assert states["dpne.k3"] == "success"
-    # levels beyond T, and the lm_counts/bayes/synth stages (this conf gives them no budget share)
-    # and the LM built from their outputs, are skipped
-    skipped = {f"dpne.k{k}" for k in range(4, 13)} | {
-        "triehh",
-        "lm_counts",
-        "bayes",
-        "synth",
-        "lm",
-        "publish_lm",
-    }
-    assert {t for t, s in states.items() if s == "skipped"} == skipped
-    assert {t for t, s in states.items() if s == "success"} >= {
-        "privacy_precheck",
-        "validation",
-        "report",
-        "publish",
-    }
+    # every default (the full budget split): no task is skipped and a language model is published
+    assert {t for t, s in states.items() if s != "success"} == set(), states
+    assert (release / "model" / "model.binary").is_file()
+    assert set(report["timings_seconds"]) >= {"dpne.k1", "lm_counts", "bayes", "synth", "validation", "lm"}
+    # the level steps keep their names (timings) though they run in one task; none beyond T
+    assert {"dpne.k2", "dpne.k3"} <= set(report["timings_seconds"])
+    assert "dpne.k4" not in report["timings_seconds"]
     # XCom carries only paths, released row counts, epsilon/delta and identifiers.
     assert xcoms
     for task_id, value in xcoms:
@@ -331,7 +357,14 @@ PRECHECK_SCRIPT = textwrap.dedent("""
 def test_scheduled_refresh_without_a_lifetime_budget_is_refused(airflow, tmp_path):
     """A weekly schedule with no lifetime cap would spend without bound: privacy_precheck refuses
     scheduled runs unless lifetime_epsilon is set; triggered runs are not affected."""
-    defaults = {"out": str(tmp_path / "out"), "warehouse": str(tmp_path / "wh.duckdb"), "dataset": "weekly"}
+    public = tmp_path / "public.txt"
+    public.write_text("a public sentence .\n")  # the default split's stages read it: it must exist
+    defaults = {
+        "out": str(tmp_path / "out"),
+        "warehouse": str(tmp_path / "wh.duckdb"),
+        "dataset": "weekly",
+        "public": str(public),
+    }
     proc = subprocess.run(
         [sys.executable, "-c", PRECHECK_SCRIPT],
         env={**airflow["env"], "DPNGRAM_PARAMS": json.dumps(defaults)},

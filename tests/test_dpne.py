@@ -130,6 +130,7 @@ def make_context(tmp_path, rows, **overrides) -> RunContext:
         "max_contribution": 20,
         "eta": 0.5,
         "memory_limit": "1GB",
+        "stage_budget": {"dpne": 1.0},  # the DPNE steps alone, with the run's whole budget
         **overrides,
     }
     config = RunConfig.build(

@@ -136,7 +136,7 @@ def _context(tmp_path, rows, **overrides) -> RunContext:
         out=str(tmp_path / "out"),
         warehouse=str(tmp_path / "wh.duckdb"),
         memory_limit="1GB",
-        **overrides,
+        **{"stage_budget": {"dpne": 1.0}, **overrides},  # the vocabulary with the run's whole budget
     )
     ctx = RunContext(prepare(config))
     with ctx.warehouse() as wh:

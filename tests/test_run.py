@@ -36,6 +36,9 @@ def make_config(tmp_path: Path, **overrides) -> RunConfig:
         "out": str(tmp_path / "out"),
         "warehouse": str(tmp_path / "wh.duckdb"),
         "dataset": "runtest",
+        # the synthetic stages below are calibrated to the run's whole (epsilon, delta): a dpne-only
+        # split, as the default was before it ran every stage
+        "stage_budget": {"dpne": 1.0},
         **overrides,
     }
     return RunConfig.build(**values)
@@ -295,3 +298,14 @@ def test_stage_timer_records_only_successful_stages(tmp_path):
         raise ValueError("boom")
     timings = read_timings(ctx)
     assert set(timings) == {"fast"} and timings["fast"] >= 0
+
+
+def test_a_missing_public_corpus_is_refused_before_anything_is_spent(tmp_path):
+    """With a stage that reads the public corpus, a wrong path is a refusal at the pre-check (the
+    DAG's privacy_precheck), not a failure after the vocabulary and k-grams have spent budget."""
+    missing = str(tmp_path / "no-such-public.txt.gz")
+    with pytest.raises(ConfigError, match="^public: .* does not exist"):
+        prepare(make_config(tmp_path, public=missing, stage_budget={"dpne": 0.5, "bayes": 0.5}))
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.staging"))
+    # a run that reads no public text is not refused for it
+    assert prepare(make_config(tmp_path, public=missing, stage_budget={"dpne": 1.0})).run_id

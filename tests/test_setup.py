@@ -24,7 +24,7 @@ SCRIPTS = ROOT / "scripts"
 DOCKER = ROOT / "docker"
 
 REQUIRED_TARGETS = ("setup", "test", "demo", "bench", "constraints", "lint", "clean")
-BUILD_PACKAGES = (
+DEBIAN_PACKAGES = (
     "build-essential",
     "cmake",
     "libboost-program-options-dev",
@@ -34,6 +34,7 @@ BUILD_PACKAGES = (
     "zlib1g-dev",
     "libbz2-dev",
     "liblzma-dev",
+    "chromium",  # the headless browser of the form and Data Docs tests
 )
 
 
@@ -278,7 +279,7 @@ def _fake_dpkg_and_apt(
 
 def test_system_deps_does_nothing_when_all_installed(tmp_path):
     log = tmp_path / "apt.log"
-    _fake_dpkg_and_apt(tmp_path / "bin", set(BUILD_PACKAGES), log)
+    _fake_dpkg_and_apt(tmp_path / "bin", set(DEBIAN_PACKAGES), log)
     done = _run_script("system_deps.sh", [tmp_path / "bin"])
     assert done.returncode == 0, done.stderr
     assert not log.exists()
@@ -287,7 +288,7 @@ def test_system_deps_does_nothing_when_all_installed(tmp_path):
 def test_system_deps_updates_once_then_installs_only_the_missing(tmp_path):
     log = tmp_path / "apt.log"
     missing = {"libboost-test-dev", "liblzma-dev"}
-    _fake_dpkg_and_apt(tmp_path / "bin", set(BUILD_PACKAGES) - missing, log)
+    _fake_dpkg_and_apt(tmp_path / "bin", set(DEBIAN_PACKAGES) - missing, log)
     done = _run_script("system_deps.sh", [tmp_path / "bin"], "python3.11-dev")
     assert done.returncode == 0, done.stderr
     calls = log.read_text().splitlines()
@@ -300,7 +301,7 @@ def test_system_deps_updates_once_then_installs_only_the_missing(tmp_path):
 
 def test_system_deps_uses_sudo_when_not_root(tmp_path):
     log = tmp_path / "apt.log"
-    _fake_dpkg_and_apt(tmp_path / "bin", set(BUILD_PACKAGES) - {"cmake"}, log, uid=1000, sudo_ok=True)
+    _fake_dpkg_and_apt(tmp_path / "bin", set(DEBIAN_PACKAGES) - {"cmake"}, log, uid=1000, sudo_ok=True)
     done = _run_script("system_deps.sh", [tmp_path / "bin"])
     assert done.returncode == 0, done.stderr
     calls = log.read_text().splitlines()
@@ -309,7 +310,7 @@ def test_system_deps_uses_sudo_when_not_root(tmp_path):
 
 def test_system_deps_fails_clearly_without_root_or_sudo(tmp_path):
     log = tmp_path / "apt.log"
-    _fake_dpkg_and_apt(tmp_path / "bin", set(BUILD_PACKAGES) - {"cmake"}, log, uid=1000, sudo_ok=False)
+    _fake_dpkg_and_apt(tmp_path / "bin", set(DEBIAN_PACKAGES) - {"cmake"}, log, uid=1000, sudo_ok=False)
     done = _run_script("system_deps.sh", [tmp_path / "bin"])
     assert done.returncode != 0
     assert "need root" in done.stderr and "ERROR" in done.stderr

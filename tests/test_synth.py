@@ -432,3 +432,20 @@ def test_systematic_split_is_exact_for_integer_expectations_and_unbiased():
         z = stats.norm.isf(ALPHA / 6)
         frac = mean - math.floor(mean)
         assert abs(got[:, col].mean() - mean) <= z * math.sqrt(frac * (1 - frac) / reps)
+
+
+def test_node_budget_with_a_zero_threshold_does_not_fail():
+    """With |I| <= 2 items the threshold is 0: the height estimate log(theta / c) / log(P_max) is
+    undefined; every count passes a zero threshold, so the subtree may be as deep as allowed and
+    the node gets the remaining budget spread over the levels left (found by a default run on a
+    200-user corpus at epsilon 2, which raised 'math domain error')."""
+    from dpngram.mechanisms.synth import ExplorationTree, TreeParams, _node_budget, threshold
+
+    params = TreeParams(epsilon=1.0, l_max=4, n_max=3, n_labels=3)  # |I| = 2
+    assert threshold(0.5, params.l_max, params.n_items) == 0.0
+    tree = ExplorationTree(params)
+    tree.spent[(0,)] = 0.25
+    tree.noisy[(0,)] = 5.0
+    tree.noisy[(1,)] = 3.0
+    tree.children[()] = [0, 1]
+    assert _node_budget(tree, (0,), 1) == pytest.approx(0.75 / 2)

@@ -38,6 +38,11 @@ from dpngram.core.errors import BudgetError, ConfigError
 #: the ones that are enabled.
 STAGES = ("dpne", "lm_counts", "bayes", "synth", "triehh")
 
+#: The default ``stage_budget``: every stage the product promises (vocabulary and k-grams, the
+#: language model's noisy counts, the Bayesian trigram distribution, synthetic text), so a run with
+#: every default publishes a language model. ``dpngram demo`` uses the same split.
+DEFAULT_STAGE_BUDGET: dict[str, float] = {"dpne": 0.4, "lm_counts": 0.3, "bayes": 0.15, "synth": 0.15}
+
 
 _MEMORY_RE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|KiB|MB|MiB|GB|GiB|TB|TiB)\s*$", re.IGNORECASE)
 
@@ -556,7 +561,13 @@ class EngineConfig(_Section):
         "4GB", title="DuckDB memory limit", description="e.g. 4GB; larger work spills to disk."
     )
 
-    threads: int | None = Field(None, ge=1, le=256, title="DuckDB threads")
+    threads: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        title="DuckDB threads",
+        description="Worker threads of DuckDB; default: one per CPU core.",
+    )
 
     spark_master: str = Field(
         "local[2]",
@@ -662,9 +673,12 @@ class RunConfig(BaseModel):
         description="Total failure probability of the run; must also be below 1/number of users.",
     )
     stage_budget: dict[str, float] = Field(
-        default_factory=lambda: {"dpne": 1.0},
+        default_factory=lambda: dict(DEFAULT_STAGE_BUDGET),
         title="Budget split",
-        description="Fractions of (epsilon, delta) per stage (dpne, bayes, synth); must sum to at most 1.",
+        description="Fractions of (epsilon, delta) per stage, as JSON; a stage runs only with a share and "
+        "the fractions sum to at most 1. Stages: dpne (vocabulary and k-grams), lm_counts (noisy counts "
+        "for the language model), bayes (trigram distribution), synth (synthetic text), triehh (LDP "
+        "words). The default runs every stage the product releases, language model included.",
     )
     lifetime_epsilon: float | None = Field(
         None,
@@ -672,7 +686,13 @@ class RunConfig(BaseModel):
         title="Lifetime epsilon",
         description="Refuse the run if the dataset's recorded spend plus this run would exceed it.",
     )
-    lifetime_delta: float | None = Field(None, gt=0, lt=1, title="Lifetime delta")
+    lifetime_delta: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        title="Lifetime delta",
+        description="Refuse the run if the dataset's recorded delta plus this run's would exceed it.",
+    )
     budget_calibration: Literal["joint", "per-stage"] = Field(
         "joint",
         title="Budget calibration",

@@ -380,7 +380,7 @@ def _node_budget(tree: ExplorationTree, key: Key, level: int) -> float:
     theta = threshold(remaining / levels_left, p.l_max, p.n_items)
     count = tree.noisy[key]
     p_max = _p_max(tree, key)
-    if p_max >= 1.0 or count <= 0:
+    if p_max >= 1.0 or count <= 0 or theta <= 0:  # theta = 0 (|I| <= 2): every count passes
         height = float(levels_left)
     elif theta >= count:
         height = 1.0

@@ -13,8 +13,8 @@ Around the steps: :func:`dpngram.release.publish.prepare` (the privacy pre-check
 ``privacy_precheck``) before, and :func:`dpngram.release.publish.publish_run` (task ``publish``)
 after.
 
-Owns: the steps (``STEPS``), their order and skip rules, :func:`release_steps`, :func:`run_release`,
-:func:`run_dpne`.
+Owns: the steps (``STEPS``), their order and skip rules, the DAG's tasks (``TASKS``: the levels
+k = 2..T run in one task), :func:`release_steps`, :func:`run_release`, :func:`run_dpne`.
 Imports: dpngram.stages (lazily, by name, when a step runs), dpngram.release, dpngram.config,
 dpngram.core.
 """
@@ -58,6 +58,15 @@ def _level(k: int) -> Callable[[RunConfig], str | None]:
         return None if k <= config.dpne.max_n else f"level {k} is beyond this run's T = {config.dpne.max_n}"
 
     return skip
+
+
+def _bayes(config: RunConfig) -> str | None:
+    """The Bayesian stage needs a share and the public corpus (its prior): with the default split
+    and no ``public``, it is skipped (and says so) rather than failing the run."""
+    no_share = _needs_budget("bayes")(config)
+    if no_share is None and config.public is None:
+        return "no public corpus (the prior of the bayes stage): set public to run it"
+    return no_share
 
 
 def _kgrams(config: RunConfig) -> str | None:
@@ -125,9 +134,7 @@ def _steps() -> tuple[Step, ...]:
             skip=_needs_budget("lm_counts"),
             doc="noisy n-gram counts and the mixture weight",
         ),
-        Step(
-            "bayes", "dpngram.stages.bayes:run_bayes", skip=_needs_budget("bayes"), doc="trigram distribution"
-        ),
+        Step("bayes", "dpngram.stages.bayes:run_bayes", skip=_bayes, doc="trigram distribution"),
         Step("synth", "dpngram.stages.synth:run_synth", skip=_needs_budget("synth"), doc="synthetic text"),
         Step("validation", "dpngram.stages.validate:validate_run", doc="Great Expectations suites"),
         Step("lm", "dpngram.stages.lm:run_lm", skip=lm_skip_reason, doc="KenLM model (post-processing)"),
@@ -139,6 +146,55 @@ def _steps() -> tuple[Step, ...]:
 #: Every step a release can take, in order (the DAG's tasks between ``privacy_precheck`` and ``publish``).
 STEPS: tuple[Step, ...] = _steps()
 STEP_BY_NAME: dict[str, Step] = {step.name: step for step in STEPS}
+
+
+@dataclass(frozen=True)
+class Task:
+    """One Airflow task of the release DAG: one step, or several consecutive steps that run in one
+    process (TrieHH then the vocabulary: task ``dpne.k1``; the DPNE levels k = 2..T and their
+    merge: task ``dpne.kgrams``). Each step keeps its one name (report part, timing, ledger entry);
+    the task skips itself only when none of its steps applies. Fewer tasks: fewer process start-ups
+    and no skipped tasks in a default run."""
+
+    name: str
+    steps: tuple[Step, ...]
+    doc: str = ""
+
+    @property
+    def group(self) -> str | None:
+        return self.name.split(".", 1)[0] if "." in self.name else None
+
+    @property
+    def task_id(self) -> str:
+        return self.name.split(".", 1)[1] if "." in self.name else self.name
+
+    def applicable(self, config: RunConfig) -> list[Step]:
+        return [step for step in self.steps if step.skip_reason(config) is None]
+
+    def skip_reason(self, config: RunConfig) -> str | None:
+        """Why the task does not run (the last step's reason), or None when a step applies."""
+        if self.applicable(config):
+            return None
+        return self.steps[-1].skip_reason(config)
+
+
+def _tasks() -> tuple[Task, ...]:
+    levels = tuple(STEP_BY_NAME[f"dpne.k{k}"] for k in range(2, MAX_LEVEL + 1))
+    folded = {step.name: "dpne.kgrams" for step in levels} | {"triehh": "dpne.k1"}
+    members: dict[str, list[Step]] = {}
+    for step in STEPS:
+        members.setdefault(folded.get(step.name, step.name), []).append(step)
+    members["dpne.kgrams"] = [*levels, STEP_BY_NAME["dpne.kgrams"]]
+    docs = {
+        "dpne.k1": "vocabulary S_1: DPSU (after LDP TrieHH word discovery when vocabulary_method uses it)",
+        "dpne.kgrams": "k-gram levels 2..T (DPNE), one after another, then their merge",
+    }
+    return tuple(Task(name, tuple(steps), docs.get(name, steps[0].doc)) for name, steps in members.items())
+
+
+#: The DAG's tasks between ``privacy_precheck`` and ``publish``: every step of :data:`STEPS`, in
+#: order, the levels folded into ``dpne.kgrams``.
+TASKS: tuple[Task, ...] = _tasks()
 
 #: Steps a DPSU baseline (``dpngram baseline``) replaces by one step ``dpne``.
 _DPNE_STEPS = ("dpne.k1", "dpne.kgrams", *(f"dpne.k{k}" for k in range(2, MAX_LEVEL + 1)))

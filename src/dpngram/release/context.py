@@ -27,14 +27,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpngram.config import RunConfig
-from dpngram.core.accounting import PrivacyEvent
 from dpngram.core.errors import ConfigError
-from dpngram.engines.duckdb import Warehouse
 from dpngram.engines.sql import run_schema_name
 from dpngram.release.layout import PARTS_DIR, TIMINGS_DIR, Release, write_json_atomic
+
+if TYPE_CHECKING:  # imported where used: a task that only skips, times or publishes needs neither
+    # scipy (accounting) nor duckdb/pyarrow (the warehouse); see docs/orchestration.md
+    from dpngram.core.accounting import PrivacyEvent
+    from dpngram.engines.duckdb import Warehouse
 
 
 def new_run_id() -> str:
@@ -85,6 +88,8 @@ class RunContext:
 
     @contextmanager
     def warehouse(self, read_only: bool = False) -> Iterator[Warehouse]:
+        from dpngram.engines.duckdb import Warehouse
+
         wh = Warehouse(
             self.config.warehouse,
             memory_limit=self.config.engine.memory_limit,

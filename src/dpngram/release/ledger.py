@@ -35,9 +35,8 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from dpngram.core.accounting import PrivacyEvent
 from dpngram.core.budget import Budget
 from dpngram.core.errors import BudgetError
 
@@ -49,6 +48,9 @@ _PROCESS_LOCK = threading.RLock()
 
 #: Relative slack when comparing a spend with a lifetime limit (floating-point sums).
 _SLACK = 1e-12
+
+if TYPE_CHECKING:
+    from dpngram.core.accounting import PrivacyEvent
 
 
 # ----------------------------------------------------------------------------------------------

@@ -59,6 +59,11 @@ def prepare(config: RunConfig, *, reserve: bool = True) -> RunConfig:
 
     if not config.run_id:
         config = config.with_values(run_id=new_run_id())
+    # the stages that read the public corpus (bayes: its prior; lm_counts and the model built from
+    # lm_counts/synth: the public n-grams) would fail only after earlier stages have spent budget
+    uses_public = any(stage in config.stage_budget for stage in ("bayes", "lm_counts", "synth"))
+    if uses_public and config.public and not Path(config.public).is_file():
+        raise ConfigError(f"public: {config.public} does not exist or is not a file")
     ctx = RunContext(config)
     if ctx.release.published:
         raise ConfigError(f"run_id: run '{ctx.run_id}' is already published in {ctx.release.final}")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpngram.core.errors import ValidationFailed
 from dpngram.release.context import RunContext, record_part
+from dpngram.release.data_docs import make_offline
 from dpngram.release.layout import DATA_DOCS_DIR, VALIDATION_RESULTS, write_json_atomic
 from dpngram.validation import (
     PART,
@@ -66,6 +67,10 @@ def validate_run(ctx: RunContext, suites: list[str] | None = None) -> dict[str, 
         context.build_data_docs()
         target = ctx.release.path(DATA_DOCS_DIR)
         _replace_tree(docs_dir, target)
+        # the pages load their scripts and styles from CDNs: ship them (release/data_docs.py)
+        remote = make_offline(target)
+        if remote:
+            log.warning("Data Docs still load %d resource(s) from the network: %s", len(remote), remote)
 
     failures = [f"{r['suite']}: {line}" for r in results for line in r["failures"]]
     write_json_atomic(ctx.release.path(VALIDATION_RESULTS), {"success": not failures, "suites": results})
