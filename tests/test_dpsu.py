@@ -170,7 +170,10 @@ def test_run_vocabulary_contract(tmp_path):
     assert part["max_contribution"] == 3
     # events: Gaussian sigma_1 and the (0, delta/2) threshold part
     mechanisms = sorted((e["mechanism"], e["delta"]) for e in part["privacy"]["events"])
-    assert mechanisms == [("approx", pytest.approx(0.5e-8)), ("gaussian", 0.0)]
+    assert mechanisms == [
+        ("approx", pytest.approx(ctx.config.dpne.threshold_delta * 1e-8)),
+        ("gaussian", 0.0),
+    ]
     # a retry reuses the persisted output and does not charge again
     again = vocabulary_stage.run_vocabulary(ctx)
     assert again["reused"] and pq.read_table(path).equals(table)

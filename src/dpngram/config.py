@@ -99,7 +99,7 @@ class DpneConfig(_Section):
         le=10,
         title="sigma decay c",
         description="sigma_k = c * sigma_{k-1}: c > 1 spends more of the dpne budget on short n-grams "
-        "(the default 1.2 was chosen on public text; the paper's even split is 1). 0 < c <= 10.",
+        "(the default 1.2 was chosen on public text; the paper's even split is 1).",
     )
 
     pruning: Literal["both", "single"] = Field(
@@ -140,7 +140,7 @@ class DpneConfig(_Section):
         le=20,
         title="Policy cap alpha",
         description="policy-gaussian only: an item's weight is filled up to rho + alpha * sigma (rho the "
-        "level's threshold); 0 <= alpha <= 20.",
+        "level's threshold).",
     )
 
     threshold_delta: float = Field(
@@ -149,7 +149,7 @@ class DpneConfig(_Section):
         lt=1,
         title="Threshold share of delta",
         description="Fraction of the dpne delta spent by the vocabulary's DPSU threshold; the rest goes to "
-        "the Gaussian noise (the paper uses 1/2; the default 0.1 was chosen on public text). 0 < value < 1.",
+        "the Gaussian noise (the paper uses 1/2; the default 0.1 was chosen on public text).",
     )
 
     known_vocabulary: str | None = Field(

@@ -43,6 +43,7 @@ SECTION_ORDER = (PRIVACY, INPUT, LM, BAYES, SYNTH, TRIEHH, ENGINE)
 TOP_LEVEL_SECTIONS = {
     "lifetime_epsilon": PRIVACY,
     "lifetime_delta": PRIVACY,
+    "budget_calibration": PRIVACY,
     "input_format": INPUT,
     "user_field": INPUT,
     "text_field": INPUT,
