@@ -11,7 +11,7 @@ from dpngram.core.errors import ConfigError
 
 def test_shares_compose_back_to_the_run_budget() -> None:
     config = RunConfig.build(
-        input="x", out="y", epsilon=4, delta=1e-6, stage_budget={"dpne": 0.7, "bayes": 0.3}
+        input="x", out="y", public="p.txt", epsilon=4, delta=1e-6, stage_budget={"dpne": 0.7, "bayes": 0.3}
     )
     dpne, bayes = config.nominal_share("dpne"), config.nominal_share("bayes")
     assert dpne.epsilon == pytest.approx(2.8) and dpne.delta == pytest.approx(7e-7)

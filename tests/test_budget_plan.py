@@ -30,14 +30,20 @@ PRECISION = 1e-6
 
 
 def _config(fractions: dict[str, float], **extra) -> RunConfig:
-    return RunConfig.build(input="x", out="y", epsilon=4.0, delta=1e-7, stage_budget=fractions, **extra)
+    """A run whose every budgeted stage runs (the Bayesian stage needs a public corpus)."""
+    values = {"public": "public.txt", **extra}
+    return RunConfig.build(input="x", out="y", epsilon=4.0, delta=1e-7, stage_budget=fractions, **values)
 
 
 def _real_events(config: RunConfig) -> list[PrivacyEvent]:
     """The events each budgeted stage's own calibration produces at its calibrated share."""
+    return _real_events_of(config, tuple(config.stage_budget))
+
+
+def _real_events_of(config: RunConfig, stages: tuple[str, ...]) -> list[PrivacyEvent]:
     events: list[PrivacyEvent] = []
     dpne = config.dpne
-    for stage in config.stage_budget:
+    for stage in stages:
         share = config.stage_share(stage)
         if stage == "dpne":
             dpsu_vocabulary = dpne.vocabulary_method != "triehh"
@@ -149,6 +155,30 @@ def test_shares_below_one_keep_their_reserve():
     assert total == pytest.approx(2.4, rel=PRECISION)
 
 
+def test_a_stage_that_does_not_run_reserves_no_budget():
+    """The default split funds the Bayesian stage, which needs a public corpus: without one it is
+    skipped, and its share goes to the other stages (in proportion), so the run still composes to
+    its whole epsilon."""
+    fractions = {"dpne": 0.4, "lm_counts": 0.3, "bayes": 0.15, "synth": 0.15}
+    with_public, without = _config(fractions), _config(fractions, public=None)
+    assert without.stage_skip_reason("bayes") is not None and with_public.stage_skip_reason("bayes") is None
+    assert set(without.budget_plan().calibrated) == {"dpne", "lm_counts", "synth"}
+    events = [e for e in _real_events(with_public) if e.stage != "bayes"]
+    # with the public corpus, the three other stages alone spend less than the run's epsilon ...
+    assert Accountant(events).total_epsilon(1e-7) < 3.9
+    # ... without it they get the bayes share and spend all of it
+    spent = Accountant([e for e in _real_events_of(without, ("dpne", "lm_counts", "synth"))]).total_epsilon(
+        1e-7
+    )
+    assert spent == pytest.approx(4.0, rel=PRECISION)
+    from dpngram.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="does not run: no public corpus"):
+        without.stage_share("bayes")
+    for stage, share in without.budget_plan().calibrated.items():
+        assert share.delta == pytest.approx(fractions[stage] / 0.85 * 1e-7, rel=1e-12)
+
+
 def test_triehh_vocabulary_reserves_no_sigma_for_the_dpsu_level():
     """With vocabulary_method='triehh' no DPSU level runs: levels 2..T share the dpne Gaussian and
     no threshold delta is set aside, so each level is less noisy than with a DPSU vocabulary."""
@@ -195,8 +225,10 @@ def test_ledger_charges_of_a_run_add_up_to_its_composed_total(tmp_path):
         epsilon=4.0,
         delta=1e-7,
         max_n=3,
+        public=str(tmp_path / "public.txt"),
         stage_budget={"dpne": 0.5, "bayes": 0.3, "synth": 0.2},
     )
+    (tmp_path / "public.txt").write_text("a public sentence\n", encoding="utf-8")
     ctx = RunContext(prepare(config))
     events = _real_events(config)
     by_stage: dict[str, list[PrivacyEvent]] = {}

@@ -826,17 +826,37 @@ class RunConfig(BaseModel):
         its nominal share with epsilon scaled by the joint calibration's factor, so that all the
         stages together compose to exactly the run's budget (:meth:`budget_plan`)."""
         self.nominal_share(stage)  # refuses a stage without a share
-        return self.budget_plan().calibrated[stage]
+        calibrated = self.budget_plan().calibrated
+        if stage not in calibrated:
+            raise ConfigError(f"stage_budget: stage '{stage}' does not run: {self.stage_skip_reason(stage)}")
+        return calibrated[stage]
+
+    def stage_skip_reason(self, stage: str) -> str | None:
+        """Why a budgeted stage will not run (None when it runs): no share, or a missing input it
+        needs (the Bayesian stage's prior is the public corpus). A stage that does not run gets no
+        budget: the running stages share the run's budget (:meth:`budget_plan`)."""
+        if stage not in self.stage_budget:
+            return f"stage_budget has no '{stage}' share"
+        if stage == "bayes" and self.public is None:
+            return "no public corpus (the prior of the bayes stage): set public to run it"
+        return None
 
     def privacy_shapes(self) -> dict[str, StagePrivacy]:
         """How each budgeted stage turns its (epsilon, delta) into privacy events."""
         return stage_privacy_shapes(self.dpne.threshold_delta, self.dpne.vocabulary_method)
 
     def budget_plan(self) -> BudgetPlan:
-        """Every budgeted stage's calibrated budget (:func:`dpngram.core.accounting.joint_calibration`).
-        Pure function of the privacy parameters; computed once per distinct set of them."""
+        """Every running budgeted stage's calibrated budget
+        (:func:`dpngram.core.accounting.joint_calibration`). Stages that will not run
+        (:meth:`stage_skip_reason`) get nothing: their fractions go to the running stages in
+        proportion, so no budget is reserved for work that does not run. Pure function of the
+        privacy parameters; computed once per distinct set of them."""
+        running = {s: f for s, f in self.stage_budget.items() if self.stage_skip_reason(s) is None}
+        if running:  # the shares of stages that do not run go to the others, proportionally
+            scale = sum(self.stage_budget.values()) / sum(running.values())
+            running = {s: min(1.0, f * scale) for s, f in running.items()}
         return _budget_plan(
-            tuple(sorted(self.stage_budget.items())),
+            tuple(sorted(running.items())),
             self.epsilon,
             self.delta,
             self.dpne.threshold_delta,

@@ -63,10 +63,7 @@ def _level(k: int) -> Callable[[RunConfig], str | None]:
 def _bayes(config: RunConfig) -> str | None:
     """The Bayesian stage needs a share and the public corpus (its prior): with the default split
     and no ``public``, it is skipped (and says so) rather than failing the run."""
-    no_share = _needs_budget("bayes")(config)
-    if no_share is None and config.public is None:
-        return "no public corpus (the prior of the bayes stage): set public to run it"
-    return no_share
+    return config.stage_skip_reason("bayes")
 
 
 def _kgrams(config: RunConfig) -> str | None:
