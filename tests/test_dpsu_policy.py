@@ -14,6 +14,7 @@ Non-private randomness (datasets, orders) comes from seeded numpy generators."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections import defaultdict
@@ -153,6 +154,12 @@ def random_rows(seed: int, users: int, vocab: int, prefix: str = "user") -> list
             size = int(rng.integers(1, 7))
             rows.append((f"{prefix}{u}", [f"tok{j}" for j in rng.choice(vocab, size=size, p=p)]))
     return rows
+
+
+def _numpy_update_only(monkeypatch) -> None:
+    """Make the SQL path use the numpy update (which a test replaces), never the compiled one."""
+    numpy_only = functools.partial(dpsu.policy_histogram_from_stream, compiled_after=10**12)
+    monkeypatch.setattr(dpsu, "policy_histogram_from_stream", numpy_only)
 
 
 def broken_update(weights: np.ndarray, items: np.ndarray, cap: float) -> None:
@@ -469,6 +476,7 @@ def test_unique_token_of_added_user_is_released_with_probability_at_most_delta0(
     assert lo <= delta0 <= hi
 
     monkeypatch.setattr(dpsu, "policy_gaussian_update", broken_update)
+    _numpy_update_only(monkeypatch)
     broken = PolicyRun(warehouse(rows[:-1] + [("added", ["secret"])]), order_salt=order_salt, **kw)
     assert broken.histogram["secret"] == pytest.approx(cap)
     hits = release_counts(broken.histogram, {"secret"}, sigma, rho, secure_noise)
@@ -516,6 +524,7 @@ def test_release_probability_ratio_is_bounded_and_broken_update_is_caught(secure
     if holders < 12:
         assert freq_d2 > freq_d  # the neighbours differ in the tested event: the check is not vacuous
         monkeypatch.setattr(dpsu, "policy_gaussian_update", broken_update)
+        _numpy_update_only(monkeypatch)
         bad_d, bad_d2, bad_step = frequencies()
         assert bad_step > 1.5
         assert _dp_violated(bad_d, bad_d2, epsilon, delta)

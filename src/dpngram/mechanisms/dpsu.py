@@ -43,6 +43,7 @@ Imports: dpngram.mechanisms.policy_kernel (lazily), dpngram.engines, dpngram.cor
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,20 +168,25 @@ def policy_gaussian_weights(users: Iterable[np.ndarray], n_items: int, cap: floa
     return weights
 
 
-#: Users streamed through the plain numpy update before switching to the compiled one: loading
-#: numba costs about 2 s a process (measured here), the numpy update about 13 us a user, so
-#: small inputs never pay the load. Both give the same weights (tests/test_dpsu_policy.py).
-COMPILED_AFTER_USERS = 150_000
+#: Users streamed through the plain numpy update before switching to the compiled one (unless it
+#: is already loaded in this process): loading numba costs about 2 s a process (measured here),
+#: the numpy update about 13 us a user, so small inputs (SOTU's 13k users) never pay the load and
+#: large ones pay it once. Both give the same weights (tests/test_dpsu_policy.py).
+COMPILED_AFTER_USERS = 50_000
 
 
 def policy_histogram_from_stream(
-    batches: Iterable[pa.RecordBatch], n_items: int, cap: float, compiled_after: int = COMPILED_AFTER_USERS
+    batches: Iterable[pa.RecordBatch], n_items: int, cap: float, compiled_after: int | None = None
 ) -> np.ndarray:
     """The policy-Gaussian histogram from a stream of users in visiting order (one row per user, a
     list column ``iids`` of its distinct item ids), batch after batch: the numpy update for the
-    first ``compiled_after`` users, then the compiled one (:mod:`dpngram.mechanisms.policy_kernel`)."""
+    first ``compiled_after`` users, then the compiled one (:mod:`dpngram.mechanisms.policy_kernel`).
+    None: :data:`COMPILED_AFTER_USERS`, or 0 when the compiled update is already loaded."""
     weights = np.zeros(n_items, dtype=np.float64)
     seen = 0
+    if compiled_after is None:  # loaded by an earlier level: no cost to use it from the start
+        loaded = "dpngram.mechanisms.policy_kernel" in sys.modules
+        compiled_after = 0 if loaded else COMPILED_AFTER_USERS
     for batch in batches:
         if batch.num_rows == 0:
             continue
