@@ -93,6 +93,7 @@ def test_theta_samples_follow_the_chain(released_run):
     theta = build.ReleasedInputs(ctx.release.root).theta()
     tri = set(zip(theta["w1"], theta["w2"], theta["w3"], strict=True))
     bi = set(zip(theta["w2"], theta["w3"], strict=True))
+    tri_contexts, bi_contexts = {t[:2] for t in tri}, {b[0] for b in bi}
     sentences = list(build.sample_from_theta(theta, 500, seed=3))
     assert len(sentences) == 500
     for s in sentences:
@@ -100,7 +101,13 @@ def test_theta_samples_follow_the_chain(released_run):
         assert "<s>" not in s and "</s>" not in s and len(s) <= build.MAX_SENTENCE_TOKENS + 2
         assert tuple(padded[:3]) in tri if len(padded) >= 3 else True
         for i in range(1, len(padded) - 2):  # every step is a trigram of θ or a back-off bigram
-            assert tuple(padded[i : i + 3]) in tri or tuple(padded[i + 1 : i + 3]) in bi
+            step = tuple(padded[i : i + 3])
+            if step in tri or step[1:] in bi:
+                continue
+            # ... except the end a sentence is given when the chain has nowhere to go (docstring of
+            # sample_from_theta): no trigram continues (w1, w2) and no bigram continues w2
+            assert step[2] == "</s>" and i == len(padded) - 3, step
+            assert step[:2] not in tri_contexts and step[1] not in bi_contexts, step
 
 
 def test_plan_order_and_configuration(released_run):
