@@ -585,13 +585,13 @@ def test_dpne_levels_with_the_policy(secure_noise, monkeypatch, variant):
     rows = markov_rows(11, users=30)
     wh, s1 = level_warehouse(rows)
     caps: list[float | None] = []
-    real = dpne.dpsu_histogram
+    real = dpne.secret_histogram
 
     def spy(*args, **kwargs):
         caps.append(kwargs.get("cap"))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dpne, "dpsu_histogram", spy)
+    monkeypatch.setattr(dpne, "secret_histogram", spy)
     prev = s1
     for k in (2, 3):
         sigma = sigmas[k]

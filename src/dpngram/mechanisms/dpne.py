@@ -58,8 +58,8 @@ from dpngram.mechanisms.dpsu import (
     VOCABULARY_TABLE,
     Policy,
     check_policy,
-    dpsu_histogram,
     policy_fill_level,
+    secret_histogram,
     threshold_histogram,
 )
 
@@ -441,16 +441,7 @@ def prepare_level(
     histogram, source = f"dpne_hist{k}", f"dpne_source{k}"
     wh.execute(load_sql("dpne/level_source", schema=schema, target=source, candidates=candidates))
     fill = cap(previous, n_valid) if cap is not None else None
-    dpsu_histogram(
-        wh,
-        schema,
-        source,
-        histogram,
-        max_contribution=max_contribution,
-        salt=noise.salt(),
-        cap=fill,
-        order_salt=noise.salt() if fill is not None else None,
-    )
+    secret_histogram(wh, schema, source, histogram, max_contribution=max_contribution, cap=fill, noise=noise)
     return LevelInputs(
         k=k,
         pruning=pruning,

@@ -280,6 +280,30 @@ def dpsu_histogram(
     wh.drop(schema, pairs, item_ids)
 
 
+def secret_histogram(
+    wh: Engine,
+    schema: str,
+    source: str,
+    histogram: str,
+    *,
+    max_contribution: int,
+    cap: float | None,
+    noise: NoiseSource,
+) -> None:
+    """:func:`dpsu_histogram` with its secret salts drawn from ``noise``: the subset salt, and the
+    visiting-order salt when the policy Gaussian runs (``cap`` given)."""
+    dpsu_histogram(
+        wh,
+        schema,
+        source,
+        histogram,
+        max_contribution=max_contribution,
+        salt=noise.salt(),
+        cap=cap,
+        order_salt=noise.salt() if cap is not None else None,
+    )
+
+
 def dpsu_release(
     wh: Engine,
     schema: str,
@@ -300,16 +324,7 @@ def dpsu_release(
     ``sigma``/``threshold`` must come from the accountant (see :func:`vocabulary_parameters`).
     """
     histogram = safe_identifier(f"{target}_histogram")
-    dpsu_histogram(
-        wh,
-        schema,
-        source,
-        histogram,
-        max_contribution=max_contribution,
-        salt=noise.salt(),
-        cap=cap,
-        order_salt=noise.salt() if cap is not None else None,
-    )
+    secret_histogram(wh, schema, source, histogram, max_contribution=max_contribution, cap=cap, noise=noise)
     released = threshold_histogram(
         wh,
         load_sql("dpsu/histogram_scan", schema=schema, histogram=histogram),
