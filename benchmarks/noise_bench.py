@@ -80,7 +80,7 @@ def cases(
     ]
     for sigma in (1.0, 10.0, 1000.0):
         out.append(
-            ("discrete_gaussian", f"sigma={sigma:g}", size, lambda s=sigma: noise.discrete_gaussian(s, size))
+            ("rounded_gaussian", f"sigma={sigma:g}", size, lambda s=sigma: noise.rounded_gaussian(s, size))
         )
     out += [
         ("discrete_laplace", "scale=10", size, lambda: noise.discrete_laplace(10.0, size)),

@@ -8,8 +8,8 @@ re-run to tell a fluke from a bug. Distributional tests draw from ``NoiseSource.
 (never a fixed seed); fixed seeds appear only in the determinism tests.
 
 References: Canonne, Kamath & Steinke (2020), "The Discrete Gaussian for Differential Privacy",
-Alg. 1-3 (discrete Laplace / discrete Gaussian samplers); Mironov (2012) for why released values
-use these integer samplers.
+Alg. 1-2 (discrete Laplace sampler); Mironov (2012) for why released values use integer noise on a
+grid. The rounded Gaussian's privacy profile is checked in tests/test_rounded_gaussian_privacy.py.
 """
 
 from __future__ import annotations
@@ -22,9 +22,15 @@ from itertools import combinations
 
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import special, stats
 
-from dpngram.core.noise import TEST_SEED_ENV, TEST_SEED_VALUE, InsecureSeedError, NoiseSource
+from dpngram.core.noise import (
+    MAX_LATTICE_SIGMA,
+    TEST_SEED_ENV,
+    TEST_SEED_VALUE,
+    InsecureSeedError,
+    NoiseSource,
+)
 
 pytestmark = pytest.mark.statistical
 
@@ -35,14 +41,16 @@ Z_TWO_SIDED = float(stats.norm.isf(ALPHA / 2))  # ~3.89: two-sided normal band a
 # ----------------------------------------------------------------------------------------------
 # Exact reference distributions (computed here, independently of the samplers)
 # ----------------------------------------------------------------------------------------------
-def discrete_gaussian_pmf(sigma: float) -> tuple[np.ndarray, np.ndarray]:
-    """Support and pmf of P(x) ∝ exp(-x²/(2σ²)), normalised over |x| <= 15σ + 10.
-
-    The mass left out is below exp(-112) relative: negligible against any test resolution."""
+def rounded_gaussian_pmf(sigma: float) -> tuple[np.ndarray, np.ndarray]:
+    """Support and pmf of floor(Z + 1/2), Z ~ N(0, σ²): P(k) = Φ((k + ½)/σ) − Φ((k − ½)/σ), over
+    |k| <= 15σ + 10 (the mass left out is below 1e-50). Computed from the upper tail on both sides
+    (symmetry) so that tail cells keep their relative precision."""
     half = math.ceil(15 * sigma) + 10
     x = np.arange(-half, half + 1)
-    w = np.exp(-(x.astype(np.float64) ** 2) / (2.0 * sigma * sigma))
-    return x, w / w.sum()
+    a = np.abs(x).astype(np.float64)
+    pmf = special.ndtr(-(a - 0.5) / sigma) - special.ndtr(-(a + 0.5) / sigma)
+    pmf[x == 0] = 1.0 - 2.0 * special.ndtr(-0.5 / sigma)
+    return x, pmf / pmf.sum()
 
 
 def discrete_laplace_pmf(scale: float) -> tuple[np.ndarray, np.ndarray]:
@@ -111,20 +119,33 @@ def moments(support: np.ndarray, pmf: np.ndarray) -> tuple[float, float, float]:
 
 
 # ----------------------------------------------------------------------------------------------
-# Discrete Gaussian and discrete Laplace
+# Rounded Gaussian and discrete Laplace (integer noise for released values)
 # ----------------------------------------------------------------------------------------------
 N_DISCRETE = 200_000
 
 
 @pytest.mark.parametrize("sigma", [0.5, 1.0, 3.0, 20.0])
-def test_discrete_gaussian_matches_exact_pmf(secure_noise: NoiseSource, sigma: float) -> None:
-    support, pmf = discrete_gaussian_pmf(sigma)
-    draws = secure_noise.discrete_gaussian(sigma, N_DISCRETE)
+def test_rounded_gaussian_matches_exact_pmf(secure_noise: NoiseSource, sigma: float) -> None:
+    support, pmf = rounded_gaussian_pmf(sigma)
+    draws = secure_noise.rounded_gaussian(sigma, N_DISCRETE)
     assert draws.dtype == np.int64 and draws.shape == (N_DISCRETE,)
     assert chi_square_gof_pvalue(draws, support, pmf) > ALPHA  # false failure <= 1e-4
     mean, var, mu4 = moments(support, pmf)
     assert mean == pytest.approx(0.0, abs=1e-12)
+    # Sheppard: rounding adds ~1/12 to the variance once sigma is a few steps (exact for a
+    # Gaussian up to terms of order exp(-2π²σ²)).
+    if sigma >= 1:
+        assert var == pytest.approx(sigma**2 + 1 / 12, rel=1e-6)
     assert_mean_variance(draws, mean, var, mu4)  # 2 checks, each 1e-4
+
+
+def test_rounded_gaussian_rounds_half_up_and_refuses_huge_scales(secure_noise: NoiseSource) -> None:
+    """floor(Z + 1/2) commutes with integer shifts (m + floor(Z + 1/2) = floor(m + Z + 1/2)), which
+    the post-processing argument needs; np.rint (half to even) would not. A scale whose draws'
+    52-bit resolution would matter in lattice units is refused."""
+    with pytest.raises(ValueError, match="coarser grid"):
+        secure_noise.rounded_gaussian(MAX_LATTICE_SIGMA * 2, 3)
+    assert secure_noise.rounded_gaussian(MAX_LATTICE_SIGMA, 1000).dtype == np.int64
 
 
 @pytest.mark.parametrize("scale", [0.3, 1.0, 4.5, 20.0])
@@ -141,15 +162,15 @@ def test_discrete_laplace_matches_exact_pmf(secure_noise: NoiseSource, scale: fl
 
 
 def test_chi_square_helper_detects_a_wrong_distribution(secure_noise: NoiseSource) -> None:
-    """The goodness-of-fit test has power: discrete Gaussian draws at sigma=3 are rejected against
+    """The goodness-of-fit test has power: rounded Gaussian draws at sigma=3 are rejected against
     the pmf of sigma=3.15 (a 5% error in scale)."""
-    support, pmf = discrete_gaussian_pmf(3.15)
-    draws = secure_noise.discrete_gaussian(3.0, N_DISCRETE)
+    support, pmf = rounded_gaussian_pmf(3.15)
+    draws = secure_noise.rounded_gaussian(3.0, N_DISCRETE)
     assert chi_square_gof_pvalue(draws, support, pmf) < ALPHA
 
 
 def test_discrete_samplers_size_zero(secure_noise: NoiseSource) -> None:
-    assert secure_noise.discrete_gaussian(2.0, 0).shape == (0,)
+    assert secure_noise.rounded_gaussian(2.0, 0).shape == (0,)
     assert secure_noise.discrete_laplace(2.0, 0).shape == (0,)
 
 
@@ -166,11 +187,11 @@ def test_gaussian_on_grid_lies_on_grid_with_target_variance(
     noise = secure_noise.gaussian_on_grid(sigma, N_GRID, grid)
     steps = np.rint(noise / grid)
     assert np.array_equal(noise, grid * steps)  # exactly grid * integer, bit for bit
-    # Variance target: grid² Var(DiscreteGaussian(sigma/grid)) from the exact pmf, which for
-    # sigma/grid >= 1 equals sigma² to within 1e-9 relative (CKS 2020, Prop. 19/Cor. 23).
-    support, pmf = discrete_gaussian_pmf(sigma / grid)
+    # Variance target: grid² Var(floor(Z/grid + 1/2)) from the exact pmf, which for sigma/grid >= 1
+    # is sigma² + grid²/12 (Sheppard's correction) to within 1e-6 relative.
+    support, pmf = rounded_gaussian_pmf(sigma / grid)
     _, var_steps, mu4_steps = moments(support, pmf)
-    assert var_steps * grid**2 == pytest.approx(sigma**2, rel=1e-9)
+    assert var_steps * grid**2 == pytest.approx(sigma**2 + grid**2 / 12, rel=1e-6)
     assert_mean_variance(noise, 0.0, var_steps * grid**2, mu4_steps * grid**4)
 
 
@@ -379,20 +400,6 @@ def opendp_prelude():
     return dp
 
 
-@pytest.mark.parametrize("sigma", [0.5, 3.0])
-def test_discrete_gaussian_agrees_with_opendp(
-    opendp_prelude, secure_noise: NoiseSource, sigma: float
-) -> None:
-    """OpenDP's make_gaussian on an integer domain adds discrete Gaussian noise (CKS 2020).
-    Two-sample chi-square homogeneity on 20k draws each, level 1e-4."""
-    dp = opendp_prelude
-    meas = dp.m.make_gaussian(dp.vector_domain(dp.atom_domain(T=int)), dp.l2_distance(T=int), scale=sigma)
-    theirs = np.asarray(meas([0] * N_OPENDP), dtype=np.int64)
-    ours = secure_noise.discrete_gaussian(sigma, N_OPENDP)
-    support, pmf = discrete_gaussian_pmf(sigma)
-    assert chi_square_homogeneity_pvalue(ours, theirs, support, pmf) > ALPHA
-
-
 def test_discrete_laplace_agrees_with_opendp(opendp_prelude, secure_noise: NoiseSource) -> None:
     dp = opendp_prelude
     scale = 2.0
@@ -406,10 +413,10 @@ def test_discrete_laplace_agrees_with_opendp(opendp_prelude, secure_noise: Noise
 def test_opendp_comparison_has_power(opendp_prelude, secure_noise: NoiseSource) -> None:
     """The homogeneity test rejects a 15% scale mismatch at this sample size."""
     dp = opendp_prelude
-    meas = dp.m.make_gaussian(dp.vector_domain(dp.atom_domain(T=int)), dp.l2_distance(T=int), scale=3.0)
+    meas = dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T=int)), dp.l1_distance(T=int), scale=2.0)
     theirs = np.asarray(meas([0] * N_OPENDP), dtype=np.int64)
-    ours = secure_noise.discrete_gaussian(3.45, N_OPENDP)
-    support, pmf = discrete_gaussian_pmf(3.0)
+    ours = secure_noise.discrete_laplace(2.3, N_OPENDP)
+    support, pmf = discrete_laplace_pmf(2.0)
     assert chi_square_homogeneity_pvalue(ours, theirs, support, pmf) < ALPHA
 
 
@@ -448,13 +455,13 @@ def test_secure_sources_give_different_streams() -> None:
     assert a.is_secure and b.is_secure and a.mode == "secure"
     # 64 uniform doubles equal by chance: probability ~2^-3000
     assert not np.array_equal(a.uniform(64), b.uniform(64))
-    assert not np.array_equal(a.discrete_gaussian(1000.0, 64), b.discrete_gaussian(1000.0, 64))
+    assert not np.array_equal(a.rounded_gaussian(1000.0, 64), b.rounded_gaussian(1000.0, 64))
 
 
 def _stream(source: NoiseSource) -> list[np.ndarray]:
     return [
         source.gaussian(1.0, 5),
-        source.discrete_gaussian(3.0, 50),
+        source.rounded_gaussian(3.0, 50),
         source.discrete_laplace(2.0, 50),
         source.gaussian_on_grid(1.0, 5, 0.01),
         source.laplace_on_grid(1.0, 5, 0.01),
@@ -485,7 +492,7 @@ def test_invalid_scales_raise(secure_noise: NoiseSource, bad: object) -> None:
     calls = [
         lambda: secure_noise.gaussian(bad, 3),
         lambda: secure_noise.above_threshold(np.zeros(3), bad, 1.0),
-        lambda: secure_noise.discrete_gaussian(bad, 3),
+        lambda: secure_noise.rounded_gaussian(bad, 3),
         lambda: secure_noise.discrete_laplace(bad, 3),
         lambda: secure_noise.gaussian_on_grid(bad, 3, 0.1),
         lambda: secure_noise.gaussian_on_grid(1.0, 3, bad),
@@ -498,6 +505,6 @@ def test_invalid_scales_raise(secure_noise: NoiseSource, bad: object) -> None:
 
 
 def test_numpy_scalar_scales_accepted(secure_noise: NoiseSource) -> None:
-    assert secure_noise.discrete_gaussian(np.int64(3), 4).shape == (4,)
+    assert secure_noise.rounded_gaussian(np.int64(3), 4).shape == (4,)
     assert secure_noise.discrete_laplace(np.float32(2.0), 4).shape == (4,)
     assert secure_noise.gaussian_on_grid(np.float64(1.0), 4, np.float64(0.5)).shape == (4,)

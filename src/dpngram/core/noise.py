@@ -14,15 +14,24 @@ added to when the *noisy value itself* is released. dpngram therefore uses:
   **threshold decision** (DPSU / DPNE ``H[u] + Z > rho``): one bit per key is released, and the
   probability of that bit depends only on the sampler's CDF, which numpy's 53-bit ziggurat
   reproduces to within floating-point rounding.
-* :meth:`NoiseSource.discrete_gaussian` / :meth:`NoiseSource.discrete_laplace` (exact integer
-  distributions, Canonne-Kamath-Steinke 2020, Alg. 1-3, vectorised) and their grid-scaled forms
-  :meth:`gaussian_on_grid` / :meth:`laplace_on_grid` wherever a **noisy value is released**. The
-  outputs lie on a fixed grid independent of the private input, so the low-bit attack does not
-  apply. Their Bernoulli acceptance steps use double-precision uniforms, so the realised
-  probabilities differ from the ideal ones by at most ~2^-53 relative; see ``docs/noise.md``.
+* integer noise added to a value snapped to a fixed power-of-two grid wherever a **noisy value
+  is released** (:meth:`gaussian_on_grid` / :meth:`laplace_on_grid`): the outputs lie on a grid
+  independent of the private input, so the low-bit attack does not apply.
 
-OpenDP's exact samplers are the reference these are cross-checked against in the tests; they are
-too slow for bulk use (about 6,000 Gaussian draws per second on the project machines).
+  - Gaussian: :meth:`NoiseSource.rounded_gaussian`, ``floor(Z + 1/2)`` with ``Z ~ N(0, σ²)``.
+    With the value snapped to an integer ``m`` first, ``m + floor(Z + 1/2) = floor(m + Z + 1/2)``
+    is a deterministic function of the continuous Gaussian mechanism's output ``m + Z``, so the
+    analytic Gaussian accounting of ``m`` applies to it exactly, in any dimension (post-processing;
+    docs/noise.md, "Released Gaussian values").
+  - Laplace: :meth:`NoiseSource.discrete_laplace` (the difference of two geometric variables;
+    Canonne-Kamath-Steinke 2020), whose privacy loss on a lattice shift is exactly bounded.
+
+  Both are computed in double precision, so the realised probability of each integer differs from
+  the ideal one by a relative amount of order ``σ · 2^-50`` (the 52-bit resolution of the
+  underlying draws, scaled to lattice units); see ``docs/noise.md``.
+OpenDP's exact discrete Laplace is the reference :meth:`discrete_laplace` is cross-checked against in
+the tests; OpenDP's exact samplers are too slow for bulk use (about 6,000 Gaussian draws per second
+on the project machines).
 
 Non-private randomness (synthetic corpora, benchmark splits) must use :func:`simulation_rng`, which
 is explicitly *not* for DP noise, so that every generator in the code base is created here.
@@ -52,7 +61,10 @@ TEST_SEED_ENV = "DPNGRAM_INSECURE_TEST_SEED"
 TEST_SEED_VALUE = "yes-this-process-releases-nothing"
 
 
-_BATCH_OVERSAMPLE = 1.6  # discrete-Gaussian rejection accepts >= ~0.6 of proposals for sigma >= 1
+#: Largest noise scale, in lattice units, :meth:`NoiseSource.rounded_gaussian` accepts: beyond it the
+#: draws' 52-bit resolution (about 2^-50 · sigma per lattice cell, relative) would no longer be
+#: negligible. The stages' grids give sigma/grid of order 1e3-1e8 (docs/noise.md).
+MAX_LATTICE_SIGMA = 2.0**36
 
 
 #: The callback of :func:`before_first_draw`, fired (once) by the first draw of any NoiseSource.
@@ -143,33 +155,33 @@ class NoiseSource:
         second = self._rng.geometric(p, size)
         return (first - second).astype(np.int64)
 
-    def discrete_gaussian(self, sigma: float, size: int) -> np.ndarray:
-        """Integers with P(x) proportional to exp(-x^2 / (2 sigma^2)).
+    def rounded_gaussian(self, sigma: float, size: int) -> np.ndarray:
+        """Integers ``floor(Z + 1/2)`` with ``Z ~ N(0, sigma^2)``: Gaussian noise in lattice units.
 
-        Canonne, Kamath & Steinke (2020), Algorithm 3: propose Y from a discrete Laplace with
-        scale t = floor(sigma) + 1 and accept with probability exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2)).
-        Vectorised: proposals are drawn in batches until ``size`` have been accepted.
+        Why rounding and not the discrete Gaussian of Canonne, Kamath & Steinke (2020): for an
+        integer vector ``m`` (a value snapped to its grid), ``m + floor(Z + 1/2)`` equals
+        ``floor(m + Z + 1/2)`` coordinate by coordinate, a fixed function of the continuous Gaussian
+        mechanism's output ``m + Z``. Post-processing then gives the release exactly the privacy
+        profile of the continuous Gaussian mechanism on ``m`` (analytic Gaussian, any dimension,
+        any shape of the change between neighbours), which is what the accountant composes. The
+        discrete Gaussian's multivariate profile is not that one; docs/noise.md measures the gap.
+        Rounding adds about 1/12 of a squared lattice step to the variance (for sigma of a few
+        steps or more; the stages' grids make sigma thousands of steps).
         """
         _about_to_draw()
         _check_scale("sigma", sigma)
-        t = math.floor(sigma) + 1
-        out = np.empty(size, dtype=np.int64)
-        filled = 0
-        while filled < size:
-            want = size - filled
-            batch = max(16, int(want * _BATCH_OVERSAMPLE))
-            proposal = self.discrete_laplace(t, batch)
-            accept_p = np.exp(-((np.abs(proposal) - sigma * sigma / t) ** 2) / (2.0 * sigma * sigma))
-            accepted = proposal[self._rng.random(batch) < accept_p][:want]
-            out[filled : filled + accepted.size] = accepted
-            filled += accepted.size
-        return out
+        if sigma > MAX_LATTICE_SIGMA:
+            raise ValueError(
+                f"sigma in lattice units must be at most 2^36 (got {sigma:.3g}); use a coarser grid"
+            )
+        return np.floor(self._rng.normal(0.0, sigma, size) + 0.5).astype(np.int64)
 
     def gaussian_on_grid(self, sigma: float, size: int, grid: float) -> np.ndarray:
-        """Gaussian noise for released values: ``grid * DiscreteGaussian(sigma / grid)``."""
+        """Gaussian noise for released values: ``grid * rounded_gaussian(sigma / grid)``. Add it to a
+        value already snapped to the same power-of-two grid (docs/noise.md, steps 1-2)."""
         _check_scale("sigma", sigma)
         _check_scale("grid", grid)
-        return grid * self.discrete_gaussian(sigma / grid, size).astype(np.float64)
+        return grid * self.rounded_gaussian(sigma / grid, size).astype(np.float64)
 
     def laplace_on_grid(self, scale: float, size: int, grid: float) -> np.ndarray:
         """Laplace noise for released values: ``grid * DiscreteLaplace(scale / grid)``."""

@@ -63,7 +63,9 @@ BASELINE_METHODS = ("laplace", "laplace-public")
 BOS, EOS, UNK = "<s>", "</s>", "<unk>"
 
 
-#: Margin on delta for the discrete Gaussian on a fine grid (docs/noise.md, "Calibrate ...").
+#: σ is calibrated at δ·(1 − margin): the stage's events then compose to strictly less than its
+#: share's δ, which the joint calibration's shape relies on (docs/accounting.md). (It was first a
+#: safety margin for the discrete Gaussian; the rounded Gaussian needs none, docs/noise.md.)
 DELTA_MARGIN = GAUSSIAN_DELTA_MARGIN  # one constant, shared with the joint calibration's shape
 
 
@@ -182,8 +184,11 @@ def sensitivity_bound(*, C: int, W: int, S: float, rho: float, vocab_size: int, 
 
 
 def noise_grid(sensitivity: float, epsilon: float, vocab_size: int) -> float:
-    """Largest power-of-two grid g with g ≤ Δ/(16 ceil(max(1, ε))) (docs/noise.md) and
-    g sqrt(|V|) ≤ SNAP_FRACTION Δ (snapping all |V| coordinates costs at most that much)."""
+    """Largest power-of-two grid g with g ≤ Δ/(16 ceil(max(1, ε))) and g sqrt(|V|) ≤ SNAP_FRACTION Δ
+    (snapping all |V| coordinates costs at most that much sensitivity). The first bound dates from
+    the discrete Gaussian, whose privacy profile approached the continuous one only on fine grids;
+    with rounded-Gaussian noise the accounting is exact on any grid, and the bound only keeps the
+    rounding's extra variance (g²/12 per coordinate) negligible (docs/noise.md)."""
     limit = min(
         sensitivity / (16 * math.ceil(max(1.0, epsilon))), SNAP_FRACTION * sensitivity / math.sqrt(vocab_size)
     )
@@ -211,8 +216,11 @@ def calibrate(epsilon: float, delta: float, sensitivity: float, vocab_size: int)
 
 
 def release_logits(mu: np.ndarray, calibration: GaussianCalibration, noise: NoiseSource) -> np.ndarray:
-    """h = g (round_half_up(μ/g) + k), k ~ DiscreteGaussian(σ/g) per coordinate: μ snapped to the
-    power-of-two grid, then lattice noise, so h = g·(m + k) exactly (docs/noise.md, steps 1-2)."""
+    """h = g (round_half_up(μ/g) + k), k = floor(Z/g + 1/2) with Z ~ N(0, σ²) per coordinate: μ
+    snapped to the power-of-two grid, then rounded-Gaussian lattice noise, so h = g·(m + k) exactly
+    (docs/noise.md, steps 1-2). m + k = floor(m + Z/g + 1/2) is post-processing of the continuous
+    Gaussian mechanism on m, whose l2 sensitivity is the snapped one: the analytic Gaussian
+    accounting of :func:`calibrate` holds exactly (docs/noise.md, "Released Gaussian values")."""
     grid = calibration.grid
     lattice = np.floor(np.asarray(mu, dtype=np.float64) / grid + 0.5)
     return grid * lattice + noise.gaussian_on_grid(calibration.sigma, lattice.size, grid)

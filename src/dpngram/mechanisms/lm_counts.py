@@ -138,7 +138,7 @@ def noisy_release(
     weighted: np.ndarray, *, epsilon: float, delta: float, clip: float, noise: NoiseSource
 ) -> tuple[np.ndarray, Any]:
     """The Gaussian mechanism on the summed, bounded count vector (l2-sensitivity ``clip``): the
-    vector snapped to a power-of-two grid plus discrete Gaussian noise on that grid, σ from the
+    vector snapped to a power-of-two grid plus rounded-Gaussian noise on that grid, σ from the
     analytic Gaussian for the snapped sensitivity (docs/noise.md; the same calibration as the
     Bayesian stage). Returns (noisy vector, calibration)."""
     from dpngram.mechanisms.bayes import calibrate, release_logits
