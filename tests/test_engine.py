@@ -17,7 +17,7 @@ from dpngram.engines.base import Engine
 from dpngram.engines.duckdb import Warehouse
 from dpngram.engines.select import open_engine
 from dpngram.engines.spark import SparkSqlError, to_spark
-from dpngram.engines.sql import SQL_PACKAGE, load_sql
+from dpngram.engines.sql import SQL_PACKAGE, _sql_text, load_sql
 
 SCHEMA = "run_engine_test"
 
@@ -130,12 +130,13 @@ def test_every_spark_stage_sql_transpiles() -> None:
     baselines) all translate; the rest (ingest DDL/INSERT, ledger, bayes, synth, validate) stay on
     DuckDB."""
     sql_dir = resources.files(SQL_PACKAGE)
-    names = sorted(f"{d}/{p.name[:-4]}" for d in ("dpne", "dpsu") for p in sql_dir.joinpath(d).iterdir())
+    names = sorted(  # fragments (_name.sql) are not statements; they are inlined where included
+        f"{d}/{p.name[:-4]}" for d in ("dpne", "dpsu") for p in sql_dir.joinpath(d).iterdir() if p.name[0] != "_"
+    )
     names += ["ingest/counts", "ingest/quarantine_reasons", "ingest/stats_read", "ingest/stats_write",
               "ingest/tokens_view"]  # fmt: skip
     for name in names:
-        text = sql_dir.joinpath(f"{name}.sql").read_text(encoding="utf-8")
-        keys = set(re.findall(r"\{(\w+)\}", text))
+        keys = set(re.findall(r"\{(\w+)\}", _sql_text(name)))
         statements = to_spark(load_sql(name, **{k: f"{k}_x" for k in keys}))
         assert statements, name
         for _, body in statements:
@@ -155,3 +156,34 @@ def test_spark_without_the_extra_is_a_one_line_config_error(tmp_path, monkeypatc
     config = RunConfig.build(input="x", out="y", warehouse=str(tmp_path / "w.duckdb"), engine="spark")
     with pytest.raises(ConfigError, match=r"pip install 'dpngram\[spark\]'"):
         open_engine(config)
+
+
+def test_sql_fragments_are_inlined_where_included() -> None:
+    """``-- include: dpsu/_kept_items`` is replaced by the fragment, so the weighted histogram and
+    the policy Gaussian's input rank users' items by one text; no statement keeps an include line."""
+    sql_dir = resources.files(SQL_PACKAGE)
+    fragment = sql_dir.joinpath("dpsu/_kept_items.sql").read_text(encoding="utf-8").rstrip("\n")
+    for name in ("dpsu/histogram", "dpsu/policy_items"):
+        raw = sql_dir.joinpath(f"{name}.sql").read_text(encoding="utf-8")
+        assert "-- include: dpsu/_kept_items" in raw
+        text = load_sql(name, schema="s", source="src", histogram="h", target="t")
+        assert "-- include:" not in text
+        assert fragment.replace("{schema}", "s").replace("{source}", "src") in text
+    names = [f"{d.name}/{p.name[:-4]}" for d in sql_dir.iterdir() if d.is_dir() for p in d.iterdir()
+             if p.name.endswith(".sql")]  # fmt: skip
+    assert all("-- include:" not in _sql_text(n) for n in names)
+
+
+def test_sql_include_of_a_missing_fragment_fails(monkeypatch) -> None:
+    from dpngram.engines import sql as sql_module
+
+    real = sql_module._package_file
+    monkeypatch.setattr(
+        sql_module, "_package_file", lambda n: "WITH\n-- include: dpsu/_missing\nSELECT 1" if n == "x/y" else real(n)
+    )
+    sql_module._sql_text.cache_clear()
+    try:
+        with pytest.raises(FileNotFoundError):
+            sql_module._sql_text("x/y")
+    finally:
+        sql_module._sql_text.cache_clear()

@@ -1,28 +1,15 @@
 -- DPSU policy input (Gopi et al. 2020, "policy" algorithms): every user's kept DISTINCT items, in
 -- the order the sequential update visits them.
 -- Input {source}(user_id, item). Each user keeps at most $max_contribution of their distinct
--- items, chosen exactly as in sql/dpsu/histogram.sql (smallest salted item hash: a rule that
--- depends only on the user's own items). Users are visited in the order of a salted hash of
--- their id ($order_salt, secret per run), so the order is data-independent and adding or removing
--- a user leaves the relative order of the others unchanged (docs/dpne.md, "Policy Gaussian").
+-- items, chosen by the same fragment as sql/dpsu/histogram.sql (sql/dpsu/_kept_items.sql). Users
+-- are visited in the order of a salted hash of their id ($order_salt, secret per run), so the order
+-- is data-independent and adding or removing a user leaves the relative order of the others
+-- unchanged (docs/dpne.md, "Policy Gaussian").
 -- user_id breaks hash ties so that a user's rows stay together; item_rank = 1 starts a user.
 -- Private working table: it never leaves the run schema.
 CREATE OR REPLACE TABLE {schema}.{target} AS
-WITH user_items AS (
-    SELECT DISTINCT user_id, item
-    FROM {schema}.{source}
-    WHERE item IS NOT NULL AND user_id IS NOT NULL
-),
-keyed AS (
-    SELECT user_id, item, hash(xor(hash(item), CAST($salt AS UBIGINT))) AS sort_key
-    FROM user_items
-),
-ranked AS (
-    SELECT user_id,
-           item,
-           row_number() OVER (PARTITION BY user_id ORDER BY sort_key) AS item_rank
-    FROM keyed
-)
+WITH
+-- include: dpsu/_kept_items
 SELECT hash(xor(hash(user_id), CAST($order_salt AS UBIGINT))) AS user_order, user_id, item, item_rank
 FROM ranked
 WHERE item_rank <= $max_contribution

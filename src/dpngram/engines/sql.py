@@ -5,8 +5,10 @@ dialect, and ships inside the installed package as ``dpngram.sql`` (read with
 :mod:`importlib.resources`, so a non-editable install needs no source tree). :func:`load_sql`
 reads ``load_sql("dpne/level_table", schema=...)``: identifiers (schema and table names) are
 substituted into ``{name}`` placeholders after validation (:func:`safe_identifier`); values are
-bound as ``$name`` parameters by the engine, never formatted in. :func:`run_schema_name` names the
-schema that holds one run's private working tables.
+bound as ``$name`` parameters by the engine, never formatted in. A line ``-- include: stage/_name``
+is replaced by the fragment ``sql/stage/_name.sql`` (fragments start with ``_`` and are not
+statements on their own), so SQL that several statements share is written once.
+:func:`run_schema_name` names the schema that holds one run's private working tables.
 
 Owns: :func:`load_sql`, identifier validation, the run-schema name.
 Imports: nothing from dpngram; the standard library only.
@@ -37,9 +39,19 @@ def load_sql(name: str, **identifiers: str) -> str:
     return text.format(**{k: safe_identifier(v) for k, v in identifiers.items()}) if identifiers else text
 
 
+_INCLUDE_RE = re.compile(r"^-- include: ([a-z_]+/_[a-z_]+)[ \t]*$", re.MULTILINE)
+
+
 @functools.cache
 def _sql_text(name: str) -> str:
-    """``sql/NAME.sql`` (``NAME`` is ``stage/statement``) from the installed package data."""
+    """``sql/NAME.sql`` (``NAME`` is ``stage/statement``) from the installed package data, with its
+    ``-- include: stage/_fragment`` lines replaced by the fragments' text (one level: a fragment
+    cannot include another)."""
+    text = _package_file(name)
+    return _INCLUDE_RE.sub(lambda match: _package_file(match.group(1)).rstrip("\n"), text)
+
+
+def _package_file(name: str) -> str:
     return resources.files(SQL_PACKAGE).joinpath(f"{name}.sql").read_text(encoding="utf-8")
 
 
