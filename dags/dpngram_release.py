@@ -16,7 +16,7 @@ k = 2..T one after another in one process, then merges them. Each level keeps it
 
 * ``privacy_precheck`` consults the privacy ledger *before any data is read*: a run that would
   take the dataset past ``lifetime_epsilon``/``lifetime_delta`` fails here with the ledger's
-  one-line reason (AirflowFailException: no retry). It also fixes ``run_id`` = the Airflow run id
+  one-line reason (no traceback, no retry: see "Refusals" below). It also fixes ``run_id`` = the Airflow run id
   made safe for paths (:func:`dpngram.release.context.run_id_from`) and stages the run's parameters.
 * The tasks are :data:`dpngram.orchestration.plan.TASKS`. A task that does not apply to the run (a
   stage without a budget share, ``bayes`` without a public corpus, ``lm`` without a source, T = 1)
@@ -28,8 +28,11 @@ k = 2..T one after another in one process, then merges them. Each level keeps it
 * Retries are safe: every privacy-spending stage persists its noisy output before its spend is
   committed (:func:`dpngram.release.spend.spend_once`), so a retried task (or a re-run of the same DAG run)
   reuses it and is not charged twice; publishing is an atomic rename, so a failed run leaves
-  ``OUT/latest`` at the previous release. Invalid parameters and budget refusals fail without
-  retry (AirflowFailException). See docs/orchestration.md.
+  ``OUT/latest`` at the previous release. See docs/orchestration.md.
+* Refusals (invalid parameters, a budget refusal, any of the pipeline's one-line user errors): the
+  reason is logged as one error line, then the task raises
+  :class:`dpngram.orchestration.plan.TaskRefused` (a SystemExit: Airflow logs "Task exited", no
+  traceback) and the tasks' retry policy fails it at once (no retry).
 * Tasks that open the DuckDB warehouse run in the one-slot pool ``dpngram_warehouse`` (DuckDB
   allows one writing process per file). Create it once:
   ``airflow pools set dpngram_warehouse 1 "dpngram DuckDB warehouse: one writer at a time"``
@@ -80,10 +83,11 @@ from typing import Any
 
 import pendulum
 from airflow.sdk import Asset, Param, TaskGroup, dag, task
+from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryAction, RetryRule
 
 from dpngram.config import RunConfig, flat_fields
 from dpngram.orchestration.form import form_params
-from dpngram.orchestration.plan import MAX_LEVEL, TASKS, Task
+from dpngram.orchestration.plan import MAX_LEVEL, TASKS, Task, TaskRefused
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_DIR = Path(os.environ.get("DPNGRAM_DEMO_DIR", str(REPO / ".dpngram"))).resolve()
@@ -158,8 +162,15 @@ def _params() -> dict[str, Param]:
     return params
 
 
+#: A refused run fails at once; anything else keeps the default retries.
+REFUSALS_ARE_FINAL = ExceptionRetryPolicy(
+    rules=[RetryRule(exception=TaskRefused, action=RetryAction.FAIL, reason="run refused: not retried")]
+)
+
+
 DEFAULT_ARGS: dict[str, Any] = {
     "retries": int(os.environ.get("DPNGRAM_TASK_RETRIES", "2")),
+    "retry_policy": REFUSALS_ARE_FINAL,
     "retry_delay": dt.timedelta(seconds=float(os.environ.get("DPNGRAM_RETRY_DELAY_SECONDS", "30"))),
 }
 
@@ -173,8 +184,8 @@ def _is_scheduled(context: dict[str, Any]) -> bool:
 
 
 def _fail_fast(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn the pipeline's one-line bad-input errors into AirflowFailException (no retry; the
-    message stays one line). Other errors (a killed process, a full disk) are retried."""
+    """Turn the pipeline's one-line bad-input errors into a refusal (:func:`_refuse`: one line, no
+    retry). Other errors (a killed process, a full disk) are retried."""
 
     @functools.wraps(fn)
     def wrapper(**context: Any) -> Any:
@@ -205,13 +216,12 @@ def _config(context: dict[str, Any]) -> RunConfig:
 
 def _refuse(reason: str) -> None:
     """Fail the task without retry for a refusal (budget, parameters): the one-line reason is
-    logged as the task's first error line, then the task fails (AirflowFailException)."""
+    logged as the task's first error line, then :class:`TaskRefused` ends the task (Airflow logs
+    "Task exited", no traceback; :data:`REFUSALS_ARE_FINAL` fails it without retry)."""
     import logging
 
-    from airflow.sdk.exceptions import AirflowFailException
-
     logging.getLogger("dpngram").error(reason)
-    raise AirflowFailException(reason) from None
+    raise TaskRefused(reason) from None
 
 
 def _skip(reason: str | None) -> None:

@@ -509,7 +509,7 @@ def test_second_run_over_the_lifetime_budget_fails_at_the_precheck(session):
     assert session["second_state"] == "failed", _detail(session)
     tasks = session["second_tasks"]
     assert tasks["privacy_precheck"]["state"] == "failed"
-    assert tasks["privacy_precheck"]["try_number"] == 1  # AirflowFailException: not retried
+    assert tasks["privacy_precheck"]["try_number"] == 1  # TaskRefused: the retry policy fails it at once
     assert tasks["ingest"]["state"] == "upstream_failed"
     assert all(ti["state"] in ("upstream_failed", None) for t, ti in tasks.items() if t != "privacy_precheck")
     run_id = run_id_from(session["second_run"]["dag_run_id"])
@@ -523,6 +523,9 @@ def test_second_run_over_the_lifetime_budget_fails_at_the_precheck(session):
     ]
     text = "\n".join(p.read_text(errors="replace") for p in precheck_logs)
     assert "privacy pre-check refused the run: dataset 'standalone' has spent epsilon=" in text, precheck_logs
+    # a refusal is one line, not a traceback: Airflow records "Task exited" for TaskRefused (a
+    # SystemExit) and attaches no exception detail (AirflowFailException would carry one)
+    assert "Task exited" in text and "error_detail" not in text and "Traceback" not in text, text[-3000:]
     # nothing was read: no staged release, no private table in the run's schema
     assert not (Path(session["conf"]["out"]) / "runs" / f"{run_id}.staging").exists()
     import duckdb

@@ -339,7 +339,7 @@ def test_invalid_conf_fails_the_dag_test(airflow, sample):
 PRECHECK_SCRIPT = textwrap.dedent("""
     import json, os, types
     from airflow.dag_processing.dagbag import DagBag
-    from airflow.sdk.exceptions import AirflowFailException
+    from dpngram.orchestration.plan import TaskRefused
     dag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"]).dags["dpngram_release"]
     precheck = dag.get_task("privacy_precheck").python_callable
     params = {name: dag.params[name] for name in dag.params.keys()}
@@ -352,7 +352,7 @@ PRECHECK_SCRIPT = textwrap.dedent("""
                    "dag_run": types.SimpleNamespace(run_type=run_type)}
         try:
             out[label] = {"ok": precheck(**context)}
-        except AirflowFailException as err:
+        except TaskRefused as err:
             out[label] = {"refused": str(err)}
     print("RESULT" + json.dumps(out))
 """)

@@ -14,7 +14,8 @@ Around the steps: :func:`dpngram.release.publish.prepare` (the privacy pre-check
 after.
 
 Owns: the steps (``STEPS``), their order and skip rules, the DAG's tasks (``TASKS``: the levels
-k = 2..T run in one task), :func:`release_steps`, :func:`run_release`, :func:`run_dpne`.
+k = 2..T run in one task), :func:`release_steps`, :func:`run_release`, :func:`run_dpne`,
+:class:`TaskRefused`.
 Imports: dpngram.stages (lazily, by name, when a step runs), dpngram.release, dpngram.config,
 dpngram.core.
 """
@@ -31,6 +32,20 @@ from dpngram.config import RunConfig
 if TYPE_CHECKING:
     from dpngram.core.noise import NoiseSource
     from dpngram.release.context import RunContext
+
+class TaskRefused(SystemExit):
+    """A task ends because the run is refused (invalid parameters, a budget the ledger will not
+    grant): retrying cannot help. The DAG logs the one-line reason, then raises this. It is a
+    SystemExit so that Airflow's task runner records "Task exited" without a traceback, and the
+    DAG's retry policy fails the task at once instead of retrying it (docs/orchestration.md)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(1)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.reason
+
 
 #: The longest n-gram the configuration allows (``max_n``'s maximum): the DAG has a level task up to it.
 MAX_LEVEL = 12
