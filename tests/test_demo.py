@@ -93,7 +93,8 @@ def _release(tmp_path: Path, comparison: dict[str, Any]) -> Path:
         "privacy": {"total": {"epsilon": 4.0}, "delta": 1e-7},
         "model": {"comparison": comparison},
     }
-    (release / "report.json").write_text(json.dumps(report), encoding="utf-8")
+    # sorted keys, as the pipeline writes report.json (release.layout.write_json_atomic)
+    (release / "report.json").write_text(json.dumps(report, sort_keys=True), encoding="utf-8")
     return release
 
 
@@ -115,7 +116,7 @@ def test_output_shows_both_evaluation_texts(tmp_path: Path) -> None:
     public = lines.index(f"    {demo.PUBLIC_TEXT_LABEL}:")
     assert users < public  # the private domain, the model's purpose, comes first
 
-    def rows(start: int) -> dict[str, tuple[float, str]]:
+    def rows(start: int) -> dict[str, tuple[float, str]]:  # in the order printed
         found = {}
         for line in lines[start + 1 : start + 4]:
             m = re.match(
@@ -129,6 +130,7 @@ def test_output_shows_both_evaluation_texts(tmp_path: Path) -> None:
 
     assert rows(users) == {"released model": (81.4, "35.2%"), "public-only model": (120.2, "28.7%")}
     assert rows(public) == {"released model": (115.8, "30.1%"), "public-only model": (110.8, "31.2%")}
+    assert list(rows(users)) == list(rows(public)) == ["released model", "public-only model"]
     verdicts = [line.strip() for line in lines if "÷" in line]
     assert verdicts == [
         f"released ÷ public-only perplexity {81.4 / 120.2:.2f} (released model better here)",
@@ -145,3 +147,21 @@ def test_output_without_eval_text_shows_the_public_rows_only(tmp_path: Path) -> 
     out = _printed(_release(tmp_path, comparison))
     assert demo.PUBLIC_TEXT_LABEL in out and demo.HELDOUT_USERS_LABEL not in out
     assert out.count("open-vocabulary perplexity") == 2
+
+
+@pytest.mark.parametrize(
+    ("released", "public", "verdict"),
+    [
+        (100.0, 101.5, "about even: within 2%"),
+        (100.0, 98.5, "about even: within 2%"),
+        (95.0, 100.0, "released model better"),
+    ],
+)
+def test_small_perplexity_differences_read_as_even(
+    tmp_path: Path, released: float, public: float, verdict: str
+) -> None:
+    comparison = {
+        EVAL_TEXT_ROW: {"released model": _metrics(released, 0.3), "public-only model": _metrics(public, 0.3)}
+    }
+    out = _printed(_release(tmp_path, comparison))
+    assert f"released ÷ public-only perplexity {released / public:.2f} ({verdict} here)" in out

@@ -297,6 +297,13 @@ def run_demo(
 HELDOUT_USERS_LABEL = "on held-out users (private domain)"
 PUBLIC_TEXT_LABEL = "on public text (held-out sentences)"
 
+#: The comparison's models, in the order the demo shows them.
+MODEL_ORDER = ("released model", "public-only model")
+
+#: Perplexity ratios within this of 1 are shown as "about even": the released model's perplexity
+#: moves by a few percent between runs on the same input (fresh DP noise, a noisy choice of λ).
+TIE = 0.02
+
 
 def _comparison_label(key: str, eval_text_label: str) -> tuple[int, str]:
     """(display order, label) of a ``model.comparison`` row: the operator's evaluation text first."""
@@ -321,7 +328,9 @@ def _model_lines(model: dict[str, Any], eval_text_label: str) -> list[str]:
     labelled = [(*_comparison_label(key, eval_text_label), row) for key, row in comparison.items()]
     for _, label, row in sorted(labelled, key=lambda item: item[0]):
         lines.append(f"    {label}:")
-        for name, m in row.items():
+        names = [n for n in MODEL_ORDER if n in row] + sorted(n for n in row if n not in MODEL_ORDER)
+        for name in names:  # report.json's keys are sorted; the released model goes first
+            m = row[name]
             ppl, top3 = m.get("open_vocab_perplexity"), m.get("top3_accuracy")
             shown = f"open-vocabulary perplexity {ppl:6.1f}" if ppl is not None else "perplexity n/a"
             if top3 is not None:
@@ -331,7 +340,13 @@ def _model_lines(model: dict[str, Any], eval_text_label: str) -> list[str]:
         public = (row.get("public-only model") or {}).get("open_vocab_perplexity")
         if released and public:
             ratio = released / public
-            verdict = "released model better" if ratio < 1 else "public-only model better"
+            verdict = (
+                "released model better"
+                if ratio < 1 - TIE
+                else "public-only model better"
+                if ratio > 1 + TIE
+                else f"about even: within {TIE:.0%}"
+            )
             lines.append(f"      released ÷ public-only perplexity {ratio:.2f} ({verdict} here)")
     return lines
 
