@@ -151,6 +151,28 @@ def test_same_seed_same_bytes(tmp_path: Path) -> None:
         assert gzip.decompress(a[key].read_bytes()) != gzip.decompress(c[key].read_bytes())
 
 
+def test_heldout_users_are_further_users_and_leave_the_other_files_unchanged(tmp_path: Path) -> None:
+    kw: dict[str, Any] = {
+        "n_users": 60,
+        "seed": 7,
+        "vocab_size": 300,
+        "public_sentences": 100,
+        "chunk_users": 10,
+    }
+    plain = write_sample(tmp_path / "plain", **kw)
+    held = write_sample(tmp_path / "held", heldout_users=25, **kw)
+    assert set(plain) == {"users", "public"} and set(held) == {"users", "public", "heldout_users"}
+    for key in ("users", "public"):
+        assert held[key].read_bytes() == plain[key].read_bytes()
+    ingested = {json.loads(line)["user_id"] for line in gzip.open(held["users"])}
+    records = [json.loads(line) for line in gzip.open(held["heldout_users"])]
+    assert all(set(r) == {"user_id", "text"} and r["text"] for r in records)
+    assert {r["user_id"] for r in records} == {f"u{i:07d}" for i in range(60, 85)}  # none ingested
+    assert not ingested & {r["user_id"] for r in records}
+    with pytest.raises(ValueError):
+        write_sample(tmp_path / "bad", heldout_users=-1, **kw)
+
+
 def test_sample_ingests_without_quarantine(
     sample: tuple[dict[str, Path], dict[str, Any]], tmp_path: Path
 ) -> None:

@@ -300,7 +300,8 @@ class LmConfig(_Section):
         None,
         title="LM: evaluation text",
         description="Plain-text file the model card's metrics (and lm_route='auto') use; default: the "
-        "public corpus.",
+        "public corpus. Treated as non-private: the metrics on it are published (report, model card), "
+        "so never pass private users' text.",
     )
 
     @field_validator("mix_weight")

@@ -3,7 +3,10 @@
 Idempotent set-up, then one DAG run:
 
 1. the synthetic sample corpus (:func:`dpngram.text.sample.write_sample`, fixed seed) is written to
-   ``<repo>/.dpngram/sample/`` unless it is already there with the same size and seed;
+   ``<repo>/.dpngram/sample/`` unless it is already there with the same size and seed: the users
+   the run ingests, a public corpus and :data:`DEMO_HELDOUT_USERS` held-out users of the same
+   private-domain generator whose text (``heldout_users.txt``, one document a line) the run never
+   ingests and receives as ``lm_eval_text``;
 2. Airflow state lives in ``<repo>/.airflow`` (``AIRFLOW_HOME``, absolute path; SQLite metadata
    DB), DAGs are read from ``<repo>/dags``, examples are off; ``airflow db migrate`` runs once
    per Airflow version and the one-slot pool ``dpngram_warehouse`` is created once (a stamp file
@@ -12,14 +15,19 @@ Idempotent set-up, then one DAG run:
    pointing at the sample, the warehouse at ``<repo>/.dpngram/warehouse.duckdb`` and
    out=``<repo>/demo-output``; its full log goes to ``<repo>/.airflow/demo-logs/``;
 4. the paths of report.json, report.html, the Data Docs index (and the language model, when the
-   run builds one) are printed. The exit code is non-zero if the DAG run failed.
+   run builds one) are printed, then the released model against the public-only model on the
+   held-out users (private domain) and on held-out public sentences (report.json's
+   ``model.comparison``). The exit code is non-zero if the DAG run failed.
 
 The sample corpus is synthetic (no real person's text), so the demo's fixed seed is harmless;
-the DP noise of the run is drawn from the OS CSPRNG as in any run.
+the DP noise of the run is drawn from the OS CSPRNG as in any run. The same holds for the held-out
+users: the pipeline treats ``lm_eval_text`` as non-private and publishes the metrics measured on it
+(report.json, report.html, the model card), which is harmless here because these users are
+synthetic too; with real data, evaluation text must be text that may be published about.
 
 Owns: ``dpngram demo`` / ``make demo``: the demo's sample corpus, Airflow home and configuration.
-Imports: dpngram.text.sample (the run itself goes through the Airflow DAG, in a subprocess);
-rich.
+Imports: dpngram.text.sample, dpngram.lm.build (the comparison's row names; the run itself goes
+through the Airflow DAG, in a subprocess); rich.
 """
 
 from __future__ import annotations
@@ -105,20 +113,84 @@ def _airflow_bin() -> str:
 DEMO_USERS = 10_000
 
 
-def ensure_sample(paths: dict[str, Path], users: int, fresh: bool = False) -> dict[str, Path]:
-    """Write the sample corpus unless the same one (users, seed, generator) is already there."""
+#: Held-out users of the demo: further users of the same private-domain generator, never ingested;
+#: their text is the run's ``lm_eval_text`` (about 100 tokens each, so ~100,000 evaluation tokens).
+DEMO_HELDOUT_USERS = 1_000
+
+
+def ensure_sample(
+    paths: dict[str, Path], users: int, fresh: bool = False, heldout_users: int = DEMO_HELDOUT_USERS
+) -> dict[str, Path]:
+    """Write the sample corpus unless the same one (users, held-out users, seed, generator) is
+    already there. Keys: ``users`` (the run's input), ``public``, ``heldout_users`` (JSON lines of
+    the held-out users, ids disjoint from the input's) and ``heldout_text`` (their documents as
+    plain text, one a line: the run's ``lm_eval_text``).
+
+    The held-out users are synthetic like everything here, so publishing metrics measured on them
+    (the pipeline treats ``lm_eval_text`` as non-private) reveals nothing about anyone."""
     from dpngram.text.sample import GENERATOR_VERSION, write_sample
 
+    if heldout_users < 1:
+        raise ValueError(f"heldout_users must be >= 1 (got {heldout_users})")
     sample = paths["sample"]
     stamp = sample / "SAMPLE.json"
-    files = {"users": sample / "users.jsonl.gz", "public": sample / "public.txt.gz"}
-    wanted = {"users": users, "seed": DEMO_SEED, "generator": GENERATOR_VERSION}
+    files = {
+        "users": sample / "users.jsonl.gz",
+        "public": sample / "public.txt.gz",
+        "heldout_users": sample / "heldout_users.jsonl.gz",
+        "heldout_text": sample / "heldout_users.txt",
+    }
+    wanted = {
+        "users": users,
+        "heldout_users": heldout_users,
+        "seed": DEMO_SEED,
+        "generator": GENERATOR_VERSION,
+    }
     if not fresh and stamp.is_file() and all(p.is_file() for p in files.values()):
         if json.loads(stamp.read_text(encoding="utf-8")) == wanted:
             return files
-    written = write_sample(sample, n_users=users, seed=DEMO_SEED)
+    stamp.unlink(missing_ok=True)  # a crash below must not leave a stamp for mismatched files
+    written = write_sample(sample, n_users=users, seed=DEMO_SEED, heldout_users=heldout_users)
+    _write_documents_as_lines(Path(written["heldout_users"]), files["heldout_text"])
     stamp.write_text(json.dumps(wanted) + "\n", encoding="utf-8")
-    return {"users": Path(written["users"]), "public": Path(written["public"])}
+    return files
+
+
+def _write_documents_as_lines(users_jsonl: Path, target: Path) -> None:
+    """The documents of a ``{"user_id", "text"}`` JSON-lines file as plain text, one a line (the
+    format of ``lm_eval_text``; the pipeline tokenizes each line like private text)."""
+    import gzip
+
+    tmp = target.with_name(f".{target.name}.partial")
+    with gzip.open(users_jsonl, "rt", encoding="utf-8") as src, tmp.open("w", encoding="utf-8") as dst:
+        for line in src:
+            dst.write(" ".join(json.loads(line)["text"].split()) + "\n")
+    os.replace(tmp, target)
+
+
+def demo_conf(
+    paths: dict[str, Path], sample: dict[str, Path], max_n: int | None = None, epsilon: float | None = None
+) -> dict[str, Any]:
+    """The DAG run's configuration (``airflow dags test -c``)."""
+    conf: dict[str, Any] = {
+        "dataset": "demo",
+        "input": str(sample["users"]),
+        "public": str(sample["public"]),
+        # Held-out users of the private domain (never ingested, synthetic): the released model and
+        # the public-only model are also compared on them (report.json model.comparison).
+        "lm_eval_text": str(sample["heldout_text"]),
+        "out": str(paths["out"]),
+        "warehouse": str(paths["warehouse"]),
+        # Every stage: DPNE k-grams, the noisy n-gram counts the language model mixes with the
+        # public corpus, the Bayesian trigram distribution (the sample's public corpus as prior) and
+        # Chen et al. synthetic sequences.
+        "stage_budget": {"dpne": 0.4, "lm_counts": 0.3, "bayes": 0.15, "synth": 0.15},
+    }
+    if max_n is not None:
+        conf["max_n"] = max_n
+    if epsilon is not None:
+        conf["epsilon"] = epsilon
+    return conf
 
 
 def _airflow_version() -> str:
@@ -205,21 +277,7 @@ def run_demo(
     console.print(f"[bold]2/3[/bold] Airflow home {paths['airflow_home']} (metadata DB, pool {POOL})")
     ensure_airflow(paths, env, log)
 
-    conf: dict[str, Any] = {
-        "dataset": "demo",
-        "input": str(sample["users"]),
-        "public": str(sample["public"]),
-        "out": str(paths["out"]),
-        "warehouse": str(paths["warehouse"]),
-        # Every stage: DPNE k-grams, the noisy n-gram counts the language model mixes with the
-        # public corpus, the Bayesian trigram distribution (the sample's public corpus as prior) and
-        # Chen et al. synthetic sequences.
-        "stage_budget": {"dpne": 0.4, "lm_counts": 0.3, "bayes": 0.15, "synth": 0.15},
-    }
-    if max_n is not None:
-        conf["max_n"] = max_n
-    if epsilon is not None:
-        conf["epsilon"] = epsilon
+    conf = demo_conf(paths, sample, max_n, epsilon)
     before = _latest(paths["out"])
     console.print(f"[bold]3/3[/bold] airflow dags test {DAG_ID} (full log: {log})")
     code = _dags_test([_airflow_bin(), "dags", "test", DAG_ID, "-c", json.dumps(conf)], env, log, console)
@@ -229,11 +287,73 @@ def run_demo(
             f"[red]The DAG run failed[/red] (exit code {code}); nothing new was published. See the log: {log}"
         )
         return code or 1
-    _print_outputs(console, after)
+    _print_outputs(console, after, HELDOUT_USERS_LABEL)
     return 0
 
 
-def _print_outputs(console: Any, release: Path) -> None:
+#: How the demo names the evaluation texts of report.json's ``model.comparison`` (rows named by
+#: dpngram.lm.build.compare_with_public): its held-out users (the run's lm_eval_text) and the
+#: held-out public sentences.
+HELDOUT_USERS_LABEL = "on held-out users (private domain)"
+PUBLIC_TEXT_LABEL = "on public text (held-out sentences)"
+
+#: The comparison's models, in the order the demo shows them.
+MODEL_ORDER = ("released model", "public-only model")
+
+#: Perplexity ratios within this of 1 are shown as "about even": the released model's perplexity
+#: moves by a few percent between runs on the same input (fresh DP noise, a noisy choice of λ).
+TIE = 0.02
+
+
+def _comparison_label(key: str, eval_text_label: str) -> tuple[int, str]:
+    """(display order, label) of a ``model.comparison`` row: the operator's evaluation text first."""
+    from dpngram.lm.build import EVAL_TEXT_ROW, HELDOUT_PUBLIC_ROW
+
+    if key == EVAL_TEXT_ROW:
+        return 0, eval_text_label
+    if key.startswith(HELDOUT_PUBLIC_ROW):
+        return 1, PUBLIC_TEXT_LABEL
+    return 2, "on " + key.split(" (")[0]
+
+
+def _model_lines(model: dict[str, Any], eval_text_label: str) -> list[str]:
+    """The released model against the public-only model on each evaluation text of the run."""
+    comparison = model.get("comparison") or {}
+    if not comparison:
+        return []
+    lines = [
+        "  language model  released (DP) vs public-only model; "
+        "perplexity: lower is better, top-3: higher is better"
+    ]
+    labelled = [(*_comparison_label(key, eval_text_label), row) for key, row in comparison.items()]
+    for _, label, row in sorted(labelled, key=lambda item: item[0]):
+        lines.append(f"    {label}:")
+        names = [n for n in MODEL_ORDER if n in row] + sorted(n for n in row if n not in MODEL_ORDER)
+        for name in names:  # report.json's keys are sorted; the released model goes first
+            m = row[name]
+            ppl, top3 = m.get("open_vocab_perplexity"), m.get("top3_accuracy")
+            shown = f"open-vocabulary perplexity {ppl:6.1f}" if ppl is not None else "perplexity n/a"
+            if top3 is not None:
+                shown += f", top-3 next word {top3:.1%}"
+            lines.append(f"      {name:<18} {shown}")
+        released = (row.get("released model") or {}).get("open_vocab_perplexity")
+        public = (row.get("public-only model") or {}).get("open_vocab_perplexity")
+        if released and public:
+            ratio = released / public
+            verdict = (
+                "released model better"
+                if ratio < 1 - TIE
+                else "public-only model better"
+                if ratio > 1 + TIE
+                else f"about even: within {TIE:.0%}"
+            )
+            lines.append(f"      released ÷ public-only perplexity {ratio:.2f} ({verdict} here)")
+    return lines
+
+
+def _print_outputs(console: Any, release: Path, eval_text_label: str = "on lm_eval_text") -> None:
+    """The published release: its files, what it released and spent, and the model comparison
+    (``eval_text_label`` names the run's ``lm_eval_text``)."""
     console.print(f"[green]Published[/green] {release}")
     rows = [
         ("report.json", release / "report.json"),
@@ -253,11 +373,5 @@ def _print_outputs(console: Any, release: Path) -> None:
         f"  privacy      ε = {report['privacy']['total']['epsilon']:.4g} (composed), "
         f"δ = {report['privacy']['delta']:g}"
     )
-    model = report.get("model") or {}
-    for label, row in (model.get("comparison") or {}).items():  # labels name the evaluation text
-        for name, m in row.items():
-            ppl, top3 = m.get("open_vocab_perplexity"), m.get("top3_accuracy")
-            shown = f"open-vocabulary perplexity {ppl:.1f}" if ppl is not None else "perplexity n/a"
-            if top3 is not None:
-                shown += f", top-3 next word {top3:.1%}"
-            console.print(f"  {name:<18} {shown}  ({label.split(' (')[0]})")
+    for line in _model_lines(report.get("model") or {}, eval_text_label):
+        console.print(line)

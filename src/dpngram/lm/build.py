@@ -446,6 +446,13 @@ COMPARED_METRICS = (
 )
 
 
+#: Row names of :func:`compare_with_public` (report.json ``model.comparison``): the held-out public
+#: sentences' row starts with the first (details follow in brackets); the second is the operator's
+#: evaluation text. ``dpngram demo`` labels its output by them.
+HELDOUT_PUBLIC_ROW = "held-out public sentences"
+EVAL_TEXT_ROW = "lm_eval_text (operator-supplied, non-private evaluation data)"
+
+
 def compare_with_public(
     part: dict[str, Any], inputs: ReleasedInputs, binary: Path, public_model: Any, config: RunConfig
 ) -> dict[str, Any]:
@@ -480,7 +487,7 @@ def compare_with_public(
                 compile_binary(path, path.with_suffix(".binary"))
                 m = evaluate_file(path.with_suffix(".binary"), tmp / "heldout.txt", config.lowercase)
                 row[name] = {k: m.get(k) for k in COMPARED_METRICS}
-            out[f"held-out public sentences (1 in {HELDOUT_EVERY}; stand-ins trained without them)"] = row
+            out[f"{HELDOUT_PUBLIC_ROW} (1 in {HELDOUT_EVERY}; stand-ins trained without them)"] = row
         if config.lm.eval_text:
             write_arpa(public_model, tmp / "public.arpa")
             compile_binary(tmp / "public.arpa", tmp / "public.binary")
@@ -488,5 +495,5 @@ def compare_with_public(
             for name, path in (("released model", binary), ("public-only model", tmp / "public.binary")):
                 m = evaluate_file(path, config.lm.eval_text, config.lowercase)
                 row[name] = {k: m.get(k) for k in COMPARED_METRICS}
-            out["lm_eval_text (operator-supplied, non-private evaluation data)"] = row
+            out[EVAL_TEXT_ROW] = row
     return out

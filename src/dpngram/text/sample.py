@@ -375,6 +375,7 @@ def write_sample(
     vocab_size: int = 10_000,
     public_sentences: int = 20000,
     *,
+    heldout_users: int = 0,
     spec: SampleSpec | None = None,
     chunk_users: int = 20_000,
     compresslevel: int = 4,
@@ -382,10 +383,18 @@ def write_sample(
     """Write ``users.jsonl.gz`` (``{"user_id", "text"}`` per document) and ``public.txt.gz`` (one
     sentence per line) into ``out_dir``; returns their paths under keys ``users`` and ``public``.
 
+    ``heldout_users`` > 0 also writes ``heldout_users.jsonl.gz`` (key ``heldout_users``): that many
+    further users of the same private-domain generator, in the same format, with user ids after
+    those of ``users.jsonl.gz`` (so no user is in both): evaluation text for the private domain that
+    the pipeline never ingests. They are drawn after the other two files, which therefore stay the
+    same bytes whatever ``heldout_users`` is.
+
     The same ``seed`` gives byte-identical files; ``seed=None`` draws a fresh one.
     """
     if n_users < 1:
         raise ValueError(f"n_users must be >= 1 (got {n_users})")
+    if heldout_users < 0:
+        raise ValueError(f"heldout_users must be >= 0 (got {heldout_users})")
     if vocab_size < 50:
         raise ValueError(f"vocab_size must be >= 50 (got {vocab_size})")
     if public_sentences < 0:
@@ -421,7 +430,17 @@ def write_sample(
             _capitalise(buf, starts[np.concatenate([[0], np.cumsum(lengths)[:-1]])])
             gz.write(buf.tobytes())
     os.replace(tmp, public_path)
-    return {"users": users_path, "public": public_path}
+    written = {"users": users_path, "public": public_path}
+    if heldout_users:
+        heldout_path = out / "heldout_users.jsonl.gz"
+        tmp, gz = _atomic_gzip(heldout_path, compresslevel)
+        with gz:
+            for first in range(0, heldout_users, chunk_users):
+                count = min(chunk_users, heldout_users - first)
+                gz.write(_user_chunk(rng, private, renderer, n_users + first, count, mu, spec.users_sigma))
+        os.replace(tmp, heldout_path)
+        written["heldout_users"] = heldout_path
+    return written
 
 
 def _user_chunk(
