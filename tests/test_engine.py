@@ -131,7 +131,10 @@ def test_every_spark_stage_sql_transpiles() -> None:
     DuckDB."""
     sql_dir = resources.files(SQL_PACKAGE)
     names = sorted(  # fragments (_name.sql) are not statements; they are inlined where included
-        f"{d}/{p.name[:-4]}" for d in ("dpne", "dpsu") for p in sql_dir.joinpath(d).iterdir() if p.name[0] != "_"
+        f"{d}/{p.name[:-4]}"
+        for d in ("dpne", "dpsu")
+        for p in sql_dir.joinpath(d).iterdir()
+        if p.name[0] != "_"
     )
     names += ["ingest/counts", "ingest/quarantine_reasons", "ingest/stats_read", "ingest/stats_write",
               "ingest/tokens_view"]  # fmt: skip
@@ -179,7 +182,9 @@ def test_sql_include_of_a_missing_fragment_fails(monkeypatch) -> None:
 
     real = sql_module._package_file
     monkeypatch.setattr(
-        sql_module, "_package_file", lambda n: "WITH\n-- include: dpsu/_missing\nSELECT 1" if n == "x/y" else real(n)
+        sql_module,
+        "_package_file",
+        lambda n: "WITH\n-- include: dpsu/_missing\nSELECT 1" if n == "x/y" else real(n),
     )
     sql_module._sql_text.cache_clear()
     try:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from dpngram.core.noise import NoiseSource
     from dpngram.release.context import RunContext
 
+
 class TaskRefused(SystemExit):
     """A task ends because the run is refused (invalid parameters, a budget the ledger will not
     grant): retrying cannot help. The DAG logs the one-line reason, then raises this. It is a
