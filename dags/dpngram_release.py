@@ -16,8 +16,9 @@ k = 2..T one after another in one process, then merges them. Each level keeps it
 
 * ``privacy_precheck`` consults the privacy ledger *before any data is read*: a run that would
   take the dataset past ``lifetime_epsilon``/``lifetime_delta`` fails here with the ledger's
-  one-line reason (no traceback, no retry: see "Refusals" below). It also fixes ``run_id`` = the Airflow run id
-  made safe for paths (:func:`dpngram.release.context.run_id_from`) and stages the run's parameters.
+  one-line reason (no traceback, no retry: see "Refusals" below). It also fixes ``run_id`` = the
+  Airflow run id made safe for paths (:func:`dpngram.release.context.run_id_from`) and stages the
+  run's parameters.
 * The tasks are :data:`dpngram.orchestration.plan.TASKS`. A task that does not apply to the run (a
   stage without a budget share, ``bayes`` without a public corpus, ``lm`` without a source, T = 1)
   skips itself (AirflowSkipException) with the plan's reason, decided before any pipeline module is
