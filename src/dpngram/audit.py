@@ -23,15 +23,25 @@ thousand runs cannot resolve small probabilities.
 Audited mechanisms (each with the real code path and the real calibration; only the data is made
 up, and small):
 
-* ``dpsu``: DPNE level 1 (the vocabulary, DPSU weighted Gaussian): the DPSU histogram SQL on a
-  sentences table, :func:`~dpngram.mechanisms.dpsu.threshold_histogram` with σ₁ and ρ₁ from
-  :func:`~dpngram.mechanisms.dpsu.vocabulary_parameters`. The canary holds one word that ``m``
-  other users hold too, ``m`` placed just below ρ₁ so the release decision is uncertain in both
-  datasets. Score: the word is released.
-* ``dpne_level``: a DPNE level k ≥ 2: the same thresholding with the level's σ_k
-  (:func:`~dpngram.mechanisms.dpne.level_sigmas`) and ρ_k
-  (:func:`~dpngram.mechanisms.dpne.level_threshold`) over a bigram histogram (the candidate
-  domain S₁×S₁ is fixed by the earlier release, so it is public here).
+* ``dpsu``: DPNE level 1 (the vocabulary) with the run defaults read from
+  :class:`~dpngram.config.DpneConfig` (policy Gaussian, cap α = 10, threshold share 0.1 of δ,
+  T = 5, c = 1.2, Δ0 = 100): σ₁, ρ₁ and the cap Γ from
+  :func:`~dpngram.mechanisms.dpsu.vocabulary_parameters`. Every run draws fresh secret salts
+  (subset and visiting order) and rebuilds the histogram with
+  :func:`~dpngram.mechanisms.dpsu.secret_histogram` (the SQL and the sequential update
+  :func:`~dpngram.mechanisms.dpsu.policy_histogram_from_stream`), then thresholds it with
+  :func:`~dpngram.mechanisms.dpsu.threshold_histogram`, as ``dpsu_release`` does. The canary holds
+  the audited word, which ``m`` other users put near ρ₁ (``m`` chosen before any run by the
+  expected bound, :func:`_best_holders`), plus two words that many other users fill to the cap, so
+  in most visiting orders the policy puts the canary's whole unit of l2 weight on the audited word.
+  Score: the word is released.
+* ``dpsu_weighted``: the same with ``dpsu_policy=weighted``; the canary holds the audited word only.
+* ``dpne_level``: a DPNE level k ≥ 2 with the defaults: σ_k
+  (:func:`~dpngram.mechanisms.dpne.level_sigmas`), ρ_k
+  (:func:`~dpngram.mechanisms.dpne.level_threshold`, η = 0.01, |S_{k-1}| = 40, |V_k| = 400: the
+  candidate domain is fixed by earlier releases, so it is public here) and the policy Gaussian's
+  cap ρ_k + α σ_k, through the same histogram and thresholding functions over k-grams written as
+  single tokens. The canary holds the k-gram only.
 * ``bayes``: the Bayesian trigram stage: μ from :func:`~dpngram.mechanisms.bayes.posterior_mean`,
   σ from :func:`~dpngram.mechanisms.bayes.calibrate` at the data-independent sensitivity bound,
   noisy logits from :func:`~dpngram.mechanisms.bayes.release_logits`. Score: the projection of the
@@ -39,8 +49,12 @@ up, and small):
 * ``synth``: the Chen et al. exploration tree (:func:`~dpngram.mechanisms.synth.build_tree`, pure
   ε-DP, δ = 0). The canary's record repeats one item ℓ_max times. Score: that item's noisy
   unigram count (−∞ when it did not pass the threshold).
+* ``lm_counts``: the noisy LM counts, :func:`~dpngram.mechanisms.lm_counts.noisy_release`
+  (snapped vector + rounded Gaussian, σ for l2 sensitivity C = ``lm_count_clip``) on the sum of
+  per-user count vectors scaled to norm ≤ C; the canary's vector is scaled to exactly C. Score:
+  the projection of the noisy vector on the canary's vector.
 
-Owns: :func:`epsilon_lower_bound`, :data:`AUDITS`, :func:`run_audit`.
+Owns: :func:`epsilon_lower_bound`, :func:`expected_threshold_bound`, :data:`AUDITS`, :func:`run_audit`.
 Imports: dpngram.mechanisms, dpngram.engines, dpngram.config, dpngram.core; numpy, scipy.
 """
 
@@ -514,9 +528,9 @@ def audit_lm_counts(
 
 #: name -> (audit function, runs per dataset for the full audit (bench), for the fast one (tests))
 AUDITS: dict[str, tuple[Callable[..., Scores], int, int]] = {
-    "dpsu": (audit_dpsu, 6000, 400),
-    "dpsu_weighted": (audit_dpsu_weighted, 6000, 400),
-    "dpne_level": (audit_dpne_level, 6000, 400),
+    "dpsu": (audit_dpsu, 6000, 200),
+    "dpsu_weighted": (audit_dpsu_weighted, 6000, 200),
+    "dpne_level": (audit_dpne_level, 6000, 200),
     "bayes": (audit_bayes, 20000, 2000),
     "synth": (audit_synth, 20000, 2000),
     "lm_counts": (audit_lm_counts, 20000, 2000),
