@@ -528,9 +528,9 @@ def audit_lm_counts(
 
 #: name -> (audit function, runs per dataset for the full audit (bench), for the fast one (tests))
 AUDITS: dict[str, tuple[Callable[..., Scores], int, int]] = {
-    "dpsu": (audit_dpsu, 6000, 200),
-    "dpsu_weighted": (audit_dpsu_weighted, 6000, 200),
-    "dpne_level": (audit_dpne_level, 6000, 200),
+    "dpsu": (audit_dpsu, 6000, 100),
+    "dpsu_weighted": (audit_dpsu_weighted, 6000, 100),
+    "dpne_level": (audit_dpne_level, 6000, 100),
     "bayes": (audit_bayes, 20000, 2000),
     "synth": (audit_synth, 20000, 2000),
     "lm_counts": (audit_lm_counts, 20000, 2000),
