@@ -23,15 +23,25 @@ thousand runs cannot resolve small probabilities.
 Audited mechanisms (each with the real code path and the real calibration; only the data is made
 up, and small):
 
-* ``dpsu``: DPNE level 1 (the vocabulary, DPSU weighted Gaussian): the DPSU histogram SQL on a
-  sentences table, :func:`~dpngram.mechanisms.dpsu.threshold_histogram` with σ₁ and ρ₁ from
-  :func:`~dpngram.mechanisms.dpsu.vocabulary_parameters`. The canary holds one word that ``m``
-  other users hold too, ``m`` placed just below ρ₁ so the release decision is uncertain in both
-  datasets. Score: the word is released.
-* ``dpne_level``: a DPNE level k ≥ 2: the same thresholding with the level's σ_k
-  (:func:`~dpngram.mechanisms.dpne.level_sigmas`) and ρ_k
-  (:func:`~dpngram.mechanisms.dpne.level_threshold`) over a bigram histogram (the candidate
-  domain S₁×S₁ is fixed by the earlier release, so it is public here).
+* ``dpsu``: DPNE level 1 (the vocabulary) with the run defaults read from
+  :class:`~dpngram.config.DpneConfig` (policy Gaussian, cap α = 10, threshold share 0.1 of δ,
+  T = 5, c = 1.2, Δ0 = 100): σ₁, ρ₁ and the cap Γ from
+  :func:`~dpngram.mechanisms.dpsu.vocabulary_parameters`. Every run draws fresh secret salts
+  (subset and visiting order) and rebuilds the histogram with
+  :func:`~dpngram.mechanisms.dpsu.secret_histogram` (the SQL and the sequential update
+  :func:`~dpngram.mechanisms.dpsu.policy_histogram_from_stream`), then thresholds it with
+  :func:`~dpngram.mechanisms.dpsu.threshold_histogram`, as ``dpsu_release`` does. The canary holds
+  the audited word, which ``m`` other users put near ρ₁ (``m`` chosen before any run by the
+  expected bound, :func:`_best_holders`), plus two words that many other users fill to the cap, so
+  in most visiting orders the policy puts the canary's whole unit of l2 weight on the audited word.
+  Score: the word is released.
+* ``dpsu_weighted``: the same with ``dpsu_policy=weighted``; the canary holds the audited word only.
+* ``dpne_level``: a DPNE level k ≥ 2 with the defaults: σ_k
+  (:func:`~dpngram.mechanisms.dpne.level_sigmas`), ρ_k
+  (:func:`~dpngram.mechanisms.dpne.level_threshold`, η = 0.01, |S_{k-1}| = 40, |V_k| = 400: the
+  candidate domain is fixed by earlier releases, so it is public here) and the policy Gaussian's
+  cap ρ_k + α σ_k, through the same histogram and thresholding functions over k-grams written as
+  single tokens. The canary holds the k-gram only.
 * ``bayes``: the Bayesian trigram stage: μ from :func:`~dpngram.mechanisms.bayes.posterior_mean`,
   σ from :func:`~dpngram.mechanisms.bayes.calibrate` at the data-independent sensitivity bound,
   noisy logits from :func:`~dpngram.mechanisms.bayes.release_logits`. Score: the projection of the
@@ -39,8 +49,12 @@ up, and small):
 * ``synth``: the Chen et al. exploration tree (:func:`~dpngram.mechanisms.synth.build_tree`, pure
   ε-DP, δ = 0). The canary's record repeats one item ℓ_max times. Score: that item's noisy
   unigram count (−∞ when it did not pass the threshold).
+* ``lm_counts``: the noisy LM counts, :func:`~dpngram.mechanisms.lm_counts.noisy_release`
+  (snapped vector + rounded Gaussian, σ for l2 sensitivity C = ``lm_count_clip``) on the sum of
+  per-user count vectors scaled to norm ≤ C; the canary's vector is scaled to exactly C. Score:
+  the projection of the noisy vector on the canary's vector.
 
-Owns: :func:`epsilon_lower_bound`, :data:`AUDITS`, :func:`run_audit`.
+Owns: :func:`epsilon_lower_bound`, :func:`expected_threshold_bound`, :data:`AUDITS`, :func:`run_audit`.
 Imports: dpngram.mechanisms, dpngram.engines, dpngram.config, dpngram.core; numpy, scipy.
 """
 
@@ -155,24 +169,39 @@ def epsilon_lower_bound(
 Scores = tuple[np.ndarray, np.ndarray, float, float, dict[str, Any]]
 
 
-def _threshold_release(
+def dpne_defaults() -> Any:
+    """The run defaults the DPSU / DPNE audits use (policy, cap α, threshold share of δ, σ
+    schedule c, T, Δ0, η), read from the configuration so the audit follows them."""
+    from dpngram.config import DpneConfig
+
+    return DpneConfig()
+
+
+def _dpsu_releases(
     rows_without: list[tuple[str, list[str]]],
-    canary: tuple[str, list[str]],
-    word: str,
+    canary_rows: list[tuple[str, list[str]]],
+    audited: str,
+    *,
     sigma: float,
     rho: float,
+    cap: float | None,
     max_contribution: int,
     runs: int,
     noise: NoiseSource,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Release decisions of ``word`` over ``runs`` runs of the DPSU thresholding on D and D'."""
+    """Release decisions of item ``audited`` over ``runs`` complete DPSU releases on D (the
+    ``rows_without`` sentences) and D' (plus the canary's sentences): every run draws fresh secret
+    salts and rebuilds the histogram with :func:`~dpngram.mechanisms.dpsu.secret_histogram` (the
+    weighted policy when ``cap`` is None, else the policy Gaussian: a fresh visiting order each run),
+    then thresholds it with :func:`~dpngram.mechanisms.dpsu.threshold_histogram`, as
+    ``dpsu_release`` and the DPNE levels do."""
     from dpngram.engines.duckdb import Warehouse
     from dpngram.engines.sql import load_sql
     from dpngram.mechanisms import dpsu
 
     schema = "run_privacy_audit"
     scores = []
-    for rows in (rows_without, [*rows_without, canary]):
+    for rows in (rows_without, [*rows_without, *canary_rows]):
         with Warehouse(":memory:", memory_limit="512MB", threads=1) as wh:
             wh.con.execute(f"CREATE SCHEMA {schema}")
             wh.con.execute(
@@ -183,23 +212,63 @@ def _threshold_release(
                 f"INSERT INTO {schema}.sentences VALUES (?, 1, ?, ?)",
                 [(u, i, t) for i, (u, t) in enumerate(rows)],
             )
-            wh.con.execute(load_sql("dpsu/vocabulary_source", schema=schema, target="src"))
-            dpsu.dpsu_histogram(
-                wh, schema, "src", "hist", max_contribution=max_contribution, salt=noise.salt()
-            )
+            wh.con.execute(load_sql("dpsu/vocabulary_source", schema=schema, target="src_view"))
+            # the (user, item) relation materialised once: a view re-reads the sentences each run
+            wh.con.execute(f"CREATE TABLE {schema}.src AS SELECT * FROM {schema}.src_view")
             scan = load_sql("dpsu/histogram_scan", schema=schema, histogram="hist")
             hits = np.empty(runs)
             for i in range(runs):
+                dpsu.secret_histogram(
+                    wh, schema, "src", "hist", max_contribution=max_contribution, cap=cap, noise=noise
+                )
                 released = dpsu.threshold_histogram(wh, scan, sigma=sigma, threshold=rho, noise=noise)
-                hits[i] = word in set(released.column("item").to_pylist())
+                hits[i] = audited in set(released.column("item").to_pylist())
+                wh.drop(schema, "hist")
             scores.append(hits)
     return scores[0], scores[1]
 
 
-def _near_threshold_holders(rho: float, sigma: float) -> int:
-    """Other users holding the canary's word: the weight m with P[m + Z > ρ] about 1/4, so both
-    datasets' release probabilities are measurable and differ by the canary's weight 1."""
-    return max(0, round(rho - 0.67 * sigma - 0.5))
+def expected_threshold_bound(
+    base: float, shift: float, sigma: float, rho: float, runs: int, delta: float, alpha: float = ALPHA
+) -> float:
+    """The ε lower bound a release-decision audit reaches when the audited item's weight is ``base``
+    without the canary and ``base + shift`` with it, at the expected counts of the held-out half
+    (``runs // 2`` per dataset; the test "released means in" and its complement)."""
+    held_out = runs - runs // 2
+    p_out = float(stats.norm.sf((rho - base) / sigma))
+    p_in = float(stats.norm.sf((rho - base - shift) / sigma))
+    fp = round(p_out * held_out)
+    fn = round((1.0 - p_in) * held_out)
+    return _bound(fp, fn, held_out, held_out, delta, alpha)[0]
+
+
+def _best_holders(rho: float, sigma: float, runs: int, delta: float) -> int:
+    """Other holders m of the audited item (each adds exactly 1 under either policy: they hold
+    nothing else and m + 1 stays below the cap), chosen before any run to maximise
+    :func:`expected_threshold_bound` for a canary shift of 1. Depends on public parameters only."""
+    top = max(1, math.ceil(rho + 6 * sigma))
+
+    def merit(m: int) -> tuple[float, float]:
+        # ties (all 0 at few runs): a release probability near 1/4 without the canary
+        p_out = float(stats.norm.sf((rho - m) / sigma))
+        return expected_threshold_bound(m, 1.0, sigma, rho, runs, delta), -abs(p_out - 0.25)
+
+    return max(range(top), key=merit)
+
+
+def _dpsu_dataset(
+    holders: int, canary_items: list[str], common_holders: int, repeats: int
+) -> tuple[list[tuple[str, list[str]]], list[tuple[str, list[str]]]]:
+    """D: ``holders`` users holding only ``word``, ``common_holders`` users holding every item of
+    ``canary_items`` but ``word`` (so the policy Gaussian fills them to the cap long before most
+    positions in the visiting order), and 3 users with items of their own. The canary writes its
+    items in ``repeats`` sentences (the histogram must count distinct items per user)."""
+    commons = [item for item in canary_items if item != "word"]
+    rows = [(f"u{i}", ["word"]) for i in range(holders)]
+    rows += [(f"c{i}", list(commons)) for i in range(common_holders if commons else 0)]
+    rows += [(f"o{i}", ["other", f"pad{i}"]) for i in range(3)]
+    canary = [("canary", list(canary_items)) for _ in range(repeats)]
+    return rows, canary
 
 
 def audit_dpsu(
@@ -208,64 +277,141 @@ def audit_dpsu(
     *,
     epsilon: float = 4.0,
     delta: float = 1e-5,
-    max_n: int = 1,
+    policy: str | None = None,
+    commons: int | None = None,
     miscalibrate: float = 1.0,
 ) -> Scores:
-    """DPNE level 1 (DPSU). ``miscalibrate`` < 1 shrinks σ without changing the claim (only to
-    show the audit catches a broken calibration)."""
+    """DPNE level 1 (the DPSU vocabulary) with the run defaults (:func:`dpne_defaults`: the policy
+    Gaussian, cap α = 10, threshold share 0.1 of δ, T = 5, c = 1.2, Δ0 = 100) at a dpne share
+    (``epsilon``, ``delta``). ``policy='weighted'`` audits the other policy. ``miscalibrate`` < 1
+    shrinks the noise σ without changing the claim, ρ or the cap (only to show the audit catches a
+    broken calibration).
+
+    Canary (policy Gaussian): the audited word, which m other users put near ρ₁ (m chosen by
+    :func:`_best_holders`), plus ``commons`` = 2 words that 15·⌈Γ⌉ other users fill up to the cap Γ
+    (about √2·Γ of them fill it): when the canary comes after those (most orders), its whole unit of
+    l2 weight goes to the audited word, a shift of 1, the most a user can move one item (with the
+    weighted policy it would be 1/sqrt(3)). The
+    weighted policy's canary holds the audited word only (shift 1)."""
     from dpngram.mechanisms.dpsu import vocabulary_parameters
 
-    max_contribution = 4
-    params = vocabulary_parameters(Budget(epsilon, delta), max_n, 1.0, max_contribution)
+    cfg = dpne_defaults()
+    policy = policy or cfg.policy
+    params = vocabulary_parameters(
+        Budget(epsilon, delta),
+        cfg.max_n,
+        cfg.sigma_decay,
+        cfg.max_contribution,
+        threshold_delta=cfg.threshold_delta,
+        policy=policy,  # type: ignore[arg-type]
+        policy_cap=cfg.policy_cap,
+    )
     claimed = Accountant(params.events("dpne.k1")).total_epsilon(delta)
     sigma = params.sigma * miscalibrate
-    holders = _near_threshold_holders(params.threshold, sigma)
-    rows = [(f"u{i}", ["word"]) for i in range(holders)] + [(f"o{i}", ["other", f"pad{i}"]) for i in range(3)]
-    out, inn = _threshold_release(
-        rows, ("canary", ["word"]), "word", sigma, params.threshold, max_contribution, runs, noise
+    holders = _best_holders(params.threshold, sigma, runs, delta)
+    if commons is None:
+        commons = 2 if params.cap is not None else 0
+    common_holders = 15 * math.ceil(params.cap or 0.0)
+    items = ["word", *(f"common{j}" for j in range(commons))]
+    rows, canary = _dpsu_dataset(holders, items, common_holders, repeats=3)
+    out, inn = _dpsu_releases(
+        rows,
+        canary,
+        "word",
+        sigma=sigma,
+        rho=params.threshold,
+        cap=params.cap,
+        max_contribution=params.max_contribution,
+        runs=runs,
+        noise=noise,
     )
     setting = {
-        "epsilon_run": epsilon,
-        "T": max_n,
+        "dpne_share": [epsilon, delta],
+        "policy": policy,
+        "policy_cap_alpha": cfg.policy_cap if params.cap is not None else None,
+        "threshold_delta_share": cfg.threshold_delta,
+        "T": cfg.max_n,
+        "sigma_decay": cfg.sigma_decay,
+        "max_contribution": params.max_contribution,
         "sigma_1": sigma,
         "rho_1": params.threshold,
+        "cap": params.cap,
         "other_holders": holders,
-        "canary": "one user holding the audited word (weight 1)",
+        "expected_bound_at_design": expected_threshold_bound(
+            holders, 1.0, sigma, params.threshold, runs, delta
+        ),
+        "canary": f"one user holding the audited word and {commons} words "
+        + (f"that {common_holders} other users fill to the cap " if commons else "")
+        + "(in 3 sentences)",
+        "claim": "epsilon at delta of the level's events: Gaussian sigma_1 + (0, delta_0) threshold",
     }
     if miscalibrate != 1.0:
         setting["miscalibrated_sigma_factor"] = miscalibrate
     return out, inn, claimed, delta, setting
 
 
+def audit_dpsu_weighted(runs: int, noise: NoiseSource, **kwargs: Any) -> Scores:
+    """:func:`audit_dpsu` with the weighted policy (``dpsu_policy=weighted``)."""
+    return audit_dpsu(runs, noise, policy="weighted", **kwargs)
+
+
 def audit_dpne_level(
-    runs: int, noise: NoiseSource, *, epsilon: float = 4.0, delta: float = 1e-5, max_n: int = 2, k: int = 2
+    runs: int, noise: NoiseSource, *, epsilon: float = 4.0, delta: float = 1e-5, k: int = 2
 ) -> Scores:
-    """DPNE level k (k >= 2): σ_k and ρ_k of a run with T = ``max_n``."""
+    """DPNE level k (k >= 2) with the run defaults: σ_k from
+    :func:`~dpngram.mechanisms.dpne.level_sigmas` (T = 5, c = 1.2, threshold share 0.1), ρ_k from
+    :func:`~dpngram.mechanisms.dpne.level_threshold` (η = 0.01, |S_{k-1}| = 40, |V_k| = 400: the
+    candidate domain is fixed by earlier releases, so it is public here) and the policy Gaussian
+    filling to Γ_k = ρ_k + α σ_k, the cap ``release_level`` uses. The canary holds the audited
+    k-gram only (shift 1), written in 3 sentences."""
     from dpngram.core.accounting import PrivacyEvent
     from dpngram.mechanisms.dpne import level_sigmas, level_threshold
+    from dpngram.mechanisms.dpsu import policy_fill_level
 
-    max_contribution = 4
-    sigmas = level_sigmas(Budget(epsilon, delta), max_n, 1.0)
-    sigma = sigmas[k - 1]
-    # |S_{k-1}| = 40 released (k-1)-grams, |V_k| = 400 valid candidates, eta = 0.01 (defaults' scale)
-    rho = level_threshold(sigma, 0.01, 40, 400)
+    cfg = dpne_defaults()
+    sigma = level_sigmas(
+        Budget(epsilon, delta), cfg.max_n, cfg.sigma_decay, threshold_delta=cfg.threshold_delta
+    )[k]
+    rho = level_threshold(sigma, cfg.eta, 40, 400)
     assert rho is not None
-    # a level's own events: its Gaussian; the claim is its ε at the run's δ/2 (Thm. 2.1 split)
-    claimed = Accountant([PrivacyEvent(f"dpne.k{k}", "gaussian", sigma=sigma)]).total_epsilon(delta / 2)
-    holders = _near_threshold_holders(rho, sigma)
-    # bigrams as items: the histogram SQL counts tokens, so each bigram is one token "a_b"
+    cap = policy_fill_level(cfg.policy, rho, sigma, cfg.policy_cap)
+    # a level's own event is its Gaussian (no threshold δ, Thm. 2.1); the claim is its ε at the
+    # Gaussians' share of δ
+    gaussian_delta = (1.0 - cfg.threshold_delta) * delta
+    claimed = Accountant([PrivacyEvent(f"dpne.k{k}", "gaussian", sigma=sigma)]).total_epsilon(gaussian_delta)
+    holders = _best_holders(rho, sigma, runs, gaussian_delta)
+    # k-grams as items: the histogram SQL counts tokens, so each k-gram is one token "a_b"
     rows = [(f"u{i}", ["a_b"]) for i in range(holders)] + [(f"o{i}", ["c_d", f"e_{i}"]) for i in range(3)]
-    out, inn = _threshold_release(rows, ("canary", ["a_b"]), "a_b", sigma, rho, max_contribution, runs, noise)
+    canary = [("canary", ["a_b"]) for _ in range(3)]
+    out, inn = _dpsu_releases(
+        rows,
+        canary,
+        "a_b",
+        sigma=sigma,
+        rho=rho,
+        cap=cap,
+        max_contribution=cfg.max_contribution,
+        runs=runs,
+        noise=noise,
+    )
     setting = {
-        "epsilon_run": epsilon,
-        "T": max_n,
+        "dpne_share": [epsilon, delta],
+        "policy": cfg.policy,
+        "policy_cap_alpha": cfg.policy_cap,
+        "threshold_delta_share": cfg.threshold_delta,
+        "T": cfg.max_n,
+        "sigma_decay": cfg.sigma_decay,
+        "eta": cfg.eta,
         "k": k,
         "sigma_k": sigma,
         "rho_k": rho,
+        "cap": cap,
         "other_holders": holders,
-        "canary": "one user holding the audited k-gram",
+        "expected_bound_at_design": expected_threshold_bound(holders, 1.0, sigma, rho, runs, gaussian_delta),
+        "canary": "one user holding the audited k-gram only (in 3 sentences)",
+        "claim": "epsilon of the Gaussian sigma_k at the Gaussians' share (1 - 0.1) of delta",
     }
-    return out, inn, claimed, delta / 2, setting
+    return out, inn, claimed, gaussian_delta, setting
 
 
 def audit_bayes(runs: int, noise: NoiseSource, *, epsilon: float = 2.0, delta: float = 1e-5) -> Scores:
@@ -334,12 +480,60 @@ def audit_synth(
     return scores[0], scores[1], epsilon, 0.0, setting
 
 
+def audit_lm_counts(
+    runs: int, noise: NoiseSource, *, epsilon: float = 1.0, delta: float = 1e-5, clip: float | None = None
+) -> Scores:
+    """The noisy LM counts (stage ``lm_counts``): :func:`~dpngram.mechanisms.lm_counts.noisy_release`
+    on the summed per-user count vectors, each scaled to l2 norm at most C (``lm_count_clip``, the
+    l2 sensitivity). The canary's vector has norm above C, so it is scaled to exactly C: the
+    largest shift one user can make. Score: the projection of the noisy vector on the canary's
+    direction (the most powerful test for Gaussian noise)."""
+    from dpngram.config import LmConfig
+    from dpngram.mechanisms.lm_counts import noisy_release
+
+    C = float(LmConfig().count_clip if clip is None else clip)
+    size = 64  # coordinates of the count domain (orders 1..N together)
+
+    def clipped(counts: dict[int, float]) -> np.ndarray:
+        x = np.zeros(size)
+        for j, c in counts.items():
+            x[j] = c
+        return x * min(1.0, C / float(np.linalg.norm(x)))
+
+    base = [clipped({0: 3, 1: 1}), clipped({0: 1, 2: 2, 5: 1}), clipped({3: 4}), clipped({1: 1, 4: 1, 6: 2})]
+    canary = clipped({j: float(1 + j % 3) for j in range(8, 20)})  # words nobody else uses
+    direction = canary / np.linalg.norm(canary)
+    scores = []
+    calibration = None
+    for users in (base, [*base, canary]):
+        weighted = np.sum(users, axis=0)
+        s = np.empty(runs)
+        for i in range(runs):
+            released, calibration = noisy_release(weighted, epsilon=epsilon, delta=delta, clip=C, noise=noise)
+            s[i] = float(released @ direction)
+        scores.append(s)
+    assert calibration is not None
+    setting = {
+        "domain_size": size,
+        "clip_l2": C,
+        "canary_shift_l2": float(np.linalg.norm(canary)),
+        "sigma": calibration.sigma,
+        "grid": calibration.grid,
+        "snapped_sensitivity": calibration.snapped_sensitivity,
+        "canary": "one user with 12 n-grams nobody else has, count vector scaled to l2 norm C",
+        "claim": "the stage epsilon the Gaussian is calibrated for",
+    }
+    return scores[0], scores[1], epsilon, delta, setting
+
+
 #: name -> (audit function, runs per dataset for the full audit (bench), for the fast one (tests))
 AUDITS: dict[str, tuple[Callable[..., Scores], int, int]] = {
-    "dpsu": (audit_dpsu, 6000, 600),
-    "dpne_level": (audit_dpne_level, 6000, 600),
+    "dpsu": (audit_dpsu, 6000, 100),
+    "dpsu_weighted": (audit_dpsu_weighted, 6000, 100),
+    "dpne_level": (audit_dpne_level, 6000, 100),
     "bayes": (audit_bayes, 20000, 2000),
     "synth": (audit_synth, 20000, 2000),
+    "lm_counts": (audit_lm_counts, 20000, 2000),
 }
 
 

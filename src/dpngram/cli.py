@@ -775,7 +775,7 @@ def _add_audit_command(sub: _Subparsers, common: argparse.ArgumentParser) -> Non
     p.add_argument(
         "--runs", type=int, default=None, metavar="N", help="runs per dataset (default: per mechanism)"
     )
-    p.add_argument("--fast", action="store_true", help="the fast variant (about 15 s in all)")
+    p.add_argument("--fast", action="store_true", help="the fast variant (about a minute in all)")
     p.add_argument(
         "--alpha", type=float, default=ALPHA, metavar="A", help=f"1 - confidence (default {ALPHA})"
     )
