@@ -884,7 +884,7 @@ def plot(out: dict[str, Any], path: Path) -> None:
                 fontsize=9,
             )
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8)
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
     fig.suptitle("DP language model vs baselines (order 3; held-out users)")
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=110)
