@@ -2,7 +2,7 @@
 public-only, non-private and oracle KenLM models, on held-out users of two corpora, vs ε.
 
     python benchmarks/lm_bench.py [--epsilons 0.5,1,2,4,8] [--corpora sotu,generated]
-                                  [--users 200000] [--quick]
+                                  [--users 200000] [--quick] [--previous PATH|none]
 
 Corpora (users split by sha256(user_id) % 10 == 0: held out, never seen by any model):
 
@@ -43,6 +43,9 @@ top-1 / top-3 next-word accuracy, OOV rate (and the <unk>-perplexities for refer
 seconds per model. Headline per corpus and ε: gap_closed = ln(ppl_public/ppl_dp) /
 ln(ppl_public/ppl_nonprivate), top3_gain_points = 100 (top3_dp − top3_public), dp_vs_public =
 ppl_dp/ppl_public, dp_over_nonprivate = ppl_dp/ppl_nonprivate (open-vocabulary perplexities).
+
+``previous_run`` in the JSON: the headline of the lm.json this run replaces (or of ``--previous``), so
+a reader can compare the two; the plot draws its DP curve in grey.
 
 ``--quick`` (smoke test): ε = 4 only and a 20,000-user generated corpus; writes
 benchmarks/.data/lm_quick.json/.png instead of benchmarks/results/lm.json and lm.png. Scratch files
