@@ -2,7 +2,7 @@
 public-only, non-private and oracle KenLM models, on held-out users of two corpora, vs ε.
 
     python benchmarks/lm_bench.py [--epsilons 0.5,1,2,4,8] [--corpora sotu,generated]
-                                  [--users 200000] [--quick]
+                                  [--users 200000] [--quick] [--previous PATH|none]
 
 Corpora (users split by sha256(user_id) % 10 == 0: held out, never seen by any model):
 
@@ -43,6 +43,9 @@ top-1 / top-3 next-word accuracy, OOV rate (and the <unk>-perplexities for refer
 seconds per model. Headline per corpus and ε: gap_closed = ln(ppl_public/ppl_dp) /
 ln(ppl_public/ppl_nonprivate), top3_gain_points = 100 (top3_dp − top3_public), dp_vs_public =
 ppl_dp/ppl_public, dp_over_nonprivate = ppl_dp/ppl_nonprivate (open-vocabulary perplexities).
+
+``previous_run`` in the JSON: the headline of the lm.json this run replaces (or of ``--previous``), so
+a reader can compare the two; the plot draws its DP curve in grey.
 
 ``--quick`` (smoke test): ε = 4 only and a 20,000-user generated corpus; writes
 benchmarks/.data/lm_quick.json/.png instead of benchmarks/results/lm.json and lm.png. Scratch files
@@ -478,7 +481,8 @@ def _lm_child(config_json: str, out: mp.Queue) -> None:
     from dpngram.stages.lm import run_lm
 
     try:
-        ctx = RunContext(RunConfig.model_validate_json(config_json))
+        # flat names (RunConfig.to_json): model_dump_json's nested sections do not validate back
+        ctx = RunContext(RunConfig.build(**json.loads(config_json)))
         started = time.perf_counter()
         with stage_timer(ctx, "lm"):
             run_lm(ctx)
@@ -580,7 +584,7 @@ def dp_run(corpus: Corpus, eps: float, train: Path, work: Path, args: argparse.N
     lm_stage: dict[str, Any] = {}
     for step in release_steps(config):
         if step.name == "lm":
-            lm_stage = run_lm_stage(ctx.config.model_dump_json())
+            lm_stage = run_lm_stage(ctx.config.to_json())
         else:
             with stage_timer(ctx, step.name):
                 step.run(ctx)
@@ -589,6 +593,10 @@ def dp_run(corpus: Corpus, eps: float, train: Path, work: Path, args: argparse.N
     root = publish_run(ctx)
     return {
         "root": Path(root),
+        # report parts no longer carry wall-clock seconds (operator-only): stage lm's time is the
+        # operator timing of the child's stage_timer around run_lm
+        "lm_seconds": timings.get("lm"),
+        "budget_plan": config.budget_plan().report(),
         "run_seconds": round(time.perf_counter() - started, 1),
         "stage_seconds": timings,
         "lm_stage_child": lm_stage,
@@ -669,7 +677,7 @@ def run_corpus(corpus: Corpus, epsilons: list[float], args: argparse.Namespace) 
         run_config = {k: v for k, v in run["config"].items() if k != "epsilon"}
         model = run["root"] / "model" / "model.binary"
         rows: dict[str, dict[str, Any]] = {}
-        rows["dp"] = {**evaluate(model, eval_text), "build_seconds": run["lm"]["seconds"]}
+        rows["dp"] = {**evaluate(model, eval_text), "build_seconds": run["lm_seconds"]}
         v_lm = arpa_unigrams(model.with_suffix(".arpa")) - {"<s>", "</s>", "<unk>"}
         for name, text in (("public_only", work / "public.txt"), ("non_private", work / "train.txt")):
             b = eps_dir / f"{name}_at_dp_vocab.binary"
@@ -690,12 +698,14 @@ def run_corpus(corpus: Corpus, epsilons: list[float], args: argparse.Namespace) 
             "model_vocabulary_size": counts["model_vocabulary_size"],
             "model_counts": run["lm"]["counts"],
             "lm_stage": {
-                "seconds": run["lm"]["seconds"],
+                "seconds": run["lm_seconds"],
                 **run["lm_stage_child"],
-                "note": "seconds: report part lm (build, compile, validation, model-card comparison); "
+                "note": "seconds: stage lm's operator timing (build, compile, validation, model-card "
+                "comparison; report parts no longer carry seconds); "
                 "peak_rss_mb: max of the VmHWM of the spawned process that ran only stage lm and the "
                 "sampled (0.2 s) RSS sum of it and the KenLM tools it started",
             },
+            "budget_plan": run["budget_plan"],
             "run_seconds": run["run_seconds"],
             "stage_seconds": run["stage_seconds"],
             "rows": rows,
@@ -828,6 +838,20 @@ def plot(out: dict[str, Any], path: Path) -> None:
         ):
             ys = [r["rows"]["dp"][key] for r in results]
             ax.plot(eps, ys, "o-", color="C0", label="DP model (mixture; λ, β chosen by the run)")
+            prev = ((out.get("previous_run") or {}).get("corpora") or {}).get(name)
+            if prev:
+                pk = "dp_open_vocab_perplexity" if key == "open_vocab_perplexity" else "dp_top3_accuracy"
+                pe = sorted(prev["results"], key=float)
+                commit = (out["previous_run"].get("commit") or "")[:7]
+                when = (out["previous_run"].get("date") or "")[:10]
+                ax.plot(
+                    [float(e) for e in pe],
+                    [prev["results"][e][pk] for e in pe],
+                    "s--",
+                    color="0.6",
+                    markersize=4,
+                    label=f"DP model, previous run ({commit}, {when})",
+                )
             for r, y in zip(results, ys, strict=True):
                 beta = r.get("unigram_adaptation")
                 text = f"λ={r['mix_weight']:g}" + (f"\nβ={beta:g}" if isinstance(beta, int | float) else "")
@@ -863,7 +887,7 @@ def plot(out: dict[str, Any], path: Path) -> None:
                 fontsize=9,
             )
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8)
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
     fig.suptitle("DP language model vs baselines (order 3; held-out users)")
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=110)
@@ -888,20 +912,20 @@ def machine() -> dict[str, Any]:
 
 
 def git_commit() -> dict[str, Any] | None:
-    """HEAD and the files under lm/ and pipeline/ that differ from it (the code measured)."""
+    """HEAD and the files under src/ and sql/ that differ from it (the code measured)."""
     try:
         head = subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "lm", "pipeline", "sql"],
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "src", "sql"],
             capture_output=True,
             text=True,
             check=True,
         ).stdout.split("\n")
     except (OSError, subprocess.CalledProcessError):
         return None
-    return {"head": head, "uncommitted_in_lm_pipeline_sql": [d[3:] for d in dirty if d.strip()]}
+    return {"head": head, "uncommitted_in_src_sql": [d[3:] for d in dirty if d.strip()]}
 
 
 def parameters(args: argparse.Namespace, epsilons: list[float]) -> dict[str, Any]:
@@ -954,6 +978,75 @@ def parameters(args: argparse.Namespace, epsilons: list[float]) -> dict[str, Any
     }
 
 
+def previous_summary(path: Path) -> dict[str, Any] | None:
+    """The headline of an earlier lm.json (read before this run overwrites it), for comparison:
+    its commit, date, baselines and, per corpus and ε, the DP row and the headline."""
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if old.get("benchmark") != "lm" or "results" not in old:
+        return None
+    corpora = {}
+    for name, block in old["results"].items():
+        corpora[name] = {
+            "baselines": {
+                row: {k: block["baselines"][row].get(k) for k in ("open_vocab_perplexity", "top3_accuracy")}
+                for row in ("public_only", "non_private", "oracle")
+            },
+            "results": {
+                f"{r['epsilon']:g}": {
+                    "dp_open_vocab_perplexity": r["rows"]["dp"]["open_vocab_perplexity"],
+                    "dp_top3_accuracy": r["rows"]["dp"]["top3_accuracy"],
+                    "mix_weight": r.get("mix_weight"),
+                    "unigram_adaptation": r.get("unigram_adaptation"),
+                    "sigma": r.get("sigma"),
+                    "released_by_order": r.get("released_by_order"),
+                    "headline": r["headline"],
+                }
+                for r in block["results"]
+            },
+        }
+    params = old.get("parameters", {})
+    run_config = next(iter(params.get("run_config", {}).values()), {})
+    return {
+        "note": f"the previous result of this benchmark ({path.name} before this run replaced it)",
+        "commit": (old.get("git_commit") or {}).get("head"),
+        "date": old.get("date"),
+        "seconds": old.get("seconds"),
+        "machine": old.get("machine"),
+        "parameters": {
+            k: params.get(k) for k in ("epsilons", "delta", "max_n", "order", "stage_budget", "quick")
+        },
+        "run_config": {  # None: the option did not exist then
+            k: run_config.get(k)
+            for k in ("sigma_decay", "budget_calibration", "dpsu_policy", "dpne_variant", "eta")
+        },
+        "corpora": corpora,
+    }
+
+
+def write_out(out: dict[str, Any], out_json: Path, started: float, partial: bool) -> None:
+    """Write the JSON and the plot (after each corpus, so a run cut short keeps what finished)."""
+    out["partial"] = partial
+    out["parameters"]["corpora"] = {
+        name: {**block["corpus"], "sizes": block["sizes"]} for name, block in out["results"].items()
+    }
+    out["parameters"]["run_config"] = {name: block["run_config"] for name, block in out["results"].items()}
+    out["baselines"] = {name: block["baselines"] for name, block in out["results"].items()}
+    out["headline"] = {
+        name: {f"{r['epsilon']:g}": r["headline"] for r in block["results"]}
+        for name, block in out["results"].items()
+    }
+    out["targets"] = {name: block["targets"] for name, block in out["results"].items()}
+    out["seconds"] = round(time.perf_counter() - started, 1)
+    out["git_commit_at_end"] = git_commit()  # stage lm re-imports dpngram in each child process
+    out["machine"]["load_average_1min_at_end"] = round(os.getloadavg()[0], 2)
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    out_json.write_text(json.dumps(out, indent=1, default=str), encoding="utf-8")
+    plot(out, out_json.with_suffix(".png"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--epsilons", default=",".join(f"{e:g}" for e in EPSILONS))
@@ -972,6 +1065,12 @@ def main() -> None:
     ap.add_argument("--brown", default=str(DATA / "brown_public.txt.gz"))
     ap.add_argument("--work", default=str(CACHE / "lm_work"), help="scratch folder (removed afterwards)")
     ap.add_argument("--keep-work", action="store_true")
+    ap.add_argument(
+        "--previous",
+        default=None,
+        help="an earlier lm.json whose headline is carried as previous_run (default: the output "
+        "JSON if it exists, read before it is replaced; 'none' to skip)",
+    )
     ap.add_argument(
         "--out",
         default=None,
@@ -1000,6 +1099,9 @@ def main() -> None:
         "parameters": parameters(args, epsilons),
         "results": {},
     }
+    previous = Path(args.previous) if args.previous not in (None, "none") else out_json
+    if args.previous != "none" and previous.is_file():
+        out["previous_run"] = previous_summary(previous)
     for name in names:
         if name == "sotu":
             if not Path(args.sotu).is_file() or not Path(args.brown).is_file():
@@ -1012,22 +1114,7 @@ def main() -> None:
             raise SystemExit(f"--corpora: unknown corpus {name!r} (sotu, generated)")
         out["results"][name] = run_corpus(corpus, epsilons, args)
         print_table(name, out["results"][name])
-    out["parameters"]["corpora"] = {
-        name: {**block["corpus"], "sizes": block["sizes"]} for name, block in out["results"].items()
-    }
-    out["parameters"]["run_config"] = {name: block["run_config"] for name, block in out["results"].items()}
-    out["baselines"] = {name: block["baselines"] for name, block in out["results"].items()}
-    out["headline"] = {
-        name: {f"{r['epsilon']:g}": r["headline"] for r in block["results"]}
-        for name, block in out["results"].items()
-    }
-    out["targets"] = {name: block["targets"] for name, block in out["results"].items()}
-    out["seconds"] = round(time.perf_counter() - started, 1)
-    out["git_commit_at_end"] = git_commit()  # stage lm re-imports lm/ in each child process
-    out["machine"]["load_average_1min_at_end"] = round(os.getloadavg()[0], 2)
-    out_json.parent.mkdir(parents=True, exist_ok=True)
-    out_json.write_text(json.dumps(out, indent=1, default=str), encoding="utf-8")
-    plot(out, out_json.with_suffix(".png"))
+        write_out(out, out_json, started, partial=name != names[-1])
     print(f"\nwrote {out_json} and {out_json.with_suffix('.png').name}; total {out['seconds']:.0f} s")
 
 
