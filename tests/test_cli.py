@@ -344,3 +344,16 @@ def test_sample_command_writes_the_corpus(tmp_path, capsys):
 
 def test_airflow_style_run_ids_work_on_the_command_line():
     assert RunConfig.build(input="x", out="y", run_id=run_id_from("manual__2026-01-01T00:00:00+00:00")).run_id
+
+
+def test_progress_line_says_what_was_released() -> None:
+    """A newcomer reads a count next to each stage: the line names the unit and the file."""
+    from dpngram.cli import released_detail
+
+    assert released_detail({"released_rows": 9251, "paths": ["/r/released/lm_counts.parquet"]}) == (
+        "9,251 rows → lm_counts.parquet"
+    )
+    assert released_detail(
+        {"released_rows": 236645, "paths": ["model/model.arpa", "model/model.binary"]}
+    ) == ("236,645 n-grams → model.arpa")
+    assert released_detail({"released_rows": 7}) == "7 released"

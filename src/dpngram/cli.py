@@ -183,6 +183,19 @@ def _check_input(config: RunConfig) -> None:
         raise FileNotFoundError(f"public corpus {config.public} does not exist")
 
 
+def released_detail(summary: dict[str, Any]) -> str:
+    """What a stage released, for its progress line: the count and the file it went to (a table's
+    rows, or a model's n-grams), e.g. ``9,251 rows → lm_counts.parquet``; short enough that the
+    line fits 80 columns."""
+    count = f"{summary['released_rows']:,}"
+    paths = summary.get("paths") or []
+    if not paths:
+        return f"{count} released"
+    name = Path(str(paths[0])).name
+    unit = "n-grams" if name.endswith((".arpa", ".binary")) else "rows"
+    return f"{count} {unit} → {name}"
+
+
 class _StageProgress:
     """Rich progress rows, one per stage (on stderr, so ``--json`` output stays clean)."""
 
@@ -214,7 +227,7 @@ class _StageProgress:
         if summary.get("skipped"):
             detail.append("skipped")
         if "released_rows" in summary:
-            detail.append(f"released {summary['released_rows']:,}")
+            detail.append(released_detail(summary))
         if summary.get("epsilon"):
             detail.append(f"ε {summary['epsilon']:.4g}")
         if summary.get("reused"):

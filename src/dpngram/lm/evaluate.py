@@ -24,9 +24,11 @@ Imports: dpngram.lm.arpa, dpngram.text, dpngram.core; kenlm, polars.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,18 +83,42 @@ def spelling_log10prob(
 
 
 def load_model(path: str | os.PathLike[str]) -> Any:
-    """``kenlm.Model(path)``; a missing or unreadable model raises FileNotFoundError / ArpaError
-    with a one-line message."""
+    """``kenlm.Model(path)``, quietly; a missing or unreadable model raises FileNotFoundError /
+    ArpaError with a one-line message.
+
+    KenLM's loader writes to the process's stderr from C++ (a progress bar, and for every ARPA file
+    "Loading the LM will be faster if you build a binary file."), which the CLI's output showed
+    once per model loaded. The progress bar is switched off through ``kenlm.Config``; the message
+    has no switch, so file descriptor 2 points at /dev/null while the model loads (the process's
+    other stderr output in that time is dropped too; loading takes seconds at most)."""
     import kenlm
 
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"model: {p} does not exist or is not a file")
+    quiet = kenlm.Config()
+    quiet.show_progress = False
     try:
-        return kenlm.Model(str(p))
+        with _stderr_silenced():
+            return kenlm.Model(str(p), quiet)
     except (OSError, RuntimeError):
         # KenLM's message quotes the file's first line, which could be text: not repeated here.
         raise ArpaError(f"model: {p} is not a readable KenLM ARPA/binary model") from None
+
+
+@contextlib.contextmanager
+def _stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 redirected to /dev/null inside the block (C++ writes bypass sys.stderr)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -32,8 +32,8 @@ with the stage's whole share (parallel composition); the ledger records the Gaus
 
 Owns: the count domain, the noisy count release, the selection users' scores and the
 report-noisy-max weight selection.
-Imports: dpngram.mechanisms.bayes, dpngram.lm.open_model, dpngram.release.layout, dpngram.engines,
-dpngram.core; numpy, polars, pyarrow, kenlm.
+Imports: dpngram.mechanisms.bayes, dpngram.lm.open_model, dpngram.lm.evaluate, dpngram.release.layout,
+dpngram.engines, dpngram.core; numpy, polars, pyarrow.
 """
 
 from __future__ import annotations
@@ -192,12 +192,10 @@ def score_selection_users(
     for each public model variant in ``public_arpas`` (one per adaptation strength β), the scores of
     every λ in ``weights``, concatenated in that order. Also returns the number of selection users
     (PRIVATE: never reported)."""
-    import kenlm
+    from dpngram.lm.evaluate import load_model  # quiet: KenLM's loader writes to stderr otherwise
 
-    quiet = kenlm.Config()
-    quiet.show_progress = False  # KenLM's ARPA loader draws a progress bar on stderr otherwise
-    publics = [kenlm.Model(str(p), quiet) for p in public_arpas]
-    qm = kenlm.Model(str(private_arpa), quiet)
+    publics = [load_model(p) for p in public_arpas]
+    qm = load_model(private_arpa)
     total = np.zeros(len(publics) * len(weights), dtype=np.float64)
     users = 0
     current: Any = None
