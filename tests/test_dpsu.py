@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import sentences_warehouse
 from scipy import stats
 
 from dpngram.config import RunConfig
@@ -26,17 +27,7 @@ FALSE_FAILURE = 1e-4  # per statistical check
 
 
 def _warehouse(rows: list[tuple[str, list[str]]]) -> Warehouse:
-    wh = Warehouse(":memory:", memory_limit="1GB")
-    wh.con.execute(f"CREATE SCHEMA {SCHEMA}")
-    wh.con.execute(
-        f"CREATE TABLE {SCHEMA}.sentences (user_id VARCHAR, doc_id BIGINT, sent_id INTEGER, tokens VARCHAR[])"
-    )
-    if rows:
-        wh.con.executemany(
-            f"INSERT INTO {SCHEMA}.sentences VALUES (?, 1, ?, ?)",
-            [(user, i, tokens) for i, (user, tokens) in enumerate(rows)],
-        )
-    return wh
+    return sentences_warehouse(SCHEMA, rows)
 
 
 def _histogram(wh: Warehouse, max_contribution: int, salt: int) -> dict[str, float]:

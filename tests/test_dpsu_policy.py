@@ -22,6 +22,7 @@ from collections import defaultdict
 import numpy as np
 import pyarrow as pa
 import pytest
+from conftest import sentences_warehouse
 from scipy import stats
 
 from dpngram.core.accounting import dpsu_threshold, gaussian_sigma
@@ -54,16 +55,7 @@ def clopper_pearson(successes: int, trials: int, alpha: float) -> tuple[float, f
 
 def warehouse(rows: list[tuple[str, list[str | None]]]) -> Warehouse:
     """In-memory warehouse with ``sentences`` and the DPSU vocabulary source ``src``."""
-    wh = Warehouse(":memory:", memory_limit="1GB")
-    wh.con.execute(f"CREATE SCHEMA {SCHEMA}")
-    wh.con.execute(
-        f"CREATE TABLE {SCHEMA}.sentences (user_id VARCHAR, doc_id BIGINT, sent_id INTEGER, tokens VARCHAR[])"
-    )
-    if rows:
-        wh.con.executemany(
-            f"INSERT INTO {SCHEMA}.sentences VALUES (?, 1, ?, ?)",
-            [(u, i, t) for i, (u, t) in enumerate(rows)],
-        )
+    wh = sentences_warehouse(SCHEMA, rows)
     wh.con.execute(load_sql("dpsu/vocabulary_source", schema=SCHEMA, target="src"))
     return wh
 

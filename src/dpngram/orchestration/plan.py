@@ -34,6 +34,12 @@ if TYPE_CHECKING:
     from dpngram.release.context import RunContext
 
 
+def _group_and_task_id(name: str) -> tuple[str | None, str]:
+    """``dpne.k2`` -> (``dpne``, ``k2``); a name without a dot has no group."""
+    group, dot, task_id = name.partition(".")
+    return (group, task_id) if dot else (None, name)
+
+
 class TaskRefused(SystemExit):
     """A task ends because the run is refused (invalid parameters, a budget the ledger will not
     grant): retrying cannot help. The DAG logs the one-line reason, then raises this. It is a
@@ -111,12 +117,12 @@ class Step:
 
     @property
     def group(self) -> str | None:
-        return self.name.split(".", 1)[0] if "." in self.name else None
+        return _group_and_task_id(self.name)[0]
 
     @property
     def task_id(self) -> str:
         """The task id inside its group (Airflow prefixes the group: ``dpne`` + ``k2`` = ``dpne.k2``)."""
-        return self.name.split(".", 1)[1] if "." in self.name else self.name
+        return _group_and_task_id(self.name)[1]
 
     def skip_reason(self, config: RunConfig) -> str | None:
         return self.skip(config)
@@ -175,11 +181,12 @@ class Task:
 
     @property
     def group(self) -> str | None:
-        return self.name.split(".", 1)[0] if "." in self.name else None
+        return _group_and_task_id(self.name)[0]
 
     @property
     def task_id(self) -> str:
-        return self.name.split(".", 1)[1] if "." in self.name else self.name
+        """The task id inside its group (Airflow prefixes the group: ``dpne`` + ``k2`` = ``dpne.k2``)."""
+        return _group_and_task_id(self.name)[1]
 
     def applicable(self, config: RunConfig) -> list[Step]:
         return [step for step in self.steps if step.skip_reason(config) is None]
