@@ -29,6 +29,7 @@ added to when the *noisy value itself* is released. dpngram therefore uses:
   Both are computed in double precision, so the realised probability of each integer differs from
   the ideal one by a relative amount of order ``σ · 2^-50`` (the 52-bit resolution of the
   underlying draws, scaled to lattice units); see ``docs/noise.md``.
+
 OpenDP's exact discrete Laplace is the reference :meth:`discrete_laplace` is cross-checked against in
 the tests; OpenDP's exact samplers are too slow for bulk use (about 6,000 Gaussian draws per second
 on the project machines).
