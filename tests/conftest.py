@@ -18,6 +18,27 @@ from dpngram.stages import ingest as ingest_stage  # noqa: E402
 
 os.environ.setdefault(TEST_SEED_ENV, TEST_SEED_VALUE)
 
+# A statistical test draws fresh CSPRNG noise and fails by chance with its stated probability α
+# (1e-4 per check; 119 such tests hold several hundred checks, so a correct tree failed
+# `make test` by chance every few dozen runs: CI once saw a 3.9σ sample mean in test_noise).
+# Such a test is run once more on failure, with new draws (function-scoped `secure_noise`): a
+# correct sampler now fails a check with probability α², while a real defect that a check detects
+# with probability p is still caught with probability p². Deterministic tests are never re-run;
+# pytest shows each rerun as "R" and counts them in the summary line.
+STATISTICAL_RERUNS = 1
+
+
+def _is_statistical(item: pytest.Item) -> bool:
+    return item.get_closest_marker("statistical") is not None or "secure_noise" in getattr(
+        item, "fixturenames", ()
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _is_statistical(item):
+            item.add_marker(pytest.mark.flaky(reruns=STATISTICAL_RERUNS))
+
 
 @pytest.fixture
 def secure_noise() -> NoiseSource:
