@@ -357,3 +357,29 @@ def test_progress_line_says_what_was_released() -> None:
         {"released_rows": 236645, "paths": ["model/model.arpa", "model/model.binary"]}
     ) == ("236,645 n-grams → model.arpa")
     assert released_detail({"released_rows": 7}) == "7 released"
+
+
+def test_a_stage_progress_line_shows_the_epsilon_the_summary_table_charges(capsys):
+    """The progress line and the final "Privacy spent" table must not show two different ε for one
+    stage: the line shows what the stage added to the run's composed total (``charged_epsilon``),
+    not its own ε composed alone (larger; report.html shows both)."""
+    from dpngram.cli import _StageProgress
+
+    with _StageProgress(enabled=True) as progress:
+        progress.on_stage("lm_counts", "start", {})
+        progress.on_stage(
+            "lm_counts",
+            "done",
+            {
+                "epsilon": 1.25,
+                "charged_epsilon": 0.8125,
+                "released_rows": 12,
+                "paths": ["r/lm_counts.parquet"],
+            },
+        )
+        progress.on_stage("lm", "start", {})
+        progress.on_stage("lm", "done", {"epsilon": 0.0, "released_rows": 3, "paths": ["m/model.arpa"]})
+    err = capsys.readouterr().err
+    assert "lm_counts — 12 rows → lm_counts.parquet, ε charged 0.8125" in err
+    assert "1.25" not in err
+    assert "lm — 3 n-grams → model.arpa" in err and "lm — 3 n-grams → model.arpa," not in err

@@ -99,7 +99,8 @@ def test_a_full_release_has_the_same_files_columns_and_report_sections(tmp_path:
         stage_budget={"dpne": 0.4, "lm_counts": 0.3, "bayes": 0.15, "synth": 0.15},
         run_id="layoutcheck-full",
     )
-    release = Path(run_release(config)["release"])
+    progress: dict[str, dict] = {}
+    release = Path(run_release(config, on_stage=lambda n, e, s: progress.update({n: s}))["release"])
     files = sorted(
         p.relative_to(release).as_posix()
         for p in release.rglob("*")
@@ -111,6 +112,12 @@ def test_a_full_release_has_the_same_files_columns_and_report_sections(tmp_path:
         assert [[f.name, str(f.type)] for f in schema] == columns, relative
     report = json.loads((release / "report.json").read_text(encoding="utf-8"))
     assert sorted(report) == sorted(set(expected["report_keys"]) - {"timings_seconds"})
+    # what each stage's progress line says it charged is the report's (and the CLI table's) number,
+    # and the charges add up to the composed total
+    charged = {n: s["charged_epsilon"] for n, s in progress.items() if s.get("charged_epsilon") is not None}
+    stages = report["privacy"]["stages"]
+    assert charged == {n: stages[n]["charged_epsilon"] for n in stages}
+    assert sum(charged.values()) == pytest.approx(report["privacy"]["total"]["epsilon"], rel=1e-9)
     assert not [
         f for f in files if "seconds" in (release / f).read_text(errors="ignore") and f.endswith(".json")
     ]

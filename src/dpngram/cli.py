@@ -228,8 +228,10 @@ class _StageProgress:
             detail.append("skipped")
         if "released_rows" in summary:
             detail.append(released_detail(summary))
-        if summary.get("epsilon"):
-            detail.append(f"ε {summary['epsilon']:.4g}")
+        # The same number as the final table's "ε charged" row for this stage: what the stage added
+        # to the run's composed ε (the stage's own ε alone is larger; report.html shows both).
+        if summary.get("charged_epsilon") is not None and summary.get("epsilon"):
+            detail.append(f"ε charged {summary['charged_epsilon']:.4f}")
         if summary.get("reused"):
             detail.append("reused")
         text = name + (f" — {', '.join(detail)}" if detail else "")

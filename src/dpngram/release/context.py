@@ -145,8 +145,10 @@ def released_summary(
     ctx: RunContext, stage: str, spent: dict[str, Any], outputs: list[str], **extra: Any
 ) -> dict[str, Any]:
     """The public summary of a privacy-spending stage after :func:`spend_once`: released row
-    count of its first output (a released table, so the count is public), epsilon, reuse flag and
-    paths. ``extra`` adds public identifiers such as ``k`` or ``method``."""
+    count of its first output (a released table, so the count is public), epsilon (the stage's own
+    events composed alone), charged epsilon (what the stage added to the run's composed total, as in
+    the ledger and the final summary), reuse flag and paths. ``extra`` adds public identifiers such
+    as ``k`` or ``method``."""
     import pyarrow.parquet as pq
 
     paths = [ctx.release.root / o for o in outputs]
@@ -155,6 +157,7 @@ def released_summary(
         **extra,
         "released_rows": pq.ParquetFile(paths[0]).metadata.num_rows,
         "epsilon": spent["epsilon"],
+        "charged_epsilon": spent["charged_epsilon"],
         "reused": spent["reused"],
         "paths": [str(p) for p in paths],
     }
@@ -169,6 +172,7 @@ PUBLIC_SUMMARY_KEYS = (
     "run_id",
     "released_rows",
     "epsilon",
+    "charged_epsilon",
     "delta",
     "paths",
     "outputs",

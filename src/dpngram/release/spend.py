@@ -108,7 +108,13 @@ def spend_once(
             write_part(ctx, marker, stage, fragment)
         privacy = fragment["privacy"]
         ledger.finalize(dataset, run_id, stage, privacy["charged_epsilon"], privacy["charged_delta"], events)
-    return {"stage": stage, "reused": reused, "epsilon": privacy["epsilon"], "outputs": outputs}
+    return {
+        "stage": stage,
+        "reused": reused,
+        "epsilon": privacy["epsilon"],
+        "charged_epsilon": privacy["charged_epsilon"],
+        "outputs": outputs,
+    }
 
 
 def _pending_bound(ctx: RunContext, ledger: Ledger) -> Budget:
