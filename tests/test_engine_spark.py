@@ -522,3 +522,46 @@ def test_triehh_user_words_identical_and_stage_runs_on_spark(runs, engines) -> N
     summary = triehh_stage.run_triehh(ctx)
     assert summary["stage"] == triehh.STAGE
     assert pq.read_table(ctx.release.root / layout.OOV_WORDS).column_names == ["word"]
+
+
+def test_lm_counts_sums_and_selection_users_identical(runs, engines, corpus) -> None:
+    """Stage lm_counts on both engines: sql/lm_counts/weighted.sql gives the same per-user-bounded
+    sums over the same public domain (every user counted), sql/lm_counts/selection_sentences.sql the
+    same sentences per user, each user's rows together and in order (what the streamed scoring
+    needs), and on each engine a holdout of half counts a strict, non-empty subset of the users."""
+    from dpngram.mechanisms.lm_counts import build_domain
+    from dpngram.stages import lm_counts as lm_counts_stage
+
+    vocabulary = _released_vocabulary(runs).column("token").to_pylist()
+    domain = build_domain(
+        vocabulary, corpus["public"], order=3, public_cap=2_000, domain_cap=5_000, kgrams={}
+    )
+    salt = NoiseSource.secure().salt()
+    sums, sentences = {}, {}
+    for name, (engine, schema) in engines.items():
+        weighted = {
+            h: lm_counts_stage._weighted_counts(engine, schema, domain, salt=salt, holdout=h, clip=1.0)
+            for h in (0, 500, 1000)
+        }
+        sums[name] = weighted[0]
+        assert not weighted[1000].any()  # every user held out: nothing counted
+        assert 0 < weighted[500].sum() < weighted[0].sum()  # some users on each side of the split
+        assert np.all(weighted[500] <= weighted[0] * (1 + 4 * USERS * UNIT_ROUNDOFF))  # a subset of users
+        sql = load_sql("lm_counts/selection_sentences", schema=schema)
+        per_user: dict[str, list[tuple[str, ...]]] = {}
+        previous = None
+        for batch in engine.fetch_batches(sql, {"salt": salt, "holdout_per_mille": 1000}, batch_rows=1_000):
+            for user, tokens in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
+                assert user == previous or user not in per_user, f"{name}: rows of {user} are split"
+                per_user.setdefault(user, []).append(tuple(tokens))
+                previous = user
+        sentences[name] = per_user
+        none = list(engine.fetch_batches(sql, {"salt": salt, "holdout_per_mille": 0}, batch_rows=1_000))
+        assert sum(b.num_rows for b in none) == 0
+    duck, spark_sums = sums["duckdb"], sums["spark"]
+    assert (duck > 0).sum() > 500  # unigrams, bigrams and trigrams of the domain were counted
+    assert np.array_equal(duck > 0, spark_sums > 0)
+    # Each coordinate sums at most USERS terms in [0, 1], added in a different order by each
+    # engine: the two sums differ by at most 2·USERS·u·(sum), u the unit roundoff.
+    assert np.all(np.abs(duck - spark_sums) <= 2 * USERS * UNIT_ROUNDOFF * np.maximum(duck, 1.0))
+    assert sentences["duckdb"] and sentences["duckdb"] == sentences["spark"]
