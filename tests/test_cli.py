@@ -383,3 +383,29 @@ def test_a_stage_progress_line_shows_the_epsilon_the_summary_table_charges(capsy
     assert "lm_counts — 12 rows → lm_counts.parquet, ε charged 0.8125" in err
     assert "1.25" not in err
     assert "lm — 3 n-grams → model.arpa" in err and "lm — 3 n-grams → model.arpa," not in err
+
+
+def test_a_run_says_before_it_starts_what_will_not_run_and_why(tmp_path, capsys, monkeypatch):
+    """Without --public the default split's bayes stage cannot run and the language model has no
+    public part: the operator reads both before the first stage, one line each."""
+    from dpngram.orchestration import plan
+
+    def stop(config, **kwargs):
+        raise RuntimeError("stopped after the notices")
+
+    monkeypatch.setattr(plan, "run_release", stop)
+    users = tmp_path / "u.jsonl"
+    users.write_text('{"user_id": "a", "text": "hello there"}\n', encoding="utf-8")
+    base = ["run", "--input", str(users), "--out", str(tmp_path / "o"), "--warehouse", str(tmp_path / "w.db")]
+    code, _, err = run_cli(capsys, *base)
+    assert code != 0 and "stopped after the notices" in err
+    notes = [line for line in err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 2
+    assert notes[0].startswith("note: bayes will not run: no public corpus")
+    assert notes[1].startswith("note: no public corpus: the language model's vocabulary is the DP vocabulary")
+    public = tmp_path / "p.txt"
+    public.write_text("hello there\n", encoding="utf-8")
+    code, _, err = run_cli(capsys, *base, "--public", str(public))
+    assert code != 0 and "note:" not in err  # nothing to say with a public corpus and the default split
+    code, _, err = run_cli(capsys, *base, "--quiet")
+    assert "note:" not in err

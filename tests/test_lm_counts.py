@@ -639,3 +639,26 @@ def test_whether_the_selection_ran_does_not_depend_on_one_user(tmp_path, sample_
             raise RuntimeError("precondition: the stage's salt did not split the users as planned")
         parts.append(read_parts(ctx)[lm_counts.STAGE]["weight_selection"])
     assert parts[0] == parts[1]
+
+
+def test_without_a_public_corpus_the_model_says_its_public_part_is_uniform(tmp_path, sample_files):
+    """No ``public``: V_LM is the DP vocabulary, P is uniform over it, and the model's description
+    (report part, model card) says so instead of naming a public Kneser-Ney model."""
+    from dpngram.lm.open_model import MARKERS
+    from dpngram.stages import lm as lm_stage
+
+    ctx = counts_run(tmp_path, sample_files, public=False)
+    assert ctx.config.public is None
+    lm_counts_stage.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(9))
+    lm_stage.run_lm(ctx)
+    part = read_parts(ctx)["lm"]
+    dp_vocab = {t for t in pq.read_table(ctx.release.root / layout.VOCABULARY)["token"].to_pylist() if t}
+    assert part["vocabulary"]["model"] == len(dp_vocab)
+    assert "public_corpus" not in part["sources"] and "lm_counts" in part["sources"]
+    assert "uniform (no public corpus)" in part["smoothing"] and "Kneser-Ney" not in part["smoothing"]
+    card = (ctx.release.root / "model" / "MODEL_CARD.md").read_text(encoding="utf-8")
+    assert "uniform (no public corpus)" in card and "public Kneser-Ney" not in card
+    released_unigrams = [
+        r for r in pq.read_table(ctx.release.root / layout.LM_COUNTS).to_pylist() if r["n"] == 1
+    ]
+    assert {r["ngram"] for r in released_unigrams} == dp_vocab | set(MARKERS)

@@ -396,13 +396,16 @@ def _print_run_quarantine(config: RunConfig, stderr: bool) -> None:
 
 
 def _release(args: argparse.Namespace, baseline: str | None = None, baseline_k: int | None = None) -> int:
-    from dpngram.orchestration.plan import run_release
+    from dpngram.orchestration.plan import run_notices, run_release
     from dpngram.release.context import new_run_id
 
     config = config_from_args(args)
     _check_input(config)
     if not config.run_id:  # fixed here, so the quarantine of a failed run can be shown
         config = config.with_values(run_id=new_run_id())
+    if not args.quiet:
+        for notice in run_notices(config):
+            _console(stderr=True).print(f"[yellow]note:[/yellow] {notice}", highlight=False)
     try:
         with _StageProgress(enabled=not args.quiet) as progress:
             result = run_release(

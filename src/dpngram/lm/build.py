@@ -240,19 +240,22 @@ def build_route_mixture(
     weight, adaptation = float(part["mix_weight"]), float(part.get("unigram_adaptation", 0.0))
     model = mix_models(adapted_public(public, private, adaptation), private, weight)
     counts = write_arpa(model, arpa_path)
+    # Without a public corpus P is the uniform distribution over V_LM (= the DP vocabulary).
+    public_part = "public Kneser-Ney" if config.public else "uniform (no public corpus)"
+    sources: dict[str, Any] = (
+        {"public_corpus": {"kneser_ney": True, "vocabulary_words": len(vocabulary)}} if config.public else {}
+    )
+    sources["lm_counts"] = {
+        "mix_weight": weight,
+        "unigram_adaptation": adaptation,
+        "weight_selection": part["weight_selection"]["method"],
+    }
     return {
         "route": MIXTURE_ROUTE,
-        "sources": {
-            "public_corpus": {"kneser_ney": True, "vocabulary_words": len(vocabulary)},
-            "lm_counts": {
-                "mix_weight": weight,
-                "unigram_adaptation": adaptation,
-                "weight_selection": part["weight_selection"]["method"],
-            },
-        },
+        "sources": sources,
         "counts": counts,
         "smoothing": (
-            f"{weight:g} × noisy-count model (absolute discounting) + {1 - weight:g} × public Kneser-Ney "
+            f"{weight:g} × noisy-count model (absolute discounting) + {1 - weight:g} × {public_part} "
             f"adapted to the noisy unigrams with strength {adaptation:g}, "
             "merged into one backoff model"
         ),

@@ -54,8 +54,8 @@ def _privacy_lines(config: RunConfig, parts: dict[str, dict[str, Any]]) -> list[
         f"Total composed with `{total.get('method', 'n/a')}` over every stage of the run "
         f"(run budget ε = {config.epsilon:g}, δ = {config.delta:g}).",
         "",
-        "Per stage, what the privacy ledger was charged: the levels of one stage are charged the",
-        "increment of their exact composition, so the rows add up to at least the composed total.",
+        "Per stage, what the privacy ledger was charged: each stage is charged what it added to the",
+        "run's composed ε, so the rows add up to the composed total.",
         "",
         "| stage | what it released | ε charged | δ charged |",
         "|---|---|---|---|",

@@ -101,6 +101,23 @@ def lm_skip_reason(config: RunConfig) -> str | None:
     return None
 
 
+def run_notices(config: RunConfig) -> list[str]:
+    """What an operator should know before a run starts, in one line each: budgeted stages that
+    will not run (and why), and a language model without a public corpus (its vocabulary is then
+    the DP vocabulary alone and its public part a uniform distribution)."""
+    notices = [
+        f"{name} will not run: {reason}"
+        for name in config.stage_budget
+        if (reason := config.stage_skip_reason(name)) is not None
+    ]
+    if config.public is None and lm_skip_reason(config) is None:
+        notices.append(
+            "no public corpus: the language model's vocabulary is the DP vocabulary alone and its "
+            "public part is uniform; set public to a text of the same language for a useful model"
+        )
+    return notices
+
+
 @dataclass(frozen=True)
 class Step:
     """One step of a release.
