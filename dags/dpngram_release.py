@@ -215,6 +215,17 @@ def _config(context: dict[str, Any]) -> RunConfig:
         raise  # unreachable: _refuse raises
 
 
+def _log_notices(config: Any) -> None:
+    """What the operator should know about this run (stages that will not run and why, a model
+    without a public corpus): one warning line each in the pre-check's log, as the CLI prints them."""
+    import logging
+
+    from dpngram.orchestration.plan import run_notices
+
+    for notice in run_notices(config):
+        logging.getLogger("dpngram").warning("note: %s", notice)
+
+
 def _refuse(reason: str) -> None:
     """Fail the task without retry for a refusal (budget, parameters): the one-line reason is
     logged as the task's first error line, then :class:`TaskRefused` ends the task (Airflow logs
@@ -286,9 +297,11 @@ def dpngram_release() -> None:
                 "(every refresh spends epsilon): set lifetime_epsilon in DPNGRAM_PARAMS"
             )
         try:
-            return {"run_id": prepare(config).run_id}
+            prepared = prepare(config)
         except (BudgetError, ConfigError) as err:
             _refuse(f"privacy pre-check refused the run: {err}")
+        _log_notices(prepared)
+        return {"run_id": prepared.run_id}
 
     @task(outlets=[NGRAMS_ASSET, RELEASE_ASSET], multiple_outputs=False)
     @_fail_fast

@@ -383,3 +383,23 @@ def test_scheduled_refresh_without_a_lifetime_budget_is_refused(airflow, tmp_pat
     assert "a scheduled refresh needs a lifetime budget" in result["scheduled"]["refused"]
     assert "ok" in result["scheduled_capped"], result
     assert "ok" in result["manual"], result
+    assert "note:" not in proc.stdout + proc.stderr  # with a public corpus and the default split: nothing to note
+
+    # without a public corpus the pre-check's log says what that costs, as `dpngram run` does
+    no_public = {
+        **defaults,
+        "public": None,
+        "out": str(tmp_path / "out2"),
+        "warehouse": str(tmp_path / "w2.db"),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", PRECHECK_SCRIPT],
+        env={**airflow["env"], "DPNGRAM_PARAMS": json.dumps(no_public)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=airflow["base"],
+    )
+    logged = proc.stdout + proc.stderr
+    assert "note: bayes will not run: no public corpus" in logged, logged[-3000:]
+    assert "note: no public corpus: the language model's vocabulary is the DP vocabulary" in logged
