@@ -383,7 +383,9 @@ def test_scheduled_refresh_without_a_lifetime_budget_is_refused(airflow, tmp_pat
     assert "a scheduled refresh needs a lifetime budget" in result["scheduled"]["refused"]
     assert "ok" in result["scheduled_capped"], result
     assert "ok" in result["manual"], result
-    assert "note:" not in proc.stdout + proc.stderr  # with a public corpus and the default split: nothing to note
+    assert (
+        "note:" not in proc.stdout + proc.stderr
+    )  # with a public corpus and the default split: nothing to note
 
     # without a public corpus the pre-check's log says what that costs, as `dpngram run` does
     no_public = {

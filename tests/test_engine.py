@@ -112,6 +112,13 @@ def test_list_slice_becomes_slice_with_length() -> None:
     assert "SLICE(s.tokens, s.start_pos, (s.start_pos + l.n - 1 - s.start_pos + 1))" in body
 
 
+def test_materialized_cte_hint_is_dropped_for_spark() -> None:
+    ((kind, body),) = _spark("dpsu/policy_stream", schema="s", pairs="p", item_ids="i")
+    assert kind == "select"
+    assert "WITH with_ids AS (SELECT" in body and "MATERIALIZED" not in body.split("*/")[-1]
+    assert "COLLECT_LIST(iid)" in body
+
+
 def test_statement_kinds_and_unsupported_ddl() -> None:
     kinds = [
         k for k, _ in _spark("dpne/valid_sides_both", schema="s", left_side="a", right_side="b", previous="p")

@@ -19,6 +19,9 @@ Design (``docs/engines.md`` has the full argument):
   - ``list(v ORDER BY k)`` -> ``transform(array_sort(collect_list(struct(k, v))), e -> e.v)``
     (sqlglot drops the ORDER BY, and Spark's collect_list keeps no order).
 
+  and one that only drops a planning hint: ``WITH t AS MATERIALIZED (...)`` -> ``WITH t AS (...)``
+  (DuckDB's hint to run a CTE on its own; Spark has no such syntax, and the result is the same).
+
 * **Tables**: a run schema is a Spark database in the session catalog; each table is a Parquet
   directory ``{root}/{schema}/{table}`` registered as an external table. ``CREATE OR REPLACE
   TABLE t AS SELECT`` writes the SELECT to a fresh directory first, then swaps it in, so a
@@ -99,6 +102,8 @@ def _rewrite(node: exp.Expression) -> exp.Expression:
         return exp.DataType.build("BIGINT")
     if isinstance(node, exp.ArrayAgg) and isinstance(node.this, exp.Order):
         return _ordered_list(node.this)
+    if isinstance(node, exp.CTE) and node.args.get("materialized") is not None:
+        node.set("materialized", None)  # a DuckDB planning hint; Spark has no MATERIALIZED CTEs
     return node
 
 
