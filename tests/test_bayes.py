@@ -224,7 +224,7 @@ def test_run_bayes_end_to_end(tmp_path, sample_files):
     prob = np.asarray(table["prob"])
     assert prob.sum() == pytest.approx(1.0, abs=1e-9) and np.all(prob >= 0)
     assert summary["released_rows"] == table.num_rows <= 4000
-    assert set(summary) <= {"stage", "released_rows", "epsilon", "reused", "paths"}
+    assert set(summary) <= {"stage", "released_rows", "epsilon", "charged_epsilon", "reused", "paths"}
 
     part = read_parts(ctx)["bayes"]
     epsilon, delta = ctx.config.stage_share("bayes")

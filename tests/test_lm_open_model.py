@@ -424,3 +424,46 @@ def test_unigram_adaptation_is_exact_mdi_in_backoff_form():
         assert same.tables[n]["logprob"].to_list() == pytest.approx(
             base.tables[n]["logprob"].to_list(), abs=1e-12
         )
+
+
+def test_public_counts_stream_in_batches_and_merge_to_the_exact_counts(tmp_path, monkeypatch):
+    """The public corpus is counted batch by batch (polars series, never Python lists) and the
+    batch counts are merged lazily: with a merge after every few rows the result must equal a
+    direct count of every n-gram (brute force in Python), for each part of the held-out split."""
+    from dpngram.lm import open_model
+    from dpngram.lm.open_model import HELDOUT_EVERY
+    from dpngram.text import public as public_text
+    from dpngram.text import records
+
+    rng = random.Random(11)
+    words = [f"w{i}" for i in range(40)] + ["Rare", "ünïcode"]
+    lines = []
+    for _ in range(700):
+        sentences = [
+            " ".join(rng.choices(words, k=rng.randint(1, 9))) + " ." for _ in range(rng.randint(1, 3))
+        ]
+        lines.append(" ".join(sentences) if rng.random() > 0.05 else "   ")
+    corpus = tmp_path / "public.txt"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    monkeypatch.setattr(records, "BATCH_BYTES", 2_000)  # many batches
+    monkeypatch.setattr(open_model, "MERGE_MIN_ROWS", 50)  # many merges
+    everything = list(open_model.public_sentences(corpus, True, "all"))
+    assert sum(1 for _ in public_text.read_public_batches(corpus)) > 5
+    vocabulary = set(rng.sample(sorted({t for s in everything for t in s}), 25))
+    for part in ("all", "train", "heldout"):
+        chosen = [
+            s
+            for i, s in enumerate(everything)
+            if part == "all" or (part == "heldout") == (i % HELDOUT_EVERY == HELDOUT_EVERY - 1)
+        ]
+        assert list(open_model.public_sentences(corpus, True, part)) == chosen
+        assert open_model.public_word_counts(corpus, True, part) == Counter(t for s in chosen for t in s)
+        counts = open_model.public_counts(corpus, 3, vocabulary, True, part)
+        for n in (1, 2, 3):
+            expected: Counter[str] = Counter()
+            for s in chosen:
+                padded = [BOS] + [t if t in vocabulary else UNK for t in s] + [EOS]
+                grams = [" ".join(padded[i : i + n]) for i in range(len(padded) - n + 1)]
+                expected.update(g for g in grams if g != BOS)
+            got = dict(zip(counts[n]["ngram"].to_list(), counts[n]["count"].to_list(), strict=True))
+            assert got == dict(expected), (part, n)

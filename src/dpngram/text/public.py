@@ -7,7 +7,7 @@ sorted distinct tokens (TrieHH leaves known words out of its discovery, the voca
 ``dpne.k1`` adds them to S_1; the Bayesian prior and the language model read the public corpus).
 
 Owns: reading the public corpus and the known vocabulary.
-Imports: dpngram.text (records, tokenizer), dpngram.core.
+Imports: dpngram.text (records, tokenizer), dpngram.core; polars.
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import polars as pl
+
 from dpngram.core.errors import ConfigError, IngestError
 from dpngram.text.records import _open_binary, _read_lines
-from dpngram.text.tokenizer import tokenize_texts
+from dpngram.text.tokenizer import sentence_tokens_expr
 
 
 def load_known_vocabulary(path: str | Path | None, lowercase: bool = True) -> list[str]:
@@ -33,11 +35,21 @@ def load_known_vocabulary(path: str | Path | None, lowercase: bool = True) -> li
 
 
 def read_public_corpus(path: str | os.PathLike[str], lowercase: bool = True) -> Iterator[list[str]]:
-    """Sentences (token lists) of a plain-text public corpus, in file order.
+    """Sentences (token lists) of a plain-text public corpus, in file order
+    (:func:`read_public_batches`, one sentence at a time as a Python list)."""
+    for batch in read_public_batches(path, lowercase):
+        yield from batch.to_list()
+
+
+def read_public_batches(path: str | os.PathLike[str], lowercase: bool = True) -> Iterator[pl.Series]:
+    """Sentences of a plain-text public corpus as polars ``list[str]`` series, one per batch of
+    about :data:`BATCH_BYTES` / 2 bytes of lines, in file order (bulk work stays in polars: building
+    Python lists costs more than tokenizing, see :func:`dpngram.text.tokenizer.tokenize_texts`).
 
     Each line holds one or more sentences (``.gz`` accepted); lines are tokenized exactly like
-    private text. The corpus is public, so undecodable bytes are replaced (U+FFFD) rather than
-    quarantined. Streams in batches of about :data:`BATCH_BYTES` / 2 bytes of lines."""
+    private text (:func:`dpngram.text.tokenizer.sentence_tokens_expr`); lines without a token give
+    no sentence. The corpus is public, so undecodable bytes are replaced (U+FFFD) rather than
+    quarantined."""
     src = Path(path)
     if not src.is_file():
         raise IngestError(f"public corpus {src} does not exist or is not a file")
@@ -46,6 +58,12 @@ def read_public_corpus(path: str | os.PathLike[str], lowercase: bool = True) -> 
             lines = _read_lines(fh, src)
             if not lines:
                 return
-            texts = [line.decode("utf-8", errors="replace") for line in lines]
-            for doc in tokenize_texts(texts, lowercase):
-                yield from doc
+            texts = pl.Series("text", [line.decode("utf-8", errors="replace") for line in lines], pl.String)
+            sentences = (
+                texts.to_frame()
+                .select(sentences=sentence_tokens_expr("text", lowercase))
+                .get_column("sentences")
+                .explode()
+                .drop_nulls()
+            )
+            yield sentences.filter(sentences.list.len() > 0).rename("tokens")
