@@ -358,6 +358,22 @@ PRECHECK_SCRIPT = textwrap.dedent("""
 """)
 
 
+def _run_precheck(airflow, params: dict) -> tuple[dict, str]:
+    """PRECHECK_SCRIPT with DPNGRAM_PARAMS = ``params``: (its result per case, everything logged)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", PRECHECK_SCRIPT],
+        env={**airflow["env"], "DPNGRAM_PARAMS": json.dumps(params)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=airflow["base"],
+    )
+    logged = proc.stdout + proc.stderr
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")), None)
+    assert line, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return json.loads(line[len("RESULT") :]), logged
+
+
 def test_scheduled_refresh_without_a_lifetime_budget_is_refused(airflow, tmp_path):
     """A weekly schedule with no lifetime cap would spend without bound: privacy_precheck refuses
     scheduled runs unless lifetime_epsilon is set; triggered runs are not affected."""
@@ -369,23 +385,11 @@ def test_scheduled_refresh_without_a_lifetime_budget_is_refused(airflow, tmp_pat
         "dataset": "weekly",
         "public": str(public),
     }
-    proc = subprocess.run(
-        [sys.executable, "-c", PRECHECK_SCRIPT],
-        env={**airflow["env"], "DPNGRAM_PARAMS": json.dumps(defaults)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=airflow["base"],
-    )
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")), None)
-    assert line, proc.stdout[-2000:] + proc.stderr[-3000:]
-    result = json.loads(line[len("RESULT") :])
+    result, logged = _run_precheck(airflow, defaults)
     assert "a scheduled refresh needs a lifetime budget" in result["scheduled"]["refused"]
     assert "ok" in result["scheduled_capped"], result
     assert "ok" in result["manual"], result
-    assert (
-        "note:" not in proc.stdout + proc.stderr
-    )  # with a public corpus and the default split: nothing to note
+    assert "note:" not in logged  # with a public corpus and the default split: nothing to note
 
     # without a public corpus the pre-check's log says what that costs, as `dpngram run` does
     no_public = {
@@ -394,14 +398,7 @@ def test_scheduled_refresh_without_a_lifetime_budget_is_refused(airflow, tmp_pat
         "out": str(tmp_path / "out2"),
         "warehouse": str(tmp_path / "w2.db"),
     }
-    proc = subprocess.run(
-        [sys.executable, "-c", PRECHECK_SCRIPT],
-        env={**airflow["env"], "DPNGRAM_PARAMS": json.dumps(no_public)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=airflow["base"],
-    )
-    logged = proc.stdout + proc.stderr
+    result, logged = _run_precheck(airflow, no_public)
+    assert "ok" in result["manual"], result
     assert "note: bayes will not run: no public corpus" in logged, logged[-3000:]
     assert "note: no public corpus: the language model's vocabulary is the DP vocabulary" in logged
