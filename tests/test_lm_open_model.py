@@ -447,6 +447,7 @@ def test_public_counts_stream_in_batches_and_merge_to_the_exact_counts(tmp_path,
     corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
     monkeypatch.setattr(records, "BATCH_BYTES", 2_000)  # many batches
     monkeypatch.setattr(open_model, "MERGE_MIN_ROWS", 50)  # many merges
+    monkeypatch.setattr(open_model, "PUBLIC_BATCH_SENTENCES", 7)  # reader batches cut into chunks
     everything = list(open_model.public_sentences(corpus, True, "all"))
     assert sum(1 for _ in public_text.read_public_batches(corpus)) > 5
     vocabulary = set(rng.sample(sorted({t for s in everything for t in s}), 25))

@@ -190,10 +190,12 @@ def batch_ngram_counts(
     vocab = None if vocabulary is None else set(vocabulary)
     totals = {n: _SummedCounts("ngram") for n in range(1, order + 1)}
     for batch in batches:
-        if batch.len() == 0:
-            continue
-        for n, summed in totals.items():
-            summed.add(ngrams_of_sentences(batch, n, vocab))
+        # at most PUBLIC_BATCH_SENTENCES at a time: the n-gram expansion of a batch is several
+        # times its size (a reader batch of 16 MB of text peaked at 1.6x the memory of 100k)
+        for start in range(0, batch.len(), PUBLIC_BATCH_SENTENCES):
+            chunk = batch.slice(start, PUBLIC_BATCH_SENTENCES)
+            for n, summed in totals.items():
+                summed.add(ngrams_of_sentences(chunk, n, vocab))
     empty = pl.DataFrame(schema={"ngram": pl.String, "count": pl.Float64})
     return {n: (t if (t := summed.result()) is not None else empty) for n, summed in totals.items()}
 
