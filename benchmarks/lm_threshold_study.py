@@ -415,6 +415,12 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS / "lm_threshold.json"))
     ap.add_argument("--merge", nargs="+", default=None, help="combine these JSON files into --out")
     ap.add_argument("--annotation", default=None, help="with --merge: a note stored in the JSON")
+    ap.add_argument(
+        "--supplement",
+        nargs="+",
+        default=None,
+        help="with --merge: further runs (e.g. other rules on fresh draws) stored under 'supplementary'",
+    )
     args = ap.parse_args()
     out_json = Path(args.out)
     if args.merge:
@@ -427,6 +433,17 @@ def main() -> None:
         for p in parts:
             out["results"].update(p["results"])
         out["summary"] = summarise(out["results"])
+        if args.supplement:
+            extra = [json.loads(Path(p).read_text(encoding="utf-8")) for p in args.supplement]
+            results = {k: v for e in extra for k, v in e["results"].items()}
+            out["supplementary"] = {
+                "runs": [
+                    {k: e.get(k) for k in ("date", "git_commit", "parameters", "seconds")} for e in extra
+                ],
+                "results": results,
+                "summary": summarise(results),
+            }
+            print_summary(out["supplementary"]["summary"])
         if args.annotation:
             out["annotation"] = args.annotation
         write(out, out_json)
