@@ -559,14 +559,12 @@ def run_lm_stage(config_json: str) -> dict[str, Any]:
     }
 
 
-def dp_run(corpus: Corpus, eps: float, train: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """One release on the training users; returns its paths, parts and timings."""
+def bench_config(corpus: Corpus, eps: float, train: Path, work: Path, args: argparse.Namespace) -> Any:
+    """The run configuration of one release on the training users (every lm_* option at its
+    default; also used by benchmarks/lm_threshold_study.py)."""
     from dpngram.config import RunConfig
-    from dpngram.orchestration.plan import release_steps
-    from dpngram.release.context import RunContext, read_parts, read_timings, stage_timer
-    from dpngram.release.publish import prepare, publish_run
 
-    config = RunConfig.build(
+    return RunConfig.build(
         dataset=f"lm-bench-{corpus.name}-eps{eps:g}",
         input=str(train),
         public=str(corpus.public),
@@ -578,6 +576,15 @@ def dp_run(corpus: Corpus, eps: float, train: Path, work: Path, args: argparse.N
         stage_budget=STAGE_BUDGET,
         memory_limit=args.memory_limit,
     )
+
+
+def dp_run(corpus: Corpus, eps: float, train: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """One release on the training users; returns its paths, parts and timings."""
+    from dpngram.orchestration.plan import release_steps
+    from dpngram.release.context import RunContext, read_parts, read_timings, stage_timer
+    from dpngram.release.publish import prepare, publish_run
+
+    config = bench_config(corpus, eps, train, work, args)
     started = time.perf_counter()
     config = prepare(config)
     ctx = RunContext(config)
