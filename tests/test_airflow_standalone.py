@@ -610,7 +610,7 @@ def test_no_marker_or_exact_statistic_in_logs_xcom_or_release(session):
         for key, leaf in _json_leaves(payload):
             if isinstance(leaf, bool) or not isinstance(leaf, int | float):
                 continue
-            assert key in ("epsilon", "delta", "k", "released_rows"), (task_id, key)
+            assert key in ("epsilon", "charged_epsilon", "delta", "k", "released_rows"), (task_id, key)
             if key == "released_rows":
                 staged = payload["paths"][0]  # written while staged; published by a rename since
                 path = _release(session) / staged if not Path(staged).is_absolute() else Path(staged)
