@@ -301,7 +301,7 @@ def test_unexpected_errors_are_one_line_and_database_messages_withheld(tmp_path,
     )
     assert code == 1
     # the error is one line (the lines before it are the run's notes: no public corpus here)
-    errors = [line for line in err.strip().splitlines() if not line.startswith("note: ")]
+    errors = [line for line in err.splitlines() if line.strip() and not line.startswith("note: ")]
     assert SECRET not in err and "--debug" in err and len(errors) == 1
     with pytest.raises(duckdb.ConversionException):
         main(["run", "--input", str(src), "--out", str(tmp_path / "out"), "--debug"])

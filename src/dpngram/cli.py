@@ -405,7 +405,8 @@ def _release(args: argparse.Namespace, baseline: str | None = None, baseline_k: 
         config = config.with_values(run_id=new_run_id())
     if not args.quiet:
         for notice in run_notices(config):
-            _console(stderr=True).print(f"[yellow]note:[/yellow] {notice}", highlight=False)
+            # one line per note however narrow the terminal (log scrapers read them line by line)
+            _console(stderr=True).print(f"[yellow]note:[/yellow] {notice}", highlight=False, soft_wrap=True)
     try:
         with _StageProgress(enabled=not args.quiet) as progress:
             result = run_release(
