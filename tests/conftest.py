@@ -102,11 +102,18 @@ CHROMIUM_ARGS = [
 
 def sentences_warehouse(schema: str, rows: list[tuple[str, list[str | None]]]):
     """In-memory warehouse with ``{schema}.sentences`` holding one sentence per (user_id, tokens)
-    row (doc 1, sentence ids in row order), as ingest would have written them."""
+    row (:func:`create_sentences`)."""
     from dpngram.engines.duckdb import Warehouse
 
     wh = Warehouse(":memory:", memory_limit="1GB")
     wh.con.execute(f"CREATE SCHEMA {schema}")
+    create_sentences(wh, schema, rows)
+    return wh
+
+
+def create_sentences(wh, schema: str, rows: list[tuple[str, list[str | None]]]) -> None:
+    """``{schema}.sentences`` with one sentence per (user_id, tokens) row (doc 1, sentence ids in
+    row order), as ingest would have written them."""
     wh.con.execute(
         f"CREATE TABLE {schema}.sentences (user_id VARCHAR, doc_id BIGINT, sent_id INTEGER, tokens VARCHAR[])"
     )
@@ -115,7 +122,6 @@ def sentences_warehouse(schema: str, rows: list[tuple[str, list[str | None]]]):
             f"INSERT INTO {schema}.sentences VALUES (?, 1, ?, ?)",
             [(user, i, tokens) for i, (user, tokens) in enumerate(rows)],
         )
-    return wh
 
 
 def chromium_path() -> str | None:

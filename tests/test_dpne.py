@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import create_sentences, sentences_warehouse
 from scipy import stats
 
 from dpngram.config import RunConfig
@@ -65,21 +66,7 @@ def corpus_grams(rows, k: int) -> set[str]:
 
 
 def make_warehouse(rows) -> Warehouse:
-    wh = Warehouse(":memory:", memory_limit="1GB")
-    wh.con.execute(f"CREATE SCHEMA {SCHEMA}")
-    _create_sentences(wh, SCHEMA, rows)
-    return wh
-
-
-def _create_sentences(wh: Warehouse, schema: str, rows) -> None:
-    wh.con.execute(
-        f"CREATE TABLE {schema}.sentences (user_id VARCHAR, doc_id BIGINT, sent_id INTEGER, tokens VARCHAR[])"
-    )
-    if rows:
-        wh.con.executemany(
-            f"INSERT INTO {schema}.sentences VALUES (?, 1, ?, ?)",
-            [(u, i, t) for i, (u, t) in enumerate(rows)],
-        )
+    return sentences_warehouse(SCHEMA, rows)
 
 
 def install_levels(wh: Warehouse, tmp_path, levels: dict[int, set[str]], pruning: str = "both") -> None:
@@ -141,7 +128,7 @@ def make_context(tmp_path, rows, **overrides) -> RunContext:
     )
     ctx = RunContext(prepare(config))
     with ctx.warehouse() as wh:
-        _create_sentences(wh, ctx.schema, rows)
+        create_sentences(wh, ctx.schema, rows)
     return ctx
 
 
@@ -433,7 +420,7 @@ def test_retry_reuses_and_restore_rebuilds_private_state(tmp_path):
             with ctx.warehouse() as wh:
                 wh.drop_run_schema(ctx.run_id)
                 wh.run_schema(ctx.run_id)
-                _create_sentences(wh, ctx.schema, rows)
+                create_sentences(wh, ctx.schema, rows)
         dpne_stage.run_level(ctx, 3, noise=NoiseSource.seeded_for_tests(8))
         outputs.append(pq.read_table(ctx.release.root / layout.level_path(3)))
     assert outputs[0].equals(outputs[1])
