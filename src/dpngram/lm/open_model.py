@@ -107,7 +107,8 @@ class _SummedCounts:
     """A running ``(key, count)`` sum fed batch by batch. Batches wait in a list and are merged
     into the total (one concat + group-by) only when they hold as many rows as the total does, so
     every row takes part in O(log batches) merges; merging at every batch re-aggregated the whole
-    running total each time (quadratic in the corpus: 47 of 82 s on 400,000 public sentences)."""
+    running total each time, a cost quadratic in the corpus (with the polars batches, one build of
+    P is 27-38% faster: benchmarks/results/lm_public.json)."""
 
     def __init__(self, key: str) -> None:
         self.key = key
