@@ -61,8 +61,8 @@ def warehouse(rows: list[tuple[str, list[str | None]]]) -> Warehouse:
 
 
 class PolicyRun:
-    """One ``dpsu_histogram`` call with the policy; the private working tables (kept pairs with
-    their visiting order, dense item ids) are copied just before ``dpsu_histogram`` drops them,
+    """One ``dpsu_histogram`` call with the policy; the private working tables (each user's kept
+    items with its visiting order, dense item ids) are copied just before ``dpsu_histogram`` drops them,
     so the test can replay the exact users and order without re-implementing the SQL."""
 
     def __init__(
@@ -88,7 +88,8 @@ class PolicyRun:
                 )
                 if "user_order" in cols:
                     self.pairs = wh.con.sql(
-                        f"SELECT user_order, user_id, item, item_rank FROM {schema}.{name}"
+                        f"SELECT user_order, user_id, unnest(kept) AS item, "
+                        f"generate_subscripts(kept, 1) AS item_rank FROM {schema}.{name}"
                     ).fetchall()
                 elif sorted(cols) == ["iid", "item"]:
                     self.iids = dict(wh.con.sql(f"SELECT item, iid FROM {schema}.{name}").fetchall())

@@ -103,7 +103,7 @@ def test_list_index_becomes_one_based_element_at() -> None:
 def test_hash_and_unsigned_cast_are_rewritten() -> None:
     ((kind, body),) = _spark("dpsu/histogram", schema="s", source="src", histogram="h")
     assert kind == "ctas:s.h"
-    assert "XXHASH64(XXHASH64(item) ^ CAST(:salt AS BIGINT))" in body
+    assert "XXHASH64(XXHASH64(x) ^ CAST(:salt AS BIGINT))" in body
     assert "UBIGINT" not in body and "HASH(" not in body.replace("XXHASH64(", "")
 
 

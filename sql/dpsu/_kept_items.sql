@@ -1,24 +1,36 @@
--- Fragment: the CTEs user_items, keyed, ranked shared by dpsu/histogram.sql (weighted policy) and
+-- Fragment: the CTEs user_items, user_kept shared by dpsu/histogram.sql (weighted policy) and
 -- dpsu/policy_items.sql (policy Gaussian), so both keep exactly the same items per user.
--- Input {schema}.{source}(user_id, item). Each user's DISTINCT items are ranked by
+-- Input {schema}.{source}(user_id, item), duplicates allowed. Per user, one list of its DISTINCT
+-- items (a GROUP BY user_id: no window and no global DISTINCT over every (user, item) pair, which
+-- at 1M users x ~70 items spilled tens of GB). A user with at most $max_contribution items keeps
+-- them all; a larger one keeps the $max_contribution items with the smallest
 -- hash(hash(item) XOR $salt), a pseudo-random order keyed by a secret per-run salt (DuckDB's
 -- two-argument hash(item, salt) mixes the salt in too weakly: the kept subset then depends mostly
--- on the item, which tests/test_dpsu.py detects); a user keeps the items with
--- item_rank <= $max_contribution. The rule depends only on the user's own items, so a user's kept
--- set is unchanged by adding or removing other users. item_count: the user's distinct items.
+-- on the item, which tests/test_dpsu.py detects); ties are broken by the item. The rule depends
+-- only on the user's own items, so a user's kept set is unchanged by adding or removing other
+-- users. kept_count: the number of items the user keeps (<= $max_contribution).
 user_items AS (
-    SELECT DISTINCT user_id, item
+    SELECT user_id, list_distinct(list(item)) AS items
     FROM {schema}.{source}
     WHERE item IS NOT NULL AND user_id IS NOT NULL
+    GROUP BY user_id
 ),
-keyed AS (
-    SELECT user_id, item, hash(xor(hash(item), CAST($salt AS UBIGINT))) AS sort_key
-    FROM user_items
-),
-ranked AS (
+user_kept AS (
     SELECT user_id,
-           item,
-           row_number() OVER (PARTITION BY user_id ORDER BY sort_key) AS item_rank,
-           count(*) OVER (PARTITION BY user_id) AS item_count
-    FROM keyed
+           CASE
+               WHEN array_length(items) <= $max_contribution THEN items
+               ELSE list_transform(
+                   list_slice(
+                       list_sort(list_transform(
+                           items,
+                           lambda x: struct_pack(sort_key := hash(xor(hash(x), CAST($salt AS UBIGINT))), item := x)
+                       )),
+                       1,
+                       $max_contribution
+                   ),
+                   lambda e: e.item
+               )
+           END AS kept,
+           CAST(least(array_length(items), $max_contribution) AS BIGINT) AS kept_count
+    FROM user_items
 )

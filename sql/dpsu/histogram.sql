@@ -2,13 +2,16 @@
 -- Input {source}(user_id, item): any relation of items held by users (duplicates allowed).
 -- Each user keeps at most $max_contribution of their DISTINCT items (sql/dpsu/_kept_items.sql: a
 -- pseudo-random subset keyed by a secret per-run salt, depending only on the user's own items), so
--- the histogram's l2-sensitivity stays 1: each kept item gets weight 1/sqrt(|U_i|).
+-- the histogram's l2-sensitivity stays 1: each kept item gets weight 1/sqrt(|kept|).
 -- The weights are exact private statistics: this table never leaves the run schema.
 CREATE OR REPLACE TABLE {schema}.{histogram} AS
 WITH
 -- include: dpsu/_kept_items
-SELECT item,
-       sum(1.0 / sqrt(CAST(least(item_count, $max_contribution) AS DOUBLE))) AS weight
-FROM ranked
-WHERE item_rank <= $max_contribution
+,
+kept_items AS (
+    SELECT unnest(kept) AS item, kept_count
+    FROM user_kept
+)
+SELECT item, sum(1.0 / sqrt(CAST(kept_count AS DOUBLE))) AS weight
+FROM kept_items
 GROUP BY item

@@ -2,4 +2,8 @@
 -- sequential update can keep the histogram in one array. Private working table.
 CREATE OR REPLACE TABLE {schema}.{target} AS
 SELECT item, row_number() OVER (ORDER BY item) - 1 AS iid
-FROM (SELECT DISTINCT item FROM {schema}.{pairs}) AS support
+FROM (
+    SELECT item
+    FROM (SELECT unnest(kept) AS item FROM {schema}.{pairs}) AS kept_items
+    GROUP BY item
+) AS support

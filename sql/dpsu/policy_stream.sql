@@ -7,7 +7,7 @@
 -- Spark has no MATERIALIZED CTEs: the Spark engine drops the keyword (same result).
 WITH with_ids AS MATERIALIZED (
     SELECT p.user_order, p.user_id, i.iid
-    FROM {schema}.{pairs} AS p
+    FROM (SELECT user_order, user_id, unnest(kept) AS item FROM {schema}.{pairs}) AS p
     JOIN {schema}.{item_ids} AS i ON p.item = i.item
 )
 SELECT list(iid) AS iids
