@@ -3,7 +3,17 @@
 -- (k-1)-grams starting at loc and loc+1 were both released, i.e. both positions survived level
 -- k-1 (their tokens are all in S_1 by construction). Only surviving positions are extended, so
 -- the cost follows the released sets. Key = left_gid * 2^32 + right_gid (unique per k-gram).
+-- The neighbour at loc + 1 is found with lead() over each user's positions in loc order rather
+-- than a self-join on loc + 1: at 1M users the join's build side (every surviving position, ~100M
+-- rows at level 2) spilled and cost half again as much CPU (docs/engines.md, "Scale").
 CREATE OR REPLACE TABLE {schema}.{target} AS
-SELECT a.uid, a.loc, CAST(a.gid AS BIGINT) * 4294967296 + b.gid AS key
-FROM {schema}.{previous} AS a
-JOIN {schema}.{previous} AS b ON b.loc = a.loc + 1
+SELECT uid, loc, CAST(gid AS BIGINT) * 4294967296 + next_gid AS key
+FROM (
+    SELECT uid,
+           loc,
+           gid,
+           lead(gid) OVER (PARTITION BY uid ORDER BY loc) AS next_gid,
+           lead(loc) OVER (PARTITION BY uid ORDER BY loc) AS next_loc
+    FROM {schema}.{previous}
+) AS neighbours
+WHERE next_loc = loc + 1
