@@ -477,3 +477,317 @@ def test_duckdb_gets_only_its_share_of_the_process_memory_limit(tmp_path):
     # DuckDB prints one decimal: allow 0.05 GiB of display rounding
     assert duckdb_bytes == pytest.approx(budget * (1 - PYTHON_RESERVE_FRACTION), abs=0.05 * 1024**3)
     assert duckdb_bytes < budget
+
+
+# -- 9. out of memory before the first noise draw (issue "Scale" 4) --------------------------------
+# A stage is charged at its first real noise draw. The DPSU/DPNE subset and visiting-order salts
+# are selection salts (NoiseSource.selection_salt: the privacy proof holds for any salt), so an
+# engine failure in the heavy SQL they key charges nothing and the run resumes with more memory.
+# docs/faults.md, "Selection salts".
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory):
+    from dpngram.text.sample import write_sample
+
+    return write_sample(tmp_path_factory.mktemp("oom") / "sample", n_users=300, seed=5, public_sentences=100)
+
+
+def ingested(tmp_path: Path, corpus: dict[str, Path], **values) -> RunContext:
+    """A prepared run (id 'oom') on the small corpus, ingested, with DPNE up to bigrams."""
+    from dpngram.stages.ingest import run_ingest
+
+    settings = {
+        "input": str(corpus["users"]),
+        "out": str(tmp_path / "out"),
+        "warehouse": str(tmp_path / "wh.duckdb"),
+        "dataset": "faults",
+        "run_id": "oom",
+        "stage_budget": {"dpne": 1.0},
+        "max_n": 2,
+        **values,
+    }
+    ctx = RunContext(prepare(RunConfig.build(**settings)))
+    run_ingest(ctx)
+    return ctx
+
+
+class WatchedSql:
+    """Names the mechanisms' SQL statements (``sql/NAME.sql``) as DuckDB runs them, records the
+    ones that raise, and makes the statements named in ``fail`` raise ``error`` (an injected
+    engine failure)."""
+
+    def __init__(self, monkeypatch, fail=(), error: type[Exception] | None = None) -> None:
+        import duckdb
+
+        from dpngram.engines.duckdb import Warehouse
+        from dpngram.mechanisms import dpne, dpsu
+
+        self.names: dict[str, str] = {}
+        self.failed: list[tuple[str, str]] = []
+        self.fail, self.error = set(fail), error or duckdb.OutOfMemoryException
+        for module in (dpsu, dpne):
+            original = module.load_sql
+
+            def naming(name, _original=original, **identifiers):
+                text = _original(name, **identifiers)
+                self.names[text] = name
+                return text
+
+            monkeypatch.setattr(module, "load_sql", naming)
+        execute = Warehouse.execute
+
+        def watched(wh, sql, params=None):
+            name = self.names.get(sql, "?")
+            try:
+                if name in self.fail:
+                    raise self.error("Out of Memory Error: injected (9.9 MiB/1.0 MiB used)")
+                return execute(wh, sql, params)
+            except Exception as err:
+                self.failed.append((name, type(err).__name__))
+                raise
+
+        monkeypatch.setattr(Warehouse, "execute", watched)
+
+
+def ledger_rows(ctx: RunContext) -> list[tuple[str, str]]:
+    return sorted((e["stage"], e["status"]) for e in entries(ctx))
+
+
+@pytest.mark.parametrize(
+    ("policy", "statement"), [("weighted", "dpsu/histogram"), ("policy-gaussian", "dpsu/policy_items")]
+)
+def test_out_of_memory_in_the_vocabulary_sql_charges_nothing_and_resumes(
+    tmp_path, small_corpus, monkeypatch, policy, statement
+):
+    """The heavy DPSU statement runs after the secret salts are drawn and before any noise: an
+    out-of-memory error there leaves no ledger entry, and the same run id resumes (more memory)
+    and is charged exactly once."""
+    import duckdb
+
+    from dpngram.core.errors import ResourceExhausted
+    from dpngram.stages.vocabulary import run_vocabulary
+
+    ctx = ingested(tmp_path, small_corpus, dpsu_policy=policy)
+    sql = WatchedSql(monkeypatch, fail={statement})
+    with pytest.raises(ResourceExhausted) as err:
+        run_vocabulary(ctx)
+    assert sql.failed == [(statement, "OutOfMemoryException")]
+    assert err.value.charged is False and isinstance(err.value.__cause__, duckdb.OutOfMemoryException)
+    message = str(err.value)
+    assert "\n" not in message and "nothing was charged" in message and "dpne.k1" in message
+    assert "MiB" not in message and "injected" not in message  # the engine's message is withheld
+    assert ledger_rows(ctx) == []  # no pending charge: the salts are not draws
+    monkeypatch.undo()
+
+    resumed = RunContext(prepare(ctx.config.with_values(memory_limit="2GB")))  # same run id
+    assert run_vocabulary(resumed)["reused"] is False
+    assert ledger_rows(resumed) == [("dpne.k1", "final")]
+    assert run_vocabulary(resumed)["reused"] is True
+    assert ledger_rows(resumed) == [("dpne.k1", "final")]
+
+
+def test_a_real_out_of_memory_in_the_dpsu_sql_resumes_with_a_larger_memory_limit(
+    tmp_path, small_corpus, monkeypatch
+):
+    """No injection: DuckDB itself runs out of memory in the DPSU statement at a 4 MB limit (the
+    128 MiB floor Warehouse puts under DuckDB's share is lifted for that attempt; one thread so
+    the memory use is the same on every machine); the resume at 1 GB completes."""
+    from dpngram.core.errors import ResourceExhausted
+    from dpngram.engines import duckdb as duckdb_engine
+    from dpngram.stages.vocabulary import run_vocabulary
+
+    ctx = ingested(tmp_path, small_corpus, threads=1)
+    sql = WatchedSql(monkeypatch)
+    monkeypatch.setattr(duckdb_engine, "duckdb_memory_limit", lambda limit: limit)
+    tiny = RunContext(ctx.config.with_values(memory_limit="4MB"))
+    with pytest.raises(ResourceExhausted) as err:
+        run_vocabulary(tiny)
+    assert err.value.resource == "memory" and err.value.charged is False
+    assert sql.failed[-1][1] == "OutOfMemoryException"
+    assert sql.failed[-1][0] in ("dpsu/histogram", "dpsu/policy_items")  # the heavy statement
+    assert ledger_rows(ctx) == []
+    monkeypatch.undo()
+
+    resumed = RunContext(prepare(ctx.config.with_values(memory_limit="1GB")))
+    assert run_vocabulary(resumed)["reused"] is False
+    assert ledger_rows(resumed) == [("dpne.k1", "final")]
+
+
+def test_out_of_memory_in_a_dpne_level_histogram_charges_nothing_and_resumes(
+    tmp_path, small_corpus, monkeypatch
+):
+    """Level k=2 builds its histogram with the same DPSU SQL after its selection salts: an
+    out-of-memory error there leaves level 2 uncharged (the vocabulary keeps its final charge),
+    and the resume releases the level and charges it once."""
+    from dpngram.core.errors import ResourceExhausted
+    from dpngram.stages.dpne import run_level
+    from dpngram.stages.vocabulary import run_vocabulary
+
+    ctx = ingested(tmp_path, small_corpus)
+    run_vocabulary(ctx)
+    sql = WatchedSql(monkeypatch, fail={"dpsu/histogram", "dpsu/policy_items"})
+    with pytest.raises(ResourceExhausted) as err:
+        run_level(ctx, 2)
+    assert [name for name, _ in sql.failed] in (["dpsu/histogram"], ["dpsu/policy_items"])
+    assert err.value.charged is False and err.value.stage == "dpne.k2"
+    assert ledger_rows(ctx) == [("dpne.k1", "final")]
+    monkeypatch.undo()
+
+    resumed = RunContext(prepare(ctx.config.with_values(memory_limit="2GB")))
+    assert run_level(resumed, 2)["reused"] is False
+    assert ledger_rows(resumed) == [("dpne.k1", "final"), ("dpne.k2", "final")]
+
+
+def test_out_of_memory_after_the_first_noise_draw_keeps_the_charge_and_is_not_resumed(
+    tmp_path, small_corpus, monkeypatch
+):
+    """The level-1 position table is built after the threshold's noise was drawn: a failure there
+    keeps the pending charge (an upper bound) and the resume is refused, never drawn again."""
+    from dpngram.core.errors import ResourceExhausted
+    from dpngram.stages.vocabulary import run_vocabulary
+
+    ctx = ingested(tmp_path, small_corpus)
+    WatchedSql(monkeypatch, fail={"dpne/occurrences_level1"})
+    with pytest.raises(ResourceExhausted) as err:
+        run_vocabulary(ctx)
+    assert err.value.charged is True
+    assert "keeps its charge" in str(err.value) and "new run id" in str(err.value)
+    assert ledger_rows(ctx) == [("dpne.k1", "pending")]
+    monkeypatch.undo()
+
+    resumed = RunContext(prepare(ctx.config.with_values(memory_limit="2GB")))
+    with pytest.raises(ResumeError, match="drew its noise before a crash"):
+        run_vocabulary(resumed)
+    assert ledger_rows(resumed) == [("dpne.k1", "pending")]
+
+
+def triehh_run(tmp_path: Path, corpus: dict[str, Path]) -> RunContext:
+    return ingested(
+        tmp_path,
+        corpus,
+        vocabulary_method="triehh",
+        stage_budget={"dpne": 0.5, "triehh": 0.5},
+        epsilon=20.0,
+        triehh_users_per_layer=30,
+        triehh_max_depth=8,
+    )
+
+
+def test_triehh_is_charged_before_its_user_sampling(tmp_path, small_corpus, monkeypatch):
+    """TrieHH's privacy rests on its random user groups (amplification by shuffling): drawing them
+    is a real draw. A failure in the layer SQL after the groups were drawn keeps the charge and
+    the resume is refused, while a failure before the draw (preparing the users' words) charges
+    nothing."""
+    import duckdb
+
+    from dpngram.core.errors import ResourceExhausted
+    from dpngram.mechanisms.triehh import WarehouseSource
+    from dpngram.stages import triehh as triehh_stage
+
+    ctx = triehh_run(tmp_path / "before", small_corpus)
+
+    def out_of_memory(*args, **kwargs):
+        raise duckdb.OutOfMemoryException("Out of Memory Error: injected")
+
+    monkeypatch.setattr(triehh_stage, "prepare_user_words", out_of_memory)
+    with pytest.raises(ResourceExhausted) as err:
+        triehh_stage.run_triehh(ctx)
+    assert err.value.charged is False and ledger_rows(ctx) == []
+    monkeypatch.undo()
+
+    ctx = triehh_run(tmp_path / "after", small_corpus)
+    drawn = []
+    sample = NoiseSource.sample_without_replacement
+
+    def recording(self, population, k):
+        before = ledger_rows(ctx)
+        groups = sample(self, population, k)
+        drawn.append((before, ledger_rows(ctx)))  # the ledger just before and after the draw
+        return groups
+
+    monkeypatch.setattr(NoiseSource, "sample_without_replacement", recording)
+    monkeypatch.setattr(WarehouseSource, "__call__", out_of_memory)
+    with pytest.raises(ResourceExhausted) as err:
+        triehh_stage.run_triehh(ctx)
+    assert err.value.charged is True
+    assert drawn == [([], [("triehh", "pending")])]  # the group draw itself took the charge
+    monkeypatch.undo()
+    with pytest.raises(ResumeError, match="drew its noise before a crash"):
+        triehh_stage.run_triehh(RunContext(prepare(ctx.config)))
+    assert ledger_rows(ctx) == [("triehh", "pending")]
+
+
+def test_the_cli_says_nothing_was_charged_and_prints_the_resume_command(
+    tmp_path, small_corpus, monkeypatch, capsys
+):
+    """One line: the stage, that nothing was charged, and the command to resume: the same --run-id
+    with twice the memory limit. That command resumes the same run (its fingerprint matches)."""
+    import shlex
+
+    from dpngram.cli import build_parser, config_from_args, main
+    from dpngram.stages.vocabulary import run_vocabulary
+
+    argv = ["run", "--input", str(small_corpus["users"]), "--out", str(tmp_path / "out")]
+    argv += ["--warehouse", str(tmp_path / "wh.duckdb"), "--dataset", "faults", "--max-n", "2"]
+    argv += ["--quiet", "--run-id", "cli-oom", "--memory-limit", "3GB"]
+    WatchedSql(monkeypatch, fail={"dpsu/histogram", "dpsu/policy_items"})
+    assert main(argv) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("dpngram: error:")]
+    assert len(errors) == 1, errors
+    (line,) = errors
+    assert "stage dpne.k1 ran out of memory before drawing any noise: nothing was charged" in line
+    assert "MiB" not in line and "injected" not in line
+    command = shlex.split(line.split("with more memory: ", 1)[1])
+    assert command[0] == "dpngram" and command.count("--run-id") == 1
+    assert command[command.index("--run-id") + 1] == "cli-oom"
+    assert command[command.index("--memory-limit") + 1] == "6GB" and command.count("--memory-limit") == 1
+    monkeypatch.undo()
+
+    config = config_from_args(build_parser().parse_args(command[1:]))
+    ctx = RunContext(prepare(config))  # the resume is accepted: same run, same fingerprint
+    assert ctx.run_id == "cli-oom" and ledger_rows(ctx) == []
+    run_vocabulary(ctx)
+    assert ledger_rows(ctx) == [("dpne.k1", "final")]
+
+
+def test_a_selection_salt_is_not_a_draw_but_a_salt_is():
+    fired: list[str] = []
+    source = NoiseSource.secure()
+    from dpngram.core.noise import before_first_draw
+
+    with before_first_draw(lambda: fired.append("charged")):
+        source.selection_salt()
+        assert fired == []
+        source.salt()
+        assert fired == ["charged"]
+
+
+#: Every call of NoiseSource.selection_salt in the package, by (module, enclosing top-level
+#: function), each reviewed against the rule in its docstring: the privacy proof holds for any
+#: value of the salt, and the selection reaches the release only through a later noise draw.
+SELECTION_SALT_CALLERS = {
+    ("mechanisms/dpsu.py", "secret_histogram"): "DPSU/DPNE per-user subset + policy visiting order",
+    ("stages/bayes.py", "run_bayes"): "per-user W-trigram subset (contribution bound)",
+    ("stages/bayes.py", "run_bayes_baseline"): "per-user W-trigram subset (contribution bound)",
+    ("stages/lm_counts.py", "run_lm_counts"): "selection/counting partition of the users by id",
+}
+
+
+def test_every_selection_salt_call_site_is_reviewed():
+    """A new selection_salt() call defers the stage's charge past its salt: it must be reviewed
+    (docs/faults.md, "Selection salts") and listed above, or use salt()."""
+    import ast
+
+    import dpngram
+
+    root = Path(dpngram.__file__).parent
+    found = set()
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for top in tree.body:
+            for node in ast.walk(top):
+                if isinstance(node, ast.Attribute) and node.attr == "selection_salt":
+                    if not isinstance(top, ast.FunctionDef) and not isinstance(top, ast.ClassDef):
+                        raise AssertionError(f"{path}: selection_salt outside a function")
+                    found.add((path.relative_to(root).as_posix(), top.name))
+    found.discard(("core/noise.py", "NoiseSource"))  # its definition
+    assert found == set(SELECTION_SALT_CALLERS)

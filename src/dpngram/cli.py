@@ -23,7 +23,9 @@ and ``baseline`` run the steps of :mod:`dpngram.orchestration.plan` in this proc
 Errors: a bad parameter, unreadable input, exhausted budget or refused resume (the user errors of
 :data:`dpngram.core.errors.USER_ERRORS`) prints one line ``dpngram: error: ...`` and exits 2; a
 failed validation prints its failure lines and exits 1; a warehouse locked by another process
-prints one line and exits 1; anything unexpected prints one line and exits 1 (``--debug``, before
+prints one line and exits 1; a stage out of memory or disk space prints one line saying whether it
+was charged and the command to run next (the same --run-id with a larger --memory-limit when
+nothing was charged) and exits 1; anything unexpected prints one line and exits 1 (``--debug``, before
 or after the sub-command, shows the traceback). ``run`` prints the quarantine summary (exact
 counts per reason: operator console only). Raw input text is never printed; exact input statistics
 appear only in ``dpngram ingest``'s operator summary on this console (never in a released file or
@@ -40,6 +42,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
+import shlex
 import sys
 import types
 from collections.abc import Callable, Sequence
@@ -47,7 +51,14 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 from dpngram.config import SECTIONS, RunConfig, flat_fields
-from dpngram.core.errors import USER_ERRORS, ConfigError, IngestError, ValidationFailed, WarehouseBusy
+from dpngram.core.errors import (
+    USER_ERRORS,
+    ConfigError,
+    IngestError,
+    ResourceExhausted,
+    ValidationFailed,
+    WarehouseBusy,
+)
 from dpngram.demo import DEMO_USERS
 from dpngram.engines.base import is_remote_path
 
@@ -418,6 +429,9 @@ def _release(args: argparse.Namespace, baseline: str | None = None, baseline_k: 
             )
     except IngestError:
         _print_run_quarantine(config, stderr=True)
+        raise
+    except ResourceExhausted as err:
+        err.add_note(_resume_hint(err, config, getattr(args, "argv", None) or sys.argv[1:]))
         raise
     summary = _run_summary(result)
     if args.json:
@@ -844,6 +858,45 @@ def _add_demo_command(sub: _Subparsers, common: argparse.ArgumentParser) -> None
     p.set_defaults(func=cmd_demo)
 
 
+def _resume_hint(err: ResourceExhausted, config: RunConfig, argv: Sequence[str]) -> str:
+    """What to run after a stage ran out of a resource: the same command with the same --run-id
+    (nothing was charged) or without it (a new run: the stage had drawn its noise), with twice
+    the memory limit when memory ran out on DuckDB. Operator-given flags only, no data."""
+    drop = {"--run-id"}
+    memory = err.resource == "memory" and config.engine.name == "duckdb"
+    if memory:
+        drop.add("--memory-limit")
+    command: list[str] = []
+    skip = False
+    for token in argv:
+        if skip:
+            skip = False
+            continue
+        name = token.split("=", 1)[0]
+        if name in drop:
+            skip = "=" not in token
+            continue
+        command.append(token)
+    if not err.charged:
+        command += ["--run-id", err.run_id]
+    if memory:
+        command += ["--memory-limit", _doubled(config.engine.memory_limit)]
+        how = "with more memory"
+    elif err.resource == "memory":
+        how = "with more memory for Spark (--spark-conf)"
+    else:
+        how = "after freeing disk space"
+    return f"{how}: {shlex.join([PROG, *command])}"
+
+
+def _doubled(limit: str) -> str:
+    match = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*$", limit)
+    if not match:
+        return limit
+    value = float(match.group(1)) * 2
+    return f"{int(value) if value.is_integer() else value:g}{match.group(2)}"
+
+
 def _error(message: str) -> None:
     sys.stderr.write(f"{PROG}: error: {message}\n")
 
@@ -869,6 +922,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     func: Callable[[argparse.Namespace], int] = args.func
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # to print a resume command
     try:
         return func(args)
     except ValidationFailed as err:
@@ -892,6 +946,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         _error(str(err))
+        return EXIT_FAILED
+    except ResourceExhausted as err:
+        if args.debug:
+            raise
+        hint = "; ".join(getattr(err, "__notes__", []))
+        _error(f"{err}, {hint}" if hint else str(err))
         return EXIT_FAILED
     except KeyboardInterrupt:
         _error("interrupted; nothing was published")

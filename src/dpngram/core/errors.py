@@ -32,6 +32,40 @@ class WarehouseBusy(RuntimeError):
     holder's process id."""
 
 
+class ResourceExhausted(RuntimeError):
+    """A privacy-spending stage ran out of memory or disk space, or hit an I/O error, in the engine
+    or on the driver. Not a user error (a resume with more resources can succeed), so Airflow
+    retries it. ``charged`` says whether the stage had drawn noise before it failed:
+
+    * False: the failure came before the stage's first noise draw, so nothing was charged for it
+      (docs/faults.md, "Selection salts"): resume the run with the same run id, e.g. with a larger
+      memory limit (resource settings may change on a resume);
+    * True: the stage had drawn noise; it keeps its (pending) charge and is never drawn again, so
+      the run cannot be resumed past it: start a new run.
+
+    One line that names the stage, the run id and the resource. The engine's own message (sizes,
+    possibly values) is never in it: it is only chained as ``__cause__`` (shown with --debug)."""
+
+    def __init__(self, stage: str, run_id: str, resource: str, *, charged: bool) -> None:
+        self.stage, self.run_id, self.resource, self.charged = stage, run_id, resource, charged
+        what = {
+            "memory": "ran out of memory",
+            "disk": "ran out of disk space",
+            "io": "hit an I/O error (disk full?)",
+        }.get(resource, "ran out of " + resource)
+        if charged:
+            text = (
+                f"stage {stage} {what} after drawing its noise: it keeps its charge and run "
+                f"'{run_id}' cannot be resumed; start a new run with a new run id"
+            )
+        else:
+            text = (
+                f"stage {stage} {what} before drawing any noise: nothing was charged for it; "
+                f"resume run '{run_id}' with the same run id"
+            )
+        super().__init__(text)
+
+
 class IngestError(ValueError):
     """The input cannot be ingested at all. ``str()`` is one line naming the path (never data)."""
 

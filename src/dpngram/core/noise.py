@@ -68,7 +68,8 @@ TEST_SEED_VALUE = "yes-this-process-releases-nothing"
 MAX_LATTICE_SIGMA = 2.0**36
 
 
-#: The callback of :func:`before_first_draw`, fired (once) by the first draw of any NoiseSource.
+#: The callback of :func:`before_first_draw`, fired (once) by the first draw of any NoiseSource
+#: (every method but :meth:`NoiseSource.selection_salt`).
 _FIRST_DRAW: list[Callable[[], None]] = []
 _FIRST_DRAW_LOCK = threading.Lock()
 
@@ -76,7 +77,9 @@ _FIRST_DRAW_LOCK = threading.Lock()
 @contextmanager
 def before_first_draw(callback: Callable[[], None]) -> Iterator[None]:
     """Call ``callback`` once, just before the first random draw of any :class:`NoiseSource`
-    inside the block (process-wide: noise is drawn on the driver, one stage at a time).
+    inside the block (process-wide: noise is drawn on the driver, one stage at a time). Every
+    sampler counts as a draw, and :meth:`NoiseSource.salt` too; only
+    :meth:`NoiseSource.selection_salt` does not (a key whose privacy proof holds for any value).
 
     :func:`dpngram.release.spend.spend_once` uses it to charge the ledger *before* a stage draws
     its noise, so a crash can only leave an over-charge, never a draw without a charge. If the
@@ -226,8 +229,43 @@ class NoiseSource:
         return chosen[:k]
 
     def salt(self) -> int:
-        """A random 62-bit integer, for hash-based per-user sampling inside SQL."""
+        """A random 62-bit integer for hash-based sampling inside SQL, counted as a **real draw**:
+        inside :func:`before_first_draw` the ledger is charged before it, like any noise.
+
+        The default for every salt. Use it wherever the privacy argument rests on the randomness
+        (or secrecy) of the salted selection itself: subsampling or shuffling amplification, random
+        user groups (TrieHH draws its groups with :meth:`sample_without_replacement`, also a real
+        draw), a sample released without further noise. A salt that only keys a selection whose
+        privacy proof holds for every fixed salt may use :meth:`selection_salt` instead."""
         _about_to_draw()
+        return self._draw_salt()
+
+    def selection_salt(self) -> int:
+        """A random 62-bit integer keying a selection inside SQL that does **not** charge the ledger
+        by itself (it does not fire :func:`before_first_draw`): the stage is charged at its first
+        real noise draw, so a failure in the SQL between this salt and that draw (out of memory,
+        disk full, a kill) leaves the stage uncharged and resumable (docs/faults.md, "Selection
+        salts").
+
+        Allowed only when both hold:
+
+        1. the privacy proof holds for **every fixed value** of the salt (it could be public):
+           the salt only picks *which* of a user's items a contribution bound keeps, the order in
+           which users are visited, or a partition of the users by id, and the sensitivity bound or
+           parallel composition holds whatever it picks; its randomness buys utility (an unbiased
+           subset), not privacy;
+        2. the selection reaches the release only through a later noise draw of the same stage:
+           nothing computed from it is written, logged or returned before that draw.
+
+        Then drawing it again after a failure that released nothing costs no budget: each attempt
+        is the same (ε, δ)-DP mechanism for whatever salt it got. Today: the DPSU/DPNE per-user
+        subset and the policy Gaussian's visiting order (:func:`dpngram.mechanisms.dpsu.secret_histogram`),
+        the Bayesian stage's per-user trigram subset, the LM-count stage's selection/counting
+        partition. Anything else uses :meth:`salt`; ``tests/test_faults.py`` fails on a call site
+        that is not on its reviewed list."""
+        return self._draw_salt()
+
+    def _draw_salt(self) -> int:
         return int(self._rng.integers(0, 2**62, dtype=np.int64))
 
 

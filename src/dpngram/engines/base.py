@@ -14,12 +14,14 @@ once, in DuckDB's dialect. Two implementations:
 Noise never runs inside an engine: the aggregated, user-free histogram is streamed out of it
 (``fetch_batches``) and the noise is drawn on the driver with :mod:`dpngram.core.noise`.
 
-Owns: the :class:`Engine` protocol, ``ENGINES`` (the engine names), :func:`is_remote_path`.
+Owns: the :class:`Engine` protocol, ``ENGINES`` (the engine names), :func:`is_remote_path`,
+:func:`resource_failure` (is an exception an engine's out-of-memory / disk / I/O failure).
 Imports: nothing from dpngram; numpy, pyarrow.
 """
 
 from __future__ import annotations
 
+import errno
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
@@ -42,6 +44,42 @@ def is_remote_path(path: str) -> bool:
 
 
 ObjectType = Literal["BASE TABLE", "VIEW"]
+
+
+#: DuckDB's exception classes that mean "out of a resource" (``duckdb.OutOfMemoryException``,
+#: ``duckdb.IOException``: e.g. the spill file could not be written), by class name.
+_DUCKDB_RESOURCE = {"OutOfMemoryException": "memory", "IOException": "io"}
+
+
+def resource_failure(err: BaseException) -> str | None:
+    """'memory', 'disk' or 'io' when ``err`` (or an exception it was raised from) is a resource
+    failure of an engine or of the driver: DuckDB's out-of-memory or I/O exception, a Java
+    ``OutOfMemoryError`` reported by Spark, Python's :class:`MemoryError`, an :class:`OSError` for a
+    full disk or quota. None otherwise. Classification only: the exception's message (which may
+    quote sizes or values of the private data) is read here, never repeated."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen and len(seen) < 8:
+        seen.add(id(current))
+        kind = _resource_kind(current)
+        if kind is not None:
+            return kind
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _resource_kind(err: BaseException) -> str | None:
+    if isinstance(err, MemoryError):
+        return "memory"
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "disk"
+    cls = type(err)
+    module = (cls.__module__ or "").split(".")[0]
+    if module in ("duckdb", "_duckdb"):
+        return _DUCKDB_RESOURCE.get(cls.__name__)
+    if module in ("pyspark", "py4j") and "java.lang.OutOfMemoryError" in str(err):
+        return "memory"
+    return None
 
 
 @runtime_checkable

@@ -9,7 +9,7 @@ Mechanism (supplement Alg. 5), run entirely in SQL except the noisy threshold:
 1. every user's DISTINCT items U_i (``sql/dpsu/histogram.sql``);
 2. contribution bound: if ``|U_i| > Delta`` keep ``Delta`` of them. The paper picks a uniformly
    random subset; we keep the ``Delta`` items with the smallest ``hash(item, salt)`` for a secret
-   per-run salt from :meth:`NoiseSource.salt`. Any selection rule that depends only on the user's
+   per-run salt from :meth:`NoiseSource.selection_salt`. Any selection rule that depends only on the user's
    own items (and data-independent randomness) keeps the sensitivity bound below, which is all the
    privacy proof uses; the salted hash also makes the subset look random to an analyst;
 3. weight ``1/sqrt(|U_i|)`` per kept item, so each user's contribution vector has l2 norm
@@ -291,16 +291,18 @@ def secret_histogram(
     noise: NoiseSource,
 ) -> None:
     """:func:`dpsu_histogram` with its secret salts drawn from ``noise``: the subset salt, and the
-    visiting-order salt when the policy Gaussian runs (``cap`` given)."""
+    visiting-order salt when the policy Gaussian runs (``cap`` given). Selection salts (the
+    sensitivity bound holds for any salt): the stage is charged at its first noise draw, after
+    this SQL, so running out of memory here charges nothing (docs/faults.md, "Selection salts")."""
     dpsu_histogram(
         wh,
         schema,
         source,
         histogram,
         max_contribution=max_contribution,
-        salt=noise.salt(),
+        salt=noise.selection_salt(),
         cap=cap,
-        order_salt=noise.salt() if cap is not None else None,
+        order_salt=noise.selection_salt() if cap is not None else None,
     )
 
 

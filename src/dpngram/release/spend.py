@@ -5,8 +5,10 @@ outputs into the staged release and returns its privacy events. The ledger is ch
 bound *before* the first random draw (a ``pending`` entry, in one transaction with the dataset's
 lifetime check), the noisy output and the stage's report part (its events, the composed (ε, δ)
 and what the ledger is charged) are persisted, and the entry is then finalized to the exact
-charge: a crash can only over-charge. A retried stage reloads its persisted output; a stage whose
-noise was drawn but whose output is incomplete is refused, never drawn again (docs/faults.md). A
+charge: a crash can only over-charge. A stage that fails before its first draw (e.g. out of memory
+in its SQL; selection salts do not count as draws) is not charged and can be resumed. A retried
+stage reloads its persisted output; a stage whose noise was drawn but whose output is incomplete is
+refused, never drawn again (docs/faults.md). A
 sub-stage ``parent.part`` (e.g. ``dpne.k3``) shares its parent's budget; a charge that would take
 the stage's composed ε past its (calibrated) share is refused. What the ledger is charged is the
 increment of the run's composed ε that the stage's events add to the events already committed by
@@ -26,8 +28,9 @@ from typing import Any
 from dpngram.config import RunConfig
 from dpngram.core.accounting import Accountant, PrivacyEvent
 from dpngram.core.budget import Budget
-from dpngram.core.errors import ResumeError
+from dpngram.core.errors import ResourceExhausted, ResumeError
 from dpngram.core.noise import before_first_draw
+from dpngram.engines.base import resource_failure
 from dpngram.engines.duckdb import Warehouse
 from dpngram.release.context import RunContext, StageResult, read_parts, write_part
 from dpngram.release.layout import PARTS_DIR
@@ -50,9 +53,11 @@ def spend_once(
     ``compute`` draws the noise, writes every file named in ``outputs`` (relative to the release,
     via :meth:`Release.writing`) and returns its events. In this order:
 
-    1. just before ``compute``'s first random draw (:func:`~dpngram.core.noise.before_first_draw`),
-       the ledger is charged an upper bound (:func:`_pending_bound`) as a ``pending`` entry, in
-       one transaction with the dataset's lifetime check;
+    1. just before ``compute``'s first random draw (:func:`~dpngram.core.noise.before_first_draw`:
+       any noise, or :meth:`~dpngram.core.noise.NoiseSource.salt`; not a
+       :meth:`~dpngram.core.noise.NoiseSource.selection_salt`), the ledger is charged an upper
+       bound (:func:`_pending_bound`) as a ``pending`` entry, in one transaction with the
+       dataset's lifetime check;
     2. ``compute`` draws and writes the outputs; then the stage's marker (events + report
        fragment) is written;
     3. the ledger entry is finalized to the exact charge.
@@ -62,6 +67,11 @@ def spend_once(
     but an output or the marker is missing -> the noise was drawn and the draw is not (fully)
     persisted, so the stage is refused (:class:`~dpngram.core.errors.ResumeError`) rather than
     drawn again; no entry -> the stage never drew, and runs.
+
+    A resource failure in ``compute`` (out of memory or disk, :func:`resource_failure`) is raised
+    as :class:`~dpngram.core.errors.ResourceExhausted`, saying whether the stage was charged: not
+    charged (it failed before its first draw, e.g. in the heavy SQL) -> resume with the same run id
+    and more memory; charged -> the stage cannot be resumed.
     """
     release = ctx.release
     marker = release.path(PARTS_DIR, f"{stage}.json")
@@ -80,13 +90,23 @@ def spend_once(
                     "with a new --run-id"
                 )
             bound = _pending_bound(ctx, ledger)
+            charged = False
 
             def charge_before_drawing() -> None:
+                nonlocal charged
                 # A connection of its own: compute may hold an open result on wh.con.
                 Ledger(wh.con.cursor()).charge_pending(dataset, run_id, stage, bound)
+                charged = True
 
-            with before_first_draw(charge_before_drawing):
-                result = compute(wh)
+            try:
+                with before_first_draw(charge_before_drawing):
+                    result = compute(wh)
+            except Exception as err:
+                resource = resource_failure(err)
+                if resource is None:
+                    raise
+                # Out of memory/disk: say whether the stage was charged (resumable, or not).
+                raise ResourceExhausted(stage, run_id, resource, charged=charged) from err
             missing = [o for o in outputs if not (release.root / o).exists()]
             if missing:
                 raise RuntimeError(f"stage {stage} did not write {missing}")

@@ -139,7 +139,10 @@ def run_bayes(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str,
 
     def compute(wh: Engine) -> StageResult:
         source = noise or NoiseSource.secure()
-        inputs = _stage_inputs(ctx, wh, source.salt())
+        # The salt keys each user's W-trigram subset (a contribution bound: the sensitivity bound
+        # holds for any salt), revealed only through the noise below: a selection salt, so running
+        # out of memory while counting charges nothing (docs/faults.md, "Selection salts").
+        inputs = _stage_inputs(ctx, wh, source.selection_salt())
         C, W, L = config.bayes.clip_count, config.bayes.max_trigrams, config.bayes.log_clip
         tuning = choose_hyperparameters(wh, ctx, inputs, epsilon, delta)
         S, rho = tuning.S, tuning.rho
@@ -205,7 +208,7 @@ def run_bayes_baseline(ctx: RunContext, method: str, *, noise: NoiseSource | Non
 
     def compute(wh: Engine) -> StageResult:
         source = noise or NoiseSource.secure()
-        inputs = _stage_inputs(ctx, wh, source.salt())
+        inputs = _stage_inputs(ctx, wh, source.selection_salt())  # as in run_bayes
         C, W = config.bayes.clip_count, config.bayes.max_trigrams
         noisy, scale = laplace_noisy_counts(inputs.total_count, epsilon=epsilon, C=C, W=W, noise=source)
         theta = (

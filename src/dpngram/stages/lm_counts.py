@@ -73,7 +73,10 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
         dp_vocab = _read_dp_vocabulary(root)
         domain = _count_domain(config, root, dp_vocab)
         schema = ctx.schema
-        salt = source.salt()
+        # Keys the selection/counting partition of the users by id: parallel composition holds for
+        # any salt, and it reaches the release only through the noise below (a selection salt:
+        # running out of memory in the counting SQL charges nothing; docs/faults.md).
+        salt = source.selection_salt()
         weighted = _weighted_counts(
             wh, schema, domain, salt=salt, holdout=holdout, clip=float(config.lm.count_clip)
         )
