@@ -91,8 +91,6 @@ class PolicyRun:
                         f"SELECT user_order, user_id, unnest(kept) AS item, "
                         f"generate_subscripts(kept, 1) AS item_rank FROM {schema}.{name}"
                     ).fetchall()
-                elif sorted(cols) == ["iid", "item"]:
-                    self.iids = dict(wh.con.sql(f"SELECT item, iid FROM {schema}.{name}").fetchall())
             original_drop(schema, *names)
 
         def small_batches(sql, params=None, batch_rows_=1 << 20):
@@ -113,7 +111,9 @@ class PolicyRun:
             )
         finally:
             del wh.drop, wh.fetch_batches  # back to the class methods
-        assert self.pairs and self.iids, "the policy's working tables were not seen before being dropped"
+        assert self.pairs, "the policy's working table was not seen before being dropped"
+        # dense ids: positions in the sorted support (sql/dpsu/policy_support.sql)
+        self.iids = {item: i for i, item in enumerate(sorted({item for _, _, item, _ in self.pairs}))}
         self.histogram = dict(wh.con.sql(f"SELECT item, weight FROM {SCHEMA}.hist").fetchall())
 
     def order(self) -> list[str]:

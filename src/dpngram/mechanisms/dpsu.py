@@ -44,13 +44,14 @@ Imports: dpngram.mechanisms.policy_kernel (lazily), dpngram.engines, dpngram.cor
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dpngram.core.accounting import PrivacyEvent, dpne_sigmas, dpsu_threshold
@@ -260,24 +261,53 @@ def dpsu_histogram(
         return
     if order_salt is None:
         raise ValueError("the policy Gaussian needs an order salt")
-    pairs, item_ids = safe_identifier(f"{histogram}_pairs"), safe_identifier(f"{histogram}_iids")
+    pairs = safe_identifier(f"{histogram}_pairs")
     wh.execute(
         load_sql("dpsu/policy_items", schema=schema, source=source, target=pairs),
         {"salt": int(salt), "order_salt": int(order_salt), "max_contribution": int(max_contribution)},
     )
-    wh.execute(load_sql("dpsu/policy_item_ids", schema=schema, target=item_ids, pairs=pairs))
-    n_items = int(wh.fetch_scalar(load_sql("dpsu/policy_support_size", schema=schema, item_ids=item_ids)))
-    stream = wh.fetch_batches(load_sql("dpsu/policy_stream", schema=schema, pairs=pairs, item_ids=item_ids))
-    weights = policy_histogram_from_stream(stream, n_items, cap)
+    support = _column(wh.fetch_arrow(load_sql("dpsu/policy_support", schema=schema, pairs=pairs)), "item")
+    stream = wh.fetch_batches(
+        load_sql("dpsu/policy_stream", schema=schema, pairs=pairs), None, POLICY_STREAM_ROWS
+    )
+    weights = policy_histogram_from_stream(_dense_ids(stream, support), len(support), cap)
     view = "dpsu_policy_weights"
-    table = pa.table({"iid": np.arange(n_items, dtype=np.int64), "weight": weights})
-    with wh.registered(**{view: table}):
-        wh.execute(
-            load_sql(
-                "dpsu/policy_histogram", schema=schema, histogram=histogram, item_ids=item_ids, weights=view
-            )
-        )
-    wh.drop(schema, pairs, item_ids)
+    with wh.registered(**{view: pa.table({"item": support, "weight": weights})}):
+        wh.execute(load_sql("dpsu/policy_histogram", schema=schema, histogram=histogram, weights=view))
+    wh.drop(schema, pairs)
+
+
+#: Users per batch of the policy stream: the driver holds one batch's kept items (at most Delta0
+#: per user; about 60 at 1M users) and their dense ids at a time, so this bounds its memory (about
+#: 250 MB a batch at level 2), and each batch rebuilds the support's hash table once.
+POLICY_STREAM_ROWS = 250_000
+
+
+def _column(table: pa.Table, name: str) -> pa.Array:
+    column = table.column(name)
+    return column.combine_chunks() if column.num_chunks else pa.array([], type=column.type)
+
+
+def _dense_ids(batches: Iterable[pa.RecordBatch], support: pa.Array) -> Iterator[pa.RecordBatch]:
+    """Each user's kept items (list column ``kept``) as their ids in the sorted ``support`` (list
+    column ``iids``): Arrow's vectorised hash lookup per batch (``index_in``: at 1M users, level 2,
+    30M items against a 20M-item support in about 6 CPU-seconds, where a binary search took 44), so
+    SQL never joins or regroups the (user, item) pairs. Items of other types (the DPSU baselines'
+    token lists, comparison only) go through a Python dict."""
+    nested = pa.types.is_list(support.type) or pa.types.is_large_list(support.type)
+    lookup = {tuple(v): i for i, v in enumerate(support.to_pylist())} if nested else None
+    for batch in batches:
+        lists = batch.column("kept")
+        if isinstance(lists, pa.ChunkedArray):
+            lists = lists.combine_chunks()
+        values = lists.flatten()
+        if lookup is not None:
+            ids = np.array([lookup[tuple(v)] for v in values.to_pylist()], dtype=np.int64)
+        else:
+            ids = pc.index_in(values, value_set=support).to_numpy(zero_copy_only=False)
+        offsets = pa.array(lists.offsets.to_numpy(zero_copy_only=False) - lists.offsets[0].as_py())
+        iids = pa.ListArray.from_arrays(offsets, pa.array(ids, type=pa.int64()))
+        yield pa.RecordBatch.from_arrays([iids], names=["iids"])
 
 
 def secret_histogram(
