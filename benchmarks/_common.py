@@ -1,0 +1,71 @@
+"""What every benchmark records next to its numbers: the machine, the code measured, the load.
+
+New benchmarks import these instead of writing them again (older scripts still carry their own
+copies; issue 27 moves them here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+DATA = ROOT / "benchmarks" / ".data"
+
+
+def machine() -> dict[str, Any]:
+    """Cores, memory, platform and Python of the machine the numbers were taken on."""
+    try:
+        mem_kb = next(
+            int(line.split()[1])
+            for line in Path("/proc/meminfo").read_text().splitlines()
+            if line.startswith("MemTotal")
+        )
+    except (OSError, StopIteration, ValueError):
+        mem_kb = 0
+    return {
+        "cpus": os.cpu_count(),
+        "memory_gib": round(mem_kb / 1024**2, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def git_commit() -> str | None:
+    """HEAD, with ``+uncommitted`` when src/ or sql/ differ from it (the code measured)."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "src", "sql"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+uncommitted" if dirty else "")
+
+
+def load_average() -> float:
+    """The 1-minute load average: above the core count, timings are upper bounds."""
+    return round(os.getloadavg()[0], 2)
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def write_result(name: str, payload: dict[str, Any]) -> Path:
+    """``benchmarks/results/NAME`` as indented JSON; returns the path."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / name
+    path.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    return path
