@@ -55,7 +55,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dpngram.core.accounting import PrivacyEvent, dpne_sigmas, dpsu_threshold
+from dpngram.core.accounting import PrivacyEvent, compose_gaussian_sigmas, dpne_sigmas, dpsu_threshold
 from dpngram.core.budget import Budget
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
@@ -108,8 +108,13 @@ def sips_fractions(rounds: int, ratio: float) -> list[float]:
 def sips_sigmas(sigma: float, rounds: int, ratio: float) -> list[float]:
     """sigma_r = sigma / sqrt(f_r): R sensitivity-1 Gaussians with sum_r 1/sigma_r^2 = 1/sigma^2, i.e.
     exactly one Gaussian of noise sigma (Dong, Roth & Su 2019; adaptive composition). rounds = 1
-    returns [sigma] exactly."""
-    return [sigma if f == 1.0 else sigma / math.sqrt(f) for f in sips_fractions(rounds, ratio)]
+    returns [sigma] exactly. Rounded towards safety: the accountant's composition of the returned
+    sigmas (:func:`~dpngram.core.accounting.compose_gaussian_sigmas`) is never above ``sigma``, so
+    the composed epsilon is never below the one-Gaussian epsilon (at most a few ulps above)."""
+    sigmas = [sigma if f == 1.0 else sigma / math.sqrt(f) for f in sips_fractions(rounds, ratio)]
+    while compose_gaussian_sigmas(sigmas) > sigma:
+        sigmas = [math.nextafter(s, 0.0) for s in sigmas]
+    return sigmas
 
 
 def sips_vocabulary_rounds(
