@@ -193,11 +193,21 @@ def header(benchmark: str, parameters: dict[str, Any]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 # Jobs: one measured run per process
 # ----------------------------------------------------------------------------------------------
+#: ``--reuse-jobs``: a job whose spec file matches and whose result exists is not run again (to
+#: resume an interrupted benchmark; every reused result is named on stderr).
+REUSE_JOBS = False
+
+
 def run_job(workdir: Path, name: str, spec: dict[str, Any]) -> dict[str, Any]:
     """Run ``spec`` in a fresh interpreter (``_job``); return its result record."""
     jobs = workdir / "jobs"
     jobs.mkdir(parents=True, exist_ok=True)
     spec_path, result_path = jobs / f"{name}.json", jobs / f"{name}.result.json"
+    if REUSE_JOBS and result_path.is_file() and spec_path.is_file():
+        old = json.loads(spec_path.read_text(encoding="utf-8"))
+        if {k: v for k, v in old.items() if k not in ("name", "workdir", "result")} == spec:
+            print(f"[{name}] reused (--reuse-jobs)", file=sys.stderr, flush=True)
+            return json.loads(result_path.read_text(encoding="utf-8"))
     result_path.unlink(missing_ok=True)
     shutil.rmtree(workdir / name, ignore_errors=True)  # a fresh warehouse and release per job
     spec = {**spec, "name": name, "workdir": str(workdir), "result": str(result_path)}
@@ -1292,7 +1302,7 @@ SIPS_GRID: dict[str, dict[str, Any]] = {
     **{
         f"sips-R{r}-ratio{q:g}": {"dpsu_policy": "dp-sips", "dpsu_sips_rounds": r, "dpsu_sips_ratio": q}
         for r in (2, 3, 4)
-        for q in (0.5, 1.0, 2.0)
+        for q in (0.5, 1.0, 2.0, 4.0, 8.0)
     },
 }
 #: The policies compared (the rest of the configuration at its defaults: c = 1.2, theta = 0.1).
@@ -1496,6 +1506,9 @@ def main() -> None:
     parser.add_argument("--rerun", action="store_true", help="scaling: re-measure the 1M point")
     parser.add_argument("--tuning-repeat", type=int, default=2, help="sips: runs per Brown grid point")
     parser.add_argument(
+        "--reuse-jobs", action="store_true", help="reuse the results of jobs already run with the same spec"
+    )
+    parser.add_argument(
         "--sips-choice", default=None, help="sips: skip the Brown grid and use this grid entry"
     )
     parser.add_argument(
@@ -1504,6 +1517,8 @@ def main() -> None:
         help="warehouses and releases of the runs (default benchmarks/.data/dpne_work)",
     )
     args = parser.parse_args()
+    global REUSE_JOBS
+    REUSE_JOBS = args.reuse_jobs
     users = args.users
     if args.mode in ("sotu", "all"):
         mode_sotu(args)
