@@ -1302,7 +1302,7 @@ SIPS_GRID: dict[str, dict[str, Any]] = {
     **{
         f"sips-R{r}-ratio{q:g}": {"dpsu_policy": "dp-sips", "dpsu_sips_rounds": r, "dpsu_sips_ratio": q}
         for r in (2, 3, 4)
-        for q in (0.5, 1.0, 2.0, 4.0, 8.0)
+        for q in (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
     },
 }
 #: The policies compared (the rest of the configuration at its defaults: c = 1.2, theta = 0.1).

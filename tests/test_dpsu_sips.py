@@ -230,7 +230,7 @@ def test_bad_rounds_are_refused(rounds):
         sips_fractions(rounds, 1.0)
 
 
-@pytest.mark.parametrize("ratio", [0.0, -1.0, float("nan"), float("inf"), 10.5])
+@pytest.mark.parametrize("ratio", [0.0, -1.0, float("nan"), float("inf"), 1000.5])
 def test_bad_ratio_is_refused(ratio):
     with pytest.raises(ConfigError, match="dpsu_sips_ratio"):
         sips_fractions(2, ratio)
@@ -241,7 +241,7 @@ def test_configuration_accepts_the_policy_and_its_parameters():
         input="x", out="y", dpsu_policy="dp-sips", dpsu_sips_rounds=4, dpsu_sips_ratio=0.5
     )
     assert (config.dpne.policy, config.dpne.sips_rounds, config.dpne.sips_ratio) == ("dp-sips", 4, 0.5)
-    for bad in ({"dpsu_sips_rounds": 0}, {"dpsu_sips_rounds": 11}, {"dpsu_sips_ratio": 0}):
+    for bad in ({"dpsu_sips_rounds": 0}, {"dpsu_sips_rounds": 11}, {"dpsu_sips_ratio": 0}, {"dpsu_sips_ratio": 1001}):
         with pytest.raises(ConfigError):
             RunConfig.build(input="x", out="y", dpsu_policy="dp-sips", **bad)
     schema = RunConfig.param_schema()

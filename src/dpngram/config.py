@@ -162,7 +162,7 @@ class DpneConfig(_Section):
     sips_ratio: float = Field(
         1.0,
         gt=0,
-        le=10,
+        le=1000,
         title="DP-SIPS budget ratio",
         description="dp-sips only: f_r is proportional to ratio^(r-1) (below 1: more budget on the first "
         "rounds).",

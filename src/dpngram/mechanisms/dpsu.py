@@ -79,7 +79,7 @@ POLICIES: tuple[str, ...] = ("weighted", "policy-gaussian", "dp-sips")
 
 #: Bounds of the DP-SIPS parameters (also the configuration's): R rounds, geometric ratio.
 SIPS_MAX_ROUNDS = 10
-SIPS_MAX_RATIO = 10.0
+SIPS_MAX_RATIO = 1000.0
 
 
 @dataclass(frozen=True)
