@@ -150,22 +150,23 @@ class DpneConfig(_Section):
     )
 
     sips_rounds: int = Field(
-        3,
+        2,
         ge=1,
         le=10,
         title="DP-SIPS rounds R",
         description="dp-sips only: rounds per release (vocabulary and each level); round r gets the share "
         "f_r of the Gaussian budget (sigma_r = sigma / sqrt(f_r)), of the threshold delta and of eta. "
-        "1 equals 'weighted'.",
+        "1 equals 'weighted'. Default 2 (with ratio 16) chosen on public text.",
     )
 
     sips_ratio: float = Field(
-        1.0,
+        16.0,
         gt=0,
         le=1000,
         title="DP-SIPS budget ratio",
-        description="dp-sips only: f_r is proportional to ratio^(r-1) (below 1: more budget on the first "
-        "rounds).",
+        description="dp-sips only: f_r is proportional to ratio^(r-1) (above 1: more budget on the later "
+        "rounds; default 16 with 2 rounds: 1/17 of the budget clears the most frequent items first, "
+        "chosen on public text).",
     )
 
     threshold_delta: float = Field(
