@@ -732,3 +732,16 @@ def test_sips_sql_runs_on_spark_and_agrees_with_duckdb(spark, tmp_path):
             found[name] = set(ngrams) & grams(level_rows, 2)
         assert found["duckdb"] == found["spark"] == grams(level_rows, 2)
     engines["duckdb"].close()
+
+
+def test_a_release_of_nothing_writes_an_empty_table_of_the_item_type():
+    """No round releases anything (thresholds far above every weight): the target exists, empty,
+    with the source's item type, and the rounds' working tables are gone."""
+    wh = warehouse(random_rows(3, users=10, vocab=10))
+    rounds = [SipsRound(0.1, 1e6), SipsRound(0.1, 1e6)]
+    n = dpsu.sips_release(
+        wh, SCHEMA, "src", "none", rounds=rounds, max_contribution=3, noise=NoiseSource.secure()
+    )
+    assert n == 0 and wh.con.sql(f"SELECT count(*) FROM {SCHEMA}.none").fetchall() == [(0,)]
+    assert wh.con.sql(f"DESCRIBE {SCHEMA}.none").fetchall()[0][1] == "VARCHAR"
+    assert not any(wh.object_type(SCHEMA, f"none_sips_{t}") for t in ("done", "remaining", "histogram"))
