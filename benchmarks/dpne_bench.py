@@ -11,6 +11,7 @@ scaling (issue 3; docs/dpne.md "Benchmark results").
     .venv/bin/python benchmarks/dpne_bench.py budget     [--users 200000] [--repeat 3]
     .venv/bin/python benchmarks/dpne_bench.py budget-speed [--users 200000] [--repeat 3]
     .venv/bin/python benchmarks/dpne_bench.py sips       [--users 200000] [--repeat 3] [--tuning-repeat 2]
+    .venv/bin/python benchmarks/dpne_bench.py sips-speed [--users 200000] [--repeat 2]
     .venv/bin/python benchmarks/dpne_bench.py [all]      (sotu, synthetic, scaling, figure; ~35 min)
 
 Parameters are the paper's §3.1.2 setting: eps = 4, delta = 1e-7, Delta_0 = 100, eta = 0.01, both-side
@@ -1406,6 +1407,59 @@ def mode_sips(args: argparse.Namespace) -> None:
     sips_figure(record)
 
 
+def mode_sips_speed(args: argparse.Namespace) -> None:
+    """DPNE seconds of the three policies at eps 4 on ``--users`` generated users, alternating
+    (weighted, policy Gaussian, dp-sips) ``--repeat`` times on one ingest, so that they share the
+    machine's load; with dp-sips' per-round seconds. Added to ``results/dpne_sips.json`` as
+    ``speed``."""
+    workdir = Path(args.workdir) / "sips"
+    users = (args.users or [200_000])[0]
+    path = corpus(users)
+    label = f"generated-{users}"
+    base = run_job(workdir, f"{label}-ingest", {"input": str(path), "max_n": SPEED_T, "spurious": False})
+    source = {"schema": base["schema"], "warehouse": base["warehouse"]}
+    record = json.loads((RESULTS / "dpne_sips.json").read_text(encoding="utf-8"))
+    choice = record["choice"]["overrides"]
+    configs = {**SIPS_BASELINES, "dp-sips": choice}
+    rows: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
+    for i in range(args.repeat):
+        for name, overrides in configs.items():
+            job = run_job(
+                workdir,
+                f"speed-{label}-{name}-rep{i}",
+                {
+                    "input": str(path),
+                    "max_n": SPEED_T,
+                    "clone_from": source,
+                    "spurious": False,
+                    "overrides": {**overrides, "epsilon": 4.0},
+                },
+            )
+            rows[name].append(
+                {
+                    "dpne_seconds": job["timing"]["dpne_seconds"],
+                    "stage_seconds": job["timing"]["stage_seconds"],
+                    "released_total": job["released_total"],
+                    "load_average_1min_before_after": job["load_average_1min_before_after"],
+                    "sips_timings": job.get("sips_timings", []),
+                }
+            )
+    speed: dict[str, Any] = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "git_commit": git_commit(),
+        "corpus": label,
+        "epsilon": 4.0,
+        "note": "alternating runs on one ingest, spurious check off; DPNE seconds only",
+    }
+    for name, runs in rows.items():
+        speed[name] = {"dpne_seconds": mean_sd([r["dpne_seconds"] for r in runs]), "runs": runs}
+    speed["dp-sips"]["round_seconds"] = sips_round_seconds(rows["dp-sips"])
+    record["speed"] = speed
+    print(json.dumps({k: v["dpne_seconds"] for k, v in speed.items() if isinstance(v, dict)}, indent=1))
+    print(json.dumps(speed["dp-sips"]["round_seconds"], indent=1))
+    write_result("dpne_sips.json", record)
+
+
 def sips_figure(record: dict[str, Any]) -> None:
     """results/dpne_sips.png: released n-grams per policy, per corpus and epsilon; the Brown grid."""
     import matplotlib
@@ -1478,6 +1532,7 @@ def main() -> None:
             "budget",
             "budget-speed",
             "sips",
+            "sips-speed",
             "all",
         ],
         help="default: all (what `make bench` runs)",
@@ -1543,6 +1598,9 @@ def main() -> None:
     if args.mode == "sips":
         args.users = users
         mode_sips(args)
+    if args.mode == "sips-speed":
+        args.users = users
+        mode_sips_speed(args)
 
 
 if __name__ == "__main__":
