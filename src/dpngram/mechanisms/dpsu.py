@@ -36,7 +36,14 @@ same threshold rho (an item held only by the added user gets at most ``1/sqrt(t)
 runs on the driver, compiled (:mod:`dpngram.mechanisms.policy_kernel`), over users streamed in
 visiting order, holding one float per item of the support.
 
-Owns: the DPSU release over any ``(user_id, item)`` relation with either policy, the vocabulary
+DP-SIPS (Swanberg, Desfontaines & Haney 2023, ``policy='dp-sips'``): R rounds of the weighted
+policy, round r over the items not released by rounds < r (an anti-join in SQL) with noise
+``sigma / sqrt(f_r)`` (sum_r f_r = 1), so the rounds compose exactly to one Gaussian of ``sigma``;
+the threshold delta is split over the rounds (:func:`sips_release`, :func:`sips_rounds_release`).
+Only histograms and released keys reach the driver, so it scales out like the weighted policy.
+Derivation: docs/dpne.md, "DP-SIPS".
+
+Owns: the DPSU release over any ``(user_id, item)`` relation with any policy, the vocabulary
 S_1 and its parameters, writing released keys (:func:`write_keys_parquet`).
 Imports: dpngram.mechanisms.policy_kernel (lazily), dpngram.engines, dpngram.core; numpy, pyarrow.
 """
