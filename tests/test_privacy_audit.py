@@ -122,3 +122,39 @@ def test_lower_bound_of_separable_and_identical_samples():
     ub = 1 - (0.025) ** (1 / (n // 2))
     assert fpr == pytest.approx(ub, rel=1e-9) and fnr == pytest.approx(ub, rel=1e-9)
     assert eps == pytest.approx(math.log((1 - ub) / ub), rel=1e-9)
+
+
+def test_sips_audit_runs_complete_dp_sips_releases_with_fresh_salts(monkeypatch):
+    """The dpsu_sips audit calls the pipeline's sips_release with the configured rounds (from
+    DpneConfig: R Gaussians composing to the weighted policy's sigma_1), once per run and dataset,
+    and every round draws a new subset salt; its claim is the weighted policy's (same sigma_1 and
+    delta_0 in total)."""
+    from dpngram.config import DpneConfig
+    from dpngram.core.accounting import compose_gaussian_sigmas
+
+    calls = []
+    real = dpsu.sips_release
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs["rounds"])
+        return real(*args, **kwargs)
+
+    salts = []
+    real_salt = audit.NoiseSource.salt
+
+    def recording_salt(self):
+        salts.append(real_salt(self))
+        return salts[-1]
+
+    monkeypatch.setattr(dpsu, "sips_release", recording)
+    monkeypatch.setattr(audit.NoiseSource, "salt", recording_salt)
+    result = run_audit("dpsu_sips", runs=3)
+    rounds = DpneConfig().sips_rounds
+    assert result.setting["policy"] == "dp-sips" and len(result.setting["sips_rounds"]) == rounds
+    assert len(calls) == 6 and all(len(c) == rounds for c in calls)
+    assert compose_gaussian_sigmas(r.sigma for r in calls[0]) == pytest.approx(
+        result.setting["sigma_1"], rel=1e-14
+    )
+    assert len(salts) == 6 * rounds and len(set(salts)) == len(salts)
+    weighted = run_audit("dpsu_weighted", runs=2)
+    assert result.claimed_epsilon == pytest.approx(weighted.claimed_epsilon, rel=1e-12)

@@ -38,8 +38,10 @@ RENAMED = {
 #: flat name -> its choices (None when it takes a value).
 ADDED_PARAMS: dict[str, list[str] | None] = {
     "budget_calibration": ["joint", "per-stage"],
-    "dpsu_policy": ["policy-gaussian", "weighted"],
+    "dpsu_policy": ["dp-sips", "policy-gaussian", "weighted"],
     "dpsu_policy_cap": None,
+    "dpsu_sips_rounds": None,
+    "dpsu_sips_ratio": None,
     "dpne_threshold_delta": None,
 }
 

@@ -36,6 +36,9 @@ up, and small):
   in most visiting orders the policy puts the canary's whole unit of l2 weight on the audited word.
   Score: the word is released.
 * ``dpsu_weighted``: the same with ``dpsu_policy=weighted``; the canary holds the audited word only.
+* ``dpsu_sips``: the same with ``dpsu_policy=dp-sips`` (the configured rounds R and ratio): every run
+  is a complete :func:`~dpngram.mechanisms.dpsu.sips_release` (R rounds, fresh subset salts, the
+  items released by earlier rounds dropped); the canary holds the audited word only.
 * ``dpne_level``: a DPNE level k ≥ 2 with the defaults: σ_k
   (:func:`~dpngram.mechanisms.dpne.level_sigmas`), ρ_k
   (:func:`~dpngram.mechanisms.dpne.level_threshold`, η = 0.01, |S_{k-1}| = 40, |V_k| = 400: the
@@ -60,6 +63,7 @@ Imports: dpngram.mechanisms, dpngram.engines, dpngram.config, dpngram.core; nump
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -188,13 +192,16 @@ def _dpsu_releases(
     max_contribution: int,
     runs: int,
     noise: NoiseSource,
+    rounds: Any = (),
 ) -> tuple[np.ndarray, np.ndarray]:
     """Release decisions of item ``audited`` over ``runs`` complete DPSU releases on D (the
     ``rows_without`` sentences) and D' (plus the canary's sentences): every run draws fresh secret
     salts and rebuilds the histogram with :func:`~dpngram.mechanisms.dpsu.secret_histogram` (the
     weighted policy when ``cap`` is None, else the policy Gaussian: a fresh visiting order each run),
     then thresholds it with :func:`~dpngram.mechanisms.dpsu.threshold_histogram`, as
-    ``dpsu_release`` and the DPNE levels do."""
+    ``dpsu_release`` and the DPNE levels do. With DP-SIPS ``rounds`` (``sigma``, ``rho`` and
+    ``cap`` unused) every run is a complete :func:`~dpngram.mechanisms.dpsu.sips_release`: its
+    rounds, each with a fresh subset salt, dropping the items released before."""
     from dpngram.engines.duckdb import Warehouse
     from dpngram.engines.sql import load_sql
     from dpngram.mechanisms import dpsu
@@ -218,6 +225,20 @@ def _dpsu_releases(
             scan = load_sql("dpsu/histogram_scan", schema=schema, histogram="hist")
             hits = np.empty(runs)
             for i in range(runs):
+                if rounds:
+                    dpsu.sips_release(
+                        wh,
+                        schema,
+                        "src",
+                        "released",
+                        rounds=rounds,
+                        max_contribution=max_contribution,
+                        noise=noise,
+                    )
+                    items = wh.fetch_arrow(f"SELECT item FROM {schema}.released").column("item").to_pylist()
+                    hits[i] = audited in set(items)
+                    wh.drop(schema, "released")
+                    continue
                 dpsu.secret_histogram(
                     wh, schema, "src", "hist", max_contribution=max_contribution, cap=cap, noise=noise
                 )
@@ -305,6 +326,8 @@ def audit_dpsu(
         threshold_delta=cfg.threshold_delta,
         policy=policy,  # type: ignore[arg-type]
         policy_cap=cfg.policy_cap,
+        sips_rounds=cfg.sips_rounds,
+        sips_ratio=cfg.sips_ratio,
     )
     claimed = Accountant(params.events("dpne.k1")).total_epsilon(delta)
     sigma = params.sigma * miscalibrate
@@ -324,6 +347,7 @@ def audit_dpsu(
         max_contribution=params.max_contribution,
         runs=runs,
         noise=noise,
+        rounds=tuple(dataclasses.replace(r, sigma=r.sigma * miscalibrate) for r in params.rounds),
     )
     setting = {
         "dpne_share": [epsilon, delta],
@@ -345,6 +369,14 @@ def audit_dpsu(
         + "(in 3 sentences)",
         "claim": "epsilon at delta of the level's events: Gaussian sigma_1 + (0, delta_0) threshold",
     }
+    if params.rounds:
+        setting["sips_rounds"] = [
+            {"sigma": r.sigma * miscalibrate, "rho": r.threshold, "threshold_delta": r.threshold_delta}
+            for r in params.rounds
+        ]
+        setting["sips_ratio"] = cfg.sips_ratio
+        setting["canary"] = "one user holding the audited word only (in 3 sentences)"
+        setting["expected_bound_at_design"] = None  # the design's one-round formula does not apply
     if miscalibrate != 1.0:
         setting["miscalibrated_sigma_factor"] = miscalibrate
     return out, inn, claimed, delta, setting
@@ -353,6 +385,13 @@ def audit_dpsu(
 def audit_dpsu_weighted(runs: int, noise: NoiseSource, **kwargs: Any) -> Scores:
     """:func:`audit_dpsu` with the weighted policy (``dpsu_policy=weighted``)."""
     return audit_dpsu(runs, noise, policy="weighted", **kwargs)
+
+
+def audit_dpsu_sips(runs: int, noise: NoiseSource, **kwargs: Any) -> Scores:
+    """:func:`audit_dpsu` with DP-SIPS (``dpsu_policy=dp-sips``, the configured rounds and ratio):
+    each run is a complete multi-round release; the canary holds the audited word only, so in every
+    round in which the word is not yet released it moves the word's weight by 1."""
+    return audit_dpsu(runs, noise, policy="dp-sips", **kwargs)
 
 
 def audit_dpne_level(
@@ -530,6 +569,7 @@ def audit_lm_counts(
 AUDITS: dict[str, tuple[Callable[..., Scores], int, int]] = {
     "dpsu": (audit_dpsu, 6000, 100),
     "dpsu_weighted": (audit_dpsu_weighted, 6000, 100),
+    "dpsu_sips": (audit_dpsu_sips, 6000, 100),
     "dpne_level": (audit_dpne_level, 6000, 100),
     "bayes": (audit_bayes, 20000, 2000),
     "synth": (audit_synth, 20000, 2000),

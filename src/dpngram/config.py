@@ -76,6 +76,8 @@ class DpneConfig(_Section):
         "known_vocabulary": "known_vocabulary",
         "policy": "dpsu_policy",
         "policy_cap": "dpsu_policy_cap",
+        "sips_rounds": "dpsu_sips_rounds",
+        "sips_ratio": "dpsu_sips_ratio",
         "threshold_delta": "dpne_threshold_delta",
     }
 
@@ -126,12 +128,16 @@ class DpneConfig(_Section):
         "('triehh'/'both' need stage_budget.triehh).",
     )
 
-    policy: Literal["weighted", "policy-gaussian"] = Field(
+    policy: Literal["weighted", "policy-gaussian", "dp-sips"] = Field(
         "policy-gaussian",
         title="DPSU policy",
         description="How each user spreads its unit l2 weight over its items, for the vocabulary and every "
-        "k-gram level: 'weighted' (1/sqrt(|U_i|) each) or 'policy-gaussian' (Gopi et al. 2020: users in a "
-        "secret random order fill items up to a cap, so weight goes where it is still needed).",
+        "k-gram level: 'weighted' (1/sqrt(|U_i|) each; one SQL aggregation, any engine, scales out); "
+        "'policy-gaussian' (Gopi et al. 2020: users in a secret random order fill items up to a cap, so "
+        "weight goes where it is still needed; sequential: every user's items stream through the driver, "
+        "so on Spark it does not scale out); 'dp-sips' (Swanberg et al. 2023: dpsu_sips_rounds weighted "
+        "rounds, each dropping the items released before; only SQL aggregations, scales out like "
+        "'weighted', costs one histogram pass per round).",
     )
 
     policy_cap: float = Field(
@@ -141,6 +147,26 @@ class DpneConfig(_Section):
         title="Policy cap alpha",
         description="policy-gaussian only: an item's weight is filled up to rho + alpha * sigma (rho the "
         "level's threshold).",
+    )
+
+    sips_rounds: int = Field(
+        2,
+        ge=1,
+        le=10,
+        title="DP-SIPS rounds R",
+        description="dp-sips only: rounds per release (vocabulary and each level); round r gets the share "
+        "f_r of the Gaussian budget (sigma_r = sigma / sqrt(f_r)), of the threshold delta and of eta. "
+        "1 equals 'weighted'. Default 2 (with ratio 16) chosen on public text.",
+    )
+
+    sips_ratio: float = Field(
+        16.0,
+        gt=0,
+        le=1000,
+        title="DP-SIPS budget ratio",
+        description="dp-sips only: f_r is proportional to ratio^(r-1) (above 1: more budget on the later "
+        "rounds; default 16 with 2 rounds: 1/17 of the budget clears the most frequent items first, "
+        "chosen on public text).",
     )
 
     threshold_delta: float = Field(

@@ -57,9 +57,13 @@ from dpngram.engines.sql import load_sql
 from dpngram.mechanisms.dpsu import (
     VOCABULARY_TABLE,
     Policy,
+    SipsRound,
     check_policy,
     policy_fill_level,
     secret_histogram,
+    sips_fractions,
+    sips_rounds_release,
+    sips_sigmas,
     threshold_histogram,
 )
 
@@ -378,9 +382,12 @@ class LevelOutcome:
     rho: float | None
     variant: str
     valid_count: str
+    rounds: tuple[SipsRound, ...] = ()  # DP-SIPS: each round's (sigma_r, rho_r); public
 
     def report(self) -> dict[str, Any]:
+        sips = {"sips_rounds": [{"sigma": r.sigma, "rho": r.threshold} for r in self.rounds]}
         return {
+            **(sips if self.rounds else {}),
             "k": self.k,
             "released": self.released,
             "valid": self.valid,
@@ -418,12 +425,14 @@ def prepare_level(
     valid_count: Literal["exact", "estimate"] = "exact",
     sampling_probability: float = 0.01,
     cap: Callable[[int, int], float | None] | None = None,
+    build_histogram: bool = True,
 ) -> LevelInputs:
     """Level k up to the noisy step: valid-gram sides, |V_k| (exact, or supplement Alg. 2),
     the pruned candidates and the bounded, weighted histogram H_k (Alg. 1 / supplement Alg. 1
     before "Add noise"). Needs ``dpne_s{j}`` for j < k and ``dpne_occ{k-1}``/``dpne_occ1``.
     ``cap(|S_{k-1}|, |V_k|)`` gives the policy Gaussian's fill level (None: weighted policy); it
-    sees released set sizes only."""
+    sees released set sizes only. ``build_histogram=False`` stops before the histogram (DP-SIPS
+    builds one per round from ``source``)."""
     _check_k(k)
     if pruning not in ("both", "single"):
         raise ConfigError(f"pruning: must be 'both' or 'single' (got {pruning!r})")
@@ -440,8 +449,11 @@ def prepare_level(
     candidates = _build_candidates(wh, schema, k, pruning)
     histogram, source = f"dpne_hist{k}", f"dpne_source{k}"
     wh.execute(load_sql("dpne/level_source", schema=schema, target=source, candidates=candidates))
-    fill = cap(previous, n_valid) if cap is not None else None
-    secret_histogram(wh, schema, source, histogram, max_contribution=max_contribution, cap=fill, noise=noise)
+    if build_histogram:
+        fill = cap(previous, n_valid) if cap is not None else None
+        secret_histogram(
+            wh, schema, source, histogram, max_contribution=max_contribution, cap=fill, noise=noise
+        )
     return LevelInputs(
         k=k,
         pruning=pruning,
@@ -510,6 +522,146 @@ def draw_level_keys(
     return np.concatenate([kept.column("item").to_numpy().astype(np.int64), spurious])
 
 
+def sips_level_rounds(
+    sigma: float, eta: float, previous: int, valid: int, rounds: int, ratio: float
+) -> tuple[SipsRound, ...]:
+    """The DP-SIPS rounds of level k: sigma_r = sigma_k / sqrt(f_r) and
+    rho_r = sigma_r Phi^-1(1 - f_r eta min{1, |S_{k-1}|/|V_k|}): a valid k-gram nobody holds passes
+    round r with probability f_r eta min{...} if not released before, so over all rounds with
+    probability <= eta min{...} (union bound) and Prop. 2.2's bound on the expected number of
+    spurious k-grams holds unchanged (docs/dpne.md, "DP-SIPS"). rounds = 1 is :func:`level_threshold`."""
+    return tuple(
+        SipsRound(sigma=s, threshold=level_threshold(s, eta * f, previous, valid))
+        for s, f in zip(sips_sigmas(sigma, rounds, ratio), sips_fractions(rounds, ratio), strict=True)
+    )
+
+
+def _release_level_sips(
+    wh: Engine,
+    schema: str,
+    k: int,
+    *,
+    sigma: float,
+    eta: float,
+    max_contribution: int,
+    pruning: Pruning,
+    variant: Variant,
+    exact_max_valid: int,
+    noise: NoiseSource,
+    valid_count: Literal["exact", "estimate"],
+    sampling_probability: float,
+    rounds: int,
+    ratio: float,
+) -> LevelOutcome:
+    """Level k by DP-SIPS (docs/dpne.md, "DP-SIPS"): the pruned candidates and V_k as for the other
+    policies, then R rounds (:func:`dpngram.mechanisms.dpsu.sips_rounds_release`), each a weighted
+    histogram of the users' valid k-grams not released by earlier rounds, thresholded at
+    (sigma_r, rho_r). Round r treats every not-yet-released valid k-gram alike: the exact variant
+    thresholds V_k minus the released ones (weight 0 where nobody holds it in this round); the
+    scalable one thresholds supp(H_r), then adds Binomial(|V_k| - |released| - |supp(H_r)|,
+    Phi(-rho_r/sigma_r)) k-grams drawn uniformly from V_k minus (supp(H_r) and the released ones)."""
+    plan_check = sips_fractions(rounds, ratio)  # validate before any work
+    del plan_check
+    inputs = prepare_level(
+        wh,
+        schema,
+        k,
+        pruning=pruning,
+        max_contribution=max_contribution,
+        noise=noise,
+        valid_count=valid_count,
+        sampling_probability=sampling_probability,
+        build_histogram=False,
+    )
+    plan = sips_level_rounds(sigma, eta, inputs.previous, inputs.valid, rounds, ratio)
+    chosen = choose_variant(variant, inputs.valid, exact_max_valid)
+    index: list[ValidKgramIndex] = []
+
+    def draw(histogram: str, released: str | None, count: int, rnd: SipsRound) -> pa.Array:
+        if rnd.threshold is None:  # V_k empty: nothing can be released
+            return pa.array([], type=pa.int64())
+        if chosen == "exact":
+            kept = threshold_histogram(
+                wh,
+                load_sql(
+                    "dpne/valid_weighted" if released is None else "dpsu/sips_valid_weighted",
+                    schema=schema,
+                    left_side=inputs.left,
+                    right_side=inputs.right,
+                    histogram=histogram,
+                    **({} if released is None else {"released": released}),
+                ),
+                sigma=rnd.sigma,
+                threshold=rnd.threshold,
+                noise=noise,
+            )
+            return pa.array(kept.column("item").to_numpy().astype(np.int64))
+        kept = threshold_histogram(
+            wh,
+            load_sql("dpsu/histogram_scan", schema=schema, histogram=histogram),
+            sigma=rnd.sigma,
+            threshold=rnd.threshold,
+            noise=noise,
+        )
+        support = int(_scalar(wh, load_sql("dpne/support_size", schema=schema, histogram=histogram)))
+        if not index:
+            index.append(valid_kgram_index(wh, schema, inputs))
+        free = index[0].size - support - count  # |V_k minus (supp(H_r) and the released)|
+        tail = float(stats.norm.sf(rnd.threshold / rnd.sigma))
+        spurious_n = noise.binomial(max(0, inputs.valid - count - support), tail)
+        spurious_n = min(spurious_n, max(0, free))  # binds only for an over-estimated |V_k|
+        exclude = histogram
+        if released is not None:
+            exclude = f"{histogram}_exclude"
+            wh.execute(
+                load_sql(
+                    "dpsu/sips_exclusion",
+                    schema=schema,
+                    target=exclude,
+                    histogram=histogram,
+                    released=released,
+                )
+            )
+        try:
+            spurious = sample_spurious(wh, schema, index[0], exclude, spurious_n, noise, support + count)
+        finally:
+            if exclude != histogram:
+                _drop(wh, schema, exclude)
+        return pa.array(np.concatenate([kept.column("item").to_numpy().astype(np.int64), spurious]))
+
+    released = sips_rounds_release(
+        wh,
+        schema,
+        inputs.source,
+        f"dpne_sips{k}",
+        rounds=plan,
+        max_contribution=max_contribution,
+        noise=noise,
+        draw=draw,
+        label=f"level {k}",
+    )
+    keys = (
+        np.concatenate([a.to_numpy(zero_copy_only=False) for a in released])
+        if released
+        else np.empty(0, dtype=np.int64)
+    )
+    size = _install_level(wh, schema, k, pruning, keys, inputs.candidates)
+    drop_level_inputs(wh, schema, inputs)
+    if k > 2:
+        _drop(wh, schema, _occ(k - 1))
+    return LevelOutcome(
+        k=k,
+        released=size,
+        valid=inputs.valid,
+        previous=inputs.previous,
+        sigma=sigma,
+        rho=plan[0].threshold,
+        variant=chosen,
+        valid_count=valid_count,
+        rounds=plan,
+    )
+
+
 def choose_variant(variant: Variant, valid: int, exact_max_valid: int) -> Literal["exact", "scalable"]:
     """'auto' materialises V_k (exact) when |V_k| <= exact_max_valid, else samples it (scalable)."""
     if variant not in ("auto", "exact", "scalable"):
@@ -535,6 +687,8 @@ def release_level(
     sampling_probability: float = 0.01,
     policy: Policy = "weighted",
     policy_cap: float = 2.0,
+    sips_rounds: int = 1,
+    sips_ratio: float = 1.0,
 ) -> LevelOutcome:
     """DPNE level k (Alg. 1 loop body; supplement Alg. 1 for the scalable variant).
 
@@ -542,9 +696,27 @@ def release_level(
     sigma_k; :mod:`dpngram.mechanisms.dpsu`): either has l2-sensitivity 1 over V_k, so sigma_k
     and the privacy argument are unchanged. Needs ``dpne_s{j}`` for j < k and ``dpne_occ{k-1}`` in
     ``schema``; writes ``dpne_s{k}`` and ``dpne_occ{k}`` and drops the private candidates and
-    histogram."""
+    histogram. ``policy='dp-sips'`` releases the level in ``sips_rounds`` rounds
+    (:func:`_release_level_sips`), whose Gaussians compose exactly to sigma_k."""
     choose_variant(variant, 0, exact_max_valid)  # validate before any work
     check_policy(policy)
+    if policy == "dp-sips":
+        return _release_level_sips(
+            wh,
+            schema,
+            k,
+            sigma=sigma,
+            eta=eta,
+            max_contribution=max_contribution,
+            pruning=pruning,
+            variant=variant,
+            exact_max_valid=exact_max_valid,
+            noise=noise,
+            valid_count=valid_count,
+            sampling_probability=sampling_probability,
+            rounds=sips_rounds,
+            ratio=sips_ratio,
+        )
 
     def cap(previous: int, valid: int) -> float | None:
         rho = level_threshold(sigma, eta, previous, valid)

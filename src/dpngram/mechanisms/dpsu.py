@@ -36,15 +36,24 @@ same threshold rho (an item held only by the added user gets at most ``1/sqrt(t)
 runs on the driver, compiled (:mod:`dpngram.mechanisms.policy_kernel`), over users streamed in
 visiting order, holding one float per item of the support.
 
-Owns: the DPSU release over any ``(user_id, item)`` relation with either policy, the vocabulary
+DP-SIPS (Swanberg, Desfontaines & Haney 2023, ``policy='dp-sips'``): R rounds of the weighted
+policy, round r over the items not released by rounds < r (an anti-join in SQL) with noise
+``sigma / sqrt(f_r)`` (sum_r f_r = 1), so the rounds compose exactly to one Gaussian of ``sigma``;
+the threshold delta is split over the rounds (:func:`sips_release`, :func:`sips_rounds_release`).
+Only histograms and released keys reach the driver, so it scales out like the weighted policy.
+Derivation: docs/dpne.md, "DP-SIPS".
+
+Owns: the DPSU release over any ``(user_id, item)`` relation with any policy, the vocabulary
 S_1 and its parameters, writing released keys (:func:`write_keys_parquet`).
 Imports: dpngram.mechanisms.policy_kernel (lazily), dpngram.engines, dpngram.core; numpy, pyarrow.
 """
 
 from __future__ import annotations
 
+import math
 import sys
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -54,7 +63,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dpngram.core.accounting import PrivacyEvent, dpne_sigmas, dpsu_threshold
+from dpngram.core.accounting import PrivacyEvent, compose_gaussian_sigmas, dpne_sigmas, dpsu_threshold
 from dpngram.core.budget import Budget
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
@@ -70,10 +79,67 @@ VOCABULARY_TABLE = "dpne_s1_items"  # released S_1 (item column), private schema
 BATCH_ROWS = 1 << 20
 
 
-Policy = Literal["weighted", "policy-gaussian"]
+Policy = Literal["weighted", "policy-gaussian", "dp-sips"]
 
 
-POLICIES: tuple[str, ...] = ("weighted", "policy-gaussian")
+POLICIES: tuple[str, ...] = ("weighted", "policy-gaussian", "dp-sips")
+
+
+#: Bounds of the DP-SIPS parameters (also the configuration's): R rounds, geometric ratio.
+SIPS_MAX_ROUNDS = 10
+SIPS_MAX_RATIO = 1000.0
+
+
+@dataclass(frozen=True)
+class SipsRound:
+    """Public parameters of one DP-SIPS round: noise sigma_r = sigma / sqrt(f_r), threshold rho_r and
+    the round's share delta_0r = f_r delta_0 of the threshold delta (vocabulary; None at DPNE levels,
+    whose thresholds cost no delta)."""
+
+    sigma: float
+    threshold: float | None
+    threshold_delta: float | None = None
+
+
+def sips_fractions(rounds: int, ratio: float) -> list[float]:
+    """f_r proportional to ``ratio^(r-1)``, r = 1..R, summing to 1 (DP-SIPS budget split).
+    ``ratio`` < 1 puts more of the budget on the first rounds; rounds = 1 gives [1.0]."""
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= SIPS_MAX_ROUNDS:
+        raise ConfigError(f"dpsu_sips_rounds: must be an integer in 1..{SIPS_MAX_ROUNDS} (got {rounds!r})")
+    if not (isinstance(ratio, (int, float)) and math.isfinite(ratio) and 0 < ratio <= SIPS_MAX_RATIO):
+        raise ConfigError(f"dpsu_sips_ratio: must be a number in (0, {SIPS_MAX_RATIO:g}] (got {ratio!r})")
+    weights = [float(ratio) ** r for r in range(rounds)]
+    total = math.fsum(weights)
+    return [w / total for w in weights]
+
+
+def sips_sigmas(sigma: float, rounds: int, ratio: float) -> list[float]:
+    """sigma_r = sigma / sqrt(f_r): R sensitivity-1 Gaussians with sum_r 1/sigma_r^2 = 1/sigma^2, i.e.
+    exactly one Gaussian of noise sigma (Dong, Roth & Su 2019; adaptive composition). rounds = 1
+    returns [sigma] exactly. Rounded towards safety: the accountant's composition of the returned
+    sigmas (:func:`~dpngram.core.accounting.compose_gaussian_sigmas`) is never above ``sigma``, so
+    the composed epsilon is never below the one-Gaussian epsilon (at most a few ulps above)."""
+    sigmas = [sigma if f == 1.0 else sigma / math.sqrt(f) for f in sips_fractions(rounds, ratio)]
+    while compose_gaussian_sigmas(sigmas) > sigma:
+        sigmas = [math.nextafter(s, 0.0) for s in sigmas]
+    return sigmas
+
+
+def sips_vocabulary_rounds(
+    sigma: float, threshold_delta: float, max_contribution: int, rounds: int, ratio: float
+) -> tuple[SipsRound, ...]:
+    """The DPSU rounds of one DP-SIPS release: sigma_r = sigma / sqrt(f_r), delta_0r = f_r delta_0 (the
+    last one takes the rest, so they add up to delta_0) and rho_r = dpsu_threshold(sigma_r, delta_0r,
+    Delta): in round r an item held only by the added user passes with probability <= delta_0r
+    whatever the earlier rounds released, so over all rounds with probability <= delta_0 (union
+    bound; docs/dpne.md, "DP-SIPS")."""
+    fractions = sips_fractions(rounds, ratio)
+    deltas = [threshold_delta * f for f in fractions[:-1]]
+    deltas.append(threshold_delta - math.fsum(deltas) if deltas else threshold_delta)
+    return tuple(
+        SipsRound(sigma=s, threshold=dpsu_threshold(s, d, max_contribution), threshold_delta=d)
+        for s, d in zip(sips_sigmas(sigma, rounds, ratio), deltas, strict=True)
+    )
 
 
 @dataclass(frozen=True)
@@ -87,9 +153,29 @@ class DpsuParameters:
     threshold_delta: float
     policy: Policy = "weighted"
     cap: float | None = None
+    rounds: tuple[SipsRound, ...] = ()
 
     def events(self, stage: str) -> list[PrivacyEvent]:
-        """Gaussian (sensitivity 1) + the (0, delta_0) threshold event (DPNE Thm. 2.1 proof)."""
+        """Gaussian (sensitivity 1) + the (0, delta_0) threshold event (DPNE Thm. 2.1 proof).
+        DP-SIPS: one Gaussian sigma_r and one (0, delta_0r) event per round; the Gaussians compose
+        exactly to ``sigma`` and the deltas add up to ``threshold_delta`` (docs/dpne.md, "DP-SIPS")."""
+        if self.rounds:
+            return [
+                event
+                for r, rnd in enumerate(self.rounds, start=1)
+                for event in (
+                    PrivacyEvent(
+                        stage=stage, mechanism="gaussian", sigma=rnd.sigma, note=f"DP-SIPS round {r}"
+                    ),
+                    PrivacyEvent(
+                        stage=stage,
+                        mechanism="approx",
+                        epsilon=0.0,
+                        delta=rnd.threshold_delta,
+                        note=f"DPSU threshold, DP-SIPS round {r}",
+                    ),
+                )
+            ]
         return [
             PrivacyEvent(stage=stage, mechanism="gaussian", sigma=self.sigma),
             PrivacyEvent(
@@ -111,16 +197,24 @@ def vocabulary_parameters(
     threshold_delta: float = 0.5,
     policy: Policy = "weighted",
     policy_cap: float = 2.0,
+    sips_rounds: int = 1,
+    sips_ratio: float = 1.0,
 ) -> DpsuParameters:
     """sigma_1 from DPNE Thm. 2.1 (``dpne_sigmas`` over ``max_n`` levels at the dpne ``budget``, the
     Gaussian at ``(1 - threshold_delta) * delta``) and rho_1 at ``threshold_delta * delta`` (the
     paper's split is 1/2). With the policy Gaussian, items are filled up to
-    ``rho_1 + policy_cap * sigma_1``."""
+    ``rho_1 + policy_cap * sigma_1``. With DP-SIPS, ``rounds`` splits sigma_1 and delta_0 over
+    ``sips_rounds`` rounds (:func:`sips_vocabulary_rounds`); ``threshold`` stays the one-round rho_1."""
     check_policy(policy)
     epsilon, delta = budget
     _, sigmas = dpne_sigmas(epsilon, delta, max_n, sigma_decay, gaussian_delta=1.0 - threshold_delta)
     sigma_1 = sigmas[0]
     rho = dpsu_threshold(sigma_1, threshold_delta * delta, max_contribution)
+    rounds: tuple[SipsRound, ...] = ()
+    if policy == "dp-sips":
+        rounds = sips_vocabulary_rounds(
+            sigma_1, threshold_delta * delta, max_contribution, sips_rounds, sips_ratio
+        )
     return DpsuParameters(
         sigma=sigma_1,
         threshold=rho,
@@ -128,6 +222,7 @@ def vocabulary_parameters(
         threshold_delta=threshold_delta * delta,
         policy=policy,
         cap=policy_fill_level(policy, rho, sigma_1, policy_cap),
+        rounds=rounds,
     )
 
 
@@ -137,10 +232,11 @@ def check_policy(policy: str) -> None:
 
 
 def policy_fill_level(policy: Policy, rho: float, sigma: float, alpha: float) -> float | None:
-    """The policy Gaussian's cap Gamma = rho + alpha * sigma (GGK+20 §5.2); None for 'weighted'.
+    """The policy Gaussian's cap Gamma = rho + alpha * sigma (GGK+20 §5.2); None for the other
+    policies ('weighted', 'dp-sips': every round of DP-SIPS is a weighted histogram).
     Public: it depends on public parameters and, in DPNE levels, on released set sizes only."""
     check_policy(policy)
-    if policy == "weighted":
+    if policy != "policy-gaussian":
         return None
     if not (alpha >= 0 and np.isfinite(alpha)):
         raise ConfigError(f"dpsu_policy_cap: must be a finite number >= 0 (got {alpha!r})")
@@ -369,6 +465,123 @@ def dpsu_release(
     return released.num_rows
 
 
+#: Seconds of every DP-SIPS round run in this process (benchmark instrumentation only: timings,
+#: never data), appended by :func:`sips_rounds_release`: the round's histogram SQL and its draw
+#: (the thresholding stream, plus the spurious sampling at DPNE levels).
+SIPS_TIMINGS: list[dict[str, Any]] = []
+
+
+SipsDraw = Callable[[str, "str | None", int, SipsRound], pa.Array]
+
+
+def sips_rounds_release(
+    wh: Engine,
+    schema: str,
+    source: str,
+    work: str,
+    *,
+    rounds: Sequence[SipsRound],
+    max_contribution: int,
+    noise: NoiseSource,
+    draw: SipsDraw,
+    label: str = "dpsu",
+) -> list[pa.Array]:
+    """The rounds of one DP-SIPS release over ``{schema}.{source}(user_id, item)`` (docs/dpne.md,
+    "DP-SIPS"). Round r: the source minus the items released in rounds < r (anti-join,
+    ``sql/dpsu/sips_remaining.sql``; the released set is public), then the shared weighted
+    histogram (``sql/dpsu/histogram.sql``: at most ``max_contribution`` of each user's remaining
+    distinct items, weight 1/sqrt(#kept), a fresh secret subset salt each round), then
+    ``draw(histogram, released_table_or_None, released_count, round)``, which returns the round's
+    released items (the noisy step; never a per-user row). Returns the non-empty per-round
+    releases (disjoint). The private histogram and views are dropped."""
+    if max_contribution < 1:
+        raise ValueError(f"max_contribution: must be >= 1 (got {max_contribution})")
+    done = safe_identifier(f"{work}_done")
+    remaining = safe_identifier(f"{work}_remaining")
+    histogram = safe_identifier(f"{work}_histogram")
+    released: list[pa.Array] = []
+    count = 0
+    try:
+        for r, rnd in enumerate(rounds, start=1):
+            started = time.perf_counter()
+            round_source = source
+            if count:
+                _store_items(wh, schema, done, pa.table({"item": pa.concat_arrays(released)}))
+                wh.execute(
+                    load_sql(
+                        "dpsu/sips_remaining", schema=schema, target=remaining, source=source, released=done
+                    )
+                )
+                round_source = remaining
+            wh.execute(
+                load_sql("dpsu/histogram", schema=schema, source=round_source, histogram=histogram),
+                {"salt": int(noise.salt()), "max_contribution": int(max_contribution)},
+            )
+            built = time.perf_counter()
+            items = draw(histogram, done if count else None, count, rnd)
+            wh.drop(schema, histogram)
+            if len(items):
+                released.append(items)
+                count += len(items)
+            SIPS_TIMINGS.append(
+                {
+                    "label": label,
+                    "round": r,
+                    "histogram_seconds": round(built - started, 3),
+                    "draw_seconds": round(time.perf_counter() - built, 3),
+                }
+            )
+    finally:
+        wh.drop(schema, histogram, remaining, done)
+    return released
+
+
+def sips_release(
+    wh: Engine,
+    schema: str,
+    source: str,
+    target: str,
+    *,
+    rounds: Sequence[SipsRound],
+    max_contribution: int,
+    noise: NoiseSource,
+    label: str = "dpsu",
+) -> int:
+    """DPSU by DP-SIPS over ``{schema}.{source}(user_id, item)``: :func:`sips_rounds_release` with
+    each round thresholded at its own (sigma_r, rho_r) (:func:`threshold_histogram`; only the
+    histogram (item, weight) streams to the driver). Writes the union of the rounds' releases to
+    ``{schema}.{target}(item)`` and returns its size."""
+
+    def draw(histogram: str, released: str | None, count: int, rnd: SipsRound) -> pa.Array:
+        assert rnd.threshold is not None
+        kept = threshold_histogram(
+            wh,
+            load_sql("dpsu/histogram_scan", schema=schema, histogram=histogram),
+            sigma=rnd.sigma,
+            threshold=rnd.threshold,
+            noise=noise,
+        )
+        return kept.column("item").combine_chunks()
+
+    released = sips_rounds_release(
+        wh,
+        schema,
+        source,
+        safe_identifier(f"{target}_sips"),
+        rounds=rounds,
+        max_contribution=max_contribution,
+        noise=noise,
+        draw=draw,
+        label=label,
+    )
+    if released:
+        items = pa.table({"item": pa.concat_arrays(released)})
+    else:  # nothing released: an empty table of the source's item type
+        items = wh.fetch_arrow(load_sql("dpsu/sips_empty", schema=schema, source=source))
+    _store_items(wh, schema, target, items)
+    return items.num_rows
+
+
 def _store_items(wh: Engine, schema: str, target: str, items: pa.Table) -> None:
     view = "dpsu_released_batch"
     with wh.registered(**{view: items}):
@@ -380,6 +593,17 @@ def release_vocabulary(wh: Engine, schema: str, params: DpsuParameters, noise: N
     ``{schema}.dpne_s1_items(item)``. Returns |S_1|."""
     source = "dpsu_vocabulary_source"
     wh.execute(load_sql("dpsu/vocabulary_source", schema=schema, target=source))
+    if params.rounds:
+        return sips_release(
+            wh,
+            schema,
+            source,
+            VOCABULARY_TABLE,
+            rounds=params.rounds,
+            max_contribution=params.max_contribution,
+            noise=noise,
+            label="vocabulary",
+        )
     return dpsu_release(
         wh,
         schema,

@@ -32,6 +32,7 @@ from dpngram.engines.sql import load_sql
 from dpngram.mechanisms.dpne import (
     BASELINES,
     KGRAM_COLUMNS,
+    LevelOutcome,
     _check_k,
     _drop,
     _file_rows,
@@ -50,6 +51,8 @@ from dpngram.mechanisms.dpsu import (
     VOCABULARY_TABLE,
     dpsu_release,
     policy_fill_level,
+    sips_release,
+    sips_vocabulary_rounds,
     write_keys_parquet,
 )
 from dpngram.release.context import RunContext, StageResult, read_parts, record_part, released_summary
@@ -142,6 +145,8 @@ def run_level(
             sampling_probability=sampling_probability,
             policy=config.dpne.policy,
             policy_cap=config.dpne.policy_cap,
+            sips_rounds=config.dpne.sips_rounds,
+            sips_ratio=config.dpne.sips_ratio,
         )
         _export_level(wh, ctx, k)
         report = {
@@ -152,12 +157,21 @@ def run_level(
             "policy": config.dpne.policy,
             "sigma_decay": config.dpne.sigma_decay,
         }
-        return StageResult(
-            events=[PrivacyEvent(stage=stage, mechanism="gaussian", sigma=sigma)], report=report
-        )
+        return StageResult(events=level_events(stage, sigma, outcome), report=report)
 
     result = spend_once(ctx, stage, [output], compute, engine=True)
     return released_summary(ctx, stage, result, [output], k=k)
+
+
+def level_events(stage: str, sigma: float, outcome: LevelOutcome) -> list[PrivacyEvent]:
+    """A level's privacy events: one Gaussian sigma_k, or with DP-SIPS one per round (sigma_r =
+    sigma_k / sqrt(f_r), composing exactly to sigma_k), so the ledger lists what was drawn."""
+    if outcome.rounds:
+        return [
+            PrivacyEvent(stage=stage, mechanism="gaussian", sigma=r.sigma, note=f"DP-SIPS round {i}")
+            for i, r in enumerate(outcome.rounds, start=1)
+        ]
+    return [PrivacyEvent(stage=stage, mechanism="gaussian", sigma=sigma)]
 
 
 def _export_level(wh: Engine, ctx: RunContext, k: int) -> None:
@@ -247,12 +261,29 @@ def run_baseline(
                 noise=source_noise,
                 policy=ctx.config.dpne.policy,
                 policy_cap=ctx.config.dpne.policy_cap,
+                sips_rounds=ctx.config.dpne.sips_rounds,
+                sips_ratio=ctx.config.dpne.sips_ratio,
             )
             released.append(rows)
-            events += [
-                PrivacyEvent(stage="dpne", mechanism="gaussian", sigma=sigma),
-                PrivacyEvent(stage="dpne", mechanism="approx", delta=delta_t, note="DPSU threshold"),
-            ]
+            if run.get("sips_rounds"):  # one Gaussian and one threshold event per DP-SIPS round
+                events += [
+                    e
+                    for r in run["sips_rounds"]
+                    for e in (
+                        PrivacyEvent(stage="dpne", mechanism="gaussian", sigma=r["sigma"]),
+                        PrivacyEvent(
+                            stage="dpne",
+                            mechanism="approx",
+                            delta=r["threshold_delta"],
+                            note="DPSU threshold",
+                        ),
+                    )
+                ]
+            else:
+                events += [
+                    PrivacyEvent(stage="dpne", mechanism="gaussian", sigma=sigma),
+                    PrivacyEvent(stage="dpne", mechanism="approx", delta=delta_t, note="DPSU threshold"),
+                ]
             per_length.append(run)
         table = pa.concat_tables(released)
         table = table.sort_by([("k", "ascending"), ("ngram", "ascending")])
@@ -314,6 +345,8 @@ def _baseline_run(
     noise: NoiseSource,
     policy: str = "weighted",
     policy_cap: float = 2.0,
+    sips_rounds: int = 1,
+    sips_ratio: float = 1.0,
 ) -> tuple[pa.Table, dict[str, Any]]:
     """One DPSU over the n-grams of lengths lo..hi: the released rows (k, ngram) and the run's
     report entry; its work tables are dropped."""
@@ -321,17 +354,24 @@ def _baseline_run(
     wh.execute(load_sql("dpsu/ngram_source", schema=schema, target=source), {"min_n": lo, "max_n": hi})
     rho = dpsu_threshold(sigma, delta_t, contribution)
     target = "dpsu_baseline_released"
-    count = dpsu_release(
-        wh,
-        schema,
-        source,
-        target,
-        sigma=sigma,
-        threshold=rho,
-        max_contribution=contribution,
-        noise=noise,
-        cap=policy_fill_level(policy, rho, sigma, policy_cap),
-    )
+    rounds = ()
+    if policy == "dp-sips":
+        rounds = sips_vocabulary_rounds(sigma, delta_t, contribution, sips_rounds, sips_ratio)
+        count = sips_release(
+            wh, schema, source, target, rounds=rounds, max_contribution=contribution, noise=noise
+        )
+    else:
+        count = dpsu_release(
+            wh,
+            schema,
+            source,
+            target,
+            sigma=sigma,
+            threshold=rho,
+            max_contribution=contribution,
+            noise=noise,
+            cap=policy_fill_level(policy, rho, sigma, policy_cap),
+        )
     rows = wh.fetch_arrow(load_sql("dpsu/baseline_export", schema=schema, released=target))
     run = {
         "lengths": [lo, hi],
@@ -340,5 +380,9 @@ def _baseline_run(
         "max_contribution": contribution,
         "released": count,
     }
+    if rounds:
+        run["sips_rounds"] = [
+            {"sigma": r.sigma, "rho": r.threshold, "threshold_delta": r.threshold_delta} for r in rounds
+        ]
     _drop(wh, schema, source, target)
     return rows, run

@@ -365,6 +365,8 @@ def _dpne_settings(ctx: RunContext, parts: dict[str, Any]) -> dict[str, Any] | N
     return {
         "policy": dpne.policy,
         "policy_cap_alpha": dpne.policy_cap if dpne.policy == "policy-gaussian" else None,
+        "sips_rounds": dpne.sips_rounds if dpne.policy == "dp-sips" else None,
+        "sips_ratio": dpne.sips_ratio if dpne.policy == "dp-sips" else None,
         "sigma_decay": dpne.sigma_decay,
         "threshold_delta_fraction": dpne.threshold_delta if dpne.vocabulary_method != "triehh" else 0.0,
         "vocabulary_method": dpne.vocabulary_method,
@@ -412,6 +414,8 @@ def _privacy_html(report: dict[str, Any]) -> list[str]:
             if dpne.get("policy_cap_alpha") is not None
             else ""
         )
+        if dpne.get("sips_rounds") is not None:
+            cap = f", {_esc(_fmt(dpne['sips_rounds']))} rounds, budget ratio {_esc(_fmt(dpne['sips_ratio']))}"
         sections.append(
             f"<p>DPNE: DPSU policy <b>{_esc(dpne['policy'])}</b>{cap}; level schedule σ_k = "
             f"{_esc(_fmt(dpne['sigma_decay']))}·σ_(k−1); vocabulary threshold's share of the dpne δ: "

@@ -49,6 +49,8 @@ def dpsu_parameters(config: RunConfig) -> DpsuParameters:
         threshold_delta=dpne.threshold_delta,
         policy=dpne.policy,
         policy_cap=dpne.policy_cap,
+        sips_rounds=dpne.sips_rounds,
+        sips_ratio=dpne.sips_ratio,
     )
 
 
@@ -88,6 +90,11 @@ def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict
             "policy_cap": params.cap if dpsu else None,
             "threshold_delta": params.threshold_delta if dpsu else 0.0,
         }
+        if dpsu and params.rounds:
+            report["sips_rounds"] = [
+                {"sigma": r.sigma, "rho": r.threshold, "threshold_delta": r.threshold_delta}
+                for r in params.rounds
+            ]
         events = params.events(VOCABULARY_STAGE)
         if method == "triehh":  # no DPSU spend: a zero event keeps the stage's marker format
             events = [PrivacyEvent(VOCABULARY_STAGE, "approx", note="S_1 from TrieHH (stage triehh)")]
