@@ -261,13 +261,13 @@ class Sampler:
         self._stop.set()
         self._thread.join()
 
-    def peak(self, key: str, start: float | None = None, end: float | None = None) -> float:
+    def peak(self, key: str, start: float | None = None, end: float | None = None) -> float | None:
         values = [
             s[key]
             for s in self.samples
             if (start is None or s["t"] >= start) and (end is None or s["t"] <= end)
         ]
-        return round(max(values, default=0.0), 1)
+        return round(max(values), 1) if values else None  # a stage shorter than the interval
 
 
 # ----------------------------------------------------------------------------------------------
@@ -327,7 +327,16 @@ def run_one(args: argparse.Namespace, cluster: Cluster, users: int, work: Path) 
                 proc.communicate()
                 return {"users": users, "error": f"timeout after {args.timeout:.0f} s"}
     seconds = time.perf_counter() - t0
-    row: dict[str, Any] = {"users": users, "corpus": str(corpus_path), "returncode": proc.returncode}
+    row: dict[str, Any] = {
+        "users": users,
+        "corpus": str(corpus_path),
+        "returncode": proc.returncode,
+        "memory": {  # per row: a rerun at one user count may use other settings
+            "worker_memory": args.worker_memory,
+            "spark.executor.memory": args.executor_memory,
+            "spark.driver.memory": args.driver_memory,
+        },
+    }
     if proc.returncode != 0:
         row["error"] = (log.read_text(errors="replace").strip().splitlines() or ["no output"])[-1][:500]
         return row
@@ -378,8 +387,10 @@ def main() -> None:
     parser.add_argument("--epsilon", type=float, default=4.0)
     parser.add_argument("--delta", type=float, default=1e-7)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--worker-memory", default="4g")
-    parser.add_argument("--executor-memory", default="3g")
+    # 1M users from one gzip file: ingest reads it as one partition (1.7 GB of Arrow batches,
+    # cached), which a 3g executor cannot hold (OutOfMemoryError, measured); 6g can
+    parser.add_argument("--worker-memory", default="7g")
+    parser.add_argument("--executor-memory", default="6g")
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--shuffle-partitions", type=int, default=8)
     parser.add_argument("--timeout", type=float, default=5400, help="seconds per run")
@@ -437,16 +448,14 @@ def main() -> None:
                 "load_average_before": [round(x, 2) for x in load_before],
                 "parameters": {
                     "engine": "spark",
-                    "cluster": f"standalone on 127.0.0.1: master + {args.workers} workers x 1 core, "
-                    f"{args.worker_memory} each (bin/spark-class from the pyspark wheel)",
+                    "cluster": f"standalone on 127.0.0.1: master + {args.workers} workers x 1 core "
+                    "(bin/spark-class from the pyspark wheel); memory settings per row",
                     "dpsu_policy": args.policy,
                     "max_n": args.max_n,
                     "stage_budget": "dpne=1",
                     "epsilon": args.epsilon,
                     "delta": args.delta,
                     "spark_conf": {
-                        "spark.driver.memory": args.driver_memory,
-                        "spark.executor.memory": args.executor_memory,
                         "spark.executor.cores": 1,
                         "spark.cores.max": args.workers,
                         "spark.sql.shuffle.partitions": args.shuffle_partitions,
