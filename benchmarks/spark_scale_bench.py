@@ -417,7 +417,9 @@ def main() -> None:
     with Cluster(work / "cluster", args.workers, 1, args.worker_memory) as cluster:
         for users in args.users:
             corpus(users)  # generation is not part of a run's time
+            load = [round(x, 2) for x in os.getloadavg()]
             row = run_one(args, cluster, users, work / f"u{users}")
+            row["load_average_before"] = load
             row["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
             row["date"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
             row["git_commit"] = commit
