@@ -317,7 +317,9 @@ def audit_dpsu(
     from dpngram.mechanisms.dpsu import vocabulary_parameters
 
     cfg = dpne_defaults()
-    policy = policy or cfg.policy
+    # The default audit stays the policy Gaussian's (its canary is the hardest to place); DP-SIPS,
+    # the run default since it scales out, is audited by ``dpsu_sips``.
+    policy = policy or "policy-gaussian"
     params = vocabulary_parameters(
         Budget(epsilon, delta),
         cfg.max_n,
@@ -413,7 +415,9 @@ def audit_dpne_level(
     )[k]
     rho = level_threshold(sigma, cfg.eta, 40, 400)
     assert rho is not None
-    cap = policy_fill_level(cfg.policy, rho, sigma, cfg.policy_cap)
+    # the policy Gaussian's fill (a single-round level; DP-SIPS's rounds are tested in
+    # tests/test_dpsu_sips.py)
+    cap = policy_fill_level("policy-gaussian", rho, sigma, cfg.policy_cap)
     # a level's own event is its Gaussian (no threshold δ, Thm. 2.1); the claim is its ε at the
     # Gaussians' share of δ
     gaussian_delta = (1.0 - cfg.threshold_delta) * delta
@@ -435,7 +439,7 @@ def audit_dpne_level(
     )
     setting = {
         "dpne_share": [epsilon, delta],
-        "policy": cfg.policy,
+        "policy": "policy-gaussian",
         "policy_cap_alpha": cfg.policy_cap,
         "threshold_delta_share": cfg.threshold_delta,
         "T": cfg.max_n,
