@@ -159,12 +159,14 @@ def test_run_vocabulary_contract(tmp_path):
     params = vocabulary_stage.dpsu_parameters(ctx.config)
     assert part["released"] == 2 and part["sigma"] == params.sigma and part["rho"] == params.threshold
     assert part["max_contribution"] == 3
-    # events: Gaussian sigma_1 and the (0, delta/2) threshold part
-    mechanisms = sorted((e["mechanism"], e["delta"]) for e in part["privacy"]["events"])
-    assert mechanisms == [
-        ("approx", pytest.approx(ctx.config.dpne.threshold_delta * 1e-8)),
-        ("gaussian", 0.0),
-    ]
+    # events: those of the default policy's parameters (a Gaussian and a threshold part per
+    # round), whose threshold parts add up to threshold_delta * delta
+    events = part["privacy"]["events"]
+    expected = params.events("dpne.k1")
+    assert sorted(e["mechanism"] for e in events) == sorted(e.mechanism for e in expected)
+    assert {e["mechanism"] for e in events} == {"approx", "gaussian"}
+    threshold_delta = sum(e["delta"] for e in events if e["mechanism"] == "approx")
+    assert threshold_delta == pytest.approx(ctx.config.dpne.threshold_delta * 1e-8)
     # a retry reuses the persisted output and does not charge again
     again = vocabulary_stage.run_vocabulary(ctx)
     assert again["reused"] and pq.read_table(path).equals(table)

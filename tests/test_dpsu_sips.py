@@ -120,13 +120,16 @@ def sql_round(wh: Warehouse, released: set[str], max_contribution: int, salt: in
 
 
 class Salts:
-    """A stand-in noise source for deterministic tests: ``salt()`` returns the given salts in turn."""
+    """A stand-in noise source for deterministic tests: ``salt()`` and ``selection_salt()`` return
+    the given salts in turn."""
 
     def __init__(self, salts: list[int]) -> None:
         self.salts = list(salts)
 
     def salt(self) -> int:
         return self.salts.pop(0)
+
+    selection_salt = salt
 
 
 def random_rows(seed: int, users: int, vocab: int, max_len: int = 12) -> list[tuple[str, list[str]]]:

@@ -48,9 +48,10 @@ def test_the_audit_catches_a_miscalibrated_mechanism():
 
 
 @pytest.mark.parametrize("name", ["dpsu", "dpne_level"])
-def test_dpsu_audits_run_the_default_policy_gaussian_with_fresh_salts(name, monkeypatch):
-    """The audit calls the pipeline's secret_histogram with the policy Gaussian's cap (the
-    default α = 10 over ρ), once per run and dataset, each time with new salts."""
+def test_dpsu_audits_run_the_policy_gaussian_with_fresh_salts(name, monkeypatch):
+    """The `dpsu` and `dpne_level` audits call the pipeline's secret_histogram with the policy
+    Gaussian's cap (the default α = 10 over ρ), once per run and dataset, each time with new
+    selection salts (subset and visiting order)."""
     calls = []
     real = dpsu.secret_histogram
 
@@ -59,14 +60,14 @@ def test_dpsu_audits_run_the_default_policy_gaussian_with_fresh_salts(name, monk
         return real(*args, **kwargs)
 
     salts = []
-    real_salt = audit.NoiseSource.salt
+    real_salt = audit.NoiseSource.selection_salt
 
     def recording_salt(self):
         salts.append(real_salt(self))
         return salts[-1]
 
     monkeypatch.setattr(dpsu, "secret_histogram", recording)
-    monkeypatch.setattr(audit.NoiseSource, "salt", recording_salt)
+    monkeypatch.setattr(audit.NoiseSource, "selection_salt", recording_salt)
     result = run_audit(name, runs=3)
     setting = result.setting
     assert setting["policy"] == "policy-gaussian" and setting["policy_cap_alpha"] == 10.0
@@ -127,7 +128,7 @@ def test_lower_bound_of_separable_and_identical_samples():
 def test_sips_audit_runs_complete_dp_sips_releases_with_fresh_salts(monkeypatch):
     """The dpsu_sips audit calls the pipeline's sips_release with the configured rounds (from
     DpneConfig: R Gaussians composing to the weighted policy's sigma_1), once per run and dataset,
-    and every round draws a new subset salt; its claim is the weighted policy's (same sigma_1 and
+    and every round draws a new subset selection salt; its claim is the weighted policy's (same sigma_1 and
     delta_0 in total)."""
     from dpngram.config import DpneConfig
     from dpngram.core.accounting import compose_gaussian_sigmas
@@ -140,14 +141,14 @@ def test_sips_audit_runs_complete_dp_sips_releases_with_fresh_salts(monkeypatch)
         return real(*args, **kwargs)
 
     salts = []
-    real_salt = audit.NoiseSource.salt
+    real_salt = audit.NoiseSource.selection_salt
 
     def recording_salt(self):
         salts.append(real_salt(self))
         return salts[-1]
 
     monkeypatch.setattr(dpsu, "sips_release", recording)
-    monkeypatch.setattr(audit.NoiseSource, "salt", recording_salt)
+    monkeypatch.setattr(audit.NoiseSource, "selection_salt", recording_salt)
     result = run_audit("dpsu_sips", runs=3)
     rounds = DpneConfig().sips_rounds
     assert result.setting["policy"] == "dp-sips" and len(result.setting["sips_rounds"]) == rounds

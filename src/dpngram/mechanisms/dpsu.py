@@ -515,7 +515,7 @@ def sips_rounds_release(
                 round_source = remaining
             wh.execute(
                 load_sql("dpsu/histogram", schema=schema, source=round_source, histogram=histogram),
-                {"salt": int(noise.salt()), "max_contribution": int(max_contribution)},
+                {"salt": int(noise.selection_salt()), "max_contribution": int(max_contribution)},
             )
             built = time.perf_counter()
             items = draw(histogram, done if count else None, count, rnd)
