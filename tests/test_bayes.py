@@ -40,6 +40,11 @@ def warehouse_with(rows: list[tuple[str, list[str]]]) -> Warehouse:
     flat = [(u, 0, s, p, t) for s, (u, toks) in enumerate(rows) for p, t in enumerate(toks)]
     if flat:
         wh.con.executemany(f"INSERT INTO {SCHEMA}.toks VALUES (?, ?, ?, ?, ?)", flat)
+    # the sentence relation the occurrences read (like the ingest's sentences table)
+    wh.con.execute(
+        f"CREATE VIEW {SCHEMA}.sents AS SELECT user_id, doc_id, sent_id, list(token ORDER BY pos) AS tokens "
+        f"FROM {SCHEMA}.toks GROUP BY user_id, doc_id, sent_id"
+    )
     return wh
 
 
@@ -55,11 +60,12 @@ def python_trigrams(tokens: list[str], vocab: set[str] | None) -> list[tuple[str
 @pytest.mark.parametrize("with_vocab", [True, False])
 def test_occurrences_have_kenlm_markers_and_unk(with_vocab):
     rows = [("a", ["x", "y", "z", "q"]), ("a", ["x"]), ("b", ["y", "q", "y"]), ("c", ["z", "z"])]
+    rows += [("d", ["<s>", "x", "</s>"])]  # text that reads like a marker is an ordinary token
     vocab = {"x", "y", "z"} if with_vocab else None
     wh = warehouse_with(rows)
     mapped = bayes.install_vocabulary(wh, SCHEMA, pa.table({"token": sorted(vocab)}) if vocab else None)
     assert mapped is with_vocab
-    bayes.trigram_occurrences(wh, SCHEMA, "toks", "occ", mapped)
+    bayes.trigram_occurrences(wh, SCHEMA, "sents", "occ", mapped)
     got = Counter(wh.con.execute(f"SELECT user_id, w1, w2, w3 FROM {SCHEMA}.occ").fetchall())
     expected = Counter((u, *g) for u, toks in rows for g in python_trigrams(toks, vocab))
     assert got == expected
@@ -99,7 +105,7 @@ def test_released_trigrams_reads_only_k3(tmp_path):
 def _bounded(rows, C, W, salt):
     wh = warehouse_with(rows)
     bayes.install_vocabulary(wh, SCHEMA, None)
-    bayes.trigram_occurrences(wh, SCHEMA, "toks", "occ", False)
+    bayes.trigram_occurrences(wh, SCHEMA, "sents", "occ", False)
     wh.con.execute(
         f"CREATE TABLE {SCHEMA}.{bayes.PUBLIC_COUNTS} AS SELECT w1, w2, w3, count(*) AS public_count "
         f"FROM {SCHEMA}.occ WHERE user_id <> 'outside' GROUP BY ALL"
@@ -332,7 +338,7 @@ def test_public_tuning_ignores_the_private_data(tmp_path, sample_files):
             W=8,
             vocab_size=2000,
             salt=3,
-            private_tokens="toks",
+            private_sentences="sents",
         )
         tuned = bayes.tune_on_public(
             wh,

@@ -97,23 +97,14 @@ def weighted_sums(
         wh.load_table(SCHEMA, lm_counts.DOMAIN_TABLE, [dom], dom.schema)
         wh.execute(
             load_sql(
-                "bayes/occurrences",
-                schema=SCHEMA,
-                source="tokens",
-                target=lm_counts.OCCURRENCES,
-                vocabulary=lm_counts.VOCABULARY_TABLE,
-            ),
-            {"map_unk": True},
-        )
-        wh.execute(
-            load_sql(
                 "lm_counts/weighted",
                 schema=SCHEMA,
                 target=lm_counts.WEIGHTED_TABLE,
-                occurrences=lm_counts.OCCURRENCES,
+                source="sentences",
+                vocabulary=lm_counts.VOCABULARY_TABLE,
                 domain=lm_counts.DOMAIN_TABLE,
             ),
-            {"salt": salt, "holdout_per_mille": holdout, "clip": float(clip)},
+            {"map_unk": True, "salt": salt, "holdout_per_mille": holdout, "clip": float(clip)},
         )
         out = np.zeros(len(domain))
         for gid, value in wh.con.execute(

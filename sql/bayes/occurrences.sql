@@ -1,41 +1,20 @@
--- Trigram occurrences of a token relation, sentence-bounded, with the KenLM markers
+-- Trigram occurrences of a sentence relation, sentence-bounded, with the KenLM markers
 -- (Ramadan et al. §4.1: trigrams of the private and public data; one <s> before the first token,
 -- one </s> after the last, so a sentence of n tokens has n trigrams: (<s>, w1, w2) ...
 -- (w_(n-1), w_n, </s>); n = 1 gives (<s>, w1, </s>)).
--- Input {source}(user_id, doc_id, sent_id, pos, token), pos 0-based and contiguous per sentence.
--- Tokens not in {vocabulary}(token) become '<unk>' when $map_unk is true (the vocabulary is the
--- run's DP vocabulary, a released output). Output {target}(user_id, w1, w2, w3), one row per
--- occurrence. PRIVATE when the source is private: stays in the run schema.
+-- Input {source}(user_id, tokens), one row per sentence, tokens a list (no NULL elements: the
+-- ingest tokenizer never makes one); empty sentences give nothing.
+-- The padding is NULL (a token never is) and becomes the marker at the end, so a text token that
+-- reads '<s>' is treated like any other token.
+-- Plan: the three positions of every trigram are three slices of the padded list, unnested in
+-- lockstep (one row per trigram, no window and no sort over every token: at 1M users the
+-- windowed plan took ~50 s and spilled), then each word is looked up in the vocabulary (three
+-- hash joins against a small build side). Tokens not in {vocabulary}(token) become '<unk>' when
+-- $map_unk is true (the vocabulary is the run's DP vocabulary, a released output); the markers
+-- stay. Output {target}(user_id, w1, w2, w3), one row per occurrence. PRIVATE when the source is
+-- private: stays in the run schema.
 CREATE OR REPLACE TABLE {schema}.{target} AS
-WITH mapped AS (
-    SELECT t.user_id,
-           t.doc_id,
-           t.sent_id,
-           t.pos + 1 AS pos,
-           CASE WHEN $map_unk AND v.token IS NULL THEN '<unk>' ELSE t.token END AS token
-    FROM {schema}.{source} AS t
-    LEFT JOIN {schema}.{vocabulary} AS v ON v.token = t.token
-    WHERE t.token IS NOT NULL AND t.user_id IS NOT NULL
-),
-bounds AS (
-    SELECT user_id, doc_id, sent_id, max(pos) AS last_pos
-    FROM mapped
-    GROUP BY user_id, doc_id, sent_id
-),
-padded AS (
-    SELECT user_id, doc_id, sent_id, pos, token FROM mapped
-    UNION ALL
-    SELECT user_id, doc_id, sent_id, 0 AS pos, '<s>' AS token FROM bounds
-    UNION ALL
-    SELECT user_id, doc_id, sent_id, last_pos + 1 AS pos, '</s>' AS token FROM bounds
-),
-windowed AS (
-    SELECT user_id,
-           lag(token, 2) OVER (PARTITION BY user_id, doc_id, sent_id ORDER BY pos) AS w1,
-           lag(token, 1) OVER (PARTITION BY user_id, doc_id, sent_id ORDER BY pos) AS w2,
-           token AS w3
-    FROM padded
-)
+WITH
+-- include: bayes/_occurrences
 SELECT user_id, w1, w2, w3
-FROM windowed
-WHERE w1 IS NOT NULL
+FROM occurrences

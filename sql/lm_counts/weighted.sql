@@ -1,9 +1,10 @@
 -- Stage lm_counts (docs/lm.md, "Noisy n-gram counts"): per-user bounded n-gram counts over a
 -- public domain, summed. PRIVATE (exact weighted sums): the result never leaves the process
 -- except with Gaussian noise added by pipeline/lm_counts.py.
--- Input {occurrences}(user_id, w1, w2, w3): the sentence-bounded trigram occurrences of
--- sql/bayes_occurrences.sql (one <s> before and one </s> after every sentence, tokens outside
--- the model vocabulary already '<unk>'). Every sentence's first row is (<s>, t1, t2 or </s>), so
+-- Input {source}(user_id, tokens), the run's sentences: their sentence-bounded trigram
+-- occurrences are built inline by the fragment of sql/bayes/occurrences.sql (one <s> before and
+-- one </s> after every sentence, tokens outside {vocabulary}, the model vocabulary, '<unk>' when
+-- $map_unk). Every sentence's first row is (<s>, t1, t2 or </s>), so
 -- the order-1 and order-2 occurrences are the last one / two tokens of every row plus, on first
 -- rows, the leading <s> and (<s>, t1).
 -- {domain}(gid, n, ngram) is public (public-corpus n-grams, released DP outputs).
@@ -12,28 +13,36 @@
 -- Each user's count vector x_u over the domain (all orders together) is scaled by
 -- min(1, $clip / ||x_u||_2), so one user changes the summed vector by at most $clip in l2 norm.
 CREATE OR REPLACE TABLE {schema}.{target} AS
-WITH occ AS (
+WITH
+-- include: bayes/_occurrences
+,
+occ AS (
     SELECT user_id, w1, w2, w3
-    FROM {schema}.{occurrences}
+    FROM occurrences
     WHERE abs(hash(xor(hash(user_id), CAST($salt AS UBIGINT))) % 1000) >= $holdout_per_mille
 ),
 grams AS (
-    SELECT user_id, 3 AS n, concat_ws(' ', w1, w2, w3) AS ngram FROM occ
-    UNION ALL
-    SELECT user_id, 2 AS n, concat_ws(' ', w2, w3) AS ngram FROM occ
-    UNION ALL
-    SELECT user_id, 2 AS n, concat_ws(' ', w1, w2) AS ngram FROM occ WHERE w1 = '<s>'
-    UNION ALL
-    SELECT user_id, 1 AS n, w3 AS ngram FROM occ
-    UNION ALL
-    SELECT user_id, 1 AS n, w2 AS ngram FROM occ WHERE w1 = '<s>'
-    UNION ALL
-    SELECT user_id, 1 AS n, w1 AS ngram FROM occ WHERE w1 = '<s>'
+    -- one scan: every occurrence row unnests its n-grams (n, ngram) as a list of structs (the
+    -- six-way UNION ALL re-read the occurrences six times; at 1M users 28 s against 9 s)
+    SELECT user_id,
+           unnest(CASE WHEN w1 = '<s>' THEN [
+               struct_pack(n := 3, ngram := concat_ws(' ', w1, w2, w3)),
+               struct_pack(n := 2, ngram := concat_ws(' ', w2, w3)),
+               struct_pack(n := 1, ngram := w3),
+               struct_pack(n := 2, ngram := concat_ws(' ', w1, w2)),
+               struct_pack(n := 1, ngram := w2),
+               struct_pack(n := 1, ngram := w1)
+           ] ELSE [
+               struct_pack(n := 3, ngram := concat_ws(' ', w1, w2, w3)),
+               struct_pack(n := 2, ngram := concat_ws(' ', w2, w3)),
+               struct_pack(n := 1, ngram := w3)
+           ] END) AS e
+    FROM occ
 ),
 counted AS (
     SELECT g.user_id, d.gid, CAST(count(*) AS DOUBLE) AS c
     FROM grams AS g
-    JOIN {schema}.{domain} AS d ON d.n = g.n AND d.ngram = g.ngram
+    JOIN {schema}.{domain} AS d ON d.n = g.e.n AND d.ngram = g.e.ngram
     GROUP BY g.user_id, d.gid
 ),
 norms AS (

@@ -4,7 +4,7 @@ Design (``docs/engines.md`` has the full argument):
 
 * **SQL**: every statement loaded by :func:`dpngram.engines.sql.load_sql` (DuckDB dialect) is parsed
   and rewritten once with ``sqlglot`` (read="duckdb", write="spark") and cached by text
-  (:func:`to_spark`). On top of sqlglot's translation, five rewrites are applied, each because
+  (:func:`to_spark`). On top of sqlglot's translation, six rewrites are applied, each because
   the dialects disagree on meaning, not just spelling:
 
   - ``list[i]`` -> ``element_at(list, i)``: DuckDB lists are 1-based, Spark's ``[]`` is 0-based
@@ -17,7 +17,9 @@ Design (``docs/engines.md`` has the full argument):
     < 2^62);
   - ``list_slice(l, a, b)`` -> ``slice(l, a, b - a + 1)`` (Spark takes a length);
   - ``list(v ORDER BY k)`` -> ``transform(array_sort(collect_list(struct(k, v))), e -> e.v)``
-    (sqlglot drops the ORDER BY, and Spark's collect_list keeps no order).
+    (sqlglot drops the ORDER BY, and Spark's collect_list keeps no order);
+  - several aliased ``unnest(list) AS x`` in one SELECT (DuckDB unnests them in lockstep) ->
+    one ``inline(arrays_zip(...)) AS (x, ...)`` (Spark allows one generator per SELECT).
 
   and one that only drops a planning hint: ``WITH t AS MATERIALIZED (...)`` -> ``WITH t AS (...)``
   (DuckDB's hint to run a CTE on its own; Spark has no such syntax, and the result is the same).
@@ -104,7 +106,29 @@ def _rewrite(node: exp.Expression) -> exp.Expression:
         return _ordered_list(node.this)
     if isinstance(node, exp.CTE) and node.args.get("materialized") is not None:
         node.set("materialized", None)  # a DuckDB planning hint; Spark has no MATERIALIZED CTEs
+    if isinstance(node, exp.Select):
+        return _lockstep_unnests(node)
     return node
+
+
+def _lockstep_unnests(select: exp.Select) -> exp.Select:
+    """DuckDB ``SELECT k, unnest(a) AS x, unnest(b) AS y`` (lists unnested in lockstep: row i
+    holds a[i], b[i]) -> Spark ``SELECT k, inline(arrays_zip(a, b)) AS (x, y)``: Spark allows one
+    generator per SELECT. Aliased unnests only (the aliases name the output columns)."""
+    unnests = [
+        e for e in select.expressions if isinstance(e, exp.Alias) and isinstance(e.this, exp.Explode)
+    ]
+    if len(unnests) < 2:
+        return select
+    zipped = exp.Aliases(
+        this=exp.Inline(this=exp.ArraysZip(expressions=[e.this.this.copy() for e in unnests])),
+        expressions=[exp.to_identifier(e.alias) for e in unnests],
+    )
+    first = select.expressions.index(unnests[0])
+    kept = [e for e in select.expressions if e not in unnests]
+    kept.insert(first, zipped)
+    select.set("expressions", kept)
+    return select
 
 
 def _ordered_list(order: exp.Order) -> exp.Expression:

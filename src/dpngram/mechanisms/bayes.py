@@ -279,18 +279,10 @@ def laplace_public_distribution(noisy: np.ndarray, public: np.ndarray, scale: fl
 # ----------------------------------------------------------------------------------------------
 # Data preparation (SQL in the run schema)
 # ----------------------------------------------------------------------------------------------
-PUBLIC_TOKENS = "bayes_public_tokens"
+PUBLIC_SENTENCES = "bayes_public_sentences"
 
 
-PUBLIC_TOKEN_COLUMNS = pa.schema(
-    [
-        ("user_id", pa.int64()),
-        ("doc_id", pa.int64()),
-        ("sent_id", pa.int32()),
-        ("pos", pa.int32()),
-        ("token", pa.string()),
-    ]
-)
+PUBLIC_SENTENCE_COLUMNS = pa.schema([("user_id", pa.int64()), ("tokens", pa.list_(pa.string()))])
 
 
 PUBLIC_OCCURRENCES = "bayes_public_occ"
@@ -315,7 +307,7 @@ USER_COUNTS = "bayes_user_counts"
 
 
 WORK_TABLES = (
-    PUBLIC_TOKENS,
+    PUBLIC_SENTENCES,
     PUBLIC_OCCURRENCES,
     PUBLIC_COUNTS,
     PRIVATE_OCCURRENCES,
@@ -332,44 +324,33 @@ WORK_TABLES = (
 def _public_batches(path: str | Path, lowercase: bool) -> Iterator[pa.Table]:
     from dpngram.text.public import read_public_corpus
 
-    sent_no = 0
-    ids: list[int] = []
-    positions: list[int] = []
-    tokens: list[str] = []
-    sentences = 0
+    tokens: list[list[str]] = []
+    first = 0
     for sentence in read_public_corpus(path, lowercase):
-        ids.extend([sent_no] * len(sentence))
-        positions.extend(range(len(sentence)))
-        tokens.extend(sentence)
-        sent_no += 1
-        sentences += 1
-        if sentences >= PUBLIC_BATCH_SENTENCES:
-            yield _token_table(ids, positions, tokens)
-            ids, positions, tokens, sentences = [], [], [], 0
+        tokens.append(sentence)
+        if len(tokens) >= PUBLIC_BATCH_SENTENCES:
+            yield _sentence_table(first, tokens)
+            first, tokens = first + len(tokens), []
     if tokens:
-        yield _token_table(ids, positions, tokens)
+        yield _sentence_table(first, tokens)
 
 
-def _token_table(ids: list[int], positions: list[int], tokens: list[str]) -> pa.Table:
-    n = len(tokens)
+def _sentence_table(first: int, tokens: list[list[str]]) -> pa.Table:
     return pa.table(
         {
-            "user_id": pa.array(ids, pa.int64()),
-            "doc_id": pa.array(np.zeros(n, dtype=np.int64)),
-            "sent_id": pa.array(np.zeros(n, dtype=np.int32)),
-            "pos": pa.array(positions, pa.int32()),
-            "token": pa.array(tokens, pa.string()),
+            "user_id": pa.array(np.arange(first, first + len(tokens), dtype=np.int64)),
+            "tokens": pa.array(tokens, pa.list_(pa.string())),
         },
-        schema=PUBLIC_TOKEN_COLUMNS,
+        schema=PUBLIC_SENTENCE_COLUMNS,
     )
 
 
 def load_public_corpus(wh: Engine, schema: str, path: str | Path, lowercase: bool = True) -> int:
     """Stream the public corpus (:func:`dpngram.text.public.read_public_corpus`, the ingest
-    tokenizer) into ``{schema}.bayes_public_tokens(user_id = sentence number, doc_id, sent_id, pos,
-    token)``. Returns the number of sentences (a public fact)."""
-    wh.load_table(schema, PUBLIC_TOKENS, _public_batches(path, lowercase), PUBLIC_TOKEN_COLUMNS)
-    return int(wh.fetch_scalar(f"SELECT coalesce(max(user_id) + 1, 0) FROM {schema}.{PUBLIC_TOKENS}"))
+    tokenizer) into ``{schema}.bayes_public_sentences(user_id = sentence number, tokens)``.
+    Returns the number of sentences (a public fact)."""
+    wh.load_table(schema, PUBLIC_SENTENCES, _public_batches(path, lowercase), PUBLIC_SENTENCE_COLUMNS)
+    return int(wh.fetch_scalar(f"SELECT coalesce(max(user_id) + 1, 0) FROM {schema}.{PUBLIC_SENTENCES}"))
 
 
 def install_vocabulary(wh: Engine, schema: str, tokens: pa.Table | None) -> bool:
@@ -385,7 +366,8 @@ def install_vocabulary(wh: Engine, schema: str, tokens: pa.Table | None) -> bool
 
 
 def trigram_occurrences(wh: Engine, schema: str, source: str, target: str, map_unk: bool) -> None:
-    """``{schema}.{target}(user_id, w1, w2, w3)`` from a token relation (``sql/bayes/occurrences.sql``)."""
+    """``{schema}.{target}(user_id, w1, w2, w3)`` from a sentence relation ``{source}(user_id,
+    tokens)`` (``sql/bayes/occurrences.sql``)."""
     wh.execute(
         load_sql(
             "bayes/occurrences", schema=schema, source=source, target=target, vocabulary=VOCABULARY_TABLE
@@ -508,17 +490,17 @@ def prepare_inputs(
     vocab_size: int,
     salt: int,
     lowercase: bool = True,
-    private_tokens: str = "tokens",
+    private_sentences: str = "sentences",
 ) -> TrigramInputs:
     """Steps 1-4 of the module docstring up to (c, N, α). Private tables stay in ``schema``."""
     map_unk = install_vocabulary(wh, schema, vocabulary)
     sentences = load_public_corpus(wh, schema, public_path, lowercase)
-    trigram_occurrences(wh, schema, PUBLIC_TOKENS, PUBLIC_OCCURRENCES, map_unk)
+    trigram_occurrences(wh, schema, PUBLIC_SENTENCES, PUBLIC_OCCURRENCES, map_unk)
     _public_counts(wh, schema, PUBLIC_COUNTS, 0, sentences)
     size = build_space(wh, schema, released, vocab_size)
     if size == 0:
         raise ConfigError("public: the public corpus and the released k-grams give no trigram (V is empty)")
-    trigram_occurrences(wh, schema, private_tokens, PRIVATE_OCCURRENCES, map_unk)
+    trigram_occurrences(wh, schema, private_sentences, PRIVATE_OCCURRENCES, map_unk)
     bounded_user_counts(wh, schema, PRIVATE_OCCURRENCES, USER_COUNTS, C=C, W=W, salt=salt)
     total, users = aggregate_counts(wh, schema, USER_COUNTS, size)
     return TrigramInputs(

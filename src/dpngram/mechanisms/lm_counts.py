@@ -67,9 +67,6 @@ ADAPTATION_GRID = (0.0, 0.25, 0.5)
 SCORE_CLIP_NATS = 20.0
 
 
-OCCURRENCES = "lm_occurrences"
-
-
 VOCABULARY_TABLE = "lm_vocabulary"
 
 
@@ -79,7 +76,7 @@ DOMAIN_TABLE = "lm_domain"
 WEIGHTED_TABLE = "lm_weighted"
 
 
-WORK_TABLES = (OCCURRENCES, VOCABULARY_TABLE, DOMAIN_TABLE, WEIGHTED_TABLE)
+WORK_TABLES = (VOCABULARY_TABLE, DOMAIN_TABLE, WEIGHTED_TABLE)
 
 
 COUNTS_SCHEMA = pa.schema([("n", pa.int8()), ("ngram", pa.string()), ("noisy_count", pa.float64())])

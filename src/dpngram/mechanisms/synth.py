@@ -769,7 +769,6 @@ def install_records(wh: Engine, schema: str, labels: list[str], l_max: int) -> N
             "synth/records",
             schema=schema,
             target=RECORDS_TABLE,
-            tokens="tokens",
             sentences="sentences",
             vocabulary=VOCABULARY_TABLE,
         ),

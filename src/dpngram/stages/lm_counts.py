@@ -2,7 +2,8 @@
 
 :func:`run_lm_counts` builds the count domain from public data and DP outputs only (the released
 vocabulary and k-grams, the public corpus), counts the private n-grams per user in the engine
-(``sql/bayes/occurrences.sql``, ``sql/lm_counts/weighted.sql``), releases the noisy counts to
+(``sql/lm_counts/weighted.sql``, the trigram occurrences of ``sql/bayes/_occurrences.sql``
+inline), releases the noisy counts to
 ``released/lm_counts.parquet`` and, with ``lm_mix_weight='auto'``, selects λ on disjoint selection
 users; it spends the whole lm_counts share through :func:`dpngram.release.spend.spend_once`. The
 steps and their privacy argument are in :mod:`dpngram.mechanisms.lm_counts` and
@@ -33,7 +34,6 @@ from dpngram.engines.sql import load_sql
 from dpngram.mechanisms.lm_counts import (
     COUNTS_SCHEMA,
     DOMAIN_TABLE,
-    OCCURRENCES,
     SCORE_CLIP_NATS,
     STAGE,
     VOCABULARY_TABLE,
@@ -176,23 +176,14 @@ def _weighted_counts(
     _load_domain_tables(wh, schema, domain)
     wh.execute(
         load_sql(
-            "bayes/occurrences",
-            schema=schema,
-            source="tokens",
-            target=OCCURRENCES,
-            vocabulary=VOCABULARY_TABLE,
-        ),
-        {"map_unk": True},
-    )
-    wh.execute(
-        load_sql(
             "lm_counts/weighted",
             schema=schema,
             target=WEIGHTED_TABLE,
-            occurrences=OCCURRENCES,
+            source="sentences",
+            vocabulary=VOCABULARY_TABLE,
             domain=DOMAIN_TABLE,
         ),
-        {"salt": int(salt), "holdout_per_mille": holdout, "clip": clip},
+        {"map_unk": True, "salt": int(salt), "holdout_per_mille": holdout, "clip": clip},
     )
     cols = wh.fetch_numpy(f"SELECT gid, weighted FROM {schema}.{WEIGHTED_TABLE}")
     weighted = np.zeros(domain.size, dtype=np.float64)
