@@ -205,6 +205,24 @@ def run_point(users: int, policy: str, *, full_split: bool = False) -> dict[str,
     return row
 
 
+def spark_row(r: dict[str, Any]) -> dict[str, Any]:
+    """A row of ``results/scale_spark.json`` (``spark_scale_bench.py``) in this file's fields: wall
+    seconds (the CLI end to end), seconds per stage, the driver's peak RSS (Python + JVM) as
+    ``peak_rss_bytes``, n-grams released; the executors' figures are kept as they are."""
+    return {
+        **r,
+        "engine": "spark",
+        "policy": r.get("dpsu_policy", "default"),
+        "split": "dpne=1",
+        "exit_code": r.get("returncode"),
+        "wall_seconds": r.get("end_to_end_seconds"),
+        "stage_seconds": {k: v["seconds"] for k, v in (r.get("stages") or {}).items()},
+        "peak_rss_bytes": int(r["driver_peak_mib"] * 2**20) if r.get("driver_peak_mib") else None,
+        "peak_rss_is": "the driver (CLI process + its JVM)",
+        "ngrams": r.get("ngrams_released"),
+    }
+
+
 def fit_exponent(points: list[tuple[int, float]]) -> dict[str, float] | None:
     """Least-squares fit of log(seconds) = a + b log(users); None with fewer than 2 points."""
     pts = [(math.log(u), math.log(s)) for u, s in points if s > 0]
@@ -298,14 +316,14 @@ def plot(payload: dict[str, Any], path: Path) -> None:
             "s--",
             label=f"peak spill ({policy})",
         )
-    spark = [r for r in payload["rows"] if r["engine"] == "spark" and r.get("driver_peak_rss_bytes")]
+    spark = [r for r in payload["rows"] if r["engine"] == "spark" and r.get("peak_rss_bytes")]
     if spark:
         spark.sort(key=lambda r: r["users"])
         ax.plot(
             [r["users"] for r in spark],
-            [r["driver_peak_rss_bytes"] / 1e9 for r in spark],
+            [r["peak_rss_bytes"] / 1e9 for r in spark],
             "^-",
-            label="Spark driver peak RSS",
+            label=f"Spark driver peak RSS ({spark[0]['policy']})",
         )
     ax.axhline(4.4, color="red", linestyle="--", linewidth=1, label="4GB limit + 10%")
     ax.set_xscale("log")
@@ -353,8 +371,7 @@ def main() -> None:
         ]
     spark_file = RESULTS / "scale_spark.json"
     if spark_file.exists():
-        for r in json.loads(spark_file.read_text()).get("rows", []):
-            rows.append({**r, "engine": "spark"})
+        rows += [spark_row(r) for r in json.loads(spark_file.read_text()).get("rows", [])]
     one_m = [
         r
         for r in rows

@@ -9,8 +9,7 @@ CLI process. For each user count one whole release runs through the CLI::
         --stage-budget dpne=1 --epsilon 4 --delta 1e-7 --dpsu-policy POLICY ...
 
 on ``dpngram.text.sample.write_sample(dir, n_users=N, seed=20261124, vocab_size=50_000)``
-(cached under ``benchmarks/.data/scale/u{N}_v50000/``; an existing 1M corpus of the main checkout
-is read from there instead of being regenerated).
+(cached under ``benchmarks/.data/scale/u{N}_v50000/``, shared with ``scale_bench.py``).
 
 Measured, by sampling ``/proc`` through psutil every 0.25 s:
 
@@ -28,9 +27,10 @@ above. Writes ``benchmarks/results/scale_spark.json``.
 
     .venv/bin/python benchmarks/spark_scale_bench.py [--users 100000 300000 1000000]
 
-The DPSU policy is ``--policy`` (default ``weighted``: the per-item-histogram policy, the stand-in
-for the parallel ``dp-sips`` until it is on main; ``policy-gaussian`` streams one row per user
-through the driver, docs/engines.md "What crosses to the driver").
+The DPSU policy is ``--policy`` (default ``dp-sips``, the default on every engine: rounds of the
+per-item histogram; ``weighted`` is one round, measured before DP-SIPS was the default, in
+``results/scale_spark_weighted.json``; ``policy-gaussian`` streams one row per user through the
+driver, docs/engines.md "What crosses to the driver").
 """
 
 from __future__ import annotations
@@ -55,7 +55,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 DATA = ROOT / "benchmarks" / ".data" / "scale"
-MAIN_DATA = Path("/work/main/benchmarks/.data/scale")  # the shared checkout's cache (read only)
 SEED = 20261124
 VOCAB = 50_000
 START_TIMEOUT = 180.0
@@ -77,11 +76,10 @@ def _gzip_complete(path: Path) -> bool:
 
 def corpus(users: int) -> Path:
     name = f"u{users}_v{VOCAB}"
-    for base in (DATA, MAIN_DATA):
-        path = base / name / "users.jsonl.gz"
-        marker = base / name / ".complete"
-        if path.is_file() and (marker.is_file() or (base == MAIN_DATA and _gzip_complete(path))):
-            return path
+    path = DATA / name / "users.jsonl.gz"
+    # a corpus of this script (.complete) or of scale_bench.py (same recipe), read to its end
+    if path.is_file() and ((DATA / name / ".complete").is_file() or _gzip_complete(path)):
+        return path
     from dpngram.text.sample import write_sample
 
     out = DATA / name
@@ -382,7 +380,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--users", type=int, nargs="+", default=[100_000, 300_000, 1_000_000])
-    parser.add_argument("--policy", default="weighted", help="--dpsu-policy of the runs")
+    parser.add_argument("--policy", default="dp-sips", help="--dpsu-policy of the runs")
     parser.add_argument("--max-n", type=int, default=5)
     parser.add_argument("--epsilon", type=float, default=4.0)
     parser.add_argument("--delta", type=float, default=1e-7)
