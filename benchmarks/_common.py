@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import subprocess
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -69,3 +70,44 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
     path = RESULTS / name
     path.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n", encoding="utf-8")
     return path
+
+
+class PeriodicSampler:
+    """Calls :meth:`tick` every ``interval`` seconds on a background thread, from ``with`` entry to
+    exit (and once more at exit). Subclasses record what they measure in ``tick``."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def tick(self) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.tick()
+            self._stop.wait(self.interval)
+
+    def __enter__(self):  # noqa: ANN204 - the subclass
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def tree_rss(proc) -> int:  # noqa: ANN001 - a psutil.Process
+    """Resident bytes of a process and all its descendants (psutil); 0 for what has ended."""
+    total = 0
+    try:
+        procs = [proc, *proc.children(recursive=True)]
+    except Exception:  # noqa: BLE001 - ended
+        return 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except Exception:  # noqa: BLE001 - ended between listing and reading
+            continue
+    return total

@@ -34,13 +34,23 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DATA, RESULTS, ROOT, git_commit, load_average, machine, now, write_result  # noqa: E402
+from _common import (  # noqa: E402
+    DATA,
+    RESULTS,
+    ROOT,
+    PeriodicSampler,
+    git_commit,
+    load_average,
+    machine,
+    now,
+    tree_rss,
+    write_result,
+)
 
 SEED = 20261124
 VOCAB = 50_000
@@ -82,39 +92,20 @@ def uncompressed_bytes(path: Path) -> int:
     return total
 
 
-class Sampler:
+class Sampler(PeriodicSampler):
     """Peak RSS of a process tree and peak size of a folder, sampled every ``interval`` s."""
 
     def __init__(self, pid: int, folder: Path, interval: float = 0.2) -> None:
-        self.pid, self.folder, self.interval = pid, folder, interval
+        import psutil
+
+        super().__init__(interval)
+        self.proc, self.folder = psutil.Process(pid), folder
         self.peak_rss = 0
         self.peak_spill = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _tree(self) -> list[int]:
-        pids, frontier = [self.pid], [self.pid]
-        while frontier:
-            parent = frontier.pop()
-            try:
-                children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
-            except OSError:
-                continue
-            for child in map(int, children):
-                pids.append(child)
-                frontier.append(child)
-        return pids
-
-    def _rss(self) -> int:
-        total = 0
-        for pid in self._tree():
-            try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-            except OSError:
-                continue
-        return total
+    def tick(self) -> None:
+        self.peak_rss = max(self.peak_rss, tree_rss(self.proc))
+        self.peak_spill = max(self.peak_spill, self._spill())
 
     def _spill(self) -> int:
         total = 0
@@ -125,20 +116,6 @@ class Sampler:
                 except OSError:
                     continue
         return total
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak_rss = max(self.peak_rss, self._rss())
-            self.peak_spill = max(self.peak_spill, self._spill())
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def run_point(users: int, policy: str, *, full_split: bool = False) -> dict[str, Any]:

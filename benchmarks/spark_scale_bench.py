@@ -47,10 +47,12 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import PeriodicSampler, tree_rss  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -187,20 +189,18 @@ class Cluster:
 # ----------------------------------------------------------------------------------------------
 # Memory sampling
 # ----------------------------------------------------------------------------------------------
-class Sampler:
+class Sampler(PeriodicSampler):
     """Every ``interval`` s: RSS (MiB) of the driver tree (Python + its JVM, also apart) and of the
     workers' descendants (executor JVMs + their Python workers), with a monotonic time stamp."""
 
     def __init__(self, driver_pid: int, worker_pids: list[int], interval: float = 0.25) -> None:
         import psutil
 
+        super().__init__(interval)
         self.psutil = psutil
         self.driver = psutil.Process(driver_pid)
         self.workers = [psutil.Process(p) for p in worker_pids]
-        self.interval = interval
         self.samples: list[dict[str, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     @staticmethod
     def _rss(proc: Any) -> int:
@@ -233,10 +233,7 @@ class Sampler:
         for worker in self.workers:
             # Worker JVM (the launcher script execs it: the Popen pid is the JVM) -> executor
             # JVM(s) -> pyspark daemon -> Python workers
-            total = 0
-            for proc in self._tree(worker)[1:]:
-                total += self._rss(proc)
-            executors.append(total)
+            executors.append(tree_rss(worker) - self._rss(worker))
         return {
             "t": time.time(),
             "driver": (py + jvm + other) / mib,
@@ -246,18 +243,8 @@ class Sampler:
             "executor_max": max(executors, default=0) / mib,
         }
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.samples.append(self.sample())
-            time.sleep(self.interval)
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def tick(self) -> None:
+        self.samples.append(self.sample())
 
     def peak(self, key: str, start: float | None = None, end: float | None = None) -> float | None:
         values = [
