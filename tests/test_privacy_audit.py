@@ -47,6 +47,19 @@ def test_the_audit_catches_a_miscalibrated_mechanism():
     assert broken.epsilon_lower_bound > broken.claimed_epsilon, broken.to_dict()
 
 
+def record_selection_salts(monkeypatch) -> list[int]:
+    """The selection salts the audit's noise sources draw, in order (the list fills as they do)."""
+    salts: list[int] = []
+    real_salt = audit.NoiseSource.selection_salt
+
+    def recording_salt(self):
+        salts.append(real_salt(self))
+        return salts[-1]
+
+    monkeypatch.setattr(audit.NoiseSource, "selection_salt", recording_salt)
+    return salts
+
+
 @pytest.mark.parametrize("name", ["dpsu", "dpne_level"])
 def test_dpsu_audits_run_the_policy_gaussian_with_fresh_salts(name, monkeypatch):
     """The `dpsu` and `dpne_level` audits call the pipeline's secret_histogram with the policy
@@ -59,15 +72,8 @@ def test_dpsu_audits_run_the_policy_gaussian_with_fresh_salts(name, monkeypatch)
         calls.append(kwargs["cap"])
         return real(*args, **kwargs)
 
-    salts = []
-    real_salt = audit.NoiseSource.selection_salt
-
-    def recording_salt(self):
-        salts.append(real_salt(self))
-        return salts[-1]
-
+    salts = record_selection_salts(monkeypatch)
     monkeypatch.setattr(dpsu, "secret_histogram", recording)
-    monkeypatch.setattr(audit.NoiseSource, "selection_salt", recording_salt)
     result = run_audit(name, runs=3)
     setting = result.setting
     assert setting["policy"] == "policy-gaussian" and setting["policy_cap_alpha"] == 10.0
@@ -140,15 +146,8 @@ def test_sips_audit_runs_complete_dp_sips_releases_with_fresh_salts(monkeypatch)
         calls.append(kwargs["rounds"])
         return real(*args, **kwargs)
 
-    salts = []
-    real_salt = audit.NoiseSource.selection_salt
-
-    def recording_salt(self):
-        salts.append(real_salt(self))
-        return salts[-1]
-
+    salts = record_selection_salts(monkeypatch)
     monkeypatch.setattr(dpsu, "sips_release", recording)
-    monkeypatch.setattr(audit.NoiseSource, "selection_salt", recording_salt)
     result = run_audit("dpsu_sips", runs=3)
     rounds = DpneConfig().sips_rounds
     assert result.setting["policy"] == "dp-sips" and len(result.setting["sips_rounds"]) == rounds
