@@ -43,6 +43,7 @@ ADDED_PARAMS: dict[str, list[str] | None] = {
     "dpsu_sips_rounds": None,
     "dpsu_sips_ratio": None,
     "dpne_threshold_delta": None,
+    "lm_verdict_holdout": None,
 }
 
 

@@ -200,6 +200,7 @@ class LmConfig(_Section):
         "mix_weight": "lm_mix_weight",
         "unigram_adaptation": "lm_unigram_adaptation",
         "holdout": "lm_holdout",
+        "verdict_holdout": "lm_verdict_holdout",
         "order": "lm_order",
         "theta_tokens": "lm_theta_tokens",
         "public_weight": "lm_public_weight",
@@ -283,6 +284,16 @@ class LmConfig(_Section):
         description="With lm_mix_weight or lm_unigram_adaptation 'auto', these users score the candidates "
         "and are not counted "
         "(disjoint users: no extra privacy cost).",
+    )
+
+    verdict_holdout: float = Field(
+        0.05,
+        ge=0,
+        lt=1,
+        title="LM: fraction of users for the private-domain verdict",
+        description="These users are neither counted nor used for the selection: the model card's verdict "
+        "(a DP estimate of their per-token log-loss under this model and the public-only one) is "
+        "measured on them (disjoint users: no extra privacy cost). 0 turns the verdict off.",
     )
 
     order: int = Field(3, ge=1, le=6, title="LM: order", description="N-gram order (route arpa: at most 3).")

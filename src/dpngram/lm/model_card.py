@@ -29,12 +29,41 @@ def render_model_card(
     lines = [
         f"# Language model card — run `{run_id}` (dataset `{config.dataset}`)",
         "",
+        verdict_line(part.get("private_domain")),
+        "",
     ]
     lines += _privacy_lines(config, parts)
     lines += _build_lines(config, part)
     lines += _metrics_lines(part)
     lines += _LOADING_LINES
     return "\n".join(lines)
+
+
+def verdict_line(verdict: dict[str, Any] | None) -> str:
+    """The card's opening line: the private-domain verdict (a DP estimate on held-out users of this
+    dataset, released by stage lm_counts; docs/lm_privacy.md), or why there is none."""
+    if not verdict:
+        return (
+            "**Verdict:** none: this run released no private-domain verdict (it needs stage lm_counts "
+            "and lm_verdict_holdout > 0); compare the models on your own held-out text."
+        )
+    level = f"{100 * verdict['interval']['level']:.0f}%"
+    rel_lo, rel_hi = verdict["interval"]["released_perplexity"]
+    if verdict.get("released_perplexity") is None:
+        return (
+            f"**Verdict:** the data cannot tell: too few held-out users for a DP estimate at "
+            f"ε = {verdict['epsilon']:.3g}."
+        )
+    head = (
+        f"**Verdict:** on held-out users of this dataset (a DP estimate, ε = {verdict['epsilon']:.3g}): "
+        f"perplexity {verdict['released_perplexity']:.0f} ({rel_lo:.0f}–{rel_hi:.0f}, {level}) against "
+        f"{verdict['public_only_perplexity']:.0f} for the public-only model"
+    )
+    tail = {
+        "released model better": ": prefer this model for text like your users'.",
+        "public-only model better": ": the public-only model fits your users' text better; prefer it.",
+    }.get(verdict["verdict"], ": the data cannot tell which model is better.")
+    return head + tail
 
 
 def _privacy_lines(config: RunConfig, parts: dict[str, dict[str, Any]]) -> list[str]:

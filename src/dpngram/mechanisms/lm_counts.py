@@ -192,31 +192,40 @@ def score_selection_users(
     from dpngram.lm.evaluate import load_model  # quiet: KenLM's loader writes to stderr otherwise
 
     publics = [load_model(p) for p in public_arpas]
-    qm = load_model(private_arpa)
     total = np.zeros(len(publics) * len(weights), dtype=np.float64)
     users = 0
+    sql = load_sql("lm_counts/selection_sentences", schema=schema)
+    params = {"salt": int(salt), "holdout_per_mille": int(holdout_per_mille)}
+    for p_scores, q in held_out_user_logprobs(wh, sql, params, [*publics, load_model(private_arpa)]):
+        total += np.concatenate([user_scores(pb, q, weights) for pb in p_scores])
+        users += 1
+    return total, users
+
+
+def held_out_user_logprobs(wh: Engine, sql: str, params: dict[str, Any], models: list[Any]) -> Any:
+    """For each user of ``sql`` (rows (user_id, tokens) in user order), the log10 probabilities
+    of their events (every token and ``</s>``) under every KenLM model of ``models``: yields
+    (arrays of all but the last model, array of the last). PRIVATE values, in-process only."""
+    *publics, qm = models
     current: Any = None
     p_bufs: list[list[float]] = [[] for _ in publics]
     q_buf: list[float] = []
 
-    def flush() -> None:
-        nonlocal total, users
-        if q_buf:
-            q = np.array(q_buf)
-            total += np.concatenate([user_scores(np.array(pb), q, weights) for pb in p_bufs])
-            users += 1
+    def flush() -> Any:
+        out = ([np.array(pb) for pb in p_bufs], np.array(q_buf)) if q_buf else None
         for pb in p_bufs:
             pb.clear()
         q_buf.clear()
+        return out
 
-    sql = load_sql("lm_counts/selection_sentences", schema=schema)
-    params = {"salt": int(salt), "holdout_per_mille": int(holdout_per_mille)}
     for batch in wh.fetch_batches(sql, params, batch_rows=50_000):
         ids = batch.column(0).to_pylist()
         toks = batch.column(1).to_pylist()
         for uid, sentence in zip(ids, toks, strict=True):
             if uid != current:
-                flush()
+                done = flush()
+                if done is not None:
+                    yield done
                 current = uid
             if not sentence:
                 continue
@@ -224,5 +233,154 @@ def score_selection_users(
             for pm, pb in zip(publics, p_bufs, strict=True):
                 pb.extend(s[0] for s in pm.full_scores(text, bos=True, eos=True))
             q_buf.extend(s[0] for s in qm.full_scores(text, bos=True, eos=True))
-    flush()
-    return total, users
+    done = flush()
+    if done is not None:
+        yield done
+
+
+def score_verdict_users(
+    wh: Engine,
+    schema: str,
+    *,
+    salt: int,
+    holdout_per_mille: int,
+    verdict_per_mille: int,
+    public_arpa: Path,
+    adapted_arpa: Path,
+    private_arpa: Path,
+    weight: float,
+) -> VerdictSums:
+    """The verdict users' clipped sums (:func:`verdict_user_vector`, PRIVATE: in-process only, only
+    :func:`release_verdict` of them leaves): each user's mean natural log-loss under the released
+    mixture weight·Q + (1 − weight)·P_β (``adapted_arpa``: the public model adapted at the chosen β)
+    and under the public-only model P (``public_arpa``)."""
+    from dpngram.lm.evaluate import load_model
+
+    models = [load_model(public_arpa), load_model(adapted_arpa), load_model(private_arpa)]
+    sql = load_sql("lm_counts/verdict_sentences", schema=schema)
+    params = {
+        "salt": int(salt),
+        "holdout_per_mille": int(holdout_per_mille),
+        "verdict_per_mille": int(verdict_per_mille),
+    }
+    total = np.zeros(4, dtype=np.float64)
+    for (public, adapted), q in held_out_user_logprobs(wh, sql, params, models):
+        mix = weight * np.power(10.0, q) + (1.0 - weight) * np.power(10.0, adapted)
+        released = np.log(np.maximum(mix, 1e-300))
+        total += verdict_user_vector(released, public * math.log(10.0))
+    return VerdictSums(
+        released_loss=float(total[0]),
+        public_loss=float(total[1]),
+        difference=float(total[2]),
+        users=int(round(total[3] / VERDICT_LOSS_CLIP)),
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# The private-domain verdict (docs/lm_privacy.md, "The private-domain verdict")
+# ----------------------------------------------------------------------------------------------
+
+#: B_v: a verdict user's per-token log-loss (nats) is clipped to [0, B_v] (perplexity up to e^12).
+VERDICT_LOSS_CLIP = 12.0
+
+#: C_v: a verdict user's log-loss difference (released − public-only, nats) is clipped to [−C_v, C_v].
+VERDICT_DIFF_CLIP = 2.0
+
+#: Two-sided level of the released intervals (each is a Bonferroni box over the sum and the count).
+VERDICT_LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class VerdictSums:
+    """The verdict users' clipped sums (PRIVATE until noised): released loss, public-only loss,
+    difference, and the number of users."""
+
+    released_loss: float = 0.0
+    public_loss: float = 0.0
+    difference: float = 0.0
+    users: int = 0
+
+
+def verdict_user_vector(released_logprob: np.ndarray, public_logprob: np.ndarray) -> np.ndarray:
+    """One verdict user's contribution (L_rel, L_pub, D, κ): their mean per-token log-loss (natural
+    log) under the released and the public-only model, each clipped to [0, B_v], the clipped
+    difference in [−C_v, C_v], and the constant κ = B_v that counts them. l2 norm at most
+    √(2 B_v² + C_v² + B_v²): :func:`verdict_sensitivity`."""
+    rel = float(np.clip(-np.mean(released_logprob), 0.0, VERDICT_LOSS_CLIP))
+    pub = float(np.clip(-np.mean(public_logprob), 0.0, VERDICT_LOSS_CLIP))
+    raw_diff = float(np.mean(public_logprob) - np.mean(released_logprob))
+    diff = float(np.clip(raw_diff, -VERDICT_DIFF_CLIP, VERDICT_DIFF_CLIP))
+    return np.array([rel, pub, diff, VERDICT_LOSS_CLIP], dtype=np.float64)
+
+
+def verdict_sensitivity() -> float:
+    """l2-sensitivity of the summed verdict vector under adding or removing one verdict user."""
+    return math.sqrt(3.0 * VERDICT_LOSS_CLIP**2 + VERDICT_DIFF_CLIP**2)
+
+
+def _ratio_interval(total: float, count: float, pad: float, lo: float, hi: float) -> list[float]:
+    """[min, max] of (total ± pad) / (count ± pad/κ) clipped to [lo, hi]; the whole range when the
+    count's lower end is not positive (the data cannot tell)."""
+    c_lo = count - pad / VERDICT_LOSS_CLIP
+    c_hi = count + pad / VERDICT_LOSS_CLIP
+    if c_lo <= 0:
+        return [lo, hi]
+    corners = [(total + s * pad) / c for s in (-1.0, 1.0) for c in (c_lo, c_hi)]
+    return [float(min(max(min(corners), lo), hi)), float(max(min(max(corners), hi), lo))]
+
+
+def release_verdict(sums: VerdictSums, *, epsilon: float, delta: float, noise: NoiseSource) -> dict[str, Any]:
+    """The Gaussian mechanism on the summed verdict vector (sensitivity :func:`verdict_sensitivity`,
+    calibrated and snapped like the counts: :func:`noisy_release`), and what follows from it by
+    post-processing: the estimated mean log-losses, their perplexities, and intervals at
+    :data:`VERDICT_LEVEL` (a Bonferroni box: each of the sum and the count within z = Φ⁻¹(1 − α/4)
+    noise standard deviations; clipping is part of the estimand, see docs). ``verdict`` is
+    'released model better', 'public-only model better' or 'cannot tell' from the difference's
+    interval."""
+    from scipy import stats
+
+    vector = np.array(
+        [sums.released_loss, sums.public_loss, sums.difference, VERDICT_LOSS_CLIP * sums.users],
+        dtype=np.float64,
+    )
+    noisy, calibration = noisy_release(
+        vector, epsilon=epsilon, delta=delta, clip=verdict_sensitivity(), noise=noise
+    )
+    sigma = float(calibration.sigma)
+    z = float(stats.norm.isf((1.0 - VERDICT_LEVEL) / 4.0))
+    # z noise standard deviations, plus one grid step for the snapping of the sum and of the noise
+    # to the lattice (each off by at most half a step: docs/noise.md).
+    pad = z * sigma + float(calibration.grid)
+    count = float(noisy[3]) / VERDICT_LOSS_CLIP
+    usable = count - pad / VERDICT_LOSS_CLIP > 0
+    rel = float(np.clip(noisy[0] / count, 0.0, VERDICT_LOSS_CLIP)) if usable else None
+    pub = float(np.clip(noisy[1] / count, 0.0, VERDICT_LOSS_CLIP)) if usable else None
+    diff = float(np.clip(noisy[2] / count, -VERDICT_DIFF_CLIP, VERDICT_DIFF_CLIP)) if usable else None
+    rel_iv = _ratio_interval(float(noisy[0]), count, pad, 0.0, VERDICT_LOSS_CLIP)
+    pub_iv = _ratio_interval(float(noisy[1]), count, pad, 0.0, VERDICT_LOSS_CLIP)
+    diff_iv = _ratio_interval(float(noisy[2]), count, pad, -VERDICT_DIFF_CLIP, VERDICT_DIFF_CLIP)
+    if usable and diff_iv[1] < 0:
+        verdict = "released model better"
+    elif usable and diff_iv[0] > 0:
+        verdict = "public-only model better"
+    else:
+        verdict = "cannot tell"
+    return {
+        "released_perplexity": math.exp(rel) if rel is not None else None,
+        "public_only_perplexity": math.exp(pub) if pub is not None else None,
+        "interval": {
+            "level": VERDICT_LEVEL,
+            "released_perplexity": [math.exp(v) for v in rel_iv],
+            "public_only_perplexity": [math.exp(v) for v in pub_iv],
+            "log_ratio": diff_iv,
+        },
+        "log_ratio": diff,
+        "verdict": verdict,
+        "epsilon": epsilon,
+        "delta": delta,
+        "sigma": sigma,
+        "grid": float(calibration.grid),
+        "sensitivity": calibration.snapped_sensitivity,
+        "loss_clip_nats": VERDICT_LOSS_CLIP,
+        "difference_clip_nats": VERDICT_DIFF_CLIP,
+    }

@@ -75,6 +75,9 @@ def run_lm(ctx: RunContext) -> dict[str, Any]:
     check = validate_model(ctx, MODEL_ARPA)
     comparison, metrics = _compare_or_evaluate(ctx, info, inputs, binary, eval_text)
     build_seconds = round(time.perf_counter() - started, 3)
+    # The DP verdict released by lm_counts scores exactly the mixture this route builds.
+    counts_part = read_parts(ctx).get("lm_counts") or {}
+    private_domain = counts_part.get("private_domain") if route == MIXTURE_ROUTE else None
     part = _lm_part(
         config,
         route,
@@ -85,6 +88,7 @@ def run_lm(ctx: RunContext) -> dict[str, Any]:
         comparison=comparison,
         seconds=build_seconds,
     )
+    part["private_domain"] = private_domain
     record_part(ctx, STAGE, part)
     with ctx.release.writing(MODEL_CARD) as tmp:
         tmp.write_text(render_model_card(ctx.config, ctx.run_id, read_parts(ctx), part), encoding="utf-8")

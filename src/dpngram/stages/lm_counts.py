@@ -43,8 +43,10 @@ from dpngram.mechanisms.lm_counts import (
     build_domain,
     candidate_grid,
     noisy_release,
+    release_verdict,
     released_kgrams,
     score_selection_users,
+    score_verdict_users,
     select_weight,
 )
 from dpngram.release.context import RunContext, StageResult, released_summary
@@ -66,6 +68,14 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
     candidates = candidate_grid(config.lm.mix_weight, config.lm.unigram_adaptation)
     auto = len(candidates) > 1
     holdout = int(round(1000 * config.lm.holdout)) if auto else 0
+    # Users by keyed hash h in [0, 1000): selection [0, holdout), verdict [holdout, verdict),
+    # counting [verdict, 1000): disjoint, so the three parts compose in parallel (docs/lm_privacy.md).
+    verdict = holdout + int(round(1000 * config.lm.verdict_holdout))
+    if verdict >= 1000:
+        raise ConfigError(
+            f"lm_holdout + lm_verdict_holdout: must leave users to count (got {config.lm.holdout:g} + "
+            f"{config.lm.verdict_holdout:g})"
+        )
 
     def compute(wh: Engine) -> StageResult:
         source = noise or NoiseSource.secure()
@@ -78,7 +88,7 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
         # running out of memory in the counting SQL charges nothing; docs/faults.md).
         salt = source.selection_salt()
         weighted = _weighted_counts(
-            wh, schema, domain, salt=salt, holdout=holdout, clip=float(config.lm.count_clip)
+            wh, schema, domain, salt=salt, holdout=verdict, clip=float(config.lm.count_clip)
         )
         noisy, calibration = noisy_release(
             weighted, epsilon=epsilon, delta=delta, clip=float(config.lm.count_clip), noise=source
@@ -106,6 +116,25 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
         else:
             adaptation, weight = candidates[0]
             selection = {"method": "fixed (configuration)"}
+        private_domain = None
+        if verdict > holdout:
+            private_domain = _private_domain_verdict(
+                wh,
+                schema,
+                released,
+                domain,
+                order=order,
+                threshold=threshold,
+                discount=config.lm.count_discount * sigma,
+                adaptation=adaptation,
+                weight=weight,
+                salt=salt,
+                holdout=holdout,
+                verdict=verdict,
+                epsilon=epsilon,
+                delta=delta,
+                source=source,
+            )
         with ctx.release.writing(LM_COUNTS) as tmp_path:
             pq.write_table(table, tmp_path)
         wh.drop(schema, *WORK_TABLES)
@@ -123,6 +152,7 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
             delta=delta,
             noise_mode=source.mode,
         )
+        report["private_domain"] = private_domain
         return StageResult(events=[_counts_event(calibration)], report=report)
 
     result = spend_once(ctx, STAGE, [LM_COUNTS], compute, engine=True)
@@ -292,6 +322,69 @@ def _selection_scores(
             weights=lams,
         )
     return scores
+
+
+def _private_domain_verdict(
+    wh: Engine,
+    schema: str,
+    released: pl.DataFrame,
+    domain: CountDomain,
+    *,
+    order: int,
+    threshold: float,
+    discount: float,
+    adaptation: float,
+    weight: float,
+    salt: int,
+    holdout: int,
+    verdict: int,
+    epsilon: float,
+    delta: float,
+    source: NoiseSource,
+) -> dict[str, Any]:
+    """The private-domain verdict (docs/lm_privacy.md): the verdict users' clipped log-losses under
+    the released mixture (the noisy-count model Q, the public model adapted at the chosen β, the
+    chosen λ) and under the public-only model, summed and released by the Gaussian mechanism at the
+    stage's (ε, δ) (parallel composition: these users are neither counted nor selection users)."""
+    from dpngram.lm.arpa import write_arpa
+    from dpngram.lm.open_model import adapt_to_unigrams, noisy_count_model, unigram_distribution
+
+    private = noisy_count_model(
+        released.select("n", "ngram", "noisy_count"),
+        domain.public_model,
+        order,
+        threshold=threshold,
+        discount=discount,
+    )
+    adapted = (
+        domain.public_model
+        if adaptation == 0
+        else adapt_to_unigrams(domain.public_model, unigram_distribution(private), adaptation)
+    )
+    with tempfile.TemporaryDirectory(prefix="dpngram-verdict-") as tmp:
+        paths = {name: Path(tmp) / f"{name}.arpa" for name in ("public", "adapted", "private")}
+        write_arpa(domain.public_model, paths["public"])
+        write_arpa(adapted, paths["adapted"])
+        write_arpa(private, paths["private"])
+        sums = score_verdict_users(
+            wh,
+            schema,
+            salt=salt,
+            holdout_per_mille=holdout,
+            verdict_per_mille=verdict,
+            public_arpa=paths["public"],
+            adapted_arpa=paths["adapted"],
+            private_arpa=paths["private"],
+            weight=weight,
+        )
+    out = release_verdict(sums, epsilon=epsilon, delta=delta, noise=source)
+    del sums
+    out["users_fraction"] = (verdict - holdout) / 1000.0
+    out["estimand"] = (
+        "the mean over held-out users of their per-token log-loss (natural log, each user's events "
+        "weighted equally within the user, users weighted equally), clipped per user"
+    )
+    return out
 
 
 def _counts_report(
