@@ -47,6 +47,24 @@ DEFAULT_STAGE_BUDGET: dict[str, float] = {"dpne": 0.4, "lm_counts": 0.3, "bayes"
 _MEMORY_RE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|KiB|MB|MiB|GB|GiB|TB|TiB)\s*$", re.IGNORECASE)
 
 
+#: Units of ``memory_limit`` (DuckDB's meaning: KB/MB/GB powers of 1000, KiB/MiB/GiB of 1024).
+_MEMORY_UNITS = {
+    "b": 1,
+    "kb": 1000,
+    "kib": 1024,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
+
+
+#: The smallest ``memory_limit`` accepted (``0GB`` would leave DuckDB nothing to run in).
+MIN_MEMORY_LIMIT = 1000**2
+
+
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 
@@ -636,8 +654,12 @@ class EngineConfig(_Section):
     @field_validator("memory_limit")
     @classmethod
     def _memory(cls, value: str) -> str:
-        if not _MEMORY_RE.match(value):
+        match = _MEMORY_RE.match(value)
+        if not match:
             raise ValueError("must look like '4GB' or '512MB'")
+        number = float(value.strip()[: match.start(2)].strip())
+        if number * _MEMORY_UNITS[match.group(2).lower()] < MIN_MEMORY_LIMIT:
+            raise ValueError("must be at least 1MB (DuckDB cannot run without memory)")
         return value.replace(" ", "")
 
 
