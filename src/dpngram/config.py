@@ -686,6 +686,18 @@ class RunConfig(BaseModel):
         title="Input format",
         description="'auto' picks from the file name or directory.",
     )
+    input_extensions: str = Field(
+        ".txt",
+        title="Text-directory extensions",
+        description="With a directory input: read only files with these extensions (comma-separated, "
+        "e.g. .txt,.md; a .gz after one is allowed); other files are quarantined, not read.",
+    )
+    follow_external_symlinks: bool = Field(
+        False,
+        title="Follow symlinks out of the input directory",
+        description="With a directory input: also read files whose symbolic link resolves outside the "
+        "directory (off: they are quarantined, not read). The report records the setting.",
+    )
     user_field: str = Field("user_id", title="User-id field", description="Column/key holding the user id.")
     text_field: str = Field("text", title="Text field", description="Column/key holding the text.")
     public: str | None = Field(
@@ -765,6 +777,16 @@ class RunConfig(BaseModel):
             raise ValueError("must be 1-64 characters of letters, digits, '_', '.', '-'")
         return value
 
+    @field_validator("input_extensions")
+    @classmethod
+    def _extensions(cls, value: str) -> str:
+        items = [p.strip() for p in value.split(",") if p.strip()]
+        if not items or any(not re.match(r"^\.[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*$", e) for e in items):
+            raise ValueError("must be extensions with their dot, separated by commas, e.g. '.txt,.md'")
+        if any(e.lower() == ".gz" for e in items):
+            raise ValueError("'.gz' is not an extension of its own: name the one before it (.txt.gz -> .txt)")
+        return ",".join(items)
+
     @field_validator("run_id")
     @classmethod
     def _run_id(cls, value: str | None) -> str | None:
@@ -834,6 +856,10 @@ class RunConfig(BaseModel):
                 if isinstance(current, dict):
                     current[field] = value
         return nested
+
+    def text_extensions(self) -> tuple[str, ...]:
+        """``input_extensions`` as lower-case extensions with their dot."""
+        return tuple(e.strip().lower() for e in self.input_extensions.split(",") if e.strip())
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
