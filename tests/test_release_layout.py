@@ -45,6 +45,8 @@ ADDED_PARAMS: dict[str, list[str] | None] = {
     "dpne_threshold_delta": None,
     "input_extensions": None,  # issue 26: text-directory confinement
     "follow_external_symlinks": None,
+    "synth_max_sequences": None,  # issue 26: output bounds
+    "synth_max_nodes": None,
 }
 
 

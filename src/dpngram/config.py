@@ -464,6 +464,8 @@ class SynthConfig(_Section):
         "n_max": "synth_n_max",
         "l_max": "synth_l_max",
         "allocation": "synth_allocation",
+        "max_sequences": "synth_max_sequences",
+        "max_nodes": "synth_max_nodes",
     }
 
     n_max: int = Field(
@@ -490,6 +492,25 @@ class SynthConfig(_Section):
             "'adaptive': Markov-estimated per-node budgets (paper §4.3.2); 'uniform': epsilon/n_max "
             "per level."
         ),
+    )
+
+    max_sequences: int = Field(
+        1_000_000,
+        ge=1,
+        le=100_000_000,
+        title="Synth: most synthetic sentences",
+        description="Upper bound on the rows of synthetic_sequences, whatever the noise (at a tiny epsilon "
+        "the noisy counts, hence the number of sentences, are huge). More are never generated; fewer "
+        "are a sample of the same distribution. Public: it does not depend on the data.",
+    )
+
+    max_nodes: int = Field(
+        1_000_000,
+        ge=1,
+        le=100_000_000,
+        title="Synth: most tree nodes",
+        description="Upper bound on the exploration tree's released nodes; a level that would pass it "
+        "keeps its largest noisy counts and the tree stops there (post-processing of noisy counts).",
     )
 
 
