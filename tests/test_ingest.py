@@ -344,19 +344,23 @@ def test_textdir_one_user_per_file(tmp_path: Path) -> None:
     (root / ".DS_Store").write_bytes(b"\x00\x01")
     (root / ".hidden" / "x.txt").write_text("ignored")
     stats, quarantine, sentences = _ingest(root)
-    assert sorted((q[0], q[1], q[2]) for q in quarantine) == [
-        ("team/bad.txt", None, "invalid_utf8"),
-        ("team/empty.txt", None, "empty_text"),
+    # Only the declared extensions are read (default .txt, issue 26): the rest is quarantined unread.
+    assert sorted((q[0], q[1], q[2], q[3]) for q in quarantine) == [
+        ("bob", None, "unsupported_extension", ""),
+        ("team/bad.txt", None, "invalid_utf8", "caf\ufffd"),
+        ("team/carol.md", None, "unsupported_extension", ""),
+        ("team/empty.txt", None, "empty_text", "  \n"),
     ]
     assert [(u, t) for u, _, _, t in sentences] == [
         ("alice", ["hello", "."]),
         ("alice", ["world", "!"]),
-        ("bob", ["no", "suffix"]),
-        ("team/carol", ["line", "one"]),
-        ("team/carol", ["line", "two"]),
         ("team/sub/dave", ["zipped", "text"]),
     ]
-    assert (stats.rows_read, stats.users) == (6, 4)
+    assert (stats.rows_read, stats.users) == (6, 2)
+    # Declaring .md reads carol's file as user team/carol.
+    stats, quarantine, sentences = _ingest(root, input_extensions=".txt,.md")
+    assert ("team/carol", ["line", "one"]) in [(u, t) for u, _, _, t in sentences]
+    assert [q[0] for q in quarantine if q[2] == "unsupported_extension"] == ["bob"]
 
 
 def test_textdir_unreadable_files_are_quarantined(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -365,14 +369,14 @@ def test_textdir_unreadable_files_are_quarantined(tmp_path: Path, monkeypatch: p
     (root / "a.txt").write_text("fine")
     (root / "b.txt").write_text("locked")
     (root / "c.txt.gz").write_bytes(b"\x1f\x8b" + b"not really gzip")
-    real_read = Path.read_bytes
+    real_read = ingest._read_no_follow
 
-    def read_bytes(self: Path) -> bytes:
-        if self.name == "b.txt":
+    def read_bytes(path: Path) -> bytes:
+        if path.name == "b.txt":
             raise PermissionError(13, "Permission denied")
-        return real_read(self)
+        return real_read(path)
 
-    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(ingest, "_read_no_follow", read_bytes)
     stats, quarantine, _ = _ingest(root)
     assert sorted((q[0], q[2]) for q in quarantine) == [
         ("b.txt", "unreadable_file"),

@@ -44,7 +44,15 @@ ADDED_PARAMS: dict[str, list[str] | None] = {
     "dpsu_sips_ratio": None,
     "dpne_threshold_delta": None,
     "lm_verdict_holdout": None,
+    "input_extensions": None,  # issue 26: text-directory confinement
+    "follow_external_symlinks": None,
+    "synth_max_sequences": None,  # issue 26: output bounds
+    "synth_max_nodes": None,
 }
+
+
+#: Of those, the on/off ones (their flag also has a ``--no-`` form).
+ADDED_SWITCHES = {"follow_external_symlinks"}
 
 
 def _renamed(path: str) -> str:
@@ -73,7 +81,8 @@ def test_cli_flags_and_choices_are_unchanged(command: str) -> None:
     recorded_flags, recorded_choices = LAYOUT["cli"][command]["flags"], LAYOUT["cli"][command]["choices"]
     if "--sigma-decay" in recorded_flags:  # a command that takes the run parameters
         added = {"--" + name.replace("_", "-"): ch for name, ch in ADDED_PARAMS.items()}
-        recorded_flags = sorted([*recorded_flags, *added])
+        switches = ["--no-" + name.replace("_", "-") for name in ADDED_SWITCHES]
+        recorded_flags = sorted([*recorded_flags, *added, *switches])
         recorded_choices = {**recorded_choices, **{f: ch for f, ch in added.items() if ch}}
     assert flags == recorded_flags
     assert choices == recorded_choices

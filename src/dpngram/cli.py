@@ -40,6 +40,7 @@ dpngram.release, dpngram.engines, dpngram.text, dpngram.config, dpngram.core); r
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import re
@@ -97,26 +98,39 @@ _METAVARS = {
 # RunConfig -> argparse flags
 # ----------------------------------------------------------------------------------------------
 def _parse_budget(value: str) -> dict[str, float]:
-    """``dpne=0.6,bayes=0.4`` or a JSON object -> {stage: fraction}."""
+    """``dpne=0.6,bayes=0.4`` or a JSON object -> {stage: fraction}. A stage named twice is
+    refused (``dpne=1,dpne=1`` would otherwise silently keep the last share)."""
     value = value.strip()
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for key, item in pairs:
+            if key in seen:
+                raise argparse.ArgumentTypeError(f"stage {key!r} is given twice; give each stage once")
+            seen[key] = item
+        return seen
+
     if value.startswith("{"):
         try:
-            parsed = json.loads(value)
+            parsed = json.loads(value, object_pairs_hook=unique)
         except json.JSONDecodeError:
             raise argparse.ArgumentTypeError("expected STAGE=FRACTION,... or a JSON object") from None
         if not isinstance(parsed, dict):
             raise argparse.ArgumentTypeError("expected a JSON object")
-        return {str(k): float(v) for k, v in parsed.items()}
-    out: dict[str, float] = {}
+        try:
+            return {str(k): float(v) for k, v in parsed.items()}
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError("expected numbers as the fractions") from None
+    pairs: list[tuple[str, Any]] = []
     for item in filter(None, (p.strip() for p in value.split(","))):
         stage, sep, fraction = item.partition("=")
-        try:
-            out[stage.strip()] = float(fraction)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected STAGE=FRACTION (got {item!r})") from None
         if not sep:
             raise argparse.ArgumentTypeError(f"expected STAGE=FRACTION (got {item!r})")
-    return out
+        try:
+            pairs.append((stage.strip(), float(fraction)))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected STAGE=FRACTION (got {item!r})") from None
+    return unique(pairs)
 
 
 def _unwrap_optional(annotation: Any) -> Any:
@@ -173,6 +187,14 @@ def config_from_args(args: argparse.Namespace, **overrides: Any) -> RunConfig:
 # ----------------------------------------------------------------------------------------------
 # Output helpers
 # ----------------------------------------------------------------------------------------------
+def format_epsilon(value: float) -> str:
+    """ε for a table: four decimals, or scientific notation where four decimals would show a
+    non-zero spend as 0.0000 (below 5e-5), e.g. ``1.000e-06``."""
+    if value != 0 and abs(value) < 5e-5:
+        return f"{value:.3e}"
+    return f"{value:.4f}"
+
+
 def _console(stderr: bool = False) -> Any:
     from rich.console import Console
 
@@ -242,7 +264,7 @@ class _StageProgress:
         # The same number as the final table's "ε charged" row for this stage: what the stage added
         # to the run's composed ε (the stage's own ε alone is larger; report.html shows both).
         if summary.get("charged_epsilon") is not None and summary.get("epsilon"):
-            detail.append(f"ε charged {summary['charged_epsilon']:.4f}")
+            detail.append(f"ε charged {format_epsilon(summary['charged_epsilon'])}")
         if summary.get("reused"):
             detail.append("reused")
         text = name + (f" — {', '.join(detail)}" if detail else "")
@@ -302,9 +324,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
     spend.add_column("stage")
     spend.add_column("ε charged", justify="right")
     for stage, eps in summary["epsilon_per_stage"].items():
-        spend.add_row(stage, f"{eps:.4f}")
-    spend.add_row("[bold]total (composed)[/bold]", f"[bold]{summary['epsilon_total']:.4f}[/bold]")
-    spend.add_row("target (the run's ε)", f"{summary['epsilon_target']:.4f}")
+        spend.add_row(stage, format_epsilon(eps))
+    spend.add_row("[bold]total (composed)[/bold]", f"[bold]{format_epsilon(summary['epsilon_total'])}[/bold]")
+    spend.add_row("target (the run's ε)", format_epsilon(summary["epsilon_target"]))
     if summary["calibration_multiplier"] > 1:
         spend.add_row(
             "stage shares scaled by (joint calibration)", f"×{summary['calibration_multiplier']:.4f}"
@@ -351,10 +373,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     _check_input(config)
     config = prepare(config, reserve=False)
     ctx = RunContext(config)
-    with _StageProgress(enabled=not args.quiet) as progress:
-        progress.on_stage("ingest", "start", {})
-        run_ingest(ctx, progress.on_records)
-        progress.on_stage("ingest", "done", {})
+    try:
+        with _StageProgress(enabled=not args.quiet) as progress:
+            progress.on_stage("ingest", "start", {})
+            run_ingest(ctx, progress.on_records)
+            progress.on_stage("ingest", "done", {})
+    except IngestError:
+        # The error says "see the quarantine summary": show it (stderr: the run failed).
+        _print_run_quarantine(config, stderr=True)
+        raise
     with ctx.engine() as engine:
         stats = ingest_stats(engine, ctx.schema)
     console = _console()
@@ -498,13 +525,13 @@ def cmd_ledger(args: argparse.Namespace) -> int:
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for e in entries:
         table.add_row(
-            e["recorded_at"][:19], e["run_id"], e["stage"], f"{e['epsilon']:.4f}", f"{e['delta']:.3g}"
+            e["recorded_at"][:19], e["run_id"], e["stage"], format_epsilon(e["epsilon"]), f"{e['delta']:.3g}"
         )
     table.add_row(
         "",
         f"[bold]{totals['runs']} run(s)[/bold]",
         "[bold]total[/bold]",
-        f"[bold]{totals['epsilon']:.4f}[/bold]",
+        f"[bold]{format_epsilon(totals['epsilon'])}[/bold]",
         f"[bold]{totals['delta']:.3g}[/bold]",
     )
     _console().print(table)
@@ -912,17 +939,74 @@ def _one_line(err: BaseException) -> str:
     return f"unexpected {name}: {first}" if first else f"unexpected {name}"
 
 
+#: A negative number as an option's value (``--epsilon -1e-7``). argparse takes ``-1e-7`` for an
+#: option (its own pattern misses exponents), so such values are joined to their flag first.
+_NEGATIVE_NUMBER = re.compile(r"^-(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$|^-(?:inf|infinity|nan)$", re.I)
+
+
+def _join_negative_values(argv: Sequence[str]) -> list[str]:
+    """``--flag -1e-7`` -> ``--flag=-1e-7``, so a negative value reaches the parameter's validation
+    (which refuses it by name) instead of argparse's "expected one argument"."""
+    out: list[str] = []
+    for token in argv:
+        if (
+            out
+            and _NEGATIVE_NUMBER.match(token)
+            and out[-1].startswith("--")
+            and "=" not in out[-1]
+            and len(out[-1]) > 2
+        ):
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
+
+
+_OS_HINTS = {
+    errno.ENOTDIR: "a part of the path is a file, not a directory: remove it or choose another path",
+    errno.EEXIST: "a file is in the way where a directory is needed: remove it or choose another path",
+    errno.EISDIR: "it is a directory where a file is needed: choose another path",
+    errno.EACCES: "permission denied: make it writable for this user or choose another path",
+    errno.EPERM: "operation not permitted: make it writable for this user or choose another path",
+    errno.EROFS: "the file system is read-only: choose a writable path",
+    errno.ENOSPC: "the disk is full: free space, then run the command again",
+    errno.EDQUOT: "the disk quota is exhausted: free space, then run the command again",
+}
+
+
+def _os_error_line(err: OSError, args: argparse.Namespace) -> str:
+    """One line for a filesystem failure: the path, what is wrong, which flag it belongs to and
+    what to do. Paths are the operator's own (flags and the layout under them), never data."""
+    path = err.filename if err.filename is not None else None
+    what = err.strerror or type(err).__name__
+    hint = _OS_HINTS.get(err.errno or -1, "check the path and its permissions")
+    flag = ""
+    if path is not None:
+        resolved = Path(str(path)).absolute()
+        for name in ("out", "warehouse", "input", "public"):
+            value = getattr(args, name, None)
+            if not value or is_remote_path(str(value)):
+                continue
+            base = Path(str(value)).absolute()
+            if resolved == base or base in resolved.parents or resolved in base.parents:
+                flag = f" (--{name} {value})"
+                break
+    where = f"cannot use {path}{flag}" if path is not None else "a filesystem operation failed"
+    return f"{where}: {what}; {hint}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dpngram`` console script; returns the process exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    raw_argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(_join_negative_values(raw_argv))
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         stream=sys.stderr,
         format="%(levelname)s %(name)s: %(message)s",
     )
     func: Callable[[argparse.Namespace], int] = args.func
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # to print a resume command
+    args.argv = raw_argv  # to print a resume command
     try:
         return func(args)
     except ValidationFailed as err:
@@ -956,6 +1040,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _error("interrupted; nothing was published")
         return 130
+    except OSError as err:  # a filesystem failure: say which path, which flag, and what to do
+        if args.debug:
+            raise
+        notes = "; ".join(getattr(err, "__notes__", []))
+        line = _os_error_line(err, args)
+        _error(f"{line}; {notes}" if notes else line)
+        return EXIT_FAILED
     except Exception as err:  # noqa: BLE001 - the CLI's last line of defence
         if args.debug:
             raise

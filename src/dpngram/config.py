@@ -47,6 +47,24 @@ DEFAULT_STAGE_BUDGET: dict[str, float] = {"dpne": 0.4, "lm_counts": 0.3, "bayes"
 _MEMORY_RE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|KiB|MB|MiB|GB|GiB|TB|TiB)\s*$", re.IGNORECASE)
 
 
+#: Units of ``memory_limit`` (DuckDB's meaning: KB/MB/GB powers of 1000, KiB/MiB/GiB of 1024).
+_MEMORY_UNITS = {
+    "b": 1,
+    "kb": 1000,
+    "kib": 1024,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
+
+
+#: The smallest ``memory_limit`` accepted (``0GB`` would leave DuckDB nothing to run in).
+MIN_MEMORY_LIMIT = 1000**2
+
+
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 
@@ -457,6 +475,8 @@ class SynthConfig(_Section):
         "n_max": "synth_n_max",
         "l_max": "synth_l_max",
         "allocation": "synth_allocation",
+        "max_sequences": "synth_max_sequences",
+        "max_nodes": "synth_max_nodes",
     }
 
     n_max: int = Field(
@@ -483,6 +503,25 @@ class SynthConfig(_Section):
             "'adaptive': Markov-estimated per-node budgets (paper §4.3.2); 'uniform': epsilon/n_max "
             "per level."
         ),
+    )
+
+    max_sequences: int = Field(
+        1_000_000,
+        ge=1,
+        le=100_000_000,
+        title="Synth: most synthetic sentences",
+        description="Upper bound on the rows of synthetic_sequences, whatever the noise (at a tiny epsilon "
+        "the noisy counts, hence the number of sentences, are huge). More are never generated; fewer "
+        "are a sample of the same distribution. Public: it does not depend on the data.",
+    )
+
+    max_nodes: int = Field(
+        1_000_000,
+        ge=1,
+        le=100_000_000,
+        title="Synth: most tree nodes",
+        description="Upper bound on the exploration tree's released nodes; a level that would pass it "
+        "keeps its largest noisy counts and the tree stops there (post-processing of noisy counts).",
     )
 
 
@@ -647,8 +686,12 @@ class EngineConfig(_Section):
     @field_validator("memory_limit")
     @classmethod
     def _memory(cls, value: str) -> str:
-        if not _MEMORY_RE.match(value):
+        match = _MEMORY_RE.match(value)
+        if not match:
             raise ValueError("must look like '4GB' or '512MB'")
+        number = float(value.strip()[: match.start(2)].strip())
+        if number * _MEMORY_UNITS[match.group(2).lower()] < MIN_MEMORY_LIMIT:
+            raise ValueError("must be at least 1MB (DuckDB cannot run without memory)")
         return value.replace(" ", "")
 
 
@@ -674,6 +717,18 @@ class RunConfig(BaseModel):
         "auto",
         title="Input format",
         description="'auto' picks from the file name or directory.",
+    )
+    input_extensions: str = Field(
+        ".txt",
+        title="Text-directory extensions",
+        description="With a directory input: read only files with these extensions (comma-separated, "
+        "e.g. .txt,.md; a .gz after one is allowed); other files are quarantined, not read.",
+    )
+    follow_external_symlinks: bool = Field(
+        False,
+        title="Follow symlinks out of the input directory",
+        description="With a directory input: also read files whose symbolic link resolves outside the "
+        "directory (off: they are quarantined, not read). The report records the setting.",
     )
     user_field: str = Field("user_id", title="User-id field", description="Column/key holding the user id.")
     text_field: str = Field("text", title="Text field", description="Column/key holding the text.")
@@ -754,6 +809,16 @@ class RunConfig(BaseModel):
             raise ValueError("must be 1-64 characters of letters, digits, '_', '.', '-'")
         return value
 
+    @field_validator("input_extensions")
+    @classmethod
+    def _extensions(cls, value: str) -> str:
+        items = [p.strip() for p in value.split(",") if p.strip()]
+        if not items or any(not re.match(r"^\.[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*$", e) for e in items):
+            raise ValueError("must be extensions with their dot, separated by commas, e.g. '.txt,.md'")
+        if any(e.lower() == ".gz" for e in items):
+            raise ValueError("'.gz' is not an extension of its own: name the one before it (.txt.gz -> .txt)")
+        return ",".join(items)
+
     @field_validator("run_id")
     @classmethod
     def _run_id(cls, value: str | None) -> str | None:
@@ -823,6 +888,10 @@ class RunConfig(BaseModel):
                 if isinstance(current, dict):
                     current[field] = value
         return nested
+
+    def text_extensions(self) -> tuple[str, ...]:
+        """``input_extensions`` as lower-case extensions with their dot."""
+        return tuple(e.strip().lower() for e in self.input_extensions.split(",") if e.strip())
 
     # -- construction -------------------------------------------------------------------------
     @classmethod

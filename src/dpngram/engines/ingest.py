@@ -94,11 +94,11 @@ def ingest_file(
     wh.run_sql("ingest/tokens_view", schema=schema)
 
     if fmt == "textdir":
-        files = _text_files(path)
-        batches = _textdir_batches(path)
+        files = _text_files(path, config.text_extensions(), config.follow_external_symlinks)
+        batches = _textdir_batches(path, files)
 
         def where(doc_id: int) -> tuple[str, int | None]:
-            return files[doc_id - 1].relative_to(path).as_posix(), None
+            return files[doc_id - 1].rel, None
     else:
         reader = {"jsonl": _jsonl_batches, "csv": _csv_batches, "parquet": _parquet_batches}[fmt]
         batches = reader(path, config.user_field, config.text_field)

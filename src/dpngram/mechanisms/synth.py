@@ -314,6 +314,7 @@ class TreeParams:
     n_max: int
     n_labels: int  # |I| + 1 (items and the end symbol)
     allocation: Literal["adaptive", "uniform"] = "adaptive"
+    max_nodes: int | None = None  # at most this many released nodes (None: no bound; tests)
 
     def __post_init__(self) -> None:
         if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
@@ -341,6 +342,7 @@ class ExplorationTree:
     children: dict[Key, list[int]] = field(default_factory=dict)  # expanded node -> passing labels
     thresholds: dict[Key, float] = field(default_factory=dict)  # expanded node -> θ for its children
     expanded_per_level: list[int] = field(default_factory=list)
+    truncated: bool = False  # a level was cut to params.max_nodes (by noisy count) and the tree stopped
     seconds: float = 0.0
 
     @property
@@ -437,6 +439,9 @@ def build_tree(
                     tree.spent[child] = tree.spent[key] + eps_v
         level += 1
         frontier = {}
+        if params.max_nodes is not None and len(tree.noisy) - 1 > params.max_nodes:
+            _truncate_level(tree, parents, params.max_nodes)
+            break
         if level >= params.n_max:
             break
         for key in parents:
@@ -452,6 +457,23 @@ def build_tree(
     del tree.noisy[root]
     tree.seconds = time.perf_counter() - started
     return tree
+
+
+def _truncate_level(tree: ExplorationTree, parents: list[Key], max_nodes: int) -> None:
+    """Cut the level just released (the children of ``parents``) so the tree holds at most
+    ``max_nodes`` released nodes: keep the largest noisy counts (ties by key), drop the rest from
+    the tree, and mark it truncated (the caller stops expanding). Post-processing: it reads noisy
+    counts and a public bound only; the dropped nodes' noise was drawn and charged, never released."""
+    new = [key + (x,) for key in parents for x in tree.children[key]]
+    room = max(0, max_nodes - (len(tree.noisy) - 1 - len(new)))
+    keep = set(sorted(new, key=lambda k: (-tree.noisy[k], k))[:room])
+    for key in parents:
+        tree.children[key] = [x for x in tree.children[key] if key + (x,) in keep]
+    for child in new:
+        if child not in keep:
+            del tree.noisy[child]
+            del tree.spent[child]
+    tree.truncated = True
 
 
 # ----------------------------------------------------------------------------------------------
@@ -651,7 +673,11 @@ def _systematic_split(total: int, weights: np.ndarray, rng: UniformSource | None
 
 
 def split_sequences(
-    tree: ConsistentTree, l_max: int, n_max: int, rng: UniformSource | None = None
+    tree: ConsistentTree,
+    l_max: int,
+    n_max: int,
+    rng: UniformSource | None = None,
+    max_sequences: int | None = None,
 ) -> list[tuple[Key, int]]:
     """Synthetic database by splitting sequence counts down a prefix tree (used by the stage; see
     docs/synth.md for why it replaces the reconstruction of :func:`generate_sequences`).
@@ -663,7 +689,13 @@ def split_sequences(
     context s with children (§4.3.5 joins); the weight not covered by any continuation ends the
     sequence at p. Sequences end at ``&`` or at ℓ_max. Every count is consistent by construction
     (the children of a prefix sum to it). With the exact counts of all n-grams up to ℓ_max
-    (n_max > ℓ_max) it reproduces the database exactly (Theorem 4.1)."""
+    (n_max > ℓ_max) it reproduces the database exactly (Theorem 4.1).
+
+    ``max_sequences`` bounds the output whatever the noise: the number of sequences is
+    min(round(Σ_x S(x)), max_sequences), split with the same weights, so a capped output is a
+    smaller sample of the same distribution (post-processing: the bound is a public parameter).
+    At a tiny ε the noisy counts are of the order of θ ∝ 1/ε, and without the bound so is the
+    number of sequences (docs/synth.md, "Output bounds")."""
     count = tree.count
     behind: dict[Key, float] = {}
     for g, c in count.items():
@@ -677,6 +709,8 @@ def split_sequences(
     out: list[tuple[Key, int]] = []
     start_weights = np.array([starts((x,)) for x in root_labels])
     n_sequences = _round(float(start_weights.sum()), rng)
+    if max_sequences is not None:
+        n_sequences = min(n_sequences, max_sequences)
     stack: list[tuple[Key, int]] = [
         ((x,), int(n))
         for x, n in zip(root_labels, _systematic_split(n_sequences, start_weights, rng), strict=True)

@@ -45,6 +45,8 @@ TOP_LEVEL_SECTIONS = {
     "lifetime_delta": PRIVACY,
     "budget_calibration": PRIVACY,
     "input_format": INPUT,
+    "input_extensions": INPUT,
+    "follow_external_symlinks": INPUT,
     "user_field": INPUT,
     "text_field": INPUT,
     "lowercase": INPUT,

@@ -115,6 +115,11 @@ def run_notices(config: RunConfig) -> list[str]:
             "no public corpus: the language model's vocabulary is the DP vocabulary alone and its "
             "public part is uniform; set public to a text of the same language for a useful model"
         )
+    if config.follow_external_symlinks:
+        notices.append(
+            "follow_external_symlinks is on: files of the input directory whose symbolic link "
+            "resolves outside it are read (the report records it)"
+        )
     return notices
 
 

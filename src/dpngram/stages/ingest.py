@@ -61,16 +61,21 @@ def run_ingest(ctx: RunContext, progress: Callable[[int], None] | None = None) -
             "is empty; see the quarantine summary)"
         )
     config.check_against_users(stats.users)
-    record_part(
-        ctx,
-        "ingest",
-        {
-            "input_format": fmt,  # the input's path is operator-only (operator_report.json)
-            "user_field": config.user_field,
-            "text_field": config.text_field,
-            "tokenizer": tokenizer_settings(config.lowercase),
-            "row_identity_checked": True,
-            "note": "exact input counts are private: kept out of the release (warehouse table ingest_stats)",
-        },
-    )
+    part: dict[str, Any] = {
+        "input_format": fmt,  # the input's path is operator-only (operator_report.json)
+        "user_field": config.user_field,
+        "text_field": config.text_field,
+        "tokenizer": tokenizer_settings(config.lowercase),
+        "row_identity_checked": True,
+        "note": "exact input counts are private: kept out of the release (warehouse table ingest_stats)",
+    }
+    if fmt == "textdir":  # the confinement settings (parameters, not data: docs/faults.md)
+        part["text_directory"] = {
+            "extensions": list(config.text_extensions()),
+            "external_symlinks": "followed (follow_external_symlinks)"
+            if config.follow_external_symlinks
+            else "not followed: quarantined unread",
+            "symlinked_directories": "not descended: quarantined",
+        }
+    record_part(ctx, "ingest", part)
     return {"stage": "ingest", "schema": ctx.schema, "ok": True}

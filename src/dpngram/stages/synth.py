@@ -106,6 +106,7 @@ def run_synth(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str,
         n_max=config.synth.n_max,
         n_labels=len(labels),
         allocation=config.synth.allocation,
+        max_nodes=config.synth.max_nodes,
     )
 
     def compute(wh: Engine) -> StageResult:
@@ -116,7 +117,8 @@ def run_synth(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str,
         consistent = enforce_consistency(tree)
         started = time.perf_counter()
         rng = simulation_rng(None)  # post-processing only: rounding and splitting (not DP noise)
-        sequences = split_sequences(consistent, params.l_max, params.n_max, rng)
+        max_sequences = config.synth.max_sequences
+        sequences = split_sequences(consistent, params.l_max, params.n_max, rng, max_sequences)
         n_grams, n_sequences = write_outputs(ctx, labels, consistent, sequences)
         levels = Counter(len(k) for k in tree.noisy)
         report = {
@@ -133,6 +135,12 @@ def run_synth(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str,
             "max_path_epsilon": tree.max_path_spend(),
             "released_ngrams": n_grams,
             "synthetic_sequences": n_sequences,
+            # Output bounds (docs/synth.md, "Output bounds"): public parameters, and whether they
+            # bound this release (functions of the noisy counts only: post-processing).
+            "max_sequences": max_sequences,
+            "max_nodes": params.max_nodes,
+            "sequences_capped": sum(n for _, n in sequences) >= max_sequences,
+            "tree_truncated": tree.truncated,
             "tree_seconds": round(tree.seconds, 3),
             "synthesis_seconds": round(time.perf_counter() - started, 3),
             "differentially_private": True,
