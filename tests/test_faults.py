@@ -792,3 +792,313 @@ def test_every_selection_salt_call_site_is_reviewed():
                     found.add((path.relative_to(root).as_posix(), top.name))
     found.discard(("core/noise.py", "NoiseSource"))  # its definition
     assert found == set(SELECTION_SALT_CALLERS)
+
+
+# -- 10. round two (issue 26): one run identity, no stranded budget, an atomic publish ------------
+def committed(warehouse: str | Path, dataset: str = "faults") -> tuple[float, float]:
+    from dpngram.engines.duckdb import Warehouse
+
+    with Warehouse(warehouse) as wh:
+        used = Ledger(wh.con).committed(dataset)
+    return used.epsilon, used.delta
+
+
+def test_a_resume_with_another_warehouse_is_refused_before_it_reserves(tmp_path):
+    """The staging directory carries the warehouse's identity: a resume of the same run id and OUT
+    with another input and another warehouse (which has never heard of the run) is refused with
+    one line, reserves nothing there, and no stage reuses the first input's staged outputs."""
+    first = make_config(tmp_path, run_id="r1")
+    ctx = RunContext(prepare(first))
+    stage = NoisyStage(ctx)
+    spend_once(ctx, "dpne", [OUTPUT], stage)  # a stage of input A is staged
+
+    other = write_input(tmp_path / "b.jsonl", '{"user_id": "u9", "text": "quite different"}\n')
+    second = first.with_values(input=str(other), warehouse=str(tmp_path / "elsewhere" / "wh.duckdb"))
+    with pytest.raises(ResumeError) as err:
+        prepare(second)
+    message = str(err.value)
+    assert "\n" not in message and "another warehouse" in message and "--run-id" in message
+    assert "different" not in message
+    assert committed(second.warehouse) == (0.0, 0.0)  # nothing reserved in the other warehouse
+    # a stage run against the other warehouse (an Airflow task, no prepare) refuses to reuse
+    with pytest.raises(ResumeError, match="warehouse"):
+        spend_once(RunContext(second), "dpne", [OUTPUT], NoisyStage(RunContext(second)))
+    assert stage.calls == 1
+    # the original warehouse still resumes it
+    assert spend_once(RunContext(prepare(first)), "dpne", [OUTPUT], stage)["reused"] is True
+
+
+def test_a_relative_warehouse_from_another_folder_cannot_mix_a_release(tmp_path, monkeypatch, capsys):
+    """The issue's reproduction through the CLI: a run (input A) fails after its DP stages; the
+    same command with another input, run from another folder (so the default-style relative
+    warehouse is another file), is refused in one line and publishes nothing."""
+    from dpngram.cli import main
+    from dpngram.stages import validate
+
+    corpus = tmp_path / "a.jsonl"
+    corpus.write_text(
+        "".join(json.dumps({"user_id": f"u{i}", "text": "the cat sat on the mat"}) + "\n" for i in range(60))
+    )
+    out = tmp_path / "out"
+    base = ["run", "--out", str(out), "--warehouse", "wh/warehouse.duckdb", "--run-id", "mix", "-q"]
+    base += ["--max-n", "2", "--stage-budget", "dpne=1"]
+
+    def killed(ctx, **kwargs):
+        raise KeyboardInterrupt  # a kill after the DP stages, before validation
+
+    for folder in ("one", "two"):
+        (tmp_path / folder).mkdir()
+    monkeypatch.chdir(tmp_path / "one")
+    monkeypatch.setattr(validate, "validate_run", killed)
+    assert main([*base, "--input", str(corpus)]) == 130
+    staged = out / "runs" / "mix.staging" / "released" / "vocabulary.parquet"
+    assert staged.is_file()
+    monkeypatch.undo()
+
+    other = tmp_path / "b.jsonl"
+    other.write_text(corpus.read_text().replace("cat", "dog"))
+    monkeypatch.chdir(tmp_path / "two")
+    capsys.readouterr()
+    assert main([*base, "--input", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "another warehouse" in err and "mix" in err
+    assert not (out / "runs" / "mix").exists() and not (out / "latest").exists()
+    assert committed(tmp_path / "two" / "wh" / "warehouse.duckdb", "default") == (0.0, 0.0)
+
+
+def few_users(tmp_path: Path, users: int = 3) -> Path:
+    path = tmp_path / "few.jsonl"
+    path.write_text("".join(json.dumps({"user_id": f"u{i}", "text": "a b c d"}) + "\n" for i in range(users)))
+    return path
+
+
+def test_a_refused_delta_releases_the_reservation_and_names_the_run(tmp_path, capsys):
+    """delta >= 1/users is refused after ingest, i.e. after prepare reserved the run's budget: the
+    run drew no noise, so the reservation is released (committed delta stays 0, not 0.5)."""
+    from dpngram.cli import main
+
+    warehouse = tmp_path / "wh.duckdb"
+    argv = ["run", "--input", str(few_users(tmp_path)), "--out", str(tmp_path / "out")]
+    argv += ["--warehouse", str(warehouse), "--run-id", "tiny", "-q", "--delta", "0.5"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "delta" in err and "run 'tiny' spent nothing" in err
+    assert committed(warehouse, "default") == (0.0, 0.0)
+    # the run is suspended, not closed: a fixed resume would reserve again (here: still refused)
+    assert main([*argv[:-2], "--delta", "0.5"]) == 2
+    assert committed(warehouse, "default") == (0.0, 0.0)
+
+
+def test_an_out_that_is_a_file_reserves_nothing(tmp_path, capsys):
+    from dpngram.cli import main
+
+    warehouse = tmp_path / "wh.duckdb"
+    out = tmp_path / "out"
+    out.write_text("not a directory")
+    argv = ["run", "--input", str(few_users(tmp_path)), "--out", str(out), "--warehouse", str(warehouse)]
+    assert main([*argv, "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "out: cannot create the staging directory" in err
+    assert committed(warehouse, "default") == (0.0, 0.0)
+
+
+def test_a_failure_after_prepare_releases_the_reservation_when_nothing_was_drawn(tmp_path, monkeypatch):
+    """Any failure of `run` before the first noise draw (a read-only OUT for the operator file,
+    the joint calibration refusing, ...) leaves nothing reserved; after a draw it names the run."""
+    from dpngram.core.errors import BudgetError
+    from dpngram.orchestration.plan import run_release
+    from dpngram.stages import ingest
+
+    def refuse(ctx, **kwargs):
+        raise BudgetError("joint calibration did not converge (internal error)")
+
+    monkeypatch.setattr(ingest, "run_ingest", refuse)
+    config = make_config(tmp_path, run_id="cal", lifetime_epsilon=5.0)
+    with pytest.raises(BudgetError) as err:
+        run_release(config)
+    assert "run 'cal' spent nothing" in " ".join(err.value.__notes__)
+    assert committed(config.warehouse) == (0.0, 0.0)
+
+    def draw_then_fail(ctx, **kwargs):
+        spend_once(ctx, "dpne", [OUTPUT], NoisyStage(ctx))
+        raise OSError("simulated failure after a draw")
+
+    monkeypatch.setattr(ingest, "run_ingest", draw_then_fail)
+    config = make_config(tmp_path, run_id="drawn")
+    with pytest.raises(OSError) as err:
+        run_release(config)
+    note = " ".join(err.value.__notes__)
+    assert (
+        "--run-id drawn" in note
+        and f"dpngram gc --warehouse {config.warehouse} --run-id drawn --delete" in note
+    )
+    assert committed(config.warehouse) == pytest.approx((4.0, 1e-7))  # the reservation stays
+
+
+def test_a_busy_warehouse_mid_run_names_the_run_and_gc_releases_it(tmp_path, monkeypatch, capsys):
+    """Another process takes the warehouse between two stages: the run fails in one line that
+    names its run id and the gc command; gc lists the open reservation and --delete releases it."""
+    import subprocess
+    import sys
+
+    from dpngram.cli import main
+    from dpngram.stages import ingest
+
+    warehouse = tmp_path / "wh.duckdb"
+    holder: list[subprocess.Popen] = []
+    original = ingest.run_ingest
+
+    def taken(ctx, **kwargs):
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                f"import duckdb, time; c = duckdb.connect({str(warehouse)!r}); "
+                "print('ready', flush=True); time.sleep(60)",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        holder.append(proc)
+        assert proc.stdout.readline().strip() == "ready"
+        return original(ctx, **kwargs)
+
+    monkeypatch.setattr(ingest, "run_ingest", taken)
+    argv = ["run", "--input", str(few_users(tmp_path)), "--out", str(tmp_path / "out")]
+    argv += ["--warehouse", str(warehouse), "--run-id", "busy", "-q"]
+    try:
+        assert main(argv) == 1
+    finally:
+        for proc in holder:
+            proc.kill()
+            proc.wait()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "in use by process" in err
+    assert "--run-id busy" in err and "dpngram gc" in err
+    assert committed(warehouse, "default")[0] == pytest.approx(4.0)  # still reserved
+
+    gc = ["gc", "--warehouse", str(warehouse), "--run-id", "busy"]
+    assert main(gc) == 0
+    out = capsys.readouterr().out
+    assert "would release: run busy" in out and "reserves epsilon 4" in out
+    assert committed(warehouse, "default")[0] == pytest.approx(4.0)  # listing changes nothing
+    assert main([*gc, "--delete"]) == 0
+    assert committed(warehouse, "default") == (0.0, 0.0)
+
+
+def test_gc_finds_an_open_reservation_whose_out_is_gone(tmp_path, capsys):
+    import shutil
+
+    from dpngram.cli import main
+
+    ctx = RunContext(prepare(make_config(tmp_path, run_id="lost")))
+    shutil.rmtree(ctx.config.out)
+    gc = ["gc", "--warehouse", ctx.config.warehouse, "--older-than", "0"]
+    assert main(gc) == 0
+    out = capsys.readouterr().out
+    assert "would release: run lost" in out and "gone" in out
+    assert main([*gc, "--delete"]) == 0
+    assert committed(ctx.config.warehouse) == (0.0, 0.0)
+
+
+# A kill between the publish rename and the `latest` swap: the release is complete but hidden.
+def staged_for_publish(tmp_path: Path, run_id: str) -> RunContext:
+    from dpngram.release.context import record_part
+
+    ctx = RunContext(prepare(make_config(tmp_path, run_id=run_id)))
+    record_part(ctx, "validation", {"success": True})
+    ctx.release.path("report.json").write_text("{}")
+    return ctx
+
+
+def publish_killed_before_latest(ctx: RunContext, monkeypatch) -> None:
+    from dpngram.release.layout import Release
+    from dpngram.release.publish import publish_run
+
+    def killed(self):
+        raise KeyboardInterrupt("simulated kill after the rename, before the latest swap")
+
+    monkeypatch.setattr(Release, "point_latest", killed)
+    with pytest.raises(KeyboardInterrupt):
+        publish_run(ctx)
+    monkeypatch.undo()
+    assert ctx.release.published  # renamed: complete, but hidden
+
+
+def latest(ctx: RunContext) -> Path | None:
+    link = Path(ctx.config.out) / "latest"
+    return link.resolve() if link.is_symlink() else None
+
+
+def test_a_rerun_completes_an_interrupted_publish(tmp_path, monkeypatch):
+    from dpngram.orchestration.plan import run_release
+    from dpngram.release.publish import AlreadyPublished
+
+    ctx = staged_for_publish(tmp_path, "hidden")
+    publish_killed_before_latest(ctx, monkeypatch)
+    assert latest(ctx) is None and committed(ctx.config.warehouse)[0] == pytest.approx(4.0)
+    result = run_release(ctx.config)  # the re-run (same run id) completes the publish
+    assert Path(result["release"]) == ctx.release.final and latest(ctx) == ctx.release.final
+    assert committed(ctx.config.warehouse) == (0.0, 0.0)  # closed: it counts by its charges (none)
+    assert not (ctx.release.final / ".run-identity.json").exists()
+    with pytest.raises(AlreadyPublished, match="already published"):
+        prepare(ctx.config)  # now it is simply published
+
+
+def test_gc_and_the_next_run_complete_an_interrupted_publish_latest_stays_newest(
+    tmp_path, monkeypatch, capsys
+):
+    import os
+
+    from dpngram.cli import main
+    from dpngram.release.publish import publish_run
+
+    older = staged_for_publish(tmp_path, "older")
+    publish_killed_before_latest(older, monkeypatch)
+    # the next run into the same OUT completes it at its prepare
+    newer = staged_for_publish(tmp_path, "newer")
+    assert latest(older) == older.release.final
+    publish_run(newer)
+    assert latest(newer) == newer.release.final
+
+    # a hidden release completed after a newer one was published does not take `latest` back
+    oldest = staged_for_publish(tmp_path, "oldest")
+    publish_killed_before_latest(oldest, monkeypatch)
+    stamp = older.release.final.stat().st_mtime_ns - 10**9  # published before `newer`
+    os.utime(oldest.release.final, ns=(stamp, stamp))
+    assert main(["gc", "--warehouse", oldest.config.warehouse]) == 0
+    assert "completed the interrupted publish" in capsys.readouterr().out
+    assert latest(newer) == newer.release.final
+    assert committed(newer.config.warehouse) == (0.0, 0.0)
+
+
+def test_a_real_kill_at_the_publish_rename_is_completed_by_the_rerun(tmp_path):
+    """A process killed (os._exit) right after the rename, before the `latest` swap."""
+    import subprocess
+    import sys
+    import textwrap
+
+    ctx = staged_for_publish(tmp_path, "killed")
+    script = textwrap.dedent(
+        f"""
+        import json
+        import os
+        from dpngram.config import RunConfig
+        from dpngram.release.context import RunContext
+        from dpngram.release.layout import Release
+        from dpngram.release.publish import publish_run
+
+        def kill(self):
+            os._exit(9)
+
+        Release.point_latest = kill
+        publish_run(RunContext(RunConfig.build(**json.loads({ctx.config.to_json()!r}))))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 9, proc.stderr[-2000:]
+    assert ctx.release.published and latest(ctx) is None
+    from dpngram.orchestration.plan import run_release
+
+    run_release(ctx.config)
+    assert latest(ctx) == ctx.release.final and committed(ctx.config.warehouse) == (0.0, 0.0)

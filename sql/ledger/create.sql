@@ -36,3 +36,15 @@ CREATE TABLE IF NOT EXISTS ledger.runs (
     state            VARCHAR   NOT NULL,
     created_at       TIMESTAMP NOT NULL
 );
+-- Where the run stages its release (the resolved OUT/runs/RUN_ID.staging): a resume from another
+-- OUT is refused, and `dpngram gc` finds the run whatever happened to OUT. 'suspended': a run that
+-- failed before drawing any noise released its reservation; a resume reserves again.
+ALTER TABLE ledger.runs ADD COLUMN IF NOT EXISTS staging VARCHAR;
+-- This warehouse's identity: a random id and a secret (keys only, no data). A staging directory
+-- carries the id and a keyed digest of its run's fingerprint, so a resume with another warehouse
+-- is refused (dpngram.release.identity.check_staging).
+CREATE TABLE IF NOT EXISTS ledger.warehouse_identity (
+    id         VARCHAR   NOT NULL,
+    secret     VARCHAR   NOT NULL,
+    created_at TIMESTAMP NOT NULL
+);

@@ -1,2 +1,2 @@
--- A run's identity and reservation (no row: a new run).
-SELECT dataset, fingerprint, reserved_epsilon, reserved_delta, state FROM ledger.runs WHERE run_id = $run_id;
+-- A run's identity, reservation and staging directory (no row: a new run).
+SELECT dataset, fingerprint, reserved_epsilon, reserved_delta, state, staging FROM ledger.runs WHERE run_id = $run_id;

@@ -10,7 +10,7 @@ Sub-commands::
     dpngram baseline --method dpsu-all|dpsu-even|dpsu-single [--k K] --input PATH --out DIR [...]
     dpngram ledger   --dataset NAME [--warehouse PATH]       privacy spend history of a dataset
     dpngram budget   --dataset NAME [--lifetime-epsilon E]   show or change the dataset's lifetime budget
-    dpngram gc       --out DIR [--older-than H] [--delete]   staging directories of failed runs
+    dpngram gc       [--out DIR] [--run-id ID] [--delete]   open reservations of failed runs
     dpngram audit    [--mechanism NAME] [--fast] [--json]    empirical lower bound on epsilon per mechanism
     dpngram demo                                             sample corpus + Airflow `dags test` run
     dpngram evaluate --model PATH --text FILE [--arpa PATH] [--json]   open-vocab perplexity, top-k, OOV rate
@@ -580,46 +580,103 @@ def cmd_budget(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    """Staging directories (``OUT/runs/*.staging``) of runs that never published: listed, or with
-    --delete removed together with their private run schema and budget reservation."""
+    """What failed runs left behind: every run the warehouse's ledger has not closed (holding a
+    budget reservation, or suspended), wherever its staging directory is and whatever happened to
+    it, and the staging directories under ``OUT/runs`` (``--out``) the ledger does not know. Lists
+    them with what --delete would release; --delete closes their ledger runs (their reservations
+    are released, their charges stay), drops their private run schemas and removes their staging
+    directories. An interrupted publish (a kill between the rename of a complete release and the
+    ``latest`` swap) is completed, not deleted. ``--run-id`` selects one run whatever its age."""
     import shutil
     import time
 
     from dpngram.engines.duckdb import Warehouse
     from dpngram.release.ledger import Ledger
+    from dpngram.release.publish import complete_publishes
 
-    runs = Path(args.out) / "runs"
-    now = time.time()
-    stale = []
-    for staging in sorted(runs.glob("*.staging")) if runs.is_dir() else []:
-        newest = max([p.stat().st_mtime for p in staging.rglob("*")] + [staging.stat().st_mtime])
-        age_hours = (now - newest) / 3600
-        if age_hours >= args.older_than:
-            stale.append((staging, staging.name.removesuffix(".staging"), age_hours))
     console = _console()
-    if not stale:
-        console.print(f"no staging directory older than {args.older_than:g} h under {runs}")
-        return EXIT_OK
-    for staging, run_id, age in stale:
-        console.print(f"{'deleting' if args.delete else 'stale'}: {staging} (run {run_id}, {age:.1f} h old)")
-    if not args.delete:
-        console.print("run again with --delete to remove them (their ledger charges stay)")
-        return EXIT_OK
+    now = time.time()
+
+    def age_of(staging: Path) -> float | None:
+        try:
+            stamps = [p.stat().st_mtime for p in staging.rglob("*")] + [staging.stat().st_mtime]
+        except OSError:
+            return None
+        return (now - max(stamps)) / 3600
+
+    def selected(run_id: str, hours: float) -> bool:
+        return run_id == args.run_id if args.run_id else hours >= args.older_than
+
+    found: list[tuple[str, Path | None, str]] = []  # (run id, staging to remove, description)
+    known: set[str] = set()
     warehouse = Path(args.warehouse)
-    with Warehouse(warehouse) if warehouse.is_file() else _nullcontext() as wh:
-        for staging, run_id, _ in stale:
+    wh = Warehouse(warehouse) if warehouse.is_file() else None
+    try:
+        if wh is not None:
+            ledger = Ledger(wh.con)
+            for path in complete_publishes(ledger):
+                console.print(f"completed the interrupted publish of {path} (its reservation is released)")
+            for run in ledger.open_runs():
+                known.add(run["run_id"])
+                staging = Path(run["staging"]) if run["staging"] else None
+                staged_age = age_of(staging) if staging is not None and staging.is_dir() else None
+                hours = min(run["age_seconds"] / 3600, staged_age if staged_age is not None else float("inf"))
+                if not selected(run["run_id"], hours):
+                    continue
+                reserved, charged = run["reserved"], run["charged"]
+                holds = (
+                    f"reserves epsilon {reserved.epsilon:.4g}, delta {reserved.delta:.3g}"
+                    if run["state"] == "open"
+                    else "reserves nothing (suspended: it drew no noise)"
+                )
+                if staging is None:
+                    where = "staging unknown"
+                elif staged_age is not None:
+                    where = f"staging {staging}"
+                else:
+                    where = f"staging {staging} is gone or unreadable"
+                found.append(
+                    (
+                        run["run_id"],
+                        staging if staged_age is not None else None,
+                        f"run {run['run_id']} (dataset {run['dataset']}, {hours:.1f} h old): {holds}; "
+                        f"charged epsilon {charged.epsilon:.4g}, delta {charged.delta:.3g}; {where}",
+                    )
+                )
+        runs = Path(args.out) / "runs" if args.out else None
+        for staging in sorted(runs.glob("*.staging")) if runs is not None and runs.is_dir() else []:
+            run_id = staging.name.removesuffix(".staging")
+            hours = age_of(staging)
+            if run_id in known or hours is None or not selected(run_id, hours):
+                continue
+            found.append(
+                (run_id, staging, f"run {run_id} ({hours:.1f} h old): staging {staging}, not in the ledger")
+            )
+        if not found:
+            scope = f"run {args.run_id}" if args.run_id else f"run older than {args.older_than:g} h"
+            console.print(
+                f"no unpublished {scope} in {warehouse}" + (f" or under {args.out}" if args.out else "")
+            )
+            return EXIT_OK
+        for _, _, description in found:
+            console.print(f"{'deleting' if args.delete else 'would release'}: {description}")
+        if not args.delete:
+            console.print(
+                "run again with --delete to release their reservations, drop their private tables and "
+                "remove their staging directories (their ledger charges stay; they can no longer be resumed)"
+            )
+            return EXIT_OK
+        for run_id, staging, _ in found:
             if wh is not None:
                 Ledger(wh.con).close_run(run_id)
                 wh.drop_run_schema(run_id)
-            shutil.rmtree(staging)
-    console.print(f"deleted {len(stale)} staging director{'y' if len(stale) == 1 else 'ies'}")
+            if staging is not None:
+                shutil.rmtree(staging)
+    finally:
+        if wh is not None:
+            wh.close()
+    console.print(f"deleted {len(found)} unpublished run{'' if len(found) == 1 else 's'}")
     return EXIT_OK
-
-
-def _nullcontext() -> Any:
-    from contextlib import nullcontext
-
-    return nullcontext(None)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -800,17 +857,23 @@ def _add_gc_command(sub: _Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "gc",
         parents=[common],
-        help="list the staging directories of unpublished runs; --delete removes them",
+        help="list unpublished runs (open reservations, staging directories); --delete releases them",
     )
-    p.add_argument("--out", required=True, metavar="DIR", help="the runs' output directory")
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="also list staging directories under DIR/runs the ledger does not know",
+    )
     p.add_argument("--warehouse", default=RunConfig.model_fields["warehouse"].default, metavar="PATH")
     p.add_argument(
         "--older-than",
         type=float,
         default=24.0,
         metavar="HOURS",
-        help="only staging directories untouched for this long (default: 24)",
+        help="only runs untouched for this long (default: 24)",
     )
+    p.add_argument("--run-id", default=None, metavar="ID", help="only this run, whatever its age")
     p.add_argument(
         "--delete",
         action="store_true",
@@ -928,6 +991,13 @@ def _error(message: str) -> None:
     sys.stderr.write(f"{PROG}: error: {message}\n")
 
 
+def _with_notes(message: str, err: BaseException) -> str:
+    """The error's one line with its notes appended (e.g. what a failed run left reserved, and the
+    command that resumes or releases it: :func:`dpngram.orchestration.plan.after_failure`)."""
+    notes = [" ".join(str(n).split()) for n in getattr(err, "__notes__", [])]
+    return "; ".join([message, *notes])
+
+
 def _one_line(err: BaseException) -> str:
     """A one-line description of an unexpected error. Database errors can quote values from the
     data they failed on, so their message is withheld (it is shown with --debug)."""
@@ -1012,7 +1082,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationFailed as err:
         if args.debug:
             raise
-        _error(str(err))
+        _error("\n".join([str(err), *(f"  {n}" for n in getattr(err, "__notes__", []))]))
         return EXIT_FAILED
     except USER_ERRORS as err:
         if args.debug:
@@ -1024,12 +1094,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             and not message.startswith(("input", "public"))
         ):
             message = f"{err.strerror or 'not found'}: {err.filename}"
-        _error(message)
+        _error(_with_notes(message, err))
         return EXIT_USAGE
     except WarehouseBusy as err:
         if args.debug:
             raise
-        _error(str(err))
+        _error(_with_notes(str(err), err))
         return EXIT_FAILED
     except ResourceExhausted as err:
         if args.debug:
@@ -1050,7 +1120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - the CLI's last line of defence
         if args.debug:
             raise
-        _error(f"{_one_line(err)}; run with --debug for the traceback")
+        _error(_with_notes(f"{_one_line(err)}; run with --debug for the traceback", err))
         return EXIT_FAILED
 
 

@@ -23,6 +23,7 @@ dpngram.core.
 from __future__ import annotations
 
 import importlib
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -274,27 +275,72 @@ def run_release(
     step's public summary). Any exception propagates; nothing is published unless every step
     (including validation) succeeded. Returns run_id, the release path and the summaries."""
     from dpngram.release.context import RunContext, public_summary, stage_timer
-    from dpngram.release.publish import prepare, publish_run
+    from dpngram.release.publish import AlreadyPublished, prepare, publish_run
 
     def announce(name: str, event: str, summary: dict[str, Any]) -> None:
         if on_stage:
             on_stage(name, event, summary)
 
     announce("privacy_precheck", "start", {})
-    config = prepare(config)
+    try:
+        config = prepare(config)
+    except AlreadyPublished as err:
+        if not err.completed:
+            raise
+        # a kill had interrupted this run's publish after its rename: prepare completed it
+        announce("privacy_precheck", "done", {"run_id": config.run_id})
+        announce("publish", "done", {"path": str(err.path)})
+        return {"run_id": config.run_id, "release": str(err.path), "stages": {}}
     announce("privacy_precheck", "done", {"run_id": config.run_id})
     ctx = RunContext(config)
     summaries: dict[str, dict[str, Any]] = {}
-    for step in release_steps(config, baseline, baseline_k):
-        announce(step.name, "start", {})
-        extra = {"progress": ingest_progress} if step.name == "ingest" and ingest_progress else {}
-        with stage_timer(ctx, step.name):
-            summaries[step.name] = public_summary(step.run(ctx, **extra))
-        announce(step.name, "done", summaries[step.name])
-    announce("publish", "start", {})
-    path = publish_run(ctx)
+    try:
+        for step in release_steps(config, baseline, baseline_k):
+            announce(step.name, "start", {})
+            extra = {"progress": ingest_progress} if step.name == "ingest" and ingest_progress else {}
+            with stage_timer(ctx, step.name):
+                summaries[step.name] = public_summary(step.run(ctx, **extra))
+            announce(step.name, "done", summaries[step.name])
+        announce("publish", "start", {})
+        path = publish_run(ctx)
+    except (Exception, KeyboardInterrupt) as err:
+        note = after_failure(ctx, err)
+        if note:
+            err.add_note(note)
+        raise
     announce("publish", "done", {"path": str(path)})
     return {"run_id": ctx.run_id, "release": str(path), "stages": summaries}
+
+
+def after_failure(ctx: RunContext, err: BaseException) -> str | None:
+    """What a failed run leaves behind, in one sentence for the error line, after releasing its
+    budget reservation when it spent nothing (no ledger entry: no stage drew noise,
+    :meth:`~dpngram.release.ledger.Ledger.suspend_if_unspent`). A run that was charged, or whose
+    warehouse cannot be opened now, keeps its reservation: the sentence names the run id, how to
+    resume it and how to release it. Never raises (it runs on the way out of a failure)."""
+    from dpngram.core.errors import ResourceExhausted, ResumeError
+    from dpngram.release.ledger import Ledger
+
+    run_id = ctx.run_id
+    released = False
+    try:
+        if ctx.release.published:
+            return None
+        with ctx.warehouse() as wh:
+            released = Ledger(wh.con).suspend_if_unspent(run_id)
+    except (Exception, KeyboardInterrupt):  # noqa: BLE001 - e.g. the warehouse is busy: say so below
+        pass
+    if released:
+        if isinstance(err, ResourceExhausted):
+            return None  # its message says how to resume; nothing is reserved any more
+        return f"run '{run_id}' spent nothing: its budget reservation was released"
+    release = f"dpngram gc --warehouse {shlex.quote(str(ctx.config.warehouse))} --run-id {run_id} --delete"
+    if isinstance(err, ResumeError) or (isinstance(err, ResourceExhausted) and err.charged):
+        return f"release run '{run_id}''s budget reservation (its charges stay) with `{release}`"
+    return (
+        f"run '{run_id}' keeps its budget reservation and any charges: resume it with the same command "
+        f"and --run-id {run_id}, or release the reservation (its charges stay) with `{release}`"
+    )
 
 
 def run_dpne(

@@ -16,13 +16,23 @@ hashes: no content.
 Parameters that only set resources (memory, threads, Spark settings) may change on a resume (e.g.
 more memory after an out-of-memory kill); every other parameter may not.
 
-Owns: :func:`fingerprint`, :func:`compare`.
-Imports: dpngram.engines.base, dpngram.config, dpngram.core.
+The staging directory carries the same identity (:func:`staging_token`, :func:`check_staging`),
+because reuse is driven by the files staged there while the fingerprint lives in the warehouse's
+ledger: ``OUT/runs/RUN_ID.staging/.run-identity.json`` holds the warehouse's random id and an
+HMAC-SHA256 of the run id and its registered fingerprint, keyed by the warehouse's secret (no path,
+no content hash in clear). A resume whose warehouse is another one, or whose warehouse registered
+the run with another fingerprint, is refused with one line before it reserves anything; every
+stage checks it again before it reuses a staged output (:func:`dpngram.release.spend.spend_once`).
+
+Owns: :func:`fingerprint`, :func:`compare`, :func:`staging_token`, :func:`check_staging`.
+Imports: dpngram.release.layout, dpngram.engines.base, dpngram.config, dpngram.core.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -30,6 +40,7 @@ from typing import Any
 from dpngram.config import RunConfig
 from dpngram.core.errors import ResumeError
 from dpngram.engines.base import is_remote_path
+from dpngram.release.layout import IDENTITY_FILE, Release, is_temporary, write_json_atomic
 
 #: Files up to this size are hashed whole ("when cheap": ~0.1 s at SHA-256 speeds).
 FULL_HASH_BYTES = 64 << 20
@@ -150,3 +161,84 @@ def operator_dir(config: RunConfig) -> Path:
     warehouse, ``WAREHOUSE_DIR/operator/RUN_ID``."""
     assert config.run_id
     return Path(os.fspath(config.warehouse)).resolve().parent / "operator" / config.run_id
+
+
+def staging_token(run_id: str, registered: dict[str, Any], warehouse: tuple[str, str]) -> dict[str, Any]:
+    """What a run's staging directory carries: the warehouse's id and a keyed digest of the run
+    id and the fingerprint the warehouse registered for it (``warehouse``: (id, secret) from
+    :meth:`dpngram.release.ledger.Ledger.warehouse_identity`)."""
+    warehouse_id, secret = warehouse
+    canonical = json.dumps(registered, sort_keys=True, default=str)
+    digest = hmac.new(bytes.fromhex(secret), f"{run_id}\0{canonical}".encode(), hashlib.sha256)
+    return {"version": 1, "run_id": run_id, "warehouse_id": warehouse_id, "run_digest": digest.hexdigest()}
+
+
+def _staged_files(staging: Path) -> bool:
+    """Whether ``staging`` holds anything but unfinished writes (a kill while creating it)."""
+    return any(
+        p.is_file() and not is_temporary(p.name) and p.name != IDENTITY_FILE for p in staging.rglob("*")
+    )
+
+
+def check_staging(release: Release, token: dict[str, Any], warehouse_path: str | os.PathLike[str]) -> bool:
+    """Refuse (one-line :class:`ResumeError`) a staging directory that belongs to another run
+    identity: another warehouse, or another fingerprint of this run id. Returns whether the
+    directory already carries this identity (False: it is new, or holds only unfinished writes,
+    and the caller writes ``token`` with :func:`write_staging_token` before staging anything)."""
+    staging = release.staging
+    if not staging.is_dir():
+        return False
+    path = staging / IDENTITY_FILE
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        stored = None
+    except (OSError, ValueError):
+        stored = {}
+    where = f"{staging} (run '{release.run_id}')"
+    if stored is None:
+        if not _staged_files(staging):
+            return False
+        raise ResumeError(
+            f"run_id: {where} carries no run identity (staged by an older dpngram, or by hand); "
+            "it cannot be resumed safely: start a new run with a new --run-id"
+        )
+    if stored.get("warehouse_id") != token["warehouse_id"]:
+        raise ResumeError(
+            f"run_id: {where} was started with another warehouse than {warehouse_path}; resume it "
+            "with the warehouse it was started with, or start a new run with a new --run-id"
+        )
+    if stored.get("run_digest") != token["run_digest"] or stored.get("run_id") != release.run_id:
+        raise ResumeError(
+            f"run_id: {where} was staged for other parameters or input than this warehouse "
+            "registered for the run; start a new run with a new --run-id"
+        )
+    return True
+
+
+def write_staging_token(release: Release, token: dict[str, Any]) -> None:
+    """Write the run identity into the staging directory (created here)."""
+    write_json_atomic(release.staging / IDENTITY_FILE, token)
+
+
+def verify_staging(release: Release, ledger: Any, warehouse_path: str | os.PathLike[str]) -> None:
+    """The check a stage makes before it reuses anything staged: the staging directory must carry
+    the identity of the run this warehouse registered (``ledger``: a
+    :class:`~dpngram.release.ledger.Ledger` on it). A staging directory of a run the warehouse
+    does not know, or without an identity but with staged files, is refused."""
+    if release.published:
+        return  # published: the ledger decides (a published run is never resumed)
+    run = ledger.run(release.run_id)
+    if run is None:
+        if release.staging.is_dir() and (
+            (release.staging / IDENTITY_FILE).exists() or _staged_files(release.staging)
+        ):
+            raise ResumeError(
+                f"run_id: {release.staging} (run '{release.run_id}') was not started with the "
+                f"warehouse {warehouse_path}; resume it with the warehouse it was started with, or "
+                "start a new run with a new --run-id"
+            )
+        return
+    token = staging_token(release.run_id, run["fingerprint"], ledger.warehouse_identity())
+    if not check_staging(release, token, warehouse_path):
+        write_staging_token(release, token)

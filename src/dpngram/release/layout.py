@@ -57,6 +57,10 @@ PARTS_DIR = "report.parts"  # per-stage report fragments, merged into report.jso
 #: Wall-clock seconds per stage: OPERATOR-ONLY (they grow with the private input's size), kept in
 #: the run's operator directory (dpngram.release.identity.operator_dir), never in the release.
 TIMINGS_DIR = "timings"
+#: The staging directory's run identity (dpngram.release.identity.check_staging): the warehouse's
+#: random id and a digest of the run's fingerprint keyed by the warehouse's secret. Removed when
+#: the release is published.
+IDENTITY_FILE = ".run-identity.json"
 
 #: What each released table's non-key columns hold (README "What comes out"): DP-noisy values, or
 #: post-processing of them. A table not listed holds keys only.
@@ -123,7 +127,15 @@ class Release:
         os.replace(tmp, target)
 
     def publish(self) -> Path:
-        """Rename staging -> runs/RUN_ID and point ``latest`` at it. Idempotent."""
+        """Rename staging -> runs/RUN_ID, then point ``latest`` at it unless a newer release is
+        ``latest``. Idempotent: after a kill between the rename and the swap, calling it again
+        finishes the publish.
+
+        The rename is the commit point: what it renames is complete (temporary files are removed
+        first) and from then on the release is never modified. The directory's modification time
+        is set just before the rename: it is the release's publish stamp, so that ``latest``
+        always names the newest complete release even when an interrupted publish is completed
+        after a later one (:meth:`point_latest`)."""
         if not self.published:
             if not self.staging.is_dir():
                 raise FileNotFoundError(f"nothing staged for run {self.run_id} in {self.staging}")
@@ -131,11 +143,27 @@ class Release:
             # its rename) are never published.
             for leftover in [p for p in self.staging.rglob("*") if p.is_file() and is_temporary(p.name)]:
                 leftover.unlink()
+            os.utime(self.staging)  # the publish stamp
             os.replace(self.staging, self.final)
+        identity = self.final / IDENTITY_FILE
+        if identity.exists():  # the staging directory's run identity is not part of the release
+            stamp = self.final.stat()
+            identity.unlink()
+            os.utime(self.final, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+        self.point_latest()
+        return self.final
+
+    def point_latest(self) -> bool:
+        """Atomically point ``OUT/latest`` at this (published) release, unless it names a complete
+        release published after this one. Returns whether ``latest`` names this release now."""
         link = self.out_dir / "latest"
+        current = (self.out_dir / os.readlink(link)) if link.is_symlink() else None
+        if current is not None and current.is_dir() and current.resolve() != self.final.resolve():
+            if current.stat().st_mtime_ns > self.final.stat().st_mtime_ns:
+                return False  # a newer release is latest
         tmp_link = self.out_dir / f".latest.{os.getpid()}"
         if tmp_link.is_symlink() or tmp_link.exists():
             tmp_link.unlink()
         tmp_link.symlink_to(Path("runs") / self.run_id)
         os.replace(tmp_link, link)
-        return self.final
+        return True

@@ -154,19 +154,46 @@ class Ledger:
         rows = self._rows("ledger/run_get", run_id=run_id)
         if not rows:
             return None
-        dataset, fingerprint, eps, delta, state = rows[0]
+        dataset, fingerprint, eps, delta, state, staging = rows[0]
         return {
             "dataset": dataset,
             "fingerprint": json.loads(fingerprint),
             "reserved": Budget(float(eps), float(delta)),
             "state": state,
+            "staging": staging,
         }
 
     def open_runs(self) -> list[dict[str, Any]]:
+        """Every run not closed, oldest first: 'open' (holding its reservation) or 'suspended'
+        (failed before drawing: no reservation), with its charges, staging path and age."""
         return [
-            {"run_id": r[0], "dataset": r[1], "reserved_epsilon": float(r[2]), "created_at": r[3]}
+            {
+                "run_id": r[0],
+                "dataset": r[1],
+                "reserved": Budget(float(r[2]), float(r[3])),
+                "state": r[4],
+                "staging": r[5],
+                "age_seconds": float(r[6] or 0),
+                "charged": Budget(float(r[7]), float(r[8])),
+                "entries": int(r[9]),
+            }
             for r in self._rows("ledger/runs_open")
         ]
+
+    def warehouse_identity(self) -> tuple[str, str]:
+        """This warehouse's (id, secret), created on first use: random, no data. A staging
+        directory carries the id and a digest keyed by the secret (:mod:`dpngram.release.identity`)."""
+        import secrets
+
+        with _PROCESS_LOCK:
+            rows = self._rows("ledger/warehouse_identity_get")
+            if not rows:
+                self._exec(
+                    "ledger/warehouse_identity_init", id=secrets.token_hex(16), secret=secrets.token_hex(32)
+                )
+                rows = self._rows("ledger/warehouse_identity_get")
+        identity, secret = rows[0]
+        return str(identity), str(secret)
 
     def entries(self, dataset: str) -> list[dict]:
         """Spend history of ``dataset``, oldest first."""
@@ -252,11 +279,14 @@ class Ledger:
         lifetime_epsilon: float | None = None,
         lifetime_delta: float | None = None,
         compare: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+        staging: str | None = None,
     ) -> None:
         """Register run ``run_id`` (or check a resume of it) and reserve ``budget`` for it, in one
         transaction: refused if the dataset's lifetime limit (stored, or set now from the run's
         flags) cannot hold it next to what other runs committed. A resume is checked by
-        ``compare(stored_fingerprint, fingerprint)``, which raises on a mismatch."""
+        ``compare(stored_fingerprint, fingerprint)``, which raises on a mismatch, and must stage in
+        the same directory (``staging``: the resolved ``OUT/runs/RUN_ID.staging``). A resume of a
+        suspended run (it failed before drawing and released its reservation) reserves again."""
 
         def body() -> None:
             existing = self.run(run_id)
@@ -270,7 +300,15 @@ class Ledger:
                     )
                 if compare is not None:
                     compare(existing["fingerprint"], fingerprint)
-                if existing["state"] != "open":
+                if staging is not None and existing["staging"] not in (None, staging):
+                    from dpngram.core.errors import ResumeError
+
+                    raise ResumeError(
+                        f"run_id: run '{run_id}' was started with its staging in "
+                        f"{existing['staging']}, not {staging}; resume it with the same --out (an "
+                        "absolute path), or start a new run with a new --run-id"
+                    )
+                if existing["state"] == "closed":
                     from dpngram.core.errors import ResumeError
 
                     raise ResumeError(
@@ -289,7 +327,10 @@ class Ledger:
                     fingerprint=json.dumps(fingerprint, sort_keys=True),
                     epsilon=budget.epsilon,
                     delta=budget.delta,
+                    staging=staging,
                 )
+            elif existing["state"] == "suspended":
+                self._exec("ledger/run_reopen", run_id=run_id, epsilon=budget.epsilon, delta=budget.delta)
 
         # The run's lifetime flags are stored first, in a transaction of their own: a run refused
         # for lack of budget still leaves the dataset's limit set, and later runs are held to it.
@@ -299,6 +340,30 @@ class Ledger:
     def close_run(self, run_id: str) -> None:
         """The run will spend no more: release its reservation (its charges stay)."""
         self._exec("ledger/run_close", run_id=run_id)
+
+    def suspend_if_unspent(self, run_id: str) -> bool:
+        """Release the reservation of open run ``run_id`` if it has no ledger entry at all: no
+        stage was charged, and a stage is charged before its first noise draw
+        (:func:`~dpngram.release.spend.spend_once`), so no noise was drawn for the run and
+        nothing it could release depends on the data. The run stays resumable: a resume reserves
+        again (:meth:`open_run`); a stage's charge is checked against the lifetime either way.
+        One transaction with the dataset's lock row, so no charge can slip in between the check
+        and the release. Returns whether the run holds no reservation now."""
+        run = self.run(run_id)
+        if run is None or run["state"] == "closed":
+            return True
+        dataset = run["dataset"]
+
+        def body() -> bool:
+            current = self.run(run_id)
+            if current is None or current["state"] != "open":
+                return current is None or current["state"] in ("suspended", "closed")
+            if self._one_row("ledger/run_entries", dataset=dataset, run_id=run_id)[0]:
+                return False  # charged: it may have drawn noise; the reservation stays
+            self._exec("ledger/run_suspend", run_id=run_id)
+            return True
+
+        return self._locked(dataset, body)
 
     # -- charging -----------------------------------------------------------------------------
     def charge_pending(

@@ -8,20 +8,22 @@ staged and ``latest`` keeps pointing at the previous release. :func:`release_ass
 the public facts of a published release (from its report.json and file tree) for the Airflow
 asset events.
 
-Owns: :func:`prepare`, :func:`publish_run`, :func:`release_asset_metadata`.
+Owns: :func:`prepare`, :func:`publish_run`, :func:`complete_publishes` (an interrupted publish is
+completed by the next command), :func:`release_asset_metadata`.
 Imports: dpngram.release (context, ledger), dpngram.config, dpngram.core.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 from dpngram.config import RunConfig
 from dpngram.core.errors import ConfigError
 from dpngram.release.context import RunContext, new_run_id, read_parts, record_part
-from dpngram.release.layout import write_json_atomic
+from dpngram.release.layout import Release, write_json_atomic
 from dpngram.release.ledger import Ledger
 
 #: Parameters holding paths of the operator's machine: withheld from the published report (they are
@@ -44,18 +46,43 @@ def published_parameters(config: RunConfig) -> dict[str, Any]:
     return {k: (WITHHELD if k in PATH_PARAMETERS and v is not None else v) for k, v in flat.items()}
 
 
+class AlreadyPublished(ConfigError):
+    """A run id that is already published. ``completed``: its publish had been interrupted (a kill
+    between the rename and the ``latest`` swap) and was completed now."""
+
+    def __init__(self, message: str, path: Path, completed: bool) -> None:
+        super().__init__(message)
+        self.path, self.completed = path, completed
+
+
 def prepare(config: RunConfig, *, reserve: bool = True) -> RunConfig:
     """Fix the run id, register the run's identity and reserve its budget, and create the staging
-    directory with the run's parameters; all before any private data is read.
+    directory with the run's identity and parameters; all before any private data is read.
 
-    In one ledger transaction (:meth:`Ledger.open_run`): a resumed run id must have the same
-    fingerprint (parameters and input, :mod:`dpngram.release.identity`), else a one-line
-    :class:`~dpngram.core.errors.ResumeError` names what changed; the run's (ε, δ) is reserved
-    against the dataset's lifetime budget (stored per dataset; a run's ``lifetime_*`` flags set it
-    the first time), else a one-line :class:`~dpngram.core.errors.BudgetError`. ``reserve=False``
-    (``dpngram ingest``: a run that spends nothing) reserves nothing."""
+    In this order, so that a refusal reserves nothing: the run id's registration in the warehouse
+    (:meth:`Ledger.run`) must have the same fingerprint (parameters and input,
+    :mod:`dpngram.release.identity`) and staging directory, else a one-line
+    :class:`~dpngram.core.errors.ResumeError` names what changed; an existing staging directory must
+    carry this warehouse's identity and the run's registered fingerprint
+    (:func:`~dpngram.release.identity.check_staging`), a new one gets it (an OUT that cannot be
+    written is refused here); then, in one ledger transaction (:meth:`Ledger.open_run`), the run's
+    (ε, δ) is reserved against the dataset's lifetime budget (stored per dataset; a run's
+    ``lifetime_*`` flags set it the first time), else a one-line
+    :class:`~dpngram.core.errors.BudgetError`. A failure after the reservation releases it (the run
+    has drawn nothing). ``reserve=False`` (``dpngram ingest``: a run that spends nothing) reserves
+    nothing.
+
+    A run id that is already published is refused (:class:`AlreadyPublished`); if its publish had
+    been interrupted (the ledger still has it open), the publish is completed first."""
     from dpngram.core.budget import Budget
-    from dpngram.release.identity import compare, fingerprint, operator_dir
+    from dpngram.release.identity import (
+        check_staging,
+        compare,
+        fingerprint,
+        operator_dir,
+        staging_token,
+        write_staging_token,
+    )
 
     if not config.run_id:
         config = config.with_values(run_id=new_run_id())
@@ -65,50 +92,126 @@ def prepare(config: RunConfig, *, reserve: bool = True) -> RunConfig:
     if uses_public and config.public and not Path(config.public).is_file():
         raise ConfigError(f"public: {config.public} does not exist or is not a file")
     ctx = RunContext(config)
-    if ctx.release.published:
-        raise ConfigError(f"run_id: run '{ctx.run_id}' is already published in {ctx.release.final}")
+    release = ctx.release
     identity = fingerprint(config)
+    staging = str(release.staging.resolve())
     with ctx.warehouse() as wh:
-        Ledger(wh.con).open_run(
-            config.dataset,
-            ctx.run_id,
-            identity,
-            config.budget if reserve else Budget(0.0, 0.0),
-            config.lifetime_epsilon,
-            config.lifetime_delta,
-            compare=compare,
-        )
-    operator = operator_dir(config)
-    write_json_atomic(
-        operator / "run.json",
-        {"run_id": ctx.run_id, "fingerprint": identity, "staging": str(ctx.release.staging.resolve())},
-    )
-    record_part(ctx, "parameters", {"parameters": published_parameters(config), "run_id": ctx.run_id})
+        ledger = Ledger(wh.con)
+        if release.published:
+            completed = complete_publish(release, ledger) if _open_in(ledger, ctx.run_id) else False
+            note = " (its interrupted publish was completed now)" if completed else ""
+            raise AlreadyPublished(
+                f"run_id: run '{ctx.run_id}' is already published in {release.final}{note}",
+                release.final,
+                completed,
+            )
+        complete_publishes(ledger, out=release.out_dir)
+        existing = ledger.run(ctx.run_id)
+        if existing is not None:
+            compare(existing["fingerprint"], identity)  # the dataset is a parameter too
+        registered = existing["fingerprint"] if existing is not None else identity
+        token = staging_token(ctx.run_id, registered, ledger.warehouse_identity())
+        created = not check_staging(release, token, config.warehouse)
+        if created:
+            try:
+                write_staging_token(release, token)
+            except OSError as err:
+                raise ConfigError(
+                    f"out: cannot create the staging directory {release.staging} "
+                    f"({err.strerror or type(err).__name__}); nothing was reserved"
+                ) from None
+        try:
+            ledger.open_run(
+                config.dataset,
+                ctx.run_id,
+                identity,
+                config.budget if reserve else Budget(0.0, 0.0),
+                config.lifetime_epsilon,
+                config.lifetime_delta,
+                compare=compare,
+                staging=staging,
+            )
+        except BaseException:
+            if created:  # nothing was staged: leave no directory behind
+                shutil.rmtree(release.staging, ignore_errors=True)
+            raise
+        try:
+            operator = operator_dir(config)
+            write_json_atomic(
+                operator / "run.json", {"run_id": ctx.run_id, "fingerprint": identity, "staging": staging}
+            )
+            record_part(ctx, "parameters", {"parameters": published_parameters(config), "run_id": ctx.run_id})
+        except BaseException as err:
+            if ledger.suspend_if_unspent(ctx.run_id):
+                err.add_note(f"run '{ctx.run_id}' spent nothing: its budget reservation was released")
+            raise
     return config
 
 
+def _open_in(ledger: Ledger, run_id: str) -> bool:
+    run = ledger.run(run_id)
+    return run is not None and run["state"] != "closed"
+
+
+def complete_publish(release: Release, ledger: Ledger) -> bool:
+    """Finish an interrupted publish of a renamed release: point ``latest`` at it unless a newer
+    release is ``latest`` (:meth:`Release.publish`), then close its ledger run (its reservation is
+    released; its charges stay). Idempotent. Returns whether the run was still open."""
+    was_open = _open_in(ledger, release.run_id)
+    release.publish()
+    ledger.close_run(release.run_id)
+    return was_open
+
+
+def complete_publishes(ledger: Ledger, out: Path | None = None) -> list[Path]:
+    """Complete every interrupted publish this warehouse knows of (in ``out`` only, when given): a
+    run not closed in the ledger whose staging directory was already renamed to its release. A
+    renamed release is complete (validation passed, report written, temporary files removed before
+    the rename), so completing it is always right; there is nothing to roll back. Returns the
+    releases completed."""
+    done = []
+    for run in ledger.open_runs():
+        if not run["staging"]:
+            continue
+        staging = Path(run["staging"])
+        release = Release(staging.parent.parent, run["run_id"])
+        if out is not None and release.runs.resolve() != (Path(out) / "runs").resolve():
+            continue
+        if release.published:
+            complete_publish(release, ledger)
+            done.append(release.final)
+    return done
+
+
 def publish_run(ctx: RunContext) -> Path:
-    """Publish the staged release (atomic rename, then swap ``OUT/latest``).
+    """Publish the staged release (atomic rename, then swap ``OUT/latest``), then close the run in
+    the ledger (its reservation is released; its charges stay).
 
     Refused unless the run passed validation (report part 'validation' with success) and its
-    report was written: a run that failed anywhere before stays staged and unpublished, and
-    ``latest`` keeps pointing at the previous release."""
+    report was written, and unless the staging directory carries the run's identity in this
+    warehouse: a run that failed anywhere before stays staged and unpublished, and ``latest`` keeps
+    pointing at the previous release. A kill after the rename leaves a complete release that the
+    next command (a re-run, ``dpngram gc``, another run into the same OUT) finishes publishing
+    (:func:`complete_publishes`)."""
+    from dpngram.release.identity import verify_staging
+
     release = ctx.release
-    if release.published:
-        path = release.publish()  # idempotent: a retried publish re-points latest
-        with ctx.warehouse() as wh:
-            Ledger(wh.con).close_run(ctx.run_id)
-        return path
-    validation = read_parts(ctx).get("validation")
-    if not validation or validation.get("success") is not True:
-        raise RuntimeError(
-            f"run {ctx.run_id} has not passed validation; refusing to publish (staged in {release.staging})"
-        )
-    if not (release.staging / "report.json").is_file():
-        raise RuntimeError(f"run {ctx.run_id} has no report.json; write the report before publishing")
-    path = release.publish()
-    with ctx.warehouse() as wh:  # the run spends no more: its reservation is released
-        Ledger(wh.con).close_run(ctx.run_id)
+    with ctx.warehouse() as wh:
+        ledger = Ledger(wh.con)
+        if release.published:  # a retried publish: complete it (re-point latest, close the run)
+            complete_publish(release, ledger)
+            return release.final
+        verify_staging(release, ledger, ctx.config.warehouse)
+        validation = read_parts(ctx).get("validation")
+        if not validation or validation.get("success") is not True:
+            raise RuntimeError(
+                f"run {ctx.run_id} has not passed validation; refusing to publish "
+                f"(staged in {release.staging})"
+            )
+        if not (release.staging / "report.json").is_file():
+            raise RuntimeError(f"run {ctx.run_id} has no report.json; write the report before publishing")
+        path = release.publish()
+        ledger.close_run(ctx.run_id)  # the run spends no more: its reservation is released
     return path
 
 

@@ -33,6 +33,7 @@ from dpngram.core.noise import before_first_draw
 from dpngram.engines.base import resource_failure
 from dpngram.engines.duckdb import Warehouse
 from dpngram.release.context import RunContext, StageResult, read_parts, write_part
+from dpngram.release.identity import verify_staging
 from dpngram.release.layout import PARTS_DIR
 from dpngram.release.ledger import Ledger
 
@@ -78,6 +79,8 @@ def spend_once(
     dataset, run_id = ctx.config.dataset, ctx.run_id
     with ctx.engine() if engine else ctx.warehouse() as wh:
         ledger = Ledger(wh.con)
+        # reuse is driven by the staged files: they must be this run's, in this warehouse
+        verify_staging(release, ledger, ctx.config.warehouse)
         reused = marker.exists() and all((release.root / o).exists() for o in outputs)
         if reused:
             fragment = json.loads(marker.read_text(encoding="utf-8"))
