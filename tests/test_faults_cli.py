@@ -92,10 +92,10 @@ def test_an_out_that_is_a_file_is_one_line_naming_the_flag_and_the_fix(tmp_path,
         "--warehouse", str(tmp_path / "w.duckdb"), "--delta", "1e-3", "-q",
     )  # fmt: skip
     line = one_error_line(err)
-    assert code == 1
+    assert code == 2  # refused before anything is reserved (release/publish.py::prepare)
     assert "unexpected" not in line
     assert f"--out {blocker}" in line and "Not a directory" in line
-    assert "remove it or choose another path" in line
+    assert "nothing was reserved" in line and "remove it or choose another path" in line
 
 
 def test_a_warehouse_below_a_file_is_one_line_naming_the_flag_and_the_fix(tmp_path, capsys):

@@ -117,8 +117,9 @@ def prepare(config: RunConfig, *, reserve: bool = True) -> RunConfig:
                 write_staging_token(release, token)
             except OSError as err:
                 raise ConfigError(
-                    f"out: cannot create the staging directory {release.staging} "
-                    f"({err.strerror or type(err).__name__}); nothing was reserved"
+                    f"out: cannot create the staging directory {release.staging} (--out {config.out}): "
+                    f"{err.strerror or type(err).__name__}; nothing was reserved: remove it or choose "
+                    "another path"
                 ) from None
         try:
             ledger.open_run(
