@@ -97,17 +97,15 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
         sigma = calibration.sigma
         threshold = config.lm.count_threshold * sigma
         released, table = _thresholded_release(domain, noisy, threshold)
+        private = _private_model(released, domain, order, threshold, config.lm.count_discount * sigma)
         selection: dict[str, Any]
         if auto:
             adaptation, weight, selection = _select_mix_weight(
                 wh,
                 schema,
-                released,
+                private,
                 domain,
                 candidates,
-                order=order,
-                threshold=threshold,
-                discount=config.lm.count_discount * sigma,
                 salt=salt,
                 holdout=holdout,
                 epsilon=epsilon,
@@ -121,11 +119,8 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
             private_domain = _private_domain_verdict(
                 wh,
                 schema,
-                released,
+                private,
                 domain,
-                order=order,
-                threshold=threshold,
-                discount=config.lm.count_discount * sigma,
                 adaptation=adaptation,
                 weight=weight,
                 salt=salt,
@@ -239,31 +234,34 @@ def _thresholded_release(
     return released, table
 
 
-def _select_mix_weight(
-    wh: Engine,
-    schema: str,
-    released: pl.DataFrame,
-    domain: CountDomain,
-    candidates: list[tuple[float, float]],
-    *,
-    order: int,
-    threshold: float,
-    discount: float,
-    salt: int,
-    holdout: int,
-    epsilon: float,
-    source: NoiseSource,
-) -> tuple[float, float, dict[str, Any]]:
-    """(adaptation, weight) chosen by report-noisy-max on the selection users, and its report."""
+def _private_model(
+    released: pl.DataFrame, domain: CountDomain, order: int, threshold: float, discount: float
+) -> Any:
+    """Q: the model of the released noisy counts (post-processing; lm/open_model.py)."""
     from dpngram.lm.open_model import noisy_count_model
 
-    private = noisy_count_model(
+    return noisy_count_model(
         released.select("n", "ngram", "noisy_count"),
         domain.public_model,
         order,
         threshold=threshold,
         discount=discount,
     )
+
+
+def _select_mix_weight(
+    wh: Engine,
+    schema: str,
+    private: Any,
+    domain: CountDomain,
+    candidates: list[tuple[float, float]],
+    *,
+    salt: int,
+    holdout: int,
+    epsilon: float,
+    source: NoiseSource,
+) -> tuple[float, float, dict[str, Any]]:
+    """(adaptation, weight) chosen by report-noisy-max on the selection users, and its report."""
     betas = sorted({b for b, _ in candidates})
     lams = tuple(sorted({lam for _, lam in candidates}))
     scores = _selection_scores(
@@ -327,12 +325,9 @@ def _selection_scores(
 def _private_domain_verdict(
     wh: Engine,
     schema: str,
-    released: pl.DataFrame,
+    private: Any,
     domain: CountDomain,
     *,
-    order: int,
-    threshold: float,
-    discount: float,
     adaptation: float,
     weight: float,
     salt: int,
@@ -347,15 +342,8 @@ def _private_domain_verdict(
     chosen λ) and under the public-only model, summed and released by the Gaussian mechanism at the
     stage's (ε, δ) (parallel composition: these users are neither counted nor selection users)."""
     from dpngram.lm.arpa import write_arpa
-    from dpngram.lm.open_model import adapt_to_unigrams, noisy_count_model, unigram_distribution
+    from dpngram.lm.open_model import adapt_to_unigrams, unigram_distribution
 
-    private = noisy_count_model(
-        released.select("n", "ngram", "noisy_count"),
-        domain.public_model,
-        order,
-        threshold=threshold,
-        discount=discount,
-    )
     adapted = (
         domain.public_model
         if adaptation == 0
