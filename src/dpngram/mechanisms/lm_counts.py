@@ -305,12 +305,26 @@ def verdict_user_vector(released_logprob: np.ndarray, public_logprob: np.ndarray
     """One verdict user's contribution (L_rel, L_pub, D, κ): their mean per-token log-loss (natural
     log) under the released and the public-only model, each clipped to [0, B_v], the clipped
     difference in [−C_v, C_v], and the constant κ = B_v that counts them. l2 norm at most
-    √(2 B_v² + C_v² + B_v²): :func:`verdict_sensitivity`."""
-    rel = float(np.clip(-np.mean(released_logprob), 0.0, VERDICT_LOSS_CLIP))
-    pub = float(np.clip(-np.mean(public_logprob), 0.0, VERDICT_LOSS_CLIP))
-    raw_diff = float(np.mean(public_logprob) - np.mean(released_logprob))
+    √(2 B_v² + C_v² + B_v²): :func:`verdict_sensitivity`, for any input: a user with no event
+    has loss 0, an infinite (or overflowing) loss counts as B_v, and an undefined difference
+    (both losses infinite) as 0, so no coordinate is ever NaN."""
+    rel_loss, pub_loss = _mean_loss(released_logprob), _mean_loss(public_logprob)
+    rel = float(np.clip(np.nan_to_num(rel_loss, nan=0.0, posinf=VERDICT_LOSS_CLIP), 0.0, VERDICT_LOSS_CLIP))
+    pub = float(np.clip(np.nan_to_num(pub_loss, nan=0.0, posinf=VERDICT_LOSS_CLIP), 0.0, VERDICT_LOSS_CLIP))
+    raw_diff = np.nan_to_num(
+        rel_loss - pub_loss, nan=0.0, posinf=VERDICT_DIFF_CLIP, neginf=-VERDICT_DIFF_CLIP
+    )
     diff = float(np.clip(raw_diff, -VERDICT_DIFF_CLIP, VERDICT_DIFF_CLIP))
     return np.array([rel, pub, diff, VERDICT_LOSS_CLIP], dtype=np.float64)
+
+
+def _mean_loss(logprob: np.ndarray) -> float:
+    """−mean of natural log-probabilities (0 for no event; may be +inf)."""
+    values = np.asarray(logprob, dtype=np.float64)
+    if values.size == 0:
+        return 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        return float(-np.mean(values))
 
 
 def verdict_sensitivity() -> float:
