@@ -256,7 +256,12 @@ def score_verdict_users(
     and under the public-only model P (``public_arpa``)."""
     from dpngram.lm.evaluate import load_model
 
-    models = [load_model(public_arpa), load_model(adapted_arpa), load_model(private_arpa)]
+    same = adapted_arpa == public_arpa  # no adaptation (β = 0): score the public model once
+    models = [
+        load_model(public_arpa),
+        *([] if same else [load_model(adapted_arpa)]),
+        load_model(private_arpa),
+    ]
     sql = load_sql("lm_counts/verdict_sentences", schema=schema)
     params = {
         "salt": int(salt),
@@ -264,7 +269,8 @@ def score_verdict_users(
         "verdict_per_mille": int(verdict_per_mille),
     }
     total = np.zeros(4, dtype=np.float64)
-    for (public, adapted), q in held_out_user_logprobs(wh, sql, params, models):
+    for publics, q in held_out_user_logprobs(wh, sql, params, models):
+        public, adapted = publics[0], publics[-1]
         mix = weight * np.power(10.0, q) + (1.0 - weight) * np.power(10.0, adapted)
         released = np.log(np.maximum(mix, 1e-300))
         total += verdict_user_vector(released, public * math.log(10.0))

@@ -352,7 +352,10 @@ def _private_domain_verdict(
     with tempfile.TemporaryDirectory(prefix="dpngram-verdict-") as tmp:
         paths = {name: Path(tmp) / f"{name}.arpa" for name in ("public", "adapted", "private")}
         write_arpa(domain.public_model, paths["public"])
-        write_arpa(adapted, paths["adapted"])
+        if adaptation == 0:  # P_0 = P: one file, scored once
+            paths["adapted"] = paths["public"]
+        else:
+            write_arpa(adapted, paths["adapted"])
         write_arpa(private, paths["private"])
         sums = score_verdict_users(
             wh,
