@@ -65,10 +65,13 @@ def seeded_noise() -> NoiseSource:
     return NoiseSource.seeded_for_tests(12345)
 
 
-def run_through_dpne(tmp_path: Path, files: dict[str, Path], *, public: bool = True, **config_values):
+def run_through_dpne(
+    tmp_path: Path, files: dict[str, Path], *, public: bool = True, noise=None, **config_values
+):
     """A run on a sample corpus taken through prepare -> ingest -> DPNE (vocabulary + levels), so a
     test can exercise a later stage. ``files`` is what ``pipeline.sample.write_sample`` returned;
-    ``config_values`` are RunConfig fields (input/out/warehouse/public are filled in here)."""
+    ``config_values`` are RunConfig fields (input/out/warehouse/public are filled in here); ``noise``
+    (a seeded source) makes the DPNE releases, and so every later stage's input, reproducible."""
     from dpngram.config import RunConfig
     from dpngram.release.context import RunContext
     from dpngram.release.publish import prepare
@@ -83,7 +86,7 @@ def run_through_dpne(tmp_path: Path, files: dict[str, Path], *, public: bool = T
     config_values.setdefault("stage_budget", {"dpne": 1.0})  # DPNE with the whole budget unless set
     ctx = RunContext(prepare(RunConfig.build(**paths, **config_values)))
     ingest_stage.run_ingest(ctx)
-    run_dpne(ctx)
+    run_dpne(ctx, noise=noise)
     return ctx
 
 
