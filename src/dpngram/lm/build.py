@@ -197,6 +197,7 @@ def mixture_components(
     """(V_LM, P, Q) from the released DP vocabulary and noisy counts, the lm_counts report part and
     the public corpus (``public_part='train'``: without the held-out public sentences)."""
     from dpngram.lm.open_model import noisy_count_model, open_public_model
+    from dpngram.release.identity import public_cache_dir
 
     order = int(part["order"])
     vocabulary, _, public = open_public_model(
@@ -206,6 +207,7 @@ def mixture_components(
         public_cap=config.lm.public_vocab_size,
         lowercase=config.lowercase,
         part=public_part,
+        cache_dir=public_cache_dir(config),
     )
     private = noisy_count_model(
         pl.read_parquet(inputs.root / LM_COUNTS),
@@ -488,7 +490,9 @@ def compare_with_public(
                 path = tmp / f"standin_{len(row)}.arpa"
                 write_arpa(model, path)
                 compile_binary(path, path.with_suffix(".binary"))
-                m = evaluate_file(path.with_suffix(".binary"), tmp / "heldout.txt", config.lowercase)
+                m = evaluate_file(
+                    path.with_suffix(".binary"), tmp / "heldout.txt", config.lowercase, arpa_model=model
+                )
                 row[name] = {k: m.get(k) for k in COMPARED_METRICS}
             out[f"{HELDOUT_PUBLIC_ROW} (1 in {HELDOUT_EVERY}; stand-ins trained without them)"] = row
         if config.lm.eval_text:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import polars as pl
 
@@ -213,6 +214,29 @@ def public_counts(
     return batch_ngram_counts(public_sentence_batches(path, lowercase, part), order, vocabulary)
 
 
+def raw_public_counts(
+    path: str | os.PathLike[str],
+    order: int,
+    lowercase: bool = True,
+    part: str = "all",
+    cache_dir: Path | None = None,
+) -> dict[int, pl.DataFrame]:
+    """Order-1..``order`` counts of the public corpus (``part``) with no vocabulary mapping, except
+    that a literal ``<s>`` or ``</s>`` token reads as ``<unk>`` (so the markers in an n-gram are
+    always sentence padding, and :func:`dpngram.lm.public_cache.map_to_vocabulary` of these counts
+    equals :func:`public_counts` with the same vocabulary). Through the disk cache when
+    ``cache_dir`` is given (keyed by the corpus file's SHA-256)."""
+    from dpngram.lm.public_cache import cached_tables, entry_key, file_digest
+
+    def batches() -> Iterator[pl.Series]:
+        marker = pl.element().is_in([BOS, EOS])
+        for batch in public_sentence_batches(path, lowercase, part):
+            yield batch.list.eval(pl.when(marker).then(pl.lit(UNK)).otherwise(pl.element()))
+
+    key = entry_key("public-counts", file_digest(path), part, lowercase, order) if cache_dir else ""
+    return cached_tables(cache_dir, "counts", key, lambda: batch_ngram_counts(batches(), order, None))
+
+
 def open_public_model(
     dp_vocabulary: Iterable[str],
     public_path: str | None,
@@ -221,18 +245,36 @@ def open_public_model(
     public_cap: int,
     lowercase: bool = True,
     part: str = "all",
+    cache_dir: Path | None = None,
 ) -> tuple[list[str], dict[int, pl.DataFrame], ArpaModel]:
     """(V_LM, public counts per order, P) from the DP vocabulary and the public corpus (or none).
-    ``part='train'`` leaves out the held-out sentences (evaluation stand-ins for the model card)."""
-    words = public_word_counts(public_path, lowercase, part) if public_path else None
-    vocabulary = model_vocabulary(dp_vocabulary, words, public_cap)
-    empty = pl.DataFrame(schema={"ngram": pl.String, "count": pl.Float64})
-    counts = (
-        public_counts(public_path, order, vocabulary, lowercase, part)
-        if public_path
-        else {n: empty for n in range(1, order + 1)}
+    ``part='train'`` leaves out the held-out sentences (evaluation stand-ins for the model card).
+    ``cache_dir``: the public-model cache (:mod:`dpngram.lm.public_cache`; None: no cache): the
+    corpus's raw counts are read from it (or counted once and stored), and P is fitted once per
+    (corpus, part, order, V_LM)."""
+    from dpngram.lm.public_cache import (
+        cached_model,
+        entry_key,
+        file_digest,
+        map_to_vocabulary,
+        vocabulary_digest,
     )
-    return vocabulary, counts, public_model(counts, order, vocabulary)
+
+    empty = pl.DataFrame(schema={"ngram": pl.String, "count": pl.Float64})
+    if not public_path:
+        vocabulary = model_vocabulary(dp_vocabulary, None, public_cap)
+        counts = {n: empty for n in range(1, order + 1)}
+        return vocabulary, counts, public_model(counts, order, vocabulary)
+    raw = raw_public_counts(public_path, order, lowercase, part, cache_dir)
+    unigrams = raw[1].filter(~pl.col("ngram").is_in(list(MARKERS)))
+    words = Counter(dict(zip(unigrams["ngram"].to_list(), unigrams["count"].to_list(), strict=True)))
+    vocabulary = model_vocabulary(dp_vocabulary, words, public_cap)
+    counts = map_to_vocabulary(raw, vocabulary)
+    key = ""
+    if cache_dir:
+        digest = file_digest(public_path)
+        key = entry_key("public-model", digest, part, lowercase, order, vocabulary_digest(vocabulary))
+    return vocabulary, counts, cached_model(cache_dir, key, lambda: public_model(counts, order, vocabulary))
 
 
 def public_model(counts: dict[int, pl.DataFrame], order: int, vocabulary: Iterable[str]) -> ArpaModel:

@@ -112,12 +112,19 @@ def build_domain(
     domain_cap: int,
     kgrams: dict[int, list[str]],
     lowercase: bool = True,
+    cache_dir: Path | None = None,
 ) -> CountDomain:
-    """V_LM, the public model P and the counting domain D (module docstring, steps 1-2)."""
+    """V_LM, the public model P and the counting domain D (module docstring, steps 1-2).
+    ``cache_dir``: the public-model cache (:mod:`dpngram.lm.public_cache`)."""
     from dpngram.lm.open_model import MARKERS, open_public_model
 
     vocabulary, counts, model = open_public_model(
-        dp_vocabulary, public_path, order=order, public_cap=public_cap, lowercase=lowercase
+        dp_vocabulary,
+        public_path,
+        order=order,
+        public_cap=public_cap,
+        lowercase=lowercase,
+        cache_dir=cache_dir,
     )
     parts = [pl.DataFrame({"n": 1, "ngram": sorted({*vocabulary, *MARKERS})})]
     for n in range(2, order + 1):

@@ -163,6 +163,12 @@ def operator_dir(config: RunConfig) -> Path:
     return Path(os.fspath(config.warehouse)).resolve().parent / "operator" / config.run_id
 
 
+def public_cache_dir(config: RunConfig) -> Path:
+    """The public-model cache (:mod:`dpngram.lm.public_cache`): beside the warehouse,
+    ``WAREHOUSE_DIR/cache/public``, shared by the runs of that warehouse. Public data only."""
+    return Path(os.fspath(config.warehouse)).resolve().parent / "cache" / "public"
+
+
 def staging_token(run_id: str, registered: dict[str, Any], warehouse: tuple[str, str]) -> dict[str, Any]:
     """What a run's staging directory carries: the warehouse's id and a keyed digest of the run
     id and the fingerprint the warehouse registered for it (``warehouse``: (id, secret) from

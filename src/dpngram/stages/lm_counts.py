@@ -17,6 +17,7 @@ dpngram.config, dpngram.core; numpy, polars, pyarrow.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ from dpngram.mechanisms.lm_counts import (
     select_weight,
 )
 from dpngram.release.context import RunContext, StageResult, released_summary
+from dpngram.release.identity import public_cache_dir
 from dpngram.release.layout import LM_COUNTS, VOCABULARY
 from dpngram.release.spend import spend_once
 
@@ -99,37 +101,37 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
         released, table = _thresholded_release(domain, noisy, threshold)
         private = _private_model(released, domain, order, threshold, config.lm.count_discount * sigma)
         selection: dict[str, Any]
-        if auto:
-            adaptation, weight, selection = _select_mix_weight(
-                wh,
-                schema,
-                private,
-                domain,
-                candidates,
-                salt=salt,
-                holdout=holdout,
-                epsilon=epsilon,
-                source=source,
-            )
-        else:
-            adaptation, weight = candidates[0]
-            selection = {"method": "fixed (configuration)"}
-        private_domain = None
-        if verdict > holdout:
-            private_domain = _private_domain_verdict(
-                wh,
-                schema,
-                private,
-                domain,
-                adaptation=adaptation,
-                weight=weight,
-                salt=salt,
-                holdout=holdout,
-                verdict=verdict,
-                epsilon=epsilon,
-                delta=delta,
-                source=source,
-            )
+        with tempfile.TemporaryDirectory(prefix="dpngram-lmcounts-") as tmp:
+            files = _ArpaFiles(Path(tmp), domain.public_model, private)
+            if auto:
+                adaptation, weight, selection = _select_mix_weight(
+                    wh,
+                    schema,
+                    files,
+                    candidates,
+                    salt=salt,
+                    holdout=holdout,
+                    epsilon=epsilon,
+                    source=source,
+                )
+            else:
+                adaptation, weight = candidates[0]
+                selection = {"method": "fixed (configuration)"}
+            private_domain = None
+            if verdict > holdout:
+                private_domain = _private_domain_verdict(
+                    wh,
+                    schema,
+                    files,
+                    adaptation=adaptation,
+                    weight=weight,
+                    salt=salt,
+                    holdout=holdout,
+                    verdict=verdict,
+                    epsilon=epsilon,
+                    delta=delta,
+                    source=source,
+                )
         with ctx.release.writing(LM_COUNTS) as tmp_path:
             pq.write_table(table, tmp_path)
         wh.drop(schema, *WORK_TABLES)
@@ -176,6 +178,7 @@ def _count_domain(config: RunConfig, root: Path, dp_vocab: list[str]) -> CountDo
         domain_cap=config.lm.count_domain,
         kgrams=kgrams,
         lowercase=config.lowercase,
+        cache_dir=public_cache_dir(config),
     )
 
 
@@ -234,6 +237,38 @@ def _thresholded_release(
     return released, table
 
 
+class _ArpaFiles:
+    """The stage's models as ARPA files in one temporary directory, each written once: Q, P and P
+    adapted at each strength β the selection scores (P itself at β = 0). The selection and the
+    verdict score the same files."""
+
+    def __init__(self, tmp: Path, public_model: Any, private_model: Any) -> None:
+        self._tmp, self._public, self._private = tmp, public_model, private_model
+        self._paths: dict[str, Path] = {}
+
+    def _file(self, name: str, build: Callable[[], Any]) -> Path:
+        from dpngram.lm.arpa import write_arpa
+
+        if name not in self._paths:
+            path = self._tmp / f"{name}.arpa"
+            write_arpa(build(), path)
+            self._paths[name] = path
+        return self._paths[name]
+
+    def private(self) -> Path:
+        return self._file("private", lambda: self._private)
+
+    def public(self, beta: float) -> Path:
+        from dpngram.lm.open_model import adapt_to_unigrams, unigram_distribution
+
+        if beta == 0:
+            return self._file("public", lambda: self._public)
+        return self._file(
+            f"public_adapted_{beta!r}",
+            lambda: adapt_to_unigrams(self._public, unigram_distribution(self._private), beta),
+        )
+
+
 def _private_model(
     released: pl.DataFrame, domain: CountDomain, order: int, threshold: float, discount: float
 ) -> Any:
@@ -252,8 +287,7 @@ def _private_model(
 def _select_mix_weight(
     wh: Engine,
     schema: str,
-    private: Any,
-    domain: CountDomain,
+    files: _ArpaFiles,
     candidates: list[tuple[float, float]],
     *,
     salt: int,
@@ -264,9 +298,7 @@ def _select_mix_weight(
     """(adaptation, weight) chosen by report-noisy-max on the selection users, and its report."""
     betas = sorted({b for b, _ in candidates})
     lams = tuple(sorted({lam for _, lam in candidates}))
-    scores = _selection_scores(
-        wh, schema, private, domain.public_model, betas, lams, salt=salt, holdout=holdout
-    )
+    scores = _selection_scores(wh, schema, files, betas, lams, salt=salt, holdout=holdout)
     order_of_scores = [(b, lam) for b in betas for lam in lams]
     # Always through report-noisy-max, even with no selection user (the sum over nobody is
     # the zero vector): whether one user exists must not change what is released.
@@ -287,8 +319,7 @@ def _select_mix_weight(
 def _selection_scores(
     wh: Engine,
     schema: str,
-    private: Any,
-    public_model: Any,
+    files: _ArpaFiles,
     betas: list[float],
     lams: tuple[float, ...],
     *,
@@ -296,37 +327,23 @@ def _selection_scores(
     holdout: int,
 ) -> np.ndarray:
     """Summed clipped scores of every (adaptation, weight) candidate over the selection users
-    (PRIVATE, in-process only), through temporary ARPA files of the private and public models."""
-    from dpngram.lm.arpa import write_arpa
-    from dpngram.lm.open_model import adapt_to_unigrams, unigram_distribution
-
-    with tempfile.TemporaryDirectory(prefix="dpngram-lmsel-") as tmp:
-        q_arpa = Path(tmp) / "private.arpa"
-        write_arpa(private, q_arpa)
-        p_arpas = []
-        for b in betas:
-            variant = (
-                public_model if b == 0 else adapt_to_unigrams(public_model, unigram_distribution(private), b)
-            )
-            p_arpas.append(Path(tmp) / f"public_{len(p_arpas)}.arpa")
-            write_arpa(variant, p_arpas[-1])
-        scores, _ = score_selection_users(
-            wh,
-            schema,
-            salt=salt,
-            holdout_per_mille=holdout,
-            public_arpas=p_arpas,
-            private_arpa=q_arpa,
-            weights=lams,
-        )
+    (PRIVATE, in-process only), through the ARPA files of the private and public models."""
+    scores, _ = score_selection_users(
+        wh,
+        schema,
+        salt=salt,
+        holdout_per_mille=holdout,
+        public_arpas=[files.public(b) for b in betas],
+        private_arpa=files.private(),
+        weights=lams,
+    )
     return scores
 
 
 def _private_domain_verdict(
     wh: Engine,
     schema: str,
-    private: Any,
-    domain: CountDomain,
+    files: _ArpaFiles,
     *,
     adaptation: float,
     weight: float,
@@ -341,33 +358,17 @@ def _private_domain_verdict(
     the released mixture (the noisy-count model Q, the public model adapted at the chosen β, the
     chosen λ) and under the public-only model, summed and released by the Gaussian mechanism at the
     stage's (ε, δ) (parallel composition: these users are neither counted nor selection users)."""
-    from dpngram.lm.arpa import write_arpa
-    from dpngram.lm.open_model import adapt_to_unigrams, unigram_distribution
-
-    adapted = (
-        domain.public_model
-        if adaptation == 0
-        else adapt_to_unigrams(domain.public_model, unigram_distribution(private), adaptation)
+    sums = score_verdict_users(
+        wh,
+        schema,
+        salt=salt,
+        holdout_per_mille=holdout,
+        verdict_per_mille=verdict,
+        public_arpa=files.public(0.0),
+        adapted_arpa=files.public(adaptation),  # the same file as public_arpa when β = 0
+        private_arpa=files.private(),
+        weight=weight,
     )
-    with tempfile.TemporaryDirectory(prefix="dpngram-verdict-") as tmp:
-        paths = {name: Path(tmp) / f"{name}.arpa" for name in ("public", "adapted", "private")}
-        write_arpa(domain.public_model, paths["public"])
-        if adaptation == 0:  # P_0 = P: one file, scored once
-            paths["adapted"] = paths["public"]
-        else:
-            write_arpa(adapted, paths["adapted"])
-        write_arpa(private, paths["private"])
-        sums = score_verdict_users(
-            wh,
-            schema,
-            salt=salt,
-            holdout_per_mille=holdout,
-            verdict_per_mille=verdict,
-            public_arpa=paths["public"],
-            adapted_arpa=paths["adapted"],
-            private_arpa=paths["private"],
-            weight=weight,
-        )
     out = release_verdict(sums, epsilon=epsilon, delta=delta, noise=source)
     del sums
     out["users_fraction"] = (verdict - holdout) / 1000.0

@@ -1,0 +1,166 @@
+"""Disk cache of the public corpus's n-gram counts and of the public Kneser-Ney model P
+(docs/lm.md, "The public-model cache").
+
+Every run with a public corpus needs P in two stages (``lm_counts`` builds the counting domain and
+the selection models on it; ``lm`` mixes it into the released model) and a second P without the
+held-out public sentences (the model card's stand-ins). Before this cache each of them tokenised
+and counted the whole public corpus again and fitted Kneser-Ney again. Two kinds of entries:
+
+* ``counts``: the raw order-1..N counts of one public corpus (``part``: all / train), with no
+  vocabulary mapping. Keyed by the corpus file's SHA-256, so every later run on the same corpus
+  skips tokenising and counting; a run maps them to its vocabulary (:func:`map_to_vocabulary`),
+  which gives exactly the counts of counting with that mapping.
+* ``models``: a fitted P, keyed by the corpus digest, the part, the order and the run's model
+  vocabulary V_LM. The DP vocabulary changes from run to run, so this kind serves the second and
+  later uses within a run (the ``lm`` stage reuses the ``lm_counts`` stage's P, also across
+  Airflow task processes) and an identical re-run.
+
+Only public data is stored: the public corpus's counts and a model fitted on them over V_LM (the
+DP vocabulary, a released output, ∪ public words). The directory is ``WAREHOUSE_DIR/cache/public``
+(:func:`dpngram.release.identity.public_cache_dir`). Entries are written to a temporary directory
+and renamed into place (atomic; a concurrent writer of the same key loses the race harmlessly),
+and only the :data:`KEEP` most recently used entries of each kind are kept. A cache that cannot be
+read or written is skipped (the caller recomputes): the cache never changes a result.
+
+Owns: the cache layout and keys. Imports: dpngram.lm.arpa; polars.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TypeVar
+
+import polars as pl
+
+from dpngram.lm.arpa import BOS, EOS, UNK, ArpaModel
+
+#: Bump when the counting or the model recipe changes: older entries are then never read.
+CACHE_VERSION = 1
+
+#: Entries kept per kind (least recently used removed first).
+KEEP = {"counts": 4, "models": 6}
+
+T = TypeVar("T")
+
+
+def file_digest(path: str | os.PathLike[str]) -> str:
+    """SHA-256 of a file's bytes (read every time: a file rewritten within one tick of the clock
+    keeps its modification time, so no memo by time and size)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def vocabulary_digest(vocabulary: Iterable[str]) -> str:
+    """SHA-256 of a vocabulary as a set (order-independent)."""
+    h = hashlib.sha256()
+    for word in sorted(set(vocabulary)):
+        h.update(word.encode("utf-8"))
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def entry_key(*parts: object) -> str:
+    return hashlib.sha256(json.dumps([CACHE_VERSION, *parts], default=str).encode()).hexdigest()[:40]
+
+
+def map_to_vocabulary(raw: dict[int, pl.DataFrame], vocabulary: Iterable[str]) -> dict[int, pl.DataFrame]:
+    """Counts with every token outside ``vocabulary`` read as ``<unk>`` (and re-summed), from raw
+    counts whose marker tokens are padding only (:func:`dpngram.lm.open_model.raw_public_counts`).
+    Equal to counting with that mapping (tests/test_lm_public_cache.py)."""
+    keep = pl.Series("keep", sorted({*vocabulary, BOS, EOS, UNK}), dtype=pl.String)
+    out: dict[int, pl.DataFrame] = {}
+    for n, table in raw.items():
+        mapped = table.select(
+            ngram=pl.col("ngram")
+            .str.split(" ")
+            .list.eval(pl.when(pl.element().is_in(keep.implode())).then(pl.element()).otherwise(pl.lit(UNK)))
+            .list.join(" "),
+            count=pl.col("count").cast(pl.Float64),
+        )
+        out[n] = mapped.group_by("ngram").agg(pl.col("count").sum())
+    return out
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def _prune(kind_dir: Path, keep: int) -> None:
+    entries = [p for p in kind_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    entries.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    for stale in entries[keep:]:
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def _read_tables(entry: Path) -> dict[int, pl.DataFrame] | None:
+    meta = entry / "meta.json"
+    if not meta.is_file():
+        return None
+    orders = json.loads(meta.read_text(encoding="utf-8"))["orders"]
+    return {int(n): pl.read_parquet(entry / f"order{int(n)}.parquet") for n in orders}
+
+
+def _write_tables(entry: Path, tables: dict[int, pl.DataFrame], keep: int) -> None:
+    kind_dir = entry.parent
+    kind_dir.mkdir(parents=True, exist_ok=True)
+    tmp = kind_dir / f".{entry.name}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        for n, table in tables.items():
+            table.write_parquet(tmp / f"order{n}.parquet")
+        (tmp / "meta.json").write_text(json.dumps({"orders": sorted(tables)}), encoding="utf-8")
+        try:
+            os.replace(tmp, entry)
+        except OSError:  # another process stored the same entry first: theirs is identical
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _prune(kind_dir, keep)
+
+
+def cached_tables(
+    cache_dir: Path | None, kind: str, key: str, compute: Callable[[], dict[int, pl.DataFrame]]
+) -> dict[int, pl.DataFrame]:
+    """``compute()`` through the cache entry ``cache_dir/kind/key`` (None: no cache)."""
+    if cache_dir is None:
+        return compute()
+    entry = Path(cache_dir) / kind / key
+    try:
+        tables = _read_tables(entry)
+    except (OSError, ValueError, pl.exceptions.PolarsError):
+        tables = None
+    if tables is not None:
+        _touch(entry)
+        return tables
+    tables = compute()
+    try:
+        _write_tables(entry, tables, KEEP.get(kind, 4))
+    except OSError:  # a read-only or full disk: the result stands, uncached
+        pass
+    return tables
+
+
+def cached_model(cache_dir: Path | None, key: str, compute: Callable[[], ArpaModel]) -> ArpaModel:
+    """An :class:`ArpaModel` through the cache (kind ``models``)."""
+    if cache_dir is None:
+        return compute()
+    built: list[ArpaModel] = []
+
+    def tables() -> dict[int, pl.DataFrame]:
+        built.append(compute())
+        return built[0].tables
+
+    stored = cached_tables(cache_dir, "models", key, tables)
+    return built[0] if built else ArpaModel(stored)

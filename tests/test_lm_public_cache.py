@@ -1,0 +1,137 @@
+"""The public-model cache (dpngram.lm.public_cache): cached raw counts mapped to a vocabulary equal
+counting with that mapping; a cached P equals a freshly fitted one; hits skip the work, a changed
+corpus misses, old entries are pruned, and an unusable cache directory changes nothing."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from dpngram.lm import open_model, public_cache
+from dpngram.lm.arpa import BOS, EOS, UNK
+
+
+def _corpus(path: Path, seed: int, lines: int = 400) -> Path:
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(60)]
+    text = [" ".join(rng.choices(words, k=rng.randint(1, 12))) + " ." for _ in range(lines)]
+    path.write_text("\n".join(text) + "\n", encoding="utf-8")
+    return path
+
+
+def _as_dict(frame: pl.DataFrame) -> dict[str, float]:
+    return dict(zip(frame["ngram"].to_list(), frame["count"].to_list(), strict=True))
+
+
+@pytest.mark.parametrize("part", ["all", "train", "heldout"])
+def test_mapped_raw_counts_equal_counting_with_the_vocabulary(tmp_path, part):
+    corpus = _corpus(tmp_path / "public.txt", 3)
+    rng = random.Random(5)
+    vocabulary = set(rng.sample([f"w{i}" for i in range(60)], 20)) | {"absent-word"}
+    direct = open_model.public_counts(corpus, 3, vocabulary, True, part)
+    mapped = public_cache.map_to_vocabulary(open_model.raw_public_counts(corpus, 3, True, part), vocabulary)
+    for n in (1, 2, 3):
+        assert _as_dict(mapped[n]) == _as_dict(direct[n]), (part, n)
+
+
+def test_literal_marker_tokens_read_as_unk_as_in_direct_counting(monkeypatch):
+    """The tokenizer never emits a marker, but a token spelled like one must not pass for padding:
+    raw counting reads it as <unk>, as counting with any vocabulary (which excludes markers) does."""
+    sentences = [["a", BOS, "b"], [EOS, "a"], ["b", UNK, EOS, "a"], ["a"]]
+
+    def batches(path, lowercase, part):
+        yield pl.Series("toks", sentences, dtype=pl.List(pl.String))
+
+    monkeypatch.setattr(open_model, "public_sentence_batches", batches)
+    vocabulary = {"a", "b"}
+    raw = open_model.raw_public_counts("unused", 3)
+    mapped = public_cache.map_to_vocabulary(raw, vocabulary)
+    direct = open_model.batch_ngram_counts(iter([pl.Series("toks", sentences)]), 3, vocabulary)
+    for n in (1, 2, 3):
+        assert _as_dict(mapped[n]) == _as_dict(direct[n]), n
+    assert _as_dict(raw[3])[f"{BOS} a {UNK}"] == 1.0  # the literal <s> in sentence 1
+
+
+def _same_model(a, b) -> bool:
+    """The same n-grams at every order with values within 1e-12: polars sums floats in parallel,
+    so two fits of the same counts may differ in the last bits (never more)."""
+    if sorted(a.tables) != sorted(b.tables):
+        return False
+    for n in a.tables:
+        x, y = a.tables[n].sort("ngram"), b.tables[n].sort("ngram")
+        if x["ngram"].to_list() != y["ngram"].to_list():
+            return False
+        for col in ("logprob", "backoff"):
+            u, v = x[col].fill_null(0.0).to_numpy(), y[col].fill_null(0.0).to_numpy()
+            if (x[col].is_null() != y[col].is_null()).any() or not np.allclose(u, v, rtol=0, atol=1e-12):
+                return False
+    return True
+
+
+def test_cached_public_model_equals_a_fresh_one_and_hits_skip_the_work(tmp_path, monkeypatch):
+    corpus = _corpus(tmp_path / "public.txt", 7)
+    cache = tmp_path / "cache"
+    dp = ["w1", "w2", "w3", "private-only"]
+    fresh = open_model.open_public_model(dp, str(corpus), order=3, public_cap=30)
+    first = open_model.open_public_model(dp, str(corpus), order=3, public_cap=30, cache_dir=cache)
+    assert first[0] == fresh[0]
+    assert _same_model(first[2], fresh[2])
+    for n in (1, 2, 3):
+        assert _as_dict(first[1][n]) == _as_dict(fresh[1][n])
+    assert len(list((cache / "counts").iterdir())) == 1 and len(list((cache / "models").iterdir())) == 1
+
+    fit = open_model.public_model
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("recomputed although cached")
+
+    with monkeypatch.context() as m:  # a second use of the same corpus and vocabulary: no work
+        m.setattr(open_model, "batch_ngram_counts", refuse)
+        m.setattr(open_model, "public_model", refuse)
+        again = open_model.open_public_model(dp, str(corpus), order=3, public_cap=30, cache_dir=cache)
+        assert _same_model(again[2], fresh[2])
+        # another run's DP vocabulary: the counts are reused, only P is fitted again
+        m.setattr(open_model, "public_model", fit)
+        other = open_model.open_public_model(["w9"], str(corpus), order=3, public_cap=30, cache_dir=cache)
+    assert other[0] == open_model.open_public_model(["w9"], str(corpus), order=3, public_cap=30)[0]
+    assert len(list((cache / "models").iterdir())) == 2
+
+    # the same path with other content: another digest, so a miss (never a stale model)
+    _corpus(corpus, 8)
+    changed = open_model.open_public_model(dp, str(corpus), order=3, public_cap=30, cache_dir=cache)
+    assert _same_model(changed[2], open_model.open_public_model(dp, str(corpus), order=3, public_cap=30)[2])
+    assert not _same_model(changed[2], fresh[2])
+    assert len(list((cache / "counts").iterdir())) == 2
+
+
+def test_old_entries_are_pruned_to_the_keep_limit(tmp_path, monkeypatch):
+    corpus = _corpus(tmp_path / "public.txt", 9)
+    cache = tmp_path / "cache"
+    monkeypatch.setitem(public_cache.KEEP, "models", 2)
+    for i in range(4):
+        open_model.open_public_model([f"w{i}", f"x{i}"], str(corpus), order=2, public_cap=5, cache_dir=cache)
+    assert len(list((cache / "models").iterdir())) == 2
+    assert not [p for p in (cache / "models").iterdir() if p.name.startswith(".")]  # no temporaries
+
+
+def test_an_unusable_cache_directory_changes_nothing(tmp_path):
+    corpus = _corpus(tmp_path / "public.txt", 4)
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the cache directory should be", encoding="utf-8")
+    got = open_model.open_public_model(["w1"], str(corpus), order=2, public_cap=10, cache_dir=blocker / "c")
+    fresh = open_model.open_public_model(["w1"], str(corpus), order=2, public_cap=10)
+    assert got[0] == fresh[0] and _same_model(got[2], fresh[2])
+
+
+def test_word_ranking_from_raw_unigrams_matches_the_word_counts(tmp_path):
+    """V_LM is chosen from the cached raw unigrams: the same words, with the same counts, as
+    public_word_counts (markers aside), so the vocabulary rule is unchanged."""
+    corpus = _corpus(tmp_path / "public.txt", 12)
+    raw = open_model.raw_public_counts(corpus, 1)
+    words = {w: c for w, c in _as_dict(raw[1]).items() if w not in (BOS, EOS, UNK)}
+    assert words == dict(Counter(open_model.public_word_counts(corpus)))
