@@ -169,3 +169,44 @@ def test_fractional_counts_closure_adds_missing_contexts():
     assert {"q", "x", "y", "z"} <= set(model.tables[1]["ngram"].to_list())
     assert not any(math.isnan(v) for t in model.tables.values() for v in t["logprob"])
     assert list(itertools.chain(model.tables)) == [1, 2, 3]
+
+
+def _rows(model: ArpaModel) -> dict[int, list[tuple]]:
+    return {n: t.rows() for n, t in model.tables.items()}
+
+
+def test_the_columnwise_reader_equals_the_line_reader_and_falls_back_on_odd_files(tmp_path):
+    """read_arpa parses a regular file column-wise (polars): the same declared counts and tables, row
+    for row, as the line-by-line reader, on a file from write_arpa and one from KenLM's lmplz-style
+    layout (blank lines, CRLF, a 2-field line at a lower order). Odd files take the line reader,
+    so its one-line errors stay."""
+    from dpngram.lm.arpa import _read_arpa_lines, _read_regular_arpa
+
+    arpa = tmp_path / "m.arpa"
+    write_arpa(kneser_ney(frame(counts(SENTENCES, 3, 2.0)), 3, VOCAB), arpa)
+    assert _read_regular_arpa(arpa) is not None  # the fast path is the one taken
+    fast, slow = read_arpa(arpa), _read_arpa_lines(arpa)
+    assert fast[0] == slow[0] and _rows(fast[1]) == _rows(slow[1])
+
+    kenlm_like = tmp_path / "k.arpa"
+    kenlm_like.write_bytes(
+        b"\r\n\\data\\\r\nngram 1=3\r\nngram 2=1\r\n\r\n\\1-grams:\r\n-1.5\t<unk>\t0\r\n"
+        b"-99\t<s>\t-0.25\r\n-0.5\t</s>\r\n\r\n\\2-grams:\r\n-0.1\t<s> </s>\r\n\r\n\\end\\\r\n"
+    )
+    fast, slow = read_arpa(kenlm_like), _read_arpa_lines(kenlm_like)
+    assert _read_regular_arpa(kenlm_like) is not None
+    assert fast[0] == slow[0] == {1: 3, 2: 1} and _rows(fast[1]) == _rows(slow[1])
+    assert _rows(fast[1])[1][2] == ("</s>", -0.5, None)
+
+    odd = {
+        "text before": "junk\n\\data\\\nngram 1=1\n\\1-grams:\n-1\t<unk>\n\\end\\\n",
+        "four fields": "\\data\\\nngram 1=1\n\\1-grams:\n-1\t<unk>\t0\t9\n\\end\\\n",
+        "not numeric": "\\data\\\nngram 1=1\n\\1-grams:\nx\t<unk>\n\\end\\\n",
+        "bad header": "\\data\\\nngram 1=1\n\\one-grams:\n-1\t<unk>\n\\end\\\n",
+    }
+    for name, text in odd.items():
+        path = tmp_path / f"{name}.arpa"
+        path.write_text(text, encoding="utf-8")
+        assert _read_regular_arpa(path) is None, name
+        with pytest.raises(ArpaError, match=r"^line \d+: "):
+            read_arpa(path)

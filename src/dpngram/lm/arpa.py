@@ -335,7 +335,63 @@ def write_arpa(model: ArpaModel, path: str | os.PathLike[str]) -> dict[int, int]
 
 def read_arpa(path: str | os.PathLike[str]) -> tuple[dict[int, int], ArpaModel]:
     """Parse an ARPA file: (counts declared in ``\\data\\``, the tables as read). Raises
-    :class:`ArpaError` on a malformed file (one line, no data values)."""
+    :class:`ArpaError` on a malformed file (one line, no data values).
+
+    A file laid out as :func:`write_arpa` and KenLM write it is parsed column-wise by polars
+    (:func:`_read_regular_arpa`); anything else goes through the line-by-line reader, which also
+    names the first bad line."""
+    regular = _read_regular_arpa(path)
+    return regular if regular is not None else _read_arpa_lines(path)
+
+
+def _read_regular_arpa(path: str | os.PathLike[str]) -> tuple[dict[int, int], ArpaModel] | None:
+    """The fast path of :func:`read_arpa`, or None when the file is not regular: the first
+    non-blank line ``\\data\\``, then only ``ngram N=C`` lines, then ``\\N-grams:`` sections of
+    2- or 3-field tab-separated lines with numeric fields, then ``\\end\\``."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    lines = pl.DataFrame({"line": text.split("\n")}).with_row_index("i")
+    del text
+    lines = lines.filter(pl.col("line").str.strip_chars() != "")
+    ends = lines.filter(pl.col("line") == "\\end\\")["i"]
+    if not ends.len() or not lines.height or lines["line"][0] != "\\data\\":
+        return None
+    lines = lines.filter(pl.col("i") < ends[0]).slice(1)
+    header = pl.col("line").str.starts_with("\\") & pl.col("line").str.ends_with("-grams:")
+    headers = lines.with_row_index("pos").filter(header)
+    if not headers.height:
+        return None
+    data = lines.slice(0, int(headers["pos"][0]))["line"]
+    if not data.str.contains(r"^ngram [0-9]+=[0-9]+$").all():
+        return None
+    declared = {int(n): int(c) for n, c in (line[6:].split("=") for line in data.to_list())}
+    bounds = [*headers["pos"].to_list(), lines.height]
+    tables: dict[int, pl.DataFrame] = {}
+    for k, name in enumerate(headers["line"].to_list()):
+        order = name[1:-7]
+        if not order.isdigit() or int(order) in tables:
+            return None
+        rows = lines.slice(bounds[k] + 1, bounds[k + 1] - bounds[k] - 1).select(
+            tabs=pl.col("line").str.count_matches("\t", literal=True),
+            fields=pl.col("line").str.split_exact("\t", 2),
+        )
+        if not rows["tabs"].is_between(1, 2).all():
+            return None
+        table = rows.unnest("fields").select(
+            ngram=pl.col("field_1"),
+            logprob=pl.col("field_0").cast(pl.Float64, strict=False),
+            backoff=pl.col("field_2").cast(pl.Float64, strict=False),
+            bad=(pl.col("field_0").cast(pl.Float64, strict=False).is_null())
+            | (pl.col("field_2").is_not_null() & pl.col("field_2").cast(pl.Float64, strict=False).is_null()),
+        )
+        if table["bad"].any():
+            return None
+        tables[int(order)] = table.drop("bad")
+    return declared, ArpaModel(dict(sorted(tables.items())))
+
+
+def _read_arpa_lines(path: str | os.PathLike[str]) -> tuple[dict[int, int], ArpaModel]:
+    """:func:`read_arpa` line by line (any layout the format allows; names the first bad line)."""
     declared: dict[int, int] = {}
     rows: dict[int, list[tuple[str, float, float | None]]] = {}
     section: int | None = None

@@ -409,16 +409,25 @@ def evaluate_file(
     text_path: str | os.PathLike[str],
     lowercase: bool = True,
     arpa_path: str | os.PathLike[str] | None = None,
+    arpa_model: ArpaModel | None = None,
 ) -> dict[str, Any]:
     """Score a plain-text file (one or more sentences per line, ``.gz`` accepted) with the model at
-    ``model_path``; top-k accuracy from ``arpa_path`` (default: :func:`find_arpa`). Raises
-    FileNotFoundError for a missing file, ArpaError for an unreadable model/ARPA (one line)."""
+    ``model_path``; top-k accuracy from ``arpa_path`` (default: :func:`find_arpa`), or from
+    ``arpa_model`` when the caller holds the model's tables already (the ARPA file it compiled
+    ``model_path`` from; saves parsing that file again). Raises FileNotFoundError for a missing
+    file, ArpaError for an unreadable model/ARPA (one line)."""
     text = Path(text_path)
     if not text.is_file():
         raise FileNotFoundError(f"text: {text} does not exist or is not a file")
     model = load_model(model_path)
-    arpa, note = find_arpa(model_path, arpa_path)
-    predictor = None
+    if arpa_model is not None:
+        arpa, note = None, None
+        predictor: NextWordPredictor | None = NextWordPredictor(arpa_model)
+        if arpa_model.order != int(model.order):
+            raise ArpaError(f"arpa_model: order {arpa_model.order} differs from the model's {model.order}")
+    else:
+        arpa, note = find_arpa(model_path, arpa_path)
+        predictor = None
     if arpa is not None:
         try:
             predictor = NextWordPredictor.from_arpa(arpa)
@@ -431,5 +440,5 @@ def evaluate_file(
             predictor = None
     result = score_sentences(model, _file_sentences(text, lowercase), predictor, note)
     result["order"] = int(model.order)
-    result["arpa_path"] = str(arpa) if predictor is not None else None
+    result["arpa_path"] = str(arpa) if predictor is not None and arpa is not None else None
     return result
