@@ -1,0 +1,154 @@
+"""Seconds of the two LM stages (``lm_counts`` + ``lm``) against ingest + DPNE, in default runs.
+
+    python benchmarks/lm_speed_bench.py [--baseline REV] [--repeats 1]
+
+Issue 25's speed target: on a corpus of <= 100k users the LM stages must not cost more than ingest
+plus DPNE. Each run is ``dpngram run`` with every default (the default stage split, the model and
+its card) on SOTU (``../shared/data/sotu_users.jsonl.gz``, 12,807 users) with Brown as the public
+corpus, ε = 4, δ = 1e-7, a fresh warehouse directory. Per code version, two runs in a row:
+
+* ``cold``: an empty public-model cache (the first run on a warehouse, or a new public corpus);
+* ``warm``: the same warehouse again (the weekly refresh: the public corpus is unchanged).
+
+``--baseline REV`` also runs git revision REV (checked out into a temporary worktree and put first
+on PYTHONPATH, with this checkout's virtualenv), alternating with this checkout, so the two share
+the machine's load (its Python code only: the SQL files are this checkout's, found through the
+editable install). The headline is the ratio (lm_counts + lm) / (ingest + DPNE) of each run, which
+a shared machine distorts less than seconds. Timings come from the run's operator directory.
+Writes ``benchmarks/results/lm_speed.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT, git_commit, load_average, machine, now, write_result  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data"
+DPNE_STAGES = ("dpne.k1", "dpne.k2", "dpne.k3", "dpne.k4", "dpne.k5", "dpne.kgrams")
+
+
+def _timings(warehouse_dir: Path) -> dict[str, float]:
+    runs = sorted((warehouse_dir / "operator").iterdir(), key=lambda p: p.stat().st_mtime)
+    timings = runs[-1] / "timings"
+    return {p.stem: json.loads(p.read_text())["seconds"] for p in sorted(timings.glob("*.json"))}
+
+
+def one_run(label: str, src: Path | None, work: Path, phase: str) -> dict[str, Any]:
+    """One default run; ``src``: a checkout's ``src`` put first on PYTHONPATH (None: this one)."""
+    env = dict(os.environ)
+    env.pop("DPNGRAM_INSECURE_TEST_SEED", None)
+    if src is not None:
+        env["PYTHONPATH"] = f"{src}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    out = work / f"out-{phase}"
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "dpngram.cli",
+        "run",
+        "--input",
+        str(DATA / "sotu_users.jsonl.gz"),
+        "--public",
+        str(DATA / "brown_public.txt.gz"),
+        "--out",
+        str(out),
+        "--warehouse",
+        str(work / "warehouse.duckdb"),
+        "--dataset",
+        f"sotu-{phase}",
+        "--epsilon",
+        "4",
+        "--delta",
+        "1e-7",
+    ]
+    load_before = load_average()
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - started
+    if proc.returncode:
+        raise SystemExit(f"{label} {phase}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
+    t = _timings(work)
+    lm = t.get("lm_counts", 0.0) + t.get("lm", 0.0)
+    base = t.get("ingest", 0.0) + sum(t.get(s, 0.0) for s in DPNE_STAGES)
+    row = {
+        "code": label,
+        "cache": phase,
+        "wall_seconds": round(wall, 1),
+        "stage_seconds": t,
+        "lm_stages_seconds": round(lm, 2),
+        "ingest_plus_dpne_seconds": round(base, 2),
+        "ratio": round(lm / base, 2) if base else None,
+        "load_average_before": load_before,
+        "load_average_after": load_average(),
+    }
+    print(
+        f"{label:>9} {phase:>4}: lm_counts+lm {lm:6.1f} s, ingest+DPNE {base:5.1f} s, ratio {row['ratio']}",
+        flush=True,
+    )
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--baseline", default=None, help="a git revision to compare with (alternating runs)")
+    ap.add_argument("--repeats", type=int, default=1, help="cold+warm pairs per code version")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="dpngram-lmspeed-") as tmpdir:
+        tmp = Path(tmpdir)
+        versions: list[tuple[str, Path | None]] = [("this", None)]
+        if args.baseline:
+            tree = tmp / "baseline"
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), args.baseline],
+                check=True,
+                capture_output=True,
+            )
+            versions.insert(0, ("baseline", tree / "src"))
+        rows = []
+        try:
+            for r in range(args.repeats):
+                for label, src in versions:
+                    work = tmp / f"{label}-{r}"
+                    work.mkdir()
+                    for phase in ("cold", "warm"):
+                        rows.append(one_run(label, src, work, phase))
+        finally:
+            if args.baseline:
+                subprocess.run(
+                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "baseline")],
+                    check=False,
+                    capture_output=True,
+                )
+    payload = {
+        "benchmark": "lm_speed",
+        "date": now(),
+        "machine": machine(),
+        "git_commit": git_commit(),
+        "parameters": {
+            "private": "sotu_users.jsonl.gz (12,807 users)",
+            "public": "brown_public.txt.gz",
+            "epsilon": 4,
+            "delta": 1e-7,
+            "split": "default (every stage)",
+            "baseline": args.baseline,
+            "repeats": args.repeats,
+        },
+        "target": "lm_counts + lm <= ingest + DPNE (ratio <= 1) on any corpus of <= 100k users",
+        "rows": rows,
+    }
+    print(write_result("lm_speed.json", payload))
+
+
+if __name__ == "__main__":
+    main()
