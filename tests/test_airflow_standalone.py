@@ -562,7 +562,7 @@ def test_second_run_over_the_lifetime_budget_fails_at_the_precheck(session):
     finally:
         con.close()
     assert tables == 0
-    assert (Path(session["conf"]["out"]) / "latest").resolve() == _release(session)
+    assert (Path(session["conf"]["out"]) / "standalone" / "latest").resolve() == _release(session)
 
 
 def test_invalid_conf_is_rejected_by_the_api_with_the_param_error(session):

@@ -161,7 +161,7 @@ def digest(path: Path) -> str:
 
 
 def release_dirs(out: Path) -> set[str]:
-    return {p.name for p in (out / "retrytest" / "runs").iterdir()}
+    return {p.name for p in (out / "runs").iterdir()}  # out is OUT/DATASET
 
 
 def test_killed_stages_are_charged_once_and_published_once(setting):
