@@ -1,23 +1,30 @@
 """Airflow DAG ``dpngram_consume_lm``: the pattern a downstream team copies to use dpngram's
-language model.
+language model of ONE dataset, scored on text the model never saw.
 
-Scheduled on the asset ``dpngram://release/language-model`` (emitted by ``dpngram_release``'s
-``publish_lm`` task whenever a release includes a KenLM model), it reads the triggering asset
-event's ``extra`` (run_id, epsilon, delta, paths, ...: see
-:func:`pipeline.run.release_asset_metadata`), loads ``paths.binary`` with ``kenlm`` and records the
-model's perplexity on a public text:
+Subscribing: releases are kept apart per dataset, and so are their assets. This DAG is scheduled
+on the language-model asset of one dataset, ``dpngram://DATASET/language-model`` (name
+``dpngram_DATASET_language_model``; ``DATASET`` = ``DPNGRAM_CONSUMER_DATASET``, default
+``default``), which ``dpngram_release``'s ``publish_lm`` task emits whenever a release of that
+dataset includes a KenLM model. Releases of other datasets never trigger it. A team in another
+repository copies this file and declares the asset by name and URI only, e.g.
+``Asset(name="dpngram_chats_language_model", uri="dpngram://chats/language-model")``.
 
-* the task's return value (XCom): run_id, model path, text path, perplexity, OOV rate;
+What it records (:func:`dpngram.lm.consumer.score_heldout`): the model's perplexity and OOV rate
+on the team's own held-out text (Param ``eval_text``, one sentence a line, ``.gz`` accepted;
+default ``DPNGRAM_CONSUMER_TEXT``, else the demo's held-out users, who are never ingested), the
+text's path, SHA-256, sentences and tokens, how many of its sentences occur verbatim in the public
+corpus the model was trained on (the event's ``extra["training_corpus"]``), and the release's own
+private-domain verdict (report.json ``model.private_domain``: a DP estimate on held-out users)
+beside it. If more than 1% of the text's sentences are in the training corpus the task fails with
+one line (the score would measure memorisation); the overlap is recorded either way:
+
+* the task's return value (XCom);
 * ``DPNGRAM_CONSUMER_OUT/<release run_id>.json`` (default
-  ``<DPNGRAM_OUT>/../consumer-output/dpngram_consume_lm``): the same, as a small JSON file.
+  ``<DPNGRAM_OUT>/../consumer-output/dpngram_consume_lm``).
 
-The model is differentially private (built only from DP releases) and the text is public, so
-the score is safe to log. A manual trigger without an asset event scores ``OUT/latest``'s model.
-Param ``public_text`` (default ``DPNGRAM_CONSUMER_TEXT`` or the demo's sample public corpus) is
-the text to score.
-
-A team in another repository copies this file and declares the asset by its URI:
-``Asset(name="dpngram_language_model", uri="dpngram://release/language-model")``.
+The model is differentially private (built only from DP releases) and the evaluation text is the
+team's non-private text, so the score is safe to log. A manual trigger without an asset event
+scores ``OUT/DATASET/latest``'s model (training corpus: Param ``training_corpus``).
 """
 
 from __future__ import annotations
@@ -35,15 +42,18 @@ OUT_DIR = Path(os.environ.get("DPNGRAM_OUT", str(REPO / "demo-output"))).resolve
 CONSUMER_OUT = Path(
     os.environ.get("DPNGRAM_CONSUMER_OUT", str(OUT_DIR.parent / "consumer-output" / "dpngram_consume_lm"))
 ).resolve()
-PUBLIC_TEXT = os.environ.get("DPNGRAM_CONSUMER_TEXT", str(DEMO_DIR / "sample" / "public.txt.gz"))
+#: The team's held-out text: never the public corpus the model was built from.
+EVAL_TEXT = os.environ.get("DPNGRAM_CONSUMER_TEXT", str(DEMO_DIR / "sample" / "heldout_users.txt"))
+#: The one dataset this consumer follows.
+DATASET = os.environ.get("DPNGRAM_CONSUMER_DATASET", "default")
 
-#: Must equal dags/dpngram_release.py's LM_ASSET (the published interface: name and URI).
-LM_ASSET = Asset(name="dpngram_language_model", uri="dpngram://release/language-model")
+#: The dataset's language-model asset (dpngram.release.publish.asset_key: the published interface).
+LM_ASSET = Asset(name=f"dpngram_{DATASET}_language_model", uri=f"dpngram://{DATASET}/language-model")
 
 
 @dag(
     dag_id="dpngram_consume_lm",
-    description="Example consumer: perplexity of each new dpngram language model on a public text",
+    description=f"Example consumer: perplexity of each new '{DATASET}' language model on held-out text",
     schedule=[LM_ASSET],
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
@@ -51,22 +61,34 @@ LM_ASSET = Asset(name="dpngram_language_model", uri="dpngram://release/language-
     is_paused_upon_creation=False,
     max_active_runs=1,
     params={
-        "public_text": Param(
-            PUBLIC_TEXT,
+        "eval_text": Param(
+            EVAL_TEXT,
             type="string",
             minLength=1,
-            title="Public text",
-            description="Plain text (one sentence per line, .gz accepted) to score the model on.",
-        )
+            title="Held-out text",
+            description="Text the model never saw (one sentence a line, .gz accepted): your own held-out "
+            "text, not the public corpus. Refused if more than 1% of its sentences are in the training "
+            "corpus.",
+        ),
+        "training_corpus": Param(
+            None,
+            type=["null", "string"],
+            title="Training corpus",
+            description="The public corpus the model was built from; default: the asset event's "
+            "training_corpus (set it for a manual trigger).",
+        ),
     },
     tags=["dpngram", "consumer"],
     doc_md=__doc__,
 )
 def dpngram_consume_lm() -> None:
-    @task(multiple_outputs=False)
+    @task(multiple_outputs=False, task_display_name="Score on held-out text")
     def perplexity(**context: Any) -> dict[str, Any]:
-        """Load the triggering release's model with kenlm and score the public text."""
-        from dpngram.lm.evaluate import evaluate_file
+        """Score the triggering release's model on held-out text, after checking that the text is
+        not in the training corpus; record it beside the release's private-domain verdict."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from dpngram.lm.consumer import TrainingOverlapError, score_heldout
         from dpngram.release.layout import write_json_atomic
 
         events = (
@@ -74,24 +96,28 @@ def dpngram_consume_lm() -> None:
             if context.get("triggering_asset_events")
             else None
         )
+        params = context["params"]
         if events:
             extra = dict(events[-1].extra)  # the newest model if several releases queued up
-            run_id, model = extra["run_id"], extra["paths"]["binary"]
-        else:  # manual trigger: the latest published release
-            release = (OUT_DIR / "latest").resolve()
-            run_id, model = release.name, str(release / "model" / "model.binary")
-        text = context["params"]["public_text"]
-        metrics = evaluate_file(model, text)
-        result = {
-            "run_id": run_id,
-            "model": model,
-            "text": text,
-            "perplexity": metrics["perplexity"],
-            "perplexity_without_oov": metrics["perplexity_without_oov"],
-            "oov_rate": metrics["oov_rate"],
-            "order": metrics["order"],
-        }
+            run_id, model, report = extra["run_id"], extra["paths"]["binary"], extra["report"]
+            corpus = params["training_corpus"] or extra.get("training_corpus")
+        else:  # manual trigger: the dataset's latest published release
+            release = (OUT_DIR / DATASET / "latest").resolve()
+            run_id, model, report = (
+                release.name,
+                str(release / "model" / "model.binary"),
+                str(release / "report.json"),
+            )
+            corpus = params["training_corpus"]
+        try:
+            record = score_heldout(model, params["eval_text"], corpus, report)
+            failure = None
+        except TrainingOverlapError as err:
+            record, failure = err.record, str(err)
+        result = {"run_id": run_id, "dataset": DATASET, **record, "refused": failure}
         write_json_atomic(CONSUMER_OUT / f"{run_id}.json", result)
+        if failure:
+            raise AirflowFailException(failure)
         return result
 
     perplexity()

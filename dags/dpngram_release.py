@@ -5,14 +5,18 @@ user text.
 Thin by design: the tasks are the steps of :data:`dpngram.orchestration.plan.STEPS` (the same
 list the CLI runs), each made from one task function; every task rebuilds the validated
 :class:`dpngram.config.RunConfig` from the run's Params plus the run id and runs its step (``dpngram``
-knows nothing of Airflow). Tasks::
+knows nothing of Airflow). Tasks (dependencies derived from what each step reads and writes,
+:func:`dpngram.orchestration.plan.task_upstreams`)::
 
-    privacy_precheck -> ingest -> triehh -> dpne.k1 -> dpne.kgrams
-        -> lm_counts -> bayes -> synth -> validation -> lm -> report -> publish -> publish_lm
+    privacy_precheck -> ingest -> dpne.k1 -> dpne.kgrams -> lm_counts ─┐
+                                     │            └──────> bayes ──────┼─> validation
+                                     └───────────────────> synth ──────┘
+    validation -> lm -> report -> publish -> publish_lm
 
-(``dpne.*`` form the task group ``dpne``: k1 is the vocabulary; kgrams runs the k-gram levels
-k = 2..T one after another in one process, then merges them. Each level keeps its own name
-``dpne.kK`` in the report, the timings and the ledger.)
+(``dpne.*`` form the task group ``dpne``: k1 is the vocabulary, after TrieHH word discovery when it
+runs; kgrams runs the k-gram levels k = 2..T one after another in one process, then merges them.
+Each level keeps its own name ``dpne.kK`` in the report, the timings and the ledger. The UI shows
+plain names: "Vocabulary", "LM counts", "Bayesian trigram distribution", "Synthetic text", ...)
 
 * ``privacy_precheck`` consults the privacy ledger *before any data is read*: a run that would
   take the dataset past ``lifetime_epsilon``/``lifetime_delta`` fails here with the ledger's
@@ -29,7 +33,7 @@ k = 2..T one after another in one process, then merges them. Each level keeps it
 * Retries are safe: every privacy-spending stage persists its noisy output before its spend is
   committed (:func:`dpngram.release.spend.spend_once`), so a retried task (or a re-run of the same DAG run)
   reuses it and is not charged twice; publishing is an atomic rename, so a failed run leaves
-  ``OUT/latest`` at the previous release. See docs/orchestration.md.
+  ``OUT/DATASET/latest`` at the previous release. See docs/orchestration.md.
 * Refusals (invalid parameters, a budget refusal, any of the pipeline's one-line user errors): the
   reason is logged as one error line, then the task raises
   :class:`dpngram.orchestration.plan.TaskRefused` (a SystemExit: Airflow logs "Task exited", no
@@ -39,14 +43,18 @@ k = 2..T one after another in one process, then merges them. Each level keeps it
   ``airflow pools set dpngram_warehouse 1 "dpngram DuckDB warehouse: one writer at a time"``
   (``dpngram demo`` and the docker init job do). ``airflow dags test`` runs tasks in-process one
   at a time and does not need the pool to exist.
-* Assets (the interface for downstream teams; event ``extra`` from
+* Assets, one set per dataset (the interface for downstream teams; event ``extra`` from
   :func:`dpngram.release.publish.release_asset_metadata`: run_id, dataset, epsilon, delta, ledger charge,
-  released sizes, absolute paths):
+  released sizes, absolute paths). The dataset is a run parameter, so the tasks emit the events
+  through asset aliases (declared here) for the assets of the run's dataset
+  (:func:`dpngram.release.publish.asset_key`):
 
-  - ``dpngram://release/ngrams`` (vocabulary + k-grams) and ``dpngram://release/latest`` (the
-    whole release) are updated by ``publish``;
-  - ``dpngram://release/language-model`` is updated by ``publish_lm`` only when the run built a
-    model (a skipped task emits no asset event). ``dpngram_consume_lm`` is scheduled on it.
+  - ``dpngram://DATASET/ngrams`` (vocabulary + k-grams) and ``dpngram://DATASET/latest`` (the
+    whole release) are updated by ``publish`` (aliases ``dpngram_ngrams_events``,
+    ``dpngram_release_events``);
+  - ``dpngram://DATASET/language-model`` is updated by ``publish_lm`` (alias
+    ``dpngram_language_model_events``) only when the run built a model (a skipped task emits no
+    asset event). ``dpngram_consume_lm`` is scheduled on one dataset's model asset.
 
 Schedule: ``DPNGRAM_SCHEDULE`` at parse time (a cron expression or preset, or ``none``),
 ``catchup=False``. Every scheduled refresh spends (epsilon, delta), so a schedule needs a lifetime
@@ -83,24 +91,28 @@ from pathlib import Path
 from typing import Any
 
 import pendulum
-from airflow.sdk import Asset, Param, TaskGroup, dag, task
+from airflow.sdk import Asset, AssetAlias, Param, TaskGroup, dag, task
 from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryAction, RetryRule
 
+# Parse-time imports stay light (pydantic and the configuration, no numpy/scipy/duckdb/polars/GX/
+# kenlm): every task process parses this file first. tests/test_dag.py checks it.
 from dpngram.config import RunConfig, flat_fields
 from dpngram.orchestration.form import form_params
-from dpngram.orchestration.plan import MAX_LEVEL, TASKS, Task, TaskRefused
+from dpngram.orchestration.plan import MAX_LEVEL, TASK_LABELS, TASKS, Task, TaskRefused, task_upstreams
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_DIR = Path(os.environ.get("DPNGRAM_DEMO_DIR", str(REPO / ".dpngram"))).resolve()
 OUT_DIR = Path(os.environ.get("DPNGRAM_OUT", str(REPO / "demo-output"))).resolve()
 POOL = "dpngram_warehouse"
 
-#: The whole published release (report, validation, every released table).
-RELEASE_ASSET = Asset(name="dpngram_release", uri="dpngram://release/latest")
-#: The released vocabulary and k-grams (released/vocabulary.parquet, released/kgrams.parquet).
-NGRAMS_ASSET = Asset(name="dpngram_ngrams", uri="dpngram://release/ngrams")
-#: The KenLM language model (model/model.binary, model.arpa, MODEL_CARD.md).
-LM_ASSET = Asset(name="dpngram_language_model", uri="dpngram://release/language-model")
+#: The whole published release (report, validation, every released table): asset
+#: ``dpngram://DATASET/latest`` of the run's dataset, emitted through this alias.
+RELEASE_ALIAS = AssetAlias("dpngram_release_events")
+#: The released vocabulary and k-grams: asset ``dpngram://DATASET/ngrams``.
+NGRAMS_ALIAS = AssetAlias("dpngram_ngrams_events")
+#: The KenLM language model (model/model.binary, model.arpa, MODEL_CARD.md): asset
+#: ``dpngram://DATASET/language-model``.
+LM_ALIAS = AssetAlias("dpngram_language_model_events")
 
 #: Fields that are not Params: the run id is the Airflow run id.
 NOT_PARAMS = ("run_id",)
@@ -266,6 +278,7 @@ def run_step(step_name: str, **context: Any) -> dict[str, Any]:
 
 TASK_BY_NAME = {spec.name: spec for spec in TASKS}
 GROUP_TIPS = {"dpne": "DPSU vocabulary (k1), then the DPNE k-gram levels k = 2..T and their merge (kgrams)"}
+GROUP_LABELS = {"dpne": "DPNE: vocabulary and k-grams"}
 
 
 @dag(
@@ -281,7 +294,7 @@ GROUP_TIPS = {"dpne": "DPSU vocabulary (k1), then the DPNE k-gram levels k = 2..
     doc_md=__doc__,
 )
 def dpngram_release() -> None:
-    @task(pool=POOL, multiple_outputs=False)
+    @task(pool=POOL, multiple_outputs=False, task_display_name=TASK_LABELS["privacy_precheck"])
     @_fail_fast
     def privacy_precheck(**context: Any) -> dict[str, Any]:
         """Privacy pre-check: refuse the run (no retry, one-line reason) if the dataset's ledger
@@ -303,48 +316,74 @@ def dpngram_release() -> None:
         _log_notices(prepared)
         return {"run_id": prepared.run_id}
 
-    @task(outlets=[NGRAMS_ASSET, RELEASE_ASSET], multiple_outputs=False)
+    @task(
+        outlets=[NGRAMS_ALIAS, RELEASE_ALIAS],
+        multiple_outputs=False,
+        task_display_name=TASK_LABELS["publish"],
+    )
     @_fail_fast
     def publish(**context: Any) -> dict[str, Any]:
-        """Atomic publish (staging -> runs/RUN_ID, then OUT/latest); emits the n-gram and release
-        asset events with the release's public metadata."""
+        """Atomic publish (staging -> OUT/DATASET/runs/RUN_ID, then OUT/DATASET/latest); emits the
+        dataset's n-gram and release asset events with the release's public metadata."""
         from dpngram.release.context import RunContext
-        from dpngram.release.publish import publish_run, release_asset_metadata
+        from dpngram.release.publish import asset_key, publish_run, release_asset_metadata
 
-        path = publish_run(RunContext(_config(context)))
+        config = _config(context)
+        path = publish_run(RunContext(config))
         metadata = release_asset_metadata(path)
-        context["outlet_events"][NGRAMS_ASSET].extra = metadata["ngrams"]
-        context["outlet_events"][RELEASE_ASSET].extra = metadata["release"]
+        for kind, alias in (("ngrams", NGRAMS_ALIAS), ("release", RELEASE_ALIAS)):
+            name, uri = asset_key(config.dataset, kind)
+            context["outlet_events"][alias].add(Asset(name=name, uri=uri), extra=metadata[kind])
         return {"path": str(path), "run_id": path.name}
 
-    @task(outlets=[LM_ASSET], multiple_outputs=False)
+    @task(outlets=[LM_ALIAS], multiple_outputs=False, task_display_name=TASK_LABELS["publish_lm"])
     @_fail_fast
     def publish_lm(**context: Any) -> dict[str, Any]:
-        """Emit the language-model asset event for the published release; skipped (no event)
-        when the run built no model."""
+        """Emit the dataset's language-model asset event for the published release; skipped (no
+        event) when the run built no model. The event names the public corpus the model was built
+        from, so that consumers can check their evaluation text against it."""
         from dpngram.release.context import RunContext
-        from dpngram.release.publish import release_asset_metadata
+        from dpngram.release.publish import asset_key, release_asset_metadata
 
-        path = RunContext(_config(context)).release.final
-        metadata = release_asset_metadata(path)["language_model"]
+        config = _config(context)
+        path = RunContext(config).release.final
+        metadata = release_asset_metadata(path, training_corpus=config.public)["language_model"]
         if metadata is None:
             _skip("this release has no language model")
-        context["outlet_events"][LM_ASSET].extra = metadata
+        name, uri = asset_key(config.dataset, "language_model")
+        context["outlet_events"][LM_ALIAS].add(Asset(name=name, uri=uri), extra=metadata)
         return {"path": metadata["paths"]["binary"], "run_id": path.name}
 
     groups: dict[str, TaskGroup] = {}
-    chain = [privacy_precheck()]
+    precheck = privacy_precheck()
+    made = {}
     for spec in TASKS:
         if spec.group and spec.group not in groups:
-            groups[spec.group] = TaskGroup(spec.group, tooltip=GROUP_TIPS[spec.group])
+            groups[spec.group] = TaskGroup(
+                spec.group, tooltip=GROUP_TIPS[spec.group], group_display_name=GROUP_LABELS[spec.group]
+            )
         group = groups.get(spec.group) if spec.group else None
-        options: dict[str, Any] = {"task_id": spec.task_id, "doc_md": spec.doc or None, "task_group": group}
+        options: dict[str, Any] = {
+            "task_id": spec.task_id,
+            "doc_md": spec.doc or None,
+            "task_group": group,
+            "task_display_name": spec.label,
+        }
         if spec.name == "ingest":
             options["trigger_rule"] = "all_success"
-        chain.append(run_step.override(**options)(step_name=spec.name))
-    chain += [publish(), publish_lm()]
-    for upstream, downstream in zip(chain, chain[1:], strict=False):
-        upstream >> downstream
+        made[spec.name] = run_step.override(**options)(step_name=spec.name)
+    # the plan's data flow: each task after the tasks whose outputs it reads
+    upstreams = task_upstreams()
+    for name, task_ in made.items():
+        for upstream in upstreams[name] or ():
+            made[upstream] >> task_
+        if not upstreams[name]:
+            precheck >> task_
+    downstream = {u for ups in upstreams.values() for u in ups}
+    last = [task_ for name, task_ in made.items() if name not in downstream]
+    published = publish()
+    last >> published
+    published >> publish_lm()
 
 
 dpngram_release()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -72,7 +73,7 @@ def write_marker_corpus(directory: Path) -> dict[str, Path]:
     """The synthetic sample (300 users) plus one user whose text holds :data:`MARKER`."""
     from dpngram.text.sample import write_sample
 
-    files = write_sample(directory / "sample", n_users=300, seed=7, public_sentences=2000)
+    files = write_sample(directory / "sample", n_users=300, seed=7, public_sentences=2000, heldout_users=30)
     users = directory / "users_with_marker.jsonl.gz"
     with (
         gzip.open(files["users"], "rt", encoding="utf-8") as src,
@@ -85,7 +86,11 @@ def write_marker_corpus(directory: Path) -> dict[str, Path]:
             "text": f"my secret word is {MARKER} and nobody may know {MARKER} .",
         }
         dst.write(json.dumps(record) + "\n")
-    return {"users": users, "public": files["public"]}
+    # the consumer's held-out text: users never ingested, one document a line (never the public corpus)
+    heldout = directory / "heldout.txt"
+    with gzip.open(files["heldout_users"], "rt", encoding="utf-8") as src:
+        heldout.write_text("".join(json.loads(line)["text"].replace("\n", " ") + "\n" for line in src))
+    return {"users": users, "public": files["public"], "heldout": heldout}
 
 
 def _die_with_parent() -> None:
@@ -347,7 +352,8 @@ def session(tmp_path_factory) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("standalone")
     corpus = write_marker_corpus(base / "data")
     airflow = Airflow(base)
-    airflow.env["DPNGRAM_CONSUMER_TEXT"] = str(corpus["public"])  # the consumer's public text
+    airflow.env["DPNGRAM_CONSUMER_TEXT"] = str(corpus["heldout"])  # the consumer's held-out text
+    airflow.env["DPNGRAM_CONSUMER_DATASET"] = "standalone"  # the one dataset the consumer follows
     out = {"airflow": airflow, "corpus": corpus, "base": base}
     # the deployment's Param defaults: paths, a small T, and a lifetime budget with room for one
     # run at the default epsilon (4), not two. Everything else is RunConfig's default.
@@ -432,7 +438,7 @@ def _detail(session: dict[str, Any]) -> str:
 
 
 def _release(session: dict[str, Any]) -> Path:
-    return Path(session["conf"]["out"]) / "runs" / run_id_from(session["run"]["dag_run_id"])
+    return Path(session["conf"]["out"]) / "standalone" / "runs" / run_id_from(session["run"]["dag_run_id"])
 
 
 def test_release_triggered_through_the_rest_api_publishes(session):
@@ -440,7 +446,7 @@ def test_release_triggered_through_the_rest_api_publishes(session):
     states = {t: ti["state"] for t, ti in session["tasks"].items()}
     assert states["publish"] == "success" and states["publish_lm"] == "success", states
     release = _release(session)
-    assert (Path(session["conf"]["out"]) / "latest").resolve() == release
+    assert (Path(session["conf"]["out"]) / "standalone" / "latest").resolve() == release
     for name in (
         "report.json",
         "released/vocabulary.parquet",
@@ -474,13 +480,19 @@ def test_asset_events_carry_release_metadata_and_trigger_the_consumer(session):
     assert session["state"] == "success", _detail(session)
     release = _release(session)
     by_uri = {e["uri"]: e for e in session["events"] if e["extra"].get("run_id") == release.name}
+    # one set of assets per dataset: this run's dataset is 'standalone'
     assert set(by_uri) == {
-        "dpngram://release/ngrams",
-        "dpngram://release/latest",
-        "dpngram://release/language-model",
+        "dpngram://standalone/ngrams",
+        "dpngram://standalone/latest",
+        "dpngram://standalone/language-model",
     }, session["events"]
+    assert {e["name"] for e in by_uri.values()} == {
+        "dpngram_standalone_ngrams",
+        "dpngram_standalone_release",
+        "dpngram_standalone_language_model",
+    }
     report = json.loads((release / "report.json").read_text())
-    ngrams = by_uri["dpngram://release/ngrams"]["extra"]
+    ngrams = by_uri["dpngram://standalone/ngrams"]["extra"]
     assert ngrams["dataset"] == "standalone"
     assert ngrams["epsilon"] == pytest.approx(report["privacy"]["total"]["epsilon"])
     assert ngrams["delta"] == pytest.approx(session["conf"].get("delta", 1e-7))
@@ -490,7 +502,7 @@ def test_asset_events_carry_release_metadata_and_trigger_the_consumer(session):
 
     for name, path in ngrams["paths"].items():
         assert ngrams["released_rows"][name] == pq.ParquetFile(path).metadata.num_rows, name
-    model = by_uri["dpngram://release/language-model"]["extra"]
+    model = by_uri["dpngram://standalone/language-model"]["extra"]
     assert model["paths"]["binary"] == str(release / "model" / "model.binary")
     assert model["order"] == report["model"]["order"]
 
@@ -501,6 +513,18 @@ def test_asset_events_carry_release_metadata_and_trigger_the_consumer(session):
     value = xcom["value"] if isinstance(xcom["value"], dict) else json.loads(xcom["value"])
     assert value["run_id"] == release.name and value["model"] == model["paths"]["binary"]
     assert value["perplexity"] > 1 and 0 <= value["oov_rate"] <= 1
+    # scored on held-out text, checked against the training corpus, beside the release's verdict
+    assert model["training_corpus"] == session["conf"]["public"]
+    heldout = session["corpus"]["heldout"]
+    assert (
+        value["text"]["path"] == str(heldout)
+        and value["text"]["sentences"] > 0
+        and value["text"]["tokens"] > 0
+    )
+    assert value["text"]["sha256"] == hashlib.sha256(heldout.read_bytes()).hexdigest()
+    assert value["overlap"]["fraction"] <= 0.01 and value["refused"] is None
+    verdict = report["model"].get("private_domain") or {}
+    assert (value["release_verdict"] or {}).get("epsilon") == verdict.get("epsilon")
     recorded = json.loads((session["base"] / "consumer-out" / f"{release.name}.json").read_text())
     assert recorded == value
 
@@ -527,7 +551,7 @@ def test_second_run_over_the_lifetime_budget_fails_at_the_precheck(session):
     # SystemExit) and attaches no exception detail (AirflowFailException would carry one)
     assert "Task exited" in text and "error_detail" not in text and "Traceback" not in text, text[-3000:]
     # nothing was read: no staged release, no private table in the run's schema
-    assert not (Path(session["conf"]["out"]) / "runs" / f"{run_id}.staging").exists()
+    assert not (Path(session["conf"]["out"]) / "standalone" / "runs" / f"{run_id}.staging").exists()
     import duckdb
 
     con = duckdb.connect(session["conf"]["warehouse"], read_only=True)
@@ -538,7 +562,7 @@ def test_second_run_over_the_lifetime_budget_fails_at_the_precheck(session):
     finally:
         con.close()
     assert tables == 0
-    assert (Path(session["conf"]["out"]) / "latest").resolve() == _release(session)
+    assert (Path(session["conf"]["out"]) / "standalone" / "latest").resolve() == _release(session)
 
 
 def test_invalid_conf_is_rejected_by_the_api_with_the_param_error(session):

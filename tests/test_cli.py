@@ -73,8 +73,8 @@ def test_run_end_to_end_publishes_a_release(first_result):
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout)
     release = Path(summary["release"])
-    assert release == (base / "out" / "runs" / "first").resolve()
-    assert (base / "out" / "latest").resolve() == release
+    assert release == (base / "out" / "clitest" / "runs" / "first").resolve()
+    assert (base / "out" / "clitest" / "latest").resolve() == release
     for name in (
         "report.json",
         "report.html",
@@ -102,7 +102,7 @@ def test_ledger_shows_the_runs_spend(first_result, capsys):
     assert code == 0
     history = json.loads(out)
     assert {e["run_id"] for e in history["entries"]} == {"first"}
-    report = json.loads((base / "out" / "runs" / "first" / "report.json").read_text())
+    report = json.loads((base / "out" / "clitest" / "runs" / "first" / "report.json").read_text())
     # the ledger holds what the run was charged (with several stages, the stages' charges add up:
     # more than the composed total the report also states)
     charged = report["privacy"]["ledger_charged"]["epsilon"]
@@ -138,8 +138,10 @@ def test_second_run_over_the_lifetime_budget_is_refused_before_ingest(first_resu
     )
     assert code == 2
     assert err.startswith("dpngram: error: ") and "lifetime" in err and len(err.strip().splitlines()) == 1
-    assert not (base / "out" / "runs" / "second.staging").exists()  # refused before anything was staged
-    assert (base / "out" / "latest").resolve().name == "first"
+    assert not (
+        base / "out" / "clitest" / "runs" / "second.staging"
+    ).exists()  # refused before anything was staged
+    assert (base / "out" / "clitest" / "latest").resolve().name == "first"
 
 
 def test_missing_input_is_one_line_exit_2_without_traceback(tmp_path):

@@ -74,7 +74,9 @@ DAGBAG_SCRIPT = textwrap.dedent("""
                            for name in dag.params.keys()}}
         info["tasks"] = {t.task_id: {"pool": t.pool, "retries": t.retries,
                                      "trigger_rule": getattr(t.trigger_rule, "value", str(t.trigger_rule)),
-                                     "outlets": sorted(a.uri for a in t.outlets),
+                                     "outlets": sorted(getattr(a, "uri", None) or f"alias:{a.name}"
+                                                       for a in t.outlets),
+                                     "label": t.task_display_name,
                                      "upstream": sorted(t.upstream_task_ids)} for t in dag.tasks}
         info["schedule"] = dag.schedule if isinstance(dag.schedule, (str, type(None))) else repr(dag.schedule)
         info["catchup"] = dag.catchup
@@ -95,6 +97,29 @@ def dagbag(airflow: dict, **env: str) -> dict:
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")), None)
     assert line, proc.stdout[-2000:] + proc.stderr[-3000:]
     return json.loads(line[len("RESULT") :])
+
+
+HEAVY = ("numpy", "scipy", "duckdb", "polars", "pyarrow", "pandas", "great_expectations", "kenlm", "pyspark")
+
+
+def test_parsing_the_dag_files_imports_no_heavy_library(airflow):
+    """Every task process parses the DAG file before it runs (the cold start of issue 28, item 6):
+    parsing must not import the pipeline's heavy libraries; the tasks import them when they run."""
+    script = textwrap.dedent(f"""
+        import importlib.util, json, sys, time
+        start = time.perf_counter()
+        for name in ("dpngram_release", "dpngram_consume_lm"):
+            spec = importlib.util.spec_from_file_location(name, "{ROOT / "dags"}/" + name + ".py")
+            spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        print("RESULT" + json.dumps({{"heavy": sorted(m for m in {HEAVY!r} if m in sys.modules),
+                                      "seconds": time.perf_counter() - start}}))
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=airflow["env"], capture_output=True, text=True, timeout=300
+    )
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")), None)
+    assert line, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert json.loads(line[len("RESULT") :])["heavy"] == []
 
 
 def test_dag_imports_and_params_mirror_run_config(airflow):
@@ -161,8 +186,28 @@ def test_dag_imports_and_params_mirror_run_config(airflow):
         "publish_lm",
     ]
     assert set(tasks) == set(order)
-    for upstream, task in zip(order, order[1:], strict=False):
-        assert tasks[task]["upstream"] == [upstream], task
+    # the real flow (derived from what each step reads): the stages that build on the DPNE
+    # release fan out after it and join at validation; synth needs only the vocabulary
+    upstream = {name: tasks[name]["upstream"] for name in order}
+    assert upstream == {
+        "privacy_precheck": [],
+        "ingest": ["privacy_precheck"],
+        "dpne.k1": ["ingest"],
+        "dpne.kgrams": ["dpne.k1"],
+        "lm_counts": ["dpne.kgrams"],
+        "bayes": ["dpne.kgrams"],
+        "synth": ["dpne.k1"],
+        "validation": ["bayes", "lm_counts", "synth"],
+        "lm": ["validation"],
+        "report": ["lm"],
+        "publish": ["report"],
+        "publish_lm": ["publish"],
+    }
+    labels = {name: tasks[name]["label"] for name in order}
+    assert labels["bayes"] == "Bayesian trigram distribution" and labels["synth"] == "Synthetic text"
+    assert labels["lm_counts"] == "LM counts" and labels["dpne.k1"] == "Vocabulary"
+    assert labels["validation"] == "Validation" and labels["publish"] == "Publish"
+    assert len(set(labels.values())) == len(order)  # every task has a plain name of its own
     # run after skipped tasks, never after a failure
     relaxed = set(order[2:-2])  # every step after ingest
     for name in order:
@@ -170,12 +215,17 @@ def test_dag_imports_and_params_mirror_run_config(airflow):
     # every task that opens the DuckDB warehouse is in the one-slot pool; publishing only renames
     assert all(tasks[t]["pool"] == "dpngram_warehouse" for t in order[:-2])
     assert all(tasks[t]["retries"] == 2 for t in order)
-    assert tasks["publish"]["outlets"] == ["dpngram://release/latest", "dpngram://release/ngrams"]
-    assert tasks["publish_lm"]["outlets"] == ["dpngram://release/language-model"]
+    # per-dataset assets, emitted through aliases (the dataset is a run parameter)
+    assert tasks["publish"]["outlets"] == ["alias:dpngram_ngrams_events", "alias:dpngram_release_events"]
+    assert tasks["publish_lm"]["outlets"] == ["alias:dpngram_language_model_events"]
     assert all(not tasks[t]["outlets"] for t in order[:-2])
 
     consumer = bag["dags"]["dpngram_consume_lm"]
-    assert "dpngram://release/language-model" in json.dumps(consumer["schedule"])
+    # the consumer subscribes to ONE dataset's model (DPNGRAM_CONSUMER_DATASET, default 'default')
+    assert "dpngram://default/language-model" in json.dumps(consumer["schedule"])
+    other = dagbag(airflow, DPNGRAM_CONSUMER_DATASET="chats")["dags"]["dpngram_consume_lm"]
+    assert "dpngram://chats/language-model" in json.dumps(other["schedule"])
+    assert "dpngram://default/" not in json.dumps(other["schedule"])
     assert set(consumer["tasks"]) == {"perplexity"}
 
 
@@ -222,8 +272,8 @@ def test_dags_test_publishes_a_release(airflow, sample):
     proc = dags_test(airflow, conf)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 
-    release = (out / "latest").resolve()
-    assert release.parent == out / "runs" and release.name.startswith("manual__")
+    release = (out / "dagtest" / "latest").resolve()
+    assert release.parent == out / "dagtest" / "runs" and release.name.startswith("manual__")
     for name in (
         "report.json",
         "report.html",
@@ -298,7 +348,7 @@ def test_dags_test_on_the_spark_engine(airflow, sample):
     }
     proc = dags_test(airflow, conf)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    release = (base / "out" / "latest").resolve()
+    release = (base / "out" / "dagspark" / "latest").resolve()
     report = json.loads((release / "report.json").read_text())
     assert report["parameters"]["engine"] == "spark" and report["validation"]["success"] is True
     for name in (
@@ -333,7 +383,7 @@ def test_invalid_conf_fails_the_dag_test(airflow, sample):
     proc = dags_test(airflow, conf)
     assert proc.returncode != 0
     assert "epsilon" in proc.stdout + proc.stderr
-    assert not (out / "latest").exists()
+    assert not (out / "default" / "latest").exists() and not (out / "latest").exists()
 
 
 PRECHECK_SCRIPT = textwrap.dedent("""

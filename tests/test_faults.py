@@ -335,7 +335,7 @@ def test_run_prints_the_quarantine_summary_by_reason(cli_run):
 
 def test_the_release_holds_no_timings_or_machine_paths_and_says_what_is_noisy(cli_run):
     base = cli_run["base"]
-    release = base / "out" / "runs" / "clirun"
+    release = base / "out" / "default" / "runs" / "clirun"
     assert not (release / "report.timings").exists()
     report = json.loads((release / "report.json").read_text())
     assert "timings_seconds" not in report
@@ -851,7 +851,7 @@ def test_a_relative_warehouse_from_another_folder_cannot_mix_a_release(tmp_path,
     monkeypatch.chdir(tmp_path / "one")
     monkeypatch.setattr(validate, "validate_run", killed)
     assert main([*base, "--input", str(corpus)]) == 130
-    staged = out / "runs" / "mix.staging" / "released" / "vocabulary.parquet"
+    staged = out / "default" / "runs" / "mix.staging" / "released" / "vocabulary.parquet"
     assert staged.is_file()
     monkeypatch.undo()
 
@@ -862,7 +862,7 @@ def test_a_relative_warehouse_from_another_folder_cannot_mix_a_release(tmp_path,
     assert main([*base, "--input", str(other)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "another warehouse" in err and "mix" in err
-    assert not (out / "runs" / "mix").exists() and not (out / "latest").exists()
+    assert not (out / "default" / "runs" / "mix").exists() and not (out / "default" / "latest").exists()
     assert committed(tmp_path / "two" / "wh" / "warehouse.duckdb", "default") == (0.0, 0.0)
 
 
@@ -1026,7 +1026,7 @@ def publish_killed_before_latest(ctx: RunContext, monkeypatch) -> None:
 
 
 def latest(ctx: RunContext) -> Path | None:
-    link = Path(ctx.config.out) / "latest"
+    link = Path(ctx.config.out) / ctx.config.dataset / "latest"
     return link.resolve() if link.is_symlink() else None
 
 

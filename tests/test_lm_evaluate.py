@@ -378,3 +378,119 @@ def test_cli_evaluate_errors_are_one_line(toy_model, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"arpa: {text} is not a readable ARPA file (line 1" in err
     assert "zebra" not in err
+
+
+# ----------------------------------------------------------------------------------------------
+# A consumer's held-out scoring (score_heldout): checked against the training corpus
+# ----------------------------------------------------------------------------------------------
+VERDICT = {
+    "released_perplexity": 117.4,
+    "public_only_perplexity": 114.7,
+    "interval": {
+        "level": 0.95,
+        "released_perplexity": [80.1, 175.2],
+        "public_only_perplexity": [78.3, 171.1],
+    },
+    "epsilon": 1.79,
+    "verdict": "cannot tell",
+    "sigma": 59.1,
+}
+
+
+def _release_report(directory, lowercase=True, verdict=VERDICT):
+    path = directory / "report.json"
+    model = {"private_domain": verdict} if verdict else {}
+    path.write_text(
+        json.dumps({"parameters": {"lowercase": lowercase, "public": "withheld"}, "model": model})
+    )
+    return path
+
+
+def test_training_overlap_counts_sentences_tokenized_like_the_model(tmp_path):
+    from dpngram.lm.consumer import training_overlap
+
+    corpus = tmp_path / "public.txt.gz"
+    import gzip
+
+    with gzip.open(corpus, "wt", encoding="utf-8") as fh:
+        fh.writelines(f"Sentence number {i} of the public corpus.\n" for i in range(50_000))
+    text = tmp_path / "eval.txt"
+    # line 1: two sentences, one in the corpus up to case and spacing; line 2: unseen; line 3: seen
+    text.write_text(
+        "SENTENCE  number 7 of the PUBLIC corpus. A sentence nobody wrote before.\n"
+        "Another unseen line\nSentence number 49999 of the public corpus.\n"
+    )
+    assert training_overlap(text, corpus) == {"sentences": 4, "in_training_corpus": 2, "fraction": 0.5}
+    # without lower-casing (a model built with lowercase=False), case matters
+    assert training_overlap(text, corpus, lowercase=False)["in_training_corpus"] == 1
+    unseen = _text(tmp_path, "nothing here is in it\n")
+    assert training_overlap(unseen, corpus)["in_training_corpus"] == 0
+
+
+def test_score_heldout_records_what_it_scored_on_beside_the_verdict(toy_model, tmp_path):
+    import hashlib
+
+    from dpngram.lm.consumer import score_heldout
+
+    corpus = tmp_path / "public.txt"
+    corpus.write_text("the cat sat\nthe dog sat\n")
+    text = _text(tmp_path, "a cat sat\nthe yak sat\n")
+    report = _release_report(tmp_path)
+    record = score_heldout(toy_model, text, corpus, report)
+    expected = evaluate_file(toy_model, text)
+    assert record["text"] == {
+        "path": str(text),
+        "sha256": hashlib.sha256(text.read_bytes()).hexdigest(),
+        "sentences": 2,
+        "tokens": 6,
+    }
+    assert record["overlap"] == {
+        "sentences": 2,
+        "in_training_corpus": 0,
+        "fraction": 0.0,
+        "max_fraction": 0.01,
+    }
+    assert record["perplexity"] == pytest.approx(expected["perplexity"])
+    assert record["oov_rate"] == pytest.approx(expected["oov_rate"]) and record["oov_rate"] > 0
+    verdict = record["release_verdict"]
+    assert {
+        k: verdict[k] for k in ("released_perplexity", "public_only_perplexity", "epsilon", "verdict")
+    } == {
+        "released_perplexity": 117.4,
+        "public_only_perplexity": 114.7,
+        "epsilon": 1.79,
+        "verdict": "cannot tell",
+    }
+    assert verdict["interval"] == VERDICT["interval"] and "sigma" not in verdict
+    assert (
+        verdict["line"].startswith("on held-out users of this dataset") and "cannot tell" in verdict["line"]
+    )
+    assert (
+        score_heldout(toy_model, text, corpus, _release_report(tmp_path, verdict=None))["release_verdict"]
+        is None
+    )
+
+
+def test_score_heldout_refuses_text_the_model_was_trained_on(toy_model, tmp_path):
+    from dpngram.core.errors import ConfigError
+    from dpngram.lm.consumer import TrainingOverlapError, score_heldout
+
+    corpus = tmp_path / "public.txt"
+    corpus.write_text("".join(f"the cat sat number {i}\n" for i in range(300)))
+    report = _release_report(tmp_path)
+    # 2 of 101 sentences (2%) were in the training corpus: above the 1% threshold
+    text = _text(tmp_path, "the cat sat number 5\nThe cat sat number 6\n" + "a dog sat\n" * 99)
+    with pytest.raises(TrainingOverlapError) as err:
+        score_heldout(toy_model, text, corpus, report)
+    assert "\n" not in str(err.value) and "2 of its 101 sentences" in str(err.value)
+    assert err.value.record["overlap"]["in_training_corpus"] == 2  # recorded either way
+    assert "perplexity" not in err.value.record
+    # 1 of 101 (0.99%) passes, and is recorded
+    text = _text(tmp_path, "the cat sat number 5\n" + "a dog sat\n" * 100)
+    assert score_heldout(toy_model, text, corpus, report)["overlap"]["in_training_corpus"] == 1
+    # the public corpus itself is always refused
+    with pytest.raises(TrainingOverlapError):
+        score_heldout(toy_model, corpus, corpus, report)
+    # an unknown training corpus: the check cannot be made, so nothing is scored
+    with pytest.raises(ConfigError, match="training corpus"):
+        score_heldout(toy_model, text, None, report)

@@ -161,11 +161,11 @@ def digest(path: Path) -> str:
 
 
 def release_dirs(out: Path) -> set[str]:
-    return {p.name for p in (out / "runs").iterdir()}
+    return {p.name for p in (out / "runs").iterdir()}  # out is OUT/DATASET
 
 
 def test_killed_stages_are_charged_once_and_published_once(setting):
-    out = Path(setting["conf"]["out"])
+    out = Path(setting["conf"]["out"]) / setting["conf"]["dataset"]  # OUT/DATASET
     # a previous release of the same dataset (CLI path, in-process)
     previous = run_release(RunConfig.build(**setting["conf"], run_id="previous-release"))
     previous_dir = Path(previous["release"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -213,7 +214,7 @@ def test_publish_requires_validation_and_report(tmp_path):
     ctx.release.path("report.json").write_text("{}")
     final = publish_run(ctx)
     assert final == ctx.release.final and final.is_dir() and not ctx.release.staging.exists()
-    assert (Path(ctx.config.out) / "latest").resolve() == final.resolve()
+    assert (Path(ctx.config.out) / "runtest" / "latest").resolve() == final.resolve()
     assert publish_run(ctx) == final  # idempotent (a retried publish task)
 
 
@@ -248,7 +249,7 @@ def test_failed_run_leaves_latest_on_the_previous_release(tmp_path, monkeypatch)
     events = []
     monkeypatch.setattr(run_module, "release_steps", _fake_plan(None))
     ok = run_release(make_config(tmp_path, run_id="good"), on_stage=lambda *a: events.append(a[:2]))
-    latest = Path(tmp_path / "out" / "latest")
+    latest = Path(tmp_path / "out" / "runtest" / "latest")
     assert latest.resolve() == Path(ok["release"]).resolve()
     assert ("publish", "done") in events
     assert all("secret_count" not in s for s in ok["stages"].values())  # only public summary keys
@@ -267,6 +268,61 @@ def test_failed_run_leaves_latest_on_the_previous_release(tmp_path, monkeypatch)
         assert latest.resolve() == Path(ok["release"]).resolve()  # the previous release stays latest
         assert not RunContext(bad).release.final.exists()  # nothing half-published
         assert RunContext(bad).release.staging.is_dir()  # kept for inspection
+
+
+def test_two_datasets_in_one_out_keep_separate_latests(tmp_path, monkeypatch):
+    """A run of another dataset into the same OUT publishes under OUT/<its dataset>/ and leaves
+    this dataset's latest where it was (issue 28, item 2)."""
+    from dpngram.release.publish import release_asset_metadata
+
+    monkeypatch.setattr(run_module, "release_steps", _fake_plan(None))
+    out = tmp_path / "out"
+    chats = run_release(make_config(tmp_path, dataset="chats", run_id="c1"))
+    mails = run_release(make_config(tmp_path, dataset="mails", run_id="m1"))
+    assert Path(chats["release"]) == out / "chats" / "runs" / "c1"
+    assert Path(mails["release"]) == out / "mails" / "runs" / "m1"
+    assert (out / "chats" / "latest").resolve() == out / "chats" / "runs" / "c1"
+    assert (out / "mails" / "latest").resolve() == out / "mails" / "runs" / "m1"
+    assert os.readlink(out / "mails" / "latest") == str(Path("runs") / "m1")  # relative: OUT can move
+    assert not (out / "latest").exists() and not (out / "runs").exists()  # no shared latest any more
+    # a newer run of one dataset moves its own latest only
+    run_release(make_config(tmp_path, dataset="chats", run_id="c2"))
+    assert (out / "chats" / "latest").resolve().name == "c2"
+    assert (out / "mails" / "latest").resolve().name == "m1"
+    assert release_asset_metadata(out / "mails" / "latest")["release"]["release"] == str(
+        out / "mails" / "runs" / "m1"
+    )
+
+
+@pytest.mark.parametrize("name", ["runs", "latest", "../x", ".hidden", "a/b", ""])
+def test_dataset_names_must_be_safe_directory_names(tmp_path, name):
+    with pytest.raises(ConfigError, match="dataset"):
+        make_config(tmp_path, dataset=name)
+
+
+def test_an_out_in_the_old_shared_layout_is_refused_with_what_to_move(tmp_path):
+    """Releases of an older dpngram (OUT/runs, OUT/latest) are refused before anything is reserved,
+    in one line naming the dataset found in their reports and the command that moves them."""
+    out = tmp_path / "out"
+    old = out / "runs" / "old-run"
+    old.mkdir(parents=True)
+    (old / "report.json").write_text(json.dumps({"run_id": "old-run", "dataset": "chats"}))
+    (out / "latest").symlink_to(Path("runs") / "old-run")
+    config = make_config(tmp_path, dataset="chats", run_id="new")
+    with pytest.raises(ConfigError) as err:
+        prepare(config)
+    message = str(err.value)
+    assert "\n" not in message and "old shared layout" in message and "dataset 'chats'" in message
+    assert f"mv {out / 'runs'} {out / 'latest'} {out / 'chats'}/" in message
+    assert not RunContext(config).release.staging.exists()
+    assert ledger_entries(RunContext(config)) == []
+    # doing what the message says makes the next run pass, and the old release is the dataset's
+    (out / "chats").mkdir()
+    for name in ("runs", "latest"):
+        os.replace(out / name, out / "chats" / name)
+    assert (out / "chats" / "latest").resolve() == out / "chats" / "runs" / "old-run"
+    prepare(config)
+    assert RunContext(config).release.staging.is_dir()
 
 
 # -- helpers -------------------------------------------------------------------------------------

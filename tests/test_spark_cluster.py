@@ -314,7 +314,9 @@ def test_cluster_and_duckdb_compute_the_same_vocabulary_histogram(runs):
 
 
 def test_the_cluster_run_released_the_vocabulary(runs):
-    spark_release = Path(runs["spark"]["out"]) / "runs" / "cluster-spark.staging" / "released"
+    spark_release = (
+        Path(runs["spark"]["out"]) / "clusterspark" / "runs" / "cluster-spark.staging" / "released"
+    )
     assert (spark_release / "vocabulary.parquet").is_file(), sorted(Path(runs["spark"]["out"]).rglob("*"))
 
 

@@ -286,7 +286,7 @@ def _run_summary(result: dict[str, Any]) -> dict[str, Any]:
         "run_id": report["run_id"],
         "dataset": report["dataset"],
         "release": str(release),
-        "latest": str(release.parent.parent / "latest"),
+        "latest": str(release.parent.parent / "latest"),  # OUT/DATASET/latest
         "report": str(release / "report.json"),
         "report_html": str(release / "report.html"),
         "data_docs": str(release / report["validation"]["data_docs"])
@@ -582,7 +582,8 @@ def cmd_budget(args: argparse.Namespace) -> int:
 def cmd_gc(args: argparse.Namespace) -> int:
     """What failed runs left behind: every run the warehouse's ledger has not closed (holding a
     budget reservation, or suspended), wherever its staging directory is and whatever happened to
-    it, and the staging directories under ``OUT/runs`` (``--out``) the ledger does not know. Lists
+    it, and the staging directories under ``OUT/DATASET/runs`` of every dataset (``--out``; and under
+    the old shared ``OUT/runs``) the ledger does not know. Lists
     them with what --delete would release; --delete closes their ledger runs (their reservations
     are released, their charges stay), drops their private run schemas and removes their staging
     directories. An interrupted publish (a kill between the rename of a complete release and the
@@ -591,6 +592,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     import time
 
     from dpngram.engines.duckdb import Warehouse
+    from dpngram.release.layout import LegacyLayoutError, check_out_layout
     from dpngram.release.ledger import Ledger
     from dpngram.release.publish import complete_publishes
 
@@ -643,8 +645,10 @@ def cmd_gc(args: argparse.Namespace) -> int:
                         f"charged epsilon {charged.epsilon:.4g}, delta {charged.delta:.3g}; {where}",
                     )
                 )
-        runs = Path(args.out) / "runs" if args.out else None
-        for staging in sorted(runs.glob("*.staging")) if runs is not None and runs.is_dir() else []:
+        out = Path(args.out) if args.out else None
+        # every dataset's OUT/DATASET/runs, and the old shared OUT/runs (listed so it can be cleaned)
+        stagings = sorted([*out.glob("*/runs/*.staging"), *out.glob("runs/*.staging")]) if out else []
+        for staging in stagings:
             run_id = staging.name.removesuffix(".staging")
             hours = age_of(staging)
             if run_id in known or hours is None or not selected(run_id, hours):
@@ -652,6 +656,11 @@ def cmd_gc(args: argparse.Namespace) -> int:
             found.append(
                 (run_id, staging, f"run {run_id} ({hours:.1f} h old): staging {staging}, not in the ledger")
             )
+        if out is not None:
+            try:
+                check_out_layout(out)
+            except LegacyLayoutError as err:
+                console.print(f"note: {err}")
         if not found:
             scope = f"run {args.run_id}" if args.run_id else f"run older than {args.older_than:g} h"
             console.print(
@@ -863,7 +872,7 @@ def _add_gc_command(sub: _Subparsers, common: argparse.ArgumentParser) -> None:
         "--out",
         default=None,
         metavar="DIR",
-        help="also list staging directories under DIR/runs the ledger does not know",
+        help="also list staging directories under DIR/DATASET/runs (every dataset) the ledger does not know",
     )
     p.add_argument("--warehouse", default=RunConfig.model_fields["warehouse"].default, metavar="PATH")
     p.add_argument(

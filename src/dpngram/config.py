@@ -20,19 +20,16 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from dpngram.core.accounting import (
-    GAUSSIAN_DELTA_MARGIN,
-    TRIEHH_DELTA_SHARE_USED,
-    BudgetPlan,
-    StagePrivacy,
-    joint_calibration,
-)
 from dpngram.core.budget import Budget
 from dpngram.core.errors import BudgetError, ConfigError
+
+if TYPE_CHECKING:  # the accountant (numpy, scipy: ~1.5 s) is imported only when a budget is planned,
+    # not when the Airflow DAG file is parsed (docs/orchestration.md, "Task start-up cost")
+    from dpngram.core.accounting import BudgetPlan, StagePrivacy
 
 #: Stages that spend privacy budget, in run order. ``stage_budget`` splits (epsilon, delta) among
 #: the ones that are enabled.
@@ -66,6 +63,11 @@ MIN_MEMORY_LIMIT = 1000**2
 
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+#: Dataset names that are names of the output layout (dpngram.release.layout.RESERVED_NAMES):
+#: releases go to OUT/DATASET/runs and OUT/DATASET/latest, so a dataset is a directory name.
+RESERVED_DATASET_NAMES = ("runs", "latest")
+#: The same rule as a JSON-schema pattern (the trigger form refuses a bad name before a run exists).
+DATASET_PATTERN = r"^(?!(?:runs|latest)$)[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 
 
 class _Section(BaseModel):
@@ -704,7 +706,10 @@ class RunConfig(BaseModel):
     dataset: str = Field(
         "default",
         title="Dataset name",
-        description="Key of the privacy ledger: runs on the same dataset share its lifetime budget.",
+        description="Key of the privacy ledger (runs on the same dataset share its lifetime budget) and "
+        "the release directory OUT/DATASET. Allowed: 1-64 letters, digits, '_', '.', '-' (not 'runs', "
+        "'latest').",
+        json_schema_extra={"pattern": DATASET_PATTERN},
     )
     input: str = Field(
         ...,
@@ -740,7 +745,8 @@ class RunConfig(BaseModel):
     out: str = Field(
         ...,
         title="Output directory",
-        description="Releases go to OUT/runs/RUN_ID; OUT/latest points to the newest.",
+        description="Releases go to OUT/DATASET/runs/RUN_ID; OUT/DATASET/latest points to the "
+        "dataset's newest.",
     )
     warehouse: str = Field(
         ".dpngram/warehouse.duckdb",
@@ -806,7 +812,11 @@ class RunConfig(BaseModel):
     @classmethod
     def _dataset_name(cls, value: str) -> str:
         if not _NAME_RE.match(value):
-            raise ValueError("must be 1-64 characters of letters, digits, '_', '.', '-'")
+            raise ValueError(
+                "must be 1-64 characters of letters, digits, '_', '.', '-', starting with a letter or digit"
+            )
+        if value in RESERVED_DATASET_NAMES:
+            raise ValueError(f"'{value}' is reserved (a name of the output layout, OUT/DATASET/{value})")
         return value
 
     @field_validator("input_extensions")
@@ -1004,6 +1014,8 @@ class RunConfig(BaseModel):
 def stage_privacy_shapes(threshold_delta: float, vocabulary_method: str) -> dict[str, StagePrivacy]:
     """How each budgeted stage turns its (epsilon, delta) into privacy events: what the stages' own
     calibrations do (tests/test_budget_plan.py checks each against them)."""
+    from dpngram.core.accounting import GAUSSIAN_DELTA_MARGIN, TRIEHH_DELTA_SHARE_USED, StagePrivacy
+
     dpsu_vocabulary = vocabulary_method != "triehh"
     gaussian = StagePrivacy("gaussian", gaussian_delta=1.0 - GAUSSIAN_DELTA_MARGIN)
     return {
@@ -1030,6 +1042,8 @@ def _budget_plan(
     vocabulary_method: str,
     calibration: str,
 ) -> BudgetPlan:
+    from dpngram.core.accounting import joint_calibration
+
     shapes = stage_privacy_shapes(threshold_delta, vocabulary_method)
     try:
         return joint_calibration(
@@ -1075,7 +1089,7 @@ def _schema_fragment(prop: dict[str, Any], name: str) -> dict[str, Any]:
                 if key in p:
                     frag[key] = p[key]
     else:
-        for key in ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        for key in ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "pattern"):
             if key in prop:
                 frag[key] = prop[key]
         if "additionalProperties" in prop:

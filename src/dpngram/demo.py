@@ -168,12 +168,16 @@ def _write_documents_as_lines(users_jsonl: Path, target: Path) -> None:
     os.replace(tmp, target)
 
 
+#: The demo's dataset: its releases are published in ``OUT/demo/runs``, ``OUT/demo/latest``.
+DEMO_DATASET = "demo"
+
+
 def demo_conf(
     paths: dict[str, Path], sample: dict[str, Path], max_n: int | None = None, epsilon: float | None = None
 ) -> dict[str, Any]:
     """The DAG run's configuration (``airflow dags test -c``)."""
     conf: dict[str, Any] = {
-        "dataset": "demo",
+        "dataset": DEMO_DATASET,
         "input": str(sample["users"]),
         "public": str(sample["public"]),
         # Held-out users of the private domain (never ingested, synthetic): the released model and
@@ -226,8 +230,9 @@ def ensure_airflow(paths: dict[str, Path], env: dict[str, str], log: Path) -> No
     stamp.write_text(json.dumps(wanted) + "\n", encoding="utf-8")
 
 
-def _latest(out: Path) -> Path | None:
-    link = out / "latest"
+def _latest(out: Path, dataset: str = DEMO_DATASET) -> Path | None:
+    """The dataset's newest release (``OUT/DATASET/latest``), or None."""
+    link = out / dataset / "latest"
     return link.resolve() if link.is_symlink() else None
 
 
@@ -278,6 +283,13 @@ def run_demo(
     ensure_airflow(paths, env, log)
 
     conf = demo_conf(paths, sample, max_n, epsilon)
+    from dpngram.release.layout import LegacyLayoutError, check_out_layout
+
+    try:
+        check_out_layout(paths["out"])
+    except LegacyLayoutError as err:  # an output of an older demo: say what to move, run nothing
+        console.print(f"[red]{err}[/red]")
+        return 1
     before = _latest(paths["out"])
     console.print(f"[bold]3/3[/bold] airflow dags test {DAG_ID} (full log: {log})")
     code = _dags_test([_airflow_bin(), "dags", "test", DAG_ID, "-c", json.dumps(conf)], env, log, console)
@@ -355,7 +367,9 @@ def _print_outputs(console: Any, release: Path, eval_text_label: str = "on lm_ev
     """The published release: its files, what it released and spent, and the model comparison
     (``eval_text_label`` names the run's ``lm_eval_text``)."""
     console.print(f"[green]Published[/green] {release}")
+    latest = release.parent.parent / "latest"  # OUT/DATASET/latest
     rows = [
+        (f"{release.parent.parent.name}/latest", latest),
         ("report.json", release / "report.json"),
         ("report.html", release / "report.html"),
         ("Data Docs", release / "validation" / "data_docs" / "index.html"),

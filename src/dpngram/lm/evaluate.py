@@ -18,7 +18,8 @@ the sentence's tokens plus ``</s>``. A token is an OOV when it is not in the mod
   (:class:`NextWordPredictor`); a binary model does not list its vocabulary.
 
 Owns: the evaluation metrics (open-vocabulary perplexity, OOV rate, top-k next-word accuracy),
-the spelling model, ``dpngram evaluate``'s computation.
+the spelling model, ``dpngram evaluate``'s computation (a consumer's held-out scoring built on it:
+:mod:`dpngram.lm.consumer`).
 Imports: dpngram.lm.arpa, dpngram.text, dpngram.core; kenlm, polars.
 """
 

@@ -130,13 +130,18 @@ class Step:
 
     ``name`` is the step's one name (see the module docstring); ``group`` is the Airflow task group
     (the part of ``name`` before the dot). ``target`` is ``"module:function"``, called as
-    ``function(ctx, **kwargs)``. ``skip`` returns why the step does not run for a configuration."""
+    ``function(ctx, **kwargs)``. ``skip`` returns why the step does not run for a configuration.
+    ``reads`` and ``writes`` name the artifacts (private tables, released files, report parts) the
+    step consumes and produces: the DAG's dependencies are derived from them
+    (:func:`task_upstreams`), so a step runs after exactly the steps whose output it reads."""
 
     name: str
     target: str
     kwargs: dict[str, Any] = field(default_factory=dict)
     skip: Callable[[RunConfig], str | None] = lambda config: None
     doc: str = ""
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
 
     @property
     def group(self) -> str | None:
@@ -158,29 +163,112 @@ class Step:
         return self.function()(ctx, **self.kwargs, **extra)
 
 
+#: The released tables (what validation checks and the report describes).
+RELEASED = (
+    "vocabulary",
+    "oov_words",
+    "kgrams",
+    "lm_counts",
+    "trigram_dist",
+    "ngram_counts_noisy",
+    "synthetic_sequences",
+)
+
+
 def _steps() -> tuple[Step, ...]:
     steps = [
-        Step("ingest", "dpngram.stages.ingest:run_ingest", doc="raw text -> private tables, quarantine"),
-        Step("triehh", "dpngram.stages.triehh:run_triehh", skip=_triehh, doc="LDP word discovery"),
-        Step("dpne.k1", "dpngram.stages.vocabulary:run_vocabulary", doc="vocabulary S_1 (DPSU)"),
+        Step(
+            "ingest",
+            "dpngram.stages.ingest:run_ingest",
+            doc="raw text -> private tables, quarantine",
+            writes=("tokens",),
+        ),
+        Step(
+            "triehh",
+            "dpngram.stages.triehh:run_triehh",
+            skip=_triehh,
+            doc="LDP word discovery",
+            reads=("tokens",),
+            writes=("oov_words",),
+        ),
+        Step(
+            "dpne.k1",
+            "dpngram.stages.vocabulary:run_vocabulary",
+            doc="vocabulary S_1 (DPSU)",
+            reads=("tokens", "oov_words"),
+            writes=("vocabulary",),
+        ),
     ]
     steps += [
-        Step(f"dpne.k{k}", "dpngram.stages.dpne:run_level", {"k": k}, _level(k), f"k-gram level {k} (DPNE)")
+        Step(
+            f"dpne.k{k}",
+            "dpngram.stages.dpne:run_level",
+            {"k": k},
+            _level(k),
+            f"k-gram level {k} (DPNE)",
+            reads=("tokens", "vocabulary", *((f"level{k - 1}",) if k > 2 else ())),
+            writes=(f"level{k}",),
+        )
         for k in range(2, MAX_LEVEL + 1)
     ]
     steps += [
-        Step("dpne.kgrams", "dpngram.stages.dpne:finalize_kgrams", skip=_kgrams, doc="merge the levels"),
+        Step(
+            "dpne.kgrams",
+            "dpngram.stages.dpne:finalize_kgrams",
+            skip=_kgrams,
+            doc="merge the levels",
+            reads=tuple(f"level{k}" for k in range(2, MAX_LEVEL + 1)),
+            writes=("kgrams",),
+        ),
+        # the count domain: the DP vocabulary and k-grams, and the public corpus
         Step(
             "lm_counts",
             "dpngram.stages.lm_counts:run_lm_counts",
             skip=_needs_budget("lm_counts"),
             doc="noisy n-gram counts and the mixture weight",
+            reads=("tokens", "vocabulary", "kgrams"),
+            writes=("lm_counts",),
         ),
-        Step("bayes", "dpngram.stages.bayes:run_bayes", skip=_bayes, doc="trigram distribution"),
-        Step("synth", "dpngram.stages.synth:run_synth", skip=_needs_budget("synth"), doc="synthetic text"),
-        Step("validation", "dpngram.stages.validate:validate_run", doc="Great Expectations suites"),
-        Step("lm", "dpngram.stages.lm:run_lm", skip=lm_skip_reason, doc="KenLM model (post-processing)"),
-        Step("report", "dpngram.stages.report:run_report", doc="report.json, report.html, plots"),
+        # the trigram space V3: public trigrams and the released ones
+        Step(
+            "bayes",
+            "dpngram.stages.bayes:run_bayes",
+            skip=_bayes,
+            doc="trigram distribution",
+            reads=("tokens", "vocabulary", "kgrams"),
+            writes=("trigram_dist",),
+        ),
+        # the exploration tree over the DP vocabulary only
+        Step(
+            "synth",
+            "dpngram.stages.synth:run_synth",
+            skip=_needs_budget("synth"),
+            doc="synthetic text",
+            reads=("tokens", "vocabulary"),
+            writes=("ngram_counts_noisy", "synthetic_sequences"),
+        ),
+        Step(
+            "validation",
+            "dpngram.stages.validate:validate_run",
+            doc="Great Expectations suites",
+            reads=("tokens", *RELEASED),
+            writes=("validation",),
+        ),
+        Step(
+            "lm",
+            "dpngram.stages.lm:run_lm",
+            skip=lm_skip_reason,
+            doc="KenLM model (post-processing)",
+            reads=("validation", *RELEASED),
+            writes=("model",),
+        ),
+        Step(
+            "report",
+            "dpngram.stages.report:run_report",
+            doc="report.json, report.html, plots",
+            reads=("validation", "model", *RELEASED),
+            writes=("report",),
+        ),
     ]
     return tuple(steps)
 
@@ -201,10 +289,21 @@ class Task:
     name: str
     steps: tuple[Step, ...]
     doc: str = ""
+    #: What the Airflow UI shows for the task (``task_display_name``): plain words, not the id.
+    label: str = ""
 
     @property
     def group(self) -> str | None:
         return _group_and_task_id(self.name)[0]
+
+    @property
+    def writes(self) -> frozenset[str]:
+        return frozenset(a for step in self.steps for a in step.writes)
+
+    @property
+    def reads(self) -> frozenset[str]:
+        """What the task's steps read that its own steps do not write."""
+        return frozenset(a for step in self.steps for a in step.reads) - self.writes
 
     @property
     def task_id(self) -> str:
@@ -232,12 +331,57 @@ def _tasks() -> tuple[Task, ...]:
         "dpne.k1": "vocabulary S_1: DPSU (after LDP TrieHH word discovery when vocabulary_method uses it)",
         "dpne.kgrams": "k-gram levels 2..T (DPNE), one after another, then their merge",
     }
-    return tuple(Task(name, tuple(steps), docs.get(name, steps[0].doc)) for name, steps in members.items())
+    return tuple(
+        Task(name, tuple(steps), docs.get(name, steps[0].doc), TASK_LABELS[name])
+        for name, steps in members.items()
+    )
 
+
+#: Plain-word names of the DAG's tasks (Airflow ``task_display_name``), by task name.
+TASK_LABELS = {
+    "privacy_precheck": "Privacy pre-check",
+    "ingest": "Ingest",
+    "dpne.k1": "Vocabulary",
+    "dpne.kgrams": "k-grams, levels 2..T",
+    "lm_counts": "LM counts",
+    "bayes": "Bayesian trigram distribution",
+    "synth": "Synthetic text",
+    "validation": "Validation",
+    "lm": "Language model",
+    "report": "Report",
+    "publish": "Publish",
+    "publish_lm": "Publish language model",
+}
 
 #: The DAG's tasks between ``privacy_precheck`` and ``publish``: every step of :data:`STEPS`, in
 #: order, the levels folded into ``dpne.kgrams``.
 TASKS: tuple[Task, ...] = _tasks()
+
+
+def task_upstreams(tasks: tuple[Task, ...] = TASKS) -> dict[str, tuple[str, ...]]:
+    """Each task's direct upstream tasks, derived from what its steps read: the earlier tasks that
+    write it, minus those already implied through another upstream (a transitive reduction, so the
+    graph shows the flow: ``lm_counts``, ``bayes`` and ``synth`` fan out after the DPNE tasks and
+    join at ``validation``). A task that reads nothing another task writes has no upstream here
+    (the DAG puts ``privacy_precheck`` before it)."""
+    producers: dict[str, list[str]] = {}
+    needs: dict[str, set[str]] = {}
+    for task in tasks:
+        needs[task.name] = {p for artifact in task.reads for p in producers.get(artifact, ())}
+        for artifact in task.writes:
+            producers.setdefault(artifact, []).append(task.name)
+    ancestors: dict[str, set[str]] = {}
+    for task in tasks:  # in order: every upstream comes earlier
+        ancestors[task.name] = set().union(*({u} | ancestors[u] for u in needs[task.name]))
+    return {
+        task.name: tuple(
+            u
+            for u in (t.name for t in tasks if t.name in needs[task.name])
+            if not any(u in ancestors[other] for other in needs[task.name] if other != u)
+        )
+        for task in tasks
+    }
+
 
 #: Steps a DPSU baseline (``dpngram baseline``) replaces by one step ``dpne``.
 _DPNE_STEPS = ("dpne.k1", "dpne.kgrams", *(f"dpne.k{k}" for k in range(2, MAX_LEVEL + 1)))

@@ -66,7 +66,7 @@ class RunContext:
 
     @property
     def release(self) -> Release:
-        return Release(self.config.out, self.run_id)
+        return Release(self.config.out, self.run_id, self.config.dataset)
 
     @contextmanager
     def engine(self) -> Iterator[Any]:

@@ -1,11 +1,19 @@
 """The on-disk layout of a release: one constant per published path, and the staged directory.
 
-A run writes everything it publishes under ``OUT/runs/RUN_ID.staging``; :class:`Release` publishes it
-by one ``rename`` to ``OUT/runs/RUN_ID`` followed by an atomic swap of the ``OUT/latest`` symlink, so a
-failed run never leaves a partial release and the previous one stays ``latest``. Every path a stage
-writes or a reader opens is a constant (or function) here, relative to the release root.
+Releases are kept apart per dataset: a run of dataset DATASET writes everything it publishes under
+``OUT/DATASET/runs/RUN_ID.staging``; :class:`Release` publishes it by one ``rename`` to
+``OUT/DATASET/runs/RUN_ID`` followed by an atomic swap of the ``OUT/DATASET/latest`` symlink, so a
+failed run never leaves a partial release, the previous one stays ``latest``, and a run of another
+dataset into the same OUT never moves this dataset's ``latest``. Every path a stage writes or a
+reader opens is a constant (or function) here, relative to the release root.
 
-Owns: release paths, :class:`Release`, :func:`write_json_atomic`.
+An OUT written by an older dpngram (``OUT/runs/…``, ``OUT/latest``, one shared ``latest`` for every
+dataset) is refused, not migrated (:func:`check_out_layout`): which dataset an old release belongs
+to is in its report, but the privacy ledger also holds the staging paths of unfinished runs and
+downstream readers hold paths into ``OUT/runs``, so moving files behind their backs is the
+operator's decision. The message says what to move where.
+
+Owns: release paths, :class:`Release`, :func:`check_out_layout`, :func:`write_json_atomic`.
 Imports: nothing from dpngram; the standard library only.
 """
 
@@ -91,13 +99,64 @@ def write_json_atomic(path: Path, payload: Any) -> None:
     os.replace(tmp, path)
 
 
-class Release:
-    """The output directory of one run: staged, then published atomically."""
+#: Names the old, shared layout used directly under OUT (and the new one uses under OUT/DATASET):
+#: never a dataset name.
+RESERVED_NAMES = ("runs", "latest")
 
-    def __init__(self, out_dir: str | os.PathLike[str], run_id: str) -> None:
+
+class LegacyLayoutError(ValueError):
+    """OUT holds releases in the layout before releases were kept per dataset."""
+
+
+def check_out_layout(out_dir: str | os.PathLike[str]) -> None:
+    """Refuse an OUT that holds the old shared layout (``OUT/runs``, ``OUT/latest``), with one line
+    saying what to move where (:class:`LegacyLayoutError`). Each old release's dataset is read from
+    its report (``report.json``, or the staged ``report.parts/parameters.json``)."""
+    out = Path(out_dir)
+    runs, latest = out / "runs", out / "latest"
+    if not (runs.is_dir() or latest.is_symlink() or latest.exists()):
+        return
+    datasets: set[str] = set()
+    for run in sorted(runs.iterdir()) if runs.is_dir() else []:
+        for report in (run / REPORT_JSON, run / PARTS_DIR / "parameters.json"):
+            try:
+                payload = json.loads(report.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            name = payload.get("dataset") or (payload.get("parameters") or {}).get("dataset")
+            if isinstance(name, str):
+                datasets.add(name)
+                break
+    if len(datasets) <= 1:
+        name = next(iter(datasets), "default")
+        old = " ".join(str(p) for p in (runs, latest) if p.is_symlink() or p.exists())
+        target = out / name
+        how = (
+            f"its releases are of dataset '{name}': move them with `mkdir -p {target} && mv {old} {target}/`"
+        )
+    else:
+        how = (
+            f"its releases are of datasets {sorted(datasets)}: move each runs/RUN_ID to "
+            f"{out}/DATASET/runs/ (report.json names its dataset) and re-create DATASET/latest"
+        )
+    raise LegacyLayoutError(
+        f"out: {out} holds releases in the old shared layout (runs/, latest) that releases are no "
+        f"longer published in (now OUT/DATASET/runs, OUT/DATASET/latest); {how}, or choose another "
+        "output directory"
+    )
+
+
+class Release:
+    """The output directory of one run of one dataset: staged, then published atomically."""
+
+    def __init__(self, out_dir: str | os.PathLike[str], run_id: str, dataset: str) -> None:
+        if not dataset or dataset in RESERVED_NAMES or "/" in dataset or dataset.startswith("."):
+            raise ValueError(f"dataset: {dataset!r} is not a safe directory name")
         self.out_dir = Path(out_dir)
+        self.dataset = dataset
         self.run_id = run_id
-        self.runs = self.out_dir / "runs"
+        self.home = self.out_dir / dataset
+        self.runs = self.home / "runs"
         self.final = self.runs / run_id
         self.staging = self.runs / f"{run_id}.staging"
 
@@ -127,7 +186,7 @@ class Release:
         os.replace(tmp, target)
 
     def publish(self) -> Path:
-        """Rename staging -> runs/RUN_ID, then point ``latest`` at it unless a newer release is
+        """Rename staging -> runs/RUN_ID, then point the dataset's ``latest`` at it unless a newer release is
         ``latest``. Idempotent: after a kill between the rename and the swap, calling it again
         finishes the publish.
 
@@ -153,15 +212,20 @@ class Release:
         self.point_latest()
         return self.final
 
+    @property
+    def latest(self) -> Path:
+        """``OUT/DATASET/latest``: a relative symlink to the dataset's newest release."""
+        return self.home / "latest"
+
     def point_latest(self) -> bool:
-        """Atomically point ``OUT/latest`` at this (published) release, unless it names a complete
-        release published after this one. Returns whether ``latest`` names this release now."""
-        link = self.out_dir / "latest"
-        current = (self.out_dir / os.readlink(link)) if link.is_symlink() else None
+        """Atomically point ``OUT/DATASET/latest`` at this (published) release, unless it names a
+        complete release published after this one. Returns whether ``latest`` names this release now."""
+        link = self.latest
+        current = (self.home / os.readlink(link)) if link.is_symlink() else None
         if current is not None and current.is_dir() and current.resolve() != self.final.resolve():
             if current.stat().st_mtime_ns > self.final.stat().st_mtime_ns:
                 return False  # a newer release is latest
-        tmp_link = self.out_dir / f".latest.{os.getpid()}"
+        tmp_link = self.home / f".latest.{os.getpid()}"
         if tmp_link.is_symlink() or tmp_link.exists():
             tmp_link.unlink()
         tmp_link.symlink_to(Path("runs") / self.run_id)

@@ -23,7 +23,7 @@ from typing import Any
 from dpngram.config import RunConfig
 from dpngram.core.errors import ConfigError
 from dpngram.release.context import RunContext, new_run_id, read_parts, record_part
-from dpngram.release.layout import Release, write_json_atomic
+from dpngram.release.layout import LegacyLayoutError, Release, check_out_layout, write_json_atomic
 from dpngram.release.ledger import Ledger
 
 #: Parameters holding paths of the operator's machine: withheld from the published report (they are
@@ -86,6 +86,10 @@ def prepare(config: RunConfig, *, reserve: bool = True) -> RunConfig:
 
     if not config.run_id:
         config = config.with_values(run_id=new_run_id())
+    try:
+        check_out_layout(config.out)  # an OUT of the old shared layout: refused, nothing reserved
+    except LegacyLayoutError as err:
+        raise ConfigError(str(err)) from None
     # the stages that read the public corpus (bayes: its prior; lm_counts and the model built from
     # lm_counts/synth: the public n-grams) would fail only after earlier stages have spent budget
     uses_public = any(stage in config.stage_budget for stage in ("bayes", "lm_counts", "synth"))
@@ -174,9 +178,14 @@ def complete_publishes(ledger: Ledger, out: Path | None = None) -> list[Path]:
     for run in ledger.open_runs():
         if not run["staging"]:
             continue
-        staging = Path(run["staging"])
-        release = Release(staging.parent.parent, run["run_id"])
-        if out is not None and release.runs.resolve() != (Path(out) / "runs").resolve():
+        staging = Path(run["staging"])  # OUT/DATASET/runs/RUN_ID.staging
+        try:
+            release = Release(staging.parent.parent.parent, run["run_id"], run["dataset"])
+        except ValueError:
+            continue
+        if release.staging != staging:
+            continue  # registered in another layout (an older dpngram): not completed here
+        if out is not None and release.out_dir.resolve() != Path(out).resolve():
             continue
         if release.published:
             complete_publish(release, ledger)
@@ -185,7 +194,7 @@ def complete_publishes(ledger: Ledger, out: Path | None = None) -> list[Path]:
 
 
 def publish_run(ctx: RunContext) -> Path:
-    """Publish the staged release (atomic rename, then swap ``OUT/latest``), then close the run in
+    """Publish the staged release (atomic rename, then swap ``OUT/DATASET/latest``), then close the run in
     the ledger (its reservation is released; its charges stay).
 
     Refused unless the run passed validation (report part 'validation' with success) and its
@@ -216,9 +225,22 @@ def publish_run(ctx: RunContext) -> Path:
     return path
 
 
-def release_asset_metadata(release: Path) -> dict[str, Any]:
+#: The assets a release of a dataset updates, and the last part of their URI (docs/orchestration.md).
+ASSET_KINDS = {"release": "latest", "ngrams": "ngrams", "language_model": "language-model"}
+
+
+def asset_key(dataset: str, kind: str) -> tuple[str, str]:
+    """(name, URI) of the Airflow asset of kind ``kind`` (:data:`ASSET_KINDS`) of ``dataset``: one
+    set of assets per dataset, e.g. ``("dpngram_chats_language_model", "dpngram://chats/language-model")``.
+    A consumer schedules on the one dataset it wants by declaring this name and URI."""
+    return f"dpngram_{dataset}_{kind}", f"dpngram://{dataset}/{ASSET_KINDS[kind]}"
+
+
+def release_asset_metadata(release: Path, training_corpus: str | None = None) -> dict[str, Any]:
     """Public metadata of a published release, for downstream consumers (the ``extra`` of the
-    Airflow asset events emitted by ``dags/dpngram_release.py``).
+    Airflow asset events emitted by ``dags/dpngram_release.py``). ``training_corpus``: the public
+    corpus the model was built from (a path the operator's machine sees; the report withholds it),
+    given to the model's consumers so that they can check their evaluation text against it.
 
     Read only from the release's ``report.json`` (itself public: DP values, released row counts
     and parameters) and the file tree; never from the warehouse. Returns ``{"release": {...},
@@ -264,5 +286,6 @@ def release_asset_metadata(release: Path) -> dict[str, Any]:
             "route": model.get("route"),
             "ngram_counts": model.get("counts", {}),
             "paths": {name: str(p) for name, p in model_paths.items() if p.is_file()},
+            "training_corpus": training_corpus,
         }
     return {"release": release_meta, "ngrams": ngrams, "language_model": language_model}
