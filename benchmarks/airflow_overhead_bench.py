@@ -80,7 +80,7 @@ def measure(users: int, runs: int, base: Path) -> list[dict[str, Any]]:
             _, body = airflow.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run['dag_run_id']}")
             tasks = airflow.task_states(DAG_ID, run["dag_run_id"])
             wall = _seconds(body["start_date"], body["end_date"])
-            release = (base / "out" / "latest").resolve()
+            release = (base / "out" / conf["dataset"] / "latest").resolve()
             # every step's own timing, the report's included (report.json's timings_seconds is
             # written before the report step's own timing is known)
             timings = {
@@ -99,7 +99,7 @@ def measure(users: int, runs: int, base: Path) -> list[dict[str, Any]]:
                     "tasks_skipped": sum(ti["state"] == "skipped" for ti in tasks.values()),
                     "task_seconds": round(sum(ti.get("duration") or 0 for ti in ran.values()), 2),
                     "stage_seconds": dict(sorted(timings.items())),
-                    "published_model": (base / "out" / "latest" / "model" / "model.binary").is_file(),
+                    "published_model": (release / "model" / "model.binary").is_file(),
                 }
             )
             print(json.dumps(results[-1]), flush=True)
