@@ -72,7 +72,7 @@ def user_items(rows) -> dict[str, set[str]]:
 
 def subset_keys(wh: Warehouse, salt: int) -> dict[str, int]:
     """The subset rule's sort key of every item for one salt, computed by the engine with the
-    expression of sql/dpsu/_kept_items.sql (the hash is the rule's randomness; the reference
+    expression of sql/dpsu/_user_items.sql + _user_kept.sql (the hash is the rule's randomness; the reference
     below re-implements the rest: remaining items, the Delta smallest keys, 1/sqrt(#kept))."""
     rows = wh.con.execute(
         f"SELECT DISTINCT item, hash(xor(hash(item), CAST($salt AS UBIGINT))) FROM {SCHEMA}.src",
@@ -260,12 +260,14 @@ def test_configuration_accepts_the_policy_and_its_parameters():
 # ----------------------------------------------------------------------------------------------
 # 2. the SQL rounds against the numpy reference
 # ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("per_user_lists", [False, True])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_sql_rounds_equal_the_numpy_reference(seed):
+def test_sql_rounds_equal_the_numpy_reference(seed, per_user_lists):
     """sips_rounds_release over random users (more distinct items than Delta, so the subset rule
     binds), three rounds with fresh salts and a deterministic stand-in for the noisy step (release
     the items with weight >= 1.2): every round's histogram equals the reference for the same
-    history (1e-12: sums of <= 60 terms), and the released sets agree round by round."""
+    history (1e-12: sums of <= 60 terms), and the released sets agree round by round. Both ways of
+    building the rounds (re-reading the source each round; the vocabulary's per-user list table)."""
     rows = random_rows(seed, users=60, vocab=80)
     wh = warehouse(rows)
     items, salts, max_contribution = user_items(rows), [11 + seed, 2**61 + 7, 123456789], 5
@@ -286,6 +288,7 @@ def test_sql_rounds_equal_the_numpy_reference(seed):
         max_contribution=max_contribution,
         noise=Salts(salts),
         draw=draw,
+        per_user_lists=per_user_lists,
     )
     released: set[str] = set()
     for r, salt in enumerate(salts):
@@ -297,7 +300,7 @@ def test_sql_rounds_equal_the_numpy_reference(seed):
         released |= new
     assert set().union(*[set(a.to_pylist()) for a in out]) == released
     assert len(released) > 5 and len(seen[2]) > 0  # the rounds did drop items and go on
-    assert not any(wh.object_type(SCHEMA, n) for n in ("t_done", "t_remaining", "t_histogram"))
+    assert not any(wh.object_type(SCHEMA, n) for n in ("t_done", "t_remaining", "t_histogram", "t_lists"))
 
 
 def test_rounds_one_equals_the_weighted_policy():

@@ -168,16 +168,21 @@ def test_spark_without_the_extra_is_a_one_line_config_error(tmp_path, monkeypatc
 
 
 def test_sql_fragments_are_inlined_where_included() -> None:
-    """``-- include: dpsu/_kept_items`` is replaced by the fragment, so the weighted histogram and
-    the policy Gaussian's input rank users' items by one text; no statement keeps an include line."""
+    """``-- include: dpsu/_user_kept`` is replaced by the fragment, so every DPSU histogram (from the
+    items relation or from per-user lists) and the policy Gaussian's input rank users' items by one
+    text; no statement keeps an include line."""
     sql_dir = resources.files(SQL_PACKAGE)
-    fragment = sql_dir.joinpath("dpsu/_kept_items.sql").read_text(encoding="utf-8").rstrip("\n")
-    for name in ("dpsu/histogram", "dpsu/policy_items"):
+    kept = sql_dir.joinpath("dpsu/_user_kept.sql").read_text(encoding="utf-8").rstrip("\n")
+    items = sql_dir.joinpath("dpsu/_user_items.sql").read_text(encoding="utf-8").rstrip("\n")
+    names = ("dpsu/histogram", "dpsu/policy_items", "dpsu/histogram_lists", "dpsu/histogram_lists_remaining")
+    for name in names:
         raw = sql_dir.joinpath(f"{name}.sql").read_text(encoding="utf-8")
-        assert "-- include: dpsu/_kept_items" in raw
-        text = load_sql(name, schema="s", source="src", histogram="h", target="t")
+        assert "-- include: dpsu/_user_kept" in raw
+        text = load_sql(name, schema="s", source="src", histogram="h", target="t", lists="l", released="r")
         assert "-- include:" not in text
-        assert fragment.replace("{schema}", "s").replace("{source}", "src") in text
+        assert kept in text
+        if name in ("dpsu/histogram", "dpsu/policy_items"):
+            assert items.replace("{schema}", "s").replace("{source}", "src") in text
     names = [f"{d.name}/{p.name[:-4]}" for d in sql_dir.iterdir() if d.is_dir() for p in d.iterdir()
              if p.name.endswith(".sql")]  # fmt: skip
     assert all("-- include:" not in _sql_text(n) for n in names)

@@ -1,6 +1,6 @@
 -- DPSU input for the vocabulary (DPNE Alg. 1 line 1; supplement Alg. 5): one row per token
 -- occurrence (user_id, item); the DPSU SQL keeps each user's DISTINCT items
--- (sql/dpsu/_kept_items.sql), so no DISTINCT here (a second one over ~100M rows at 1M users).
+-- (sql/dpsu/_user_items.sql), so no DISTINCT here (a second one over ~100M rows at 1M users).
 -- Tokens never cross sentences; NULL tokens are ignored.
 CREATE OR REPLACE VIEW {schema}.{target} AS
 SELECT user_id, token AS item
