@@ -112,6 +112,42 @@ def test_ledger_shows_the_runs_spend(first_result, capsys):
     assert code == 0 and "first" in out and "total" in out
 
 
+def test_ledger_unknown_dataset_is_an_error_naming_the_known_ones(first_result, capsys):
+    base, proc = first_result
+    assert proc.returncode == 0
+    warehouse = str(base / "wh.duckdb")
+    code, out, err = run_cli(capsys, "ledger", "--dataset", "clitset", "--warehouse", warehouse)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1, err
+    assert "dataset 'clitset' is not in the ledger" in err and "known datasets: clitest" in err
+
+
+def test_ledger_table_fits_80_columns(tmp_path, capsys, monkeypatch):
+    """A long Airflow run id folds inside its column instead of widening the table past 80."""
+    from dpngram.engines.duckdb import Warehouse
+    from dpngram.release.ledger import Ledger
+
+    run_id = "manual__2026-11-24T10_00_00.123456_00_00"
+    with Warehouse(tmp_path / "wh.duckdb") as wh:
+        ledger = Ledger(wh.con)
+        for stage in ("dpne.k1", "dpne.k2", "lm_counts"):
+            ledger.record("chats", run_id, stage, 1.3333333, 3.3e-8, [])
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run_cli(capsys, "ledger", "--dataset", "chats", "--warehouse", str(tmp_path / "wh.duckdb"))
+    assert code == 0
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80, out
+    first = next(i for i, line in enumerate(lines) if "dpne.k1" in line)
+    col = lines[first].index("manual__")
+    pieces = [lines[first][col:].split()[0]]
+    for line in lines[first + 1 :]:
+        if line[:col].strip():
+            break
+        pieces.append(line[col:].split()[0])
+    assert "".join(pieces) == run_id, out  # folded onto the next line, not cut
+    assert "4.0000" in out and "1 run(s)" in out
+
+
 def test_second_run_over_the_lifetime_budget_is_refused_before_ingest(first_result, sample, capsys):
     base, proc = first_result
     assert proc.returncode == 0
