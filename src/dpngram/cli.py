@@ -496,7 +496,9 @@ def cmd_ledger(args: argparse.Namespace) -> int:
         known = ledger.datasets()
         if args.dataset not in known:
             names = ", ".join(known) if known else "none (no run has used this warehouse's ledger)"
-            raise ConfigError(f"dataset '{args.dataset}' is not in the ledger of {path}; known datasets: {names}")
+            raise ConfigError(
+                f"dataset '{args.dataset}' is not in the ledger of {path}; known datasets: {names}"
+            )
         rows = ledger.entries(args.dataset)
     entries = [
         {
