@@ -48,6 +48,7 @@ ADDED_PARAMS: dict[str, list[str] | None] = {
     "follow_external_symlinks": None,
     "synth_max_sequences": None,  # issue 26: output bounds
     "synth_max_nodes": None,
+    "max_quarantine_fraction": None,  # issue 28: refuse a mostly malformed input
 }
 
 

@@ -368,6 +368,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from dpngram.release.context import RunContext
     from dpngram.release.publish import prepare
     from dpngram.stages.ingest import run_ingest
+    from dpngram.text.records import quarantine_refusal
 
     config = config_from_args(args, out=args.out or ".dpngram/ingest-runs")
     _check_input(config)
@@ -376,7 +377,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     try:
         with _StageProgress(enabled=not args.quiet) as progress:
             progress.on_stage("ingest", "start", {})
-            run_ingest(ctx, progress.on_records)
+            run_ingest(ctx, progress.on_records, enforce_quarantine_limit=False)
             progress.on_stage("ingest", "done", {})
     except IngestError:
         # The error says "see the quarantine summary": show it (stderr: the run failed).
@@ -393,29 +394,20 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             table.add_row(key.replace("_", " "), f"{stats[key]:,}")
     console.print(table)
     _print_quarantine(console, stats)
+    refusal = quarantine_refusal(stats, config.max_quarantine_fraction, f"table {ctx.schema}.quarantine")
+    if refusal is not None:  # `ingest` spends nothing: it reports what `run` would refuse
+        console.print(f"note: `dpngram run` would refuse this input: {refusal}", markup=False)
     console.print(f"run id {ctx.run_id}; private tables in schema {ctx.schema} of {config.warehouse}")
     return EXIT_OK
 
 
 def _print_quarantine(console: Any, stats: dict[str, Any]) -> None:
-    """Quarantined records by reason (exact counts: operator console only, never released)."""
-    from rich.table import Table
+    """Quarantined records by reason (exact counts: operator console only, never released): the
+    lines the Airflow ``ingest`` task logs too (:func:`dpngram.text.records.quarantine_summary_lines`)."""
+    from dpngram.text.records import quarantine_summary_lines
 
-    from dpngram.text.records import QUARANTINE_REASONS, quarantine_summary
-
-    reasons = quarantine_summary(stats)
-    if not reasons:
-        console.print("Quarantine: no record was quarantined.")
-        return
-    quarantine = Table(
-        title="Quarantined records by reason (operator console only, never released)", title_justify="left"
-    )
-    quarantine.add_column("reason")
-    quarantine.add_column("rows", justify="right")
-    quarantine.add_column("meaning")
-    for reason, n in reasons:
-        quarantine.add_row(reason, f"{n:,}", QUARANTINE_REASONS.get(reason, ""))
-    console.print(quarantine)
+    for line in quarantine_summary_lines(stats):
+        console.print(line, markup=False, highlight=False)
 
 
 def _print_run_quarantine(config: RunConfig, stderr: bool) -> None:

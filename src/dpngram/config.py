@@ -730,6 +730,15 @@ class RunConfig(BaseModel):
         description="With a directory input: also read files whose symbolic link resolves outside the "
         "directory (off: they are quarantined, not read). The report records the setting.",
     )
+    max_quarantine_fraction: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        title="Max quarantined fraction",
+        description="Refuse the run at ingest, before any noise is drawn (its budget reservation is "
+        "released), when more than this fraction of the input's rows is quarantined as malformed; "
+        "1 never refuses.",
+    )
     user_field: str = Field("user_id", title="User-id field", description="Column/key holding the user id.")
     text_field: str = Field("text", title="Text field", description="Column/key holding the text.")
     public: str | None = Field(

@@ -47,6 +47,7 @@ TOP_LEVEL_SECTIONS = {
     "input_format": INPUT,
     "input_extensions": INPUT,
     "follow_external_symlinks": INPUT,
+    "max_quarantine_fraction": INPUT,
     "user_field": INPUT,
     "text_field": INPUT,
     "lowercase": INPUT,

@@ -133,13 +133,36 @@ def write_operator_report(ctx: RunContext) -> Path:
         path,
         {
             "run_id": ctx.run_id,
-            "note": "operator-only: never published (timings grow with the private input's size)",
+            "note": "operator-only: never published (timings grow with the private input's size; "
+            "quarantine counts are exact statistics of the input)",
+            "quarantine": _quarantine_counts(ctx),
             "timings_seconds": read_timings(ctx),
             "paths": {name: flat[name] for name in PATH_PARAMETERS if flat.get(name) is not None},
             "release": str(ctx.release.final.resolve()),
         },
     )
     return path
+
+
+def _quarantine_counts(ctx: RunContext) -> dict[str, Any] | None:
+    """The ingest's exact quarantine counts (rows read, quarantined, per reason) for the operator
+    file; None when the run has no finished ingest."""
+    from dpngram.core.errors import IngestError
+    from dpngram.engines.ingest import ingest_stats
+
+    try:
+        with ctx.engine() as engine:
+            stats = ingest_stats(engine, ctx.schema)
+    except IngestError:
+        return None
+    read, quarantined = stats.get("rows_read", 0), stats.get("rows_quarantined", 0)
+    return {
+        "rows_read": read,
+        "rows_quarantined": quarantined,
+        "fraction": quarantined / read if read else 0.0,
+        "max_quarantine_fraction": ctx.config.max_quarantine_fraction,
+        "reasons": dict(sorted(stats["quarantine_reasons"].items(), key=lambda kv: (-kv[1], kv[0]))),
+    }
 
 
 def _noise_mode(parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -384,6 +407,7 @@ def render_html(report: dict[str, Any]) -> str:
     ]
     sections.extend(_privacy_html(report))
     sections.extend(_released_html(report))
+    sections.extend(_quarantine_html(report["stages"].get("ingest")))
     sections.extend(_validation_html(report["validation"]))
 
     sections.append("<h2>Parameters</h2>")
@@ -550,6 +574,22 @@ def _released_html(report: dict[str, Any]) -> list[str]:
             )
         )
     return sections
+
+
+def _quarantine_html(ingest: dict[str, Any] | None) -> list[str]:
+    """Section "Input quarantine": the check the run passed and where the exact counts are."""
+    quarantine = (ingest or {}).get("quarantine")
+    if not quarantine:
+        return []
+    return [
+        "<h2>Input quarantine</h2>",
+        f"<p>Malformed input rows are quarantined, never dropped silently. This run passed the check "
+        f"<code>max_quarantine_fraction = {_esc(_fmt(quarantine['max_quarantine_fraction']))}</code>: "
+        "a run with a larger fraction of its rows quarantined is refused at ingest, before any noise "
+        "is drawn. The counts per reason are exact statistics of the private input, so they are not "
+        "published: the operator finds them in <code>operator_report.json</code> beside the "
+        "warehouse, in the ingest task's log and in <code>dpngram run</code>'s summary.</p>",
+    ]
 
 
 def _validation_html(validation: dict[str, Any]) -> list[str]:

@@ -747,3 +747,49 @@ def tokenize_batch(
 def quarantine_summary(stats: dict[str, Any]) -> list[tuple[str, int]]:
     """(reason, rows) pairs sorted by count, for the operator's console."""
     return sorted(Counter(stats.get("quarantine_reasons", {})).items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def quarantine_summary_lines(stats: dict[str, Any]) -> list[str]:
+    """The quarantine summary as plain lines: how many rows of how many were quarantined, then
+    one line per reason (rows, reason, meaning), most frequent first. The one formatting of it:
+    ``dpngram ingest``/``run`` print these lines and the Airflow ``ingest`` task logs them. Exact
+    counts: operator surfaces only (console, task log, operator file), never a release or XCom
+    (docs/faults.md, "Quarantine")."""
+    read = int(stats.get("rows_read", 0))
+    reasons = quarantine_summary(stats)
+    quarantined = sum(n for _, n in reasons)
+    if not quarantined:
+        return [f"quarantine: no record was quarantined ({read:,} rows read)"]
+    width = max(len(reason) for reason, _ in reasons)
+    digits = max(len(f"{n:,}") for _, n in reasons)
+    lines = [
+        f"quarantine: {quarantined:,} of {read:,} rows read were quarantined "
+        f"({_percent(quarantined, read)}), by reason (exact counts: operator only, never released):"
+    ]
+    lines += [
+        f"  {n:>{digits},}  {reason:<{width}}  {QUARANTINE_REASONS.get(reason, '')}".rstrip()
+        for reason, n in reasons
+    ]
+    return lines
+
+
+def quarantine_refusal(stats: dict[str, Any], max_fraction: float, where: str) -> str | None:
+    """The one-line refusal when more than ``max_fraction`` of the rows read were quarantined
+    (None when within it): how many rows of how many, the top reasons, and ``where`` to look."""
+    read = int(stats.get("rows_read", 0))
+    reasons = quarantine_summary(stats)
+    quarantined = sum(n for _, n in reasons)
+    if read == 0 or quarantined <= max_fraction * read:
+        return None
+    top = ", ".join(f"{reason} {n:,}" for reason, n in reasons[:3])
+    more = f" and {len(reasons) - 3} more reason(s)" if len(reasons) > 3 else ""
+    return (
+        f"ingest refused the input: {quarantined:,} of {read:,} rows were quarantined "
+        f"({_percent(quarantined, read)}), more than max_quarantine_fraction {max_fraction:g} allows; "
+        f"top reasons: {top}{more}; see {where}"
+    )
+
+
+def _percent(part: int, whole: int) -> str:
+    share = 100.0 * part / whole if whole else 0.0
+    return f"{share:.2g}%" if share < 1 else f"{share:.1f}%"
