@@ -781,6 +781,13 @@ class RunConfig(BaseModel):
         "the fractions sum to at most 1. Stages: dpne (vocabulary and k-grams), lm_counts (noisy counts "
         "for the language model), bayes (trigram distribution), synth (synthetic text), triehh (LDP "
         "words). The default runs every stage the product releases, language model included.",
+        # the trigger form / REST API refuse unknown stages and fractions outside (0, 1] before a
+        # run is created (Airflow validates Params with this JSON schema); the sum is checked by
+        # _budget (privacy_precheck)
+        json_schema_extra={
+            "propertyNames": {"enum": list(STAGES)},
+            "additionalProperties": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        },
     )
     lifetime_epsilon: float | None = Field(
         None,
@@ -1087,8 +1094,9 @@ def _schema_fragment(prop: dict[str, Any], name: str) -> dict[str, Any]:
         for key in ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
             if key in prop:
                 frag[key] = prop[key]
-        if "additionalProperties" in prop:
-            frag["additionalProperties"] = prop["additionalProperties"]
+        for key in ("additionalProperties", "propertyNames"):
+            if key in prop:
+                frag[key] = prop[key]
     frag["title"] = prop.get("title", name)
     if "description" in prop:
         frag["description"] = prop["description"]

@@ -76,6 +76,11 @@ def _number(value: float) -> str:
 def bounds_text(schema: dict[str, Any]) -> str:
     """The JSON-schema bounds of a parameter as one sentence, e.g. 'Allowed: 0 < value ≤ 100.'
     ('' when it has none)."""
+    values = schema.get("additionalProperties")
+    if isinstance(values, dict) and values.get("type") == "number":  # an object of fractions
+        keys = schema.get("propertyNames", {}).get("enum")
+        named = f"keys {', '.join(keys)}; " if keys else ""
+        return f"Allowed: {named}each value {bounds_text(values).removeprefix('Allowed: ').rstrip('.')}."
     low = high = ""
     if "exclusiveMinimum" in schema:
         low = f"{_number(schema['exclusiveMinimum'])} < "
