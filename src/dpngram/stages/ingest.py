@@ -10,9 +10,12 @@ number of users, or of rows quarantined for a reason, can reveal whether one per
 the input). The report part is *published* with the release and the returned dict goes to Airflow
 XCom, so neither holds any count: the report part holds only facts fixed before reading the data
 (input path, format, field names, tokenizer settings) and the fact that the row identity held
-(it always does when ingest returns: a violation raises). The exact counts stay in the private
-``ingest_stats`` table, read back for the operator's console only
-(:func:`dpngram.engines.ingest.ingest_stats`).
+(it always does when ingest returns: a violation raises), plus ``max_quarantine_fraction`` and
+that the quarantine check passed (a release exists only if it did). The exact counts stay in the
+private ``ingest_stats`` table, read back for the operator only
+(:func:`dpngram.engines.ingest.ingest_stats`); of them, the quarantine summary is logged (the
+Airflow task log is the operator's console there) and named in a refusal: the one deliberate
+exception to "no exact statistics in logs" (docs/faults.md, "Quarantine").
 
 Owns: the ``ingest`` step and its public report part.
 Imports: dpngram.release, dpngram.engines, dpngram.text, dpngram.core.

@@ -8,8 +8,10 @@ raw)`` with a reason from :data:`QUARANTINE_REASONS`, so no record is silently d
 (:mod:`dpngram.engines.ingest`) and the Spark one (:func:`dpngram.engines.spark.ingest_spark`,
 through :func:`classify_jsonl_line`, :func:`classify_frame` and :func:`tokenize_batch` in its
 workers) share this code, so both engines keep and quarantine the same records. :class:`IngestStats`
-holds one ingest's exact counts: PRIVATE, for the operator's console only (never a report, XCom or
-log). Exception messages name the input path and the problem, never a record's content or a count.
+holds one ingest's exact counts: PRIVATE, for the operator only (never a report or XCom); the
+quarantine summary (:func:`quarantine_summary_lines`: rows read, quarantined per reason) is the one
+exception allowed in the ingest step's log and in its refusal (docs/faults.md, "Quarantine").
+Exception messages name the input path and the problem, never a record's content.
 
 Streaming and memory. Input is read in batches (JSONL: about :data:`BATCH_BYTES` / 2 of lines;
 CSV and text directories: :data:`BATCH_ROWS` records or :data:`BATCH_BYTES` of text; Parquet:
@@ -118,7 +120,8 @@ DEFAULT_TEXT_EXTENSIONS = (".txt",)
 
 @dataclass
 class IngestStats:
-    """Exact statistics of one ingest. PRIVATE: operator console only (never report/XCom/logs)."""
+    """Exact statistics of one ingest. PRIVATE: operator only (never report/XCom; of these only the
+    quarantine summary may be logged, docs/faults.md)."""
 
     rows_read: int = 0
     rows_loaded: int = 0
