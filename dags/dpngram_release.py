@@ -104,6 +104,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEMO_DIR = Path(os.environ.get("DPNGRAM_DEMO_DIR", str(REPO / ".dpngram"))).resolve()
 OUT_DIR = Path(os.environ.get("DPNGRAM_OUT", str(REPO / "demo-output"))).resolve()
 POOL = "dpngram_warehouse"
+DAG_ID = "dpngram_release"
 
 #: The whole published release (report, validation, every released table): asset
 #: ``dpngram://DATASET/latest`` of the run's dataset, emitted through this alias.
@@ -198,7 +199,9 @@ def _is_scheduled(context: dict[str, Any]) -> bool:
 
 def _fail_fast(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn the pipeline's one-line bad-input errors into a refusal (:func:`_refuse`: one line, no
-    retry). Other errors (a killed process, a full disk) are retried."""
+    retry), after releasing the run's budget reservation when no stage was charged (a refusal at
+    ingest, e.g. too much quarantined input or delta >= 1/users, leaves nothing reserved). Other
+    errors (a killed process, a full disk) are retried."""
 
     @functools.wraps(fn)
     def wrapper(**context: Any) -> Any:
@@ -207,9 +210,27 @@ def _fail_fast(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(**context)
         except USER_ERRORS as err:
-            _refuse(f"{type(err).__name__}: {err}")
+            line = f"{type(err).__name__}: {err}"
+            released = _release_if_unspent(context)
+            suffix = f"; {released}" if released else ""
+            _refuse(line + suffix, context, note=getattr(err, "brief", line) + suffix)
 
     return wrapper
+
+
+def _release_if_unspent(context: dict[str, Any]) -> str | None:
+    """After a refusal: release the run's reservation if nothing was charged (the sentence to add
+    to the reason), else None."""
+    from dpngram.orchestration.plan import release_if_unspent
+    from dpngram.release.context import RunContext
+
+    try:
+        config = _config(context)
+    except TaskRefused:
+        return None
+    if release_if_unspent(RunContext(config)):
+        return f"run '{config.run_id}' spent nothing: its budget reservation was released"
+    return None
 
 
 def _config(context: dict[str, Any]) -> RunConfig:
@@ -223,7 +244,7 @@ def _config(context: dict[str, Any]) -> RunConfig:
     try:
         return RunConfig.build(**values, run_id=run_id_from(context["run_id"]))
     except ConfigError as err:
-        _refuse(str(err))
+        _refuse(str(err), context)
         raise  # unreachable: _refuse raises
 
 
@@ -238,14 +259,65 @@ def _log_notices(config: Any) -> None:
         logging.getLogger("dpngram").warning("note: %s", notice)
 
 
-def _refuse(reason: str) -> None:
+def _refuse(reason: str, context: dict[str, Any] | None = None, note: str | None = None) -> None:
     """Fail the task without retry for a refusal (budget, parameters): the one-line reason is
-    logged as the task's first error line, then :class:`TaskRefused` ends the task (Airflow logs
+    logged as the task's error line and written to the DAG run's note (:func:`_set_note`; ``note``
+    when given, e.g. without exact counts), then :class:`TaskRefused` ends the task (Airflow logs
     "Task exited", no traceback; :data:`REFUSALS_ARE_FINAL` fails it without retry)."""
     import logging
 
     logging.getLogger("dpngram").error(reason)
+    if context is not None:
+        task_id = getattr(context.get("task_instance"), "task_id", None) or "a task"
+        _set_note(context, f"Refused at {task_id}: {note or reason}")
     raise TaskRefused(reason) from None
+
+
+#: The Airflow connection whose credentials let a task write its DAG run's note through the REST API
+#: (``http://USER:PASSWORD@HOST:PORT`` of the api-server; a user allowed to edit DAG runs).
+NOTE_CONNECTION = "dpngram_api"
+
+
+def _set_note(context: dict[str, Any], note: str) -> None:
+    """Put a refusal's one line in the DAG run's note, the first thing the UI shows of a run (the
+    Grid's run details and the runs list). Airflow 3's task execution API can read the note but
+    not write it, so this uses the public REST API (``PATCH /api/v2/dags/{dag}/dagRuns/{run}``) with
+    the credentials of the connection :data:`NOTE_CONNECTION`. Best effort: without the connection,
+    or if the API does not answer, the task's log still has the line (docs/orchestration.md)."""
+    import logging
+    import urllib.parse
+    import urllib.request
+
+    log = logging.getLogger("dpngram")
+    try:
+        from airflow.sdk import Connection
+
+        conn = Connection.get(NOTE_CONNECTION)
+    except Exception:  # noqa: BLE001 - not configured: the log has the reason
+        log.warning("the run's note is not set: no Airflow connection '%s'", NOTE_CONNECTION)
+        return
+    dag_run = context.get("dag_run")
+    dag_id = getattr(dag_run, "dag_id", None) or getattr(context.get("dag"), "dag_id", DAG_ID)
+    run_id = getattr(dag_run, "run_id", None) or context["run_id"]
+    scheme = "https" if conn.conn_type == "https" else "http"
+    base = f"{scheme}://{conn.host}" + (f":{conn.port}" if conn.port else "")
+
+    def call(method: str, path: str, body: dict[str, Any], token: str | None = None) -> dict[str, Any]:
+        request = urllib.request.Request(base + path, data=json.dumps(body).encode(), method=method)
+        request.add_header("Content-Type", "application/json")
+        if token:
+            request.add_header("Authorization", f"Bearer {token}")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read() or b"{}")
+
+    try:
+        token = call("POST", "/auth/token", {"username": conn.login, "password": conn.password})[
+            "access_token"
+        ]
+        quoted = "/".join(urllib.parse.quote(part, safe="") for part in (dag_id, "dagRuns", run_id))
+        call("PATCH", f"/api/v2/dags/{quoted}", {"note": note[:1000]}, token)
+    except Exception as err:  # noqa: BLE001 - best effort: the log has the reason
+        log.warning("the run's note could not be set (%s): see the error line above", type(err).__name__)
 
 
 def _skip(reason: str | None) -> None:
@@ -282,7 +354,7 @@ GROUP_LABELS = {"dpne": "DPNE: vocabulary and k-grams"}
 
 
 @dag(
-    dag_id="dpngram_release",
+    dag_id=DAG_ID,
     description="Differentially private vocabulary, k-grams and language model from private user text",
     schedule=_schedule(),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
@@ -301,18 +373,23 @@ def dpngram_release() -> None:
         says it would exceed its lifetime budget; nothing is read before this. Fixes run_id and
         stages the parameters."""
         from dpngram.core.errors import BudgetError, ConfigError
+        from dpngram.orchestration.plan import input_problem
         from dpngram.release.publish import prepare
 
         config = _config(context)
         if _is_scheduled(context) and config.lifetime_epsilon is None:
             _refuse(
                 "privacy pre-check refused the run: a scheduled refresh needs a lifetime budget "
-                "(every refresh spends epsilon): set lifetime_epsilon in DPNGRAM_PARAMS"
+                "(every refresh spends epsilon): set lifetime_epsilon in DPNGRAM_PARAMS",
+                context,
             )
+        problem = input_problem(config)
+        if problem is not None:  # before the reservation: nothing is reserved
+            _refuse(f"privacy pre-check refused the run: {problem}; nothing was reserved", context)
         try:
             prepared = prepare(config)
         except (BudgetError, ConfigError) as err:
-            _refuse(f"privacy pre-check refused the run: {err}")
+            _refuse(f"privacy pre-check refused the run: {err}", context)
         _log_notices(prepared)
         return {"run_id": prepared.run_id}
 

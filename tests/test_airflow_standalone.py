@@ -61,6 +61,7 @@ MARKER = "zqxmarker7741"
 MARKER_USER = "zqxuser9931"
 USERNAME, PASSWORD = "dpngram-test", "not-a-secret-test-password"
 RUN_TIMEOUT = 300.0  # seconds for one DAG run to finish
+MALFORMED_LINES = 25  # of 125 rows: 20% quarantined, above the default max_quarantine_fraction 5%
 
 
 def _free_port() -> int:
@@ -90,7 +91,12 @@ def write_marker_corpus(directory: Path) -> dict[str, Path]:
     heldout = directory / "heldout.txt"
     with gzip.open(files["heldout_users"], "rt", encoding="utf-8") as src:
         heldout.write_text("".join(json.loads(line)["text"].replace("\n", " ") + "\n" for line in src))
-    return {"users": users, "public": files["public"], "heldout": heldout}
+    malformed = directory / "users_malformed.jsonl.gz"  # issue 28: mostly garbage, refused at ingest
+    with gzip.open(files["users"], "rt", encoding="utf-8") as src:
+        good = src.read().splitlines()[:100]
+    with gzip.open(malformed, "wt", encoding="utf-8") as dst:
+        dst.write("\n".join([*good, *(["{not json"] * MALFORMED_LINES)]) + "\n")
+    return {"users": users, "public": files["public"], "heldout": heldout, "malformed": malformed}
 
 
 def _die_with_parent() -> None:
@@ -144,6 +150,8 @@ class Airflow:
                 "DPNGRAM_SCHEDULE": "none",  # no scheduled refresh may start during the test
                 "DPNGRAM_RETRY_DELAY_SECONDS": "3",
                 "DPNGRAM_CONSUMER_OUT": str(base / "consumer-out"),
+                # the credentials a refused task uses to write its DAG run's note (REST API)
+                "AIRFLOW_CONN_DPNGRAM_API": f"http://{USERNAME}:{PASSWORD}@127.0.0.1:{self.port}",
             }
         )
         self.env = env
@@ -426,6 +434,31 @@ def session(tmp_path_factory) -> dict[str, Any]:
         out["second_tasks"] = airflow.task_states(DAG_ID, second["dag_run_id"])
 
         out["invalid"] = airflow.trigger({"epsilon": -1})
+
+        # issue 28: the budget split's bounds are refused at trigger time, and no run is created
+        def run_count() -> int:
+            return airflow.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns?limit=1")[1]["total_entries"]
+
+        before = run_count()
+        out["bad_budgets"] = [
+            airflow.trigger({"stage_budget": b}) for b in ({"dpne": 2}, {"nosuchstage": 0.5})
+        ]
+        out["run_counts"] = (before, run_count())
+        # issue 28: a mostly malformed input (another dataset: its budget is untouched) is refused at
+        # ingest, with the reason in the run's note and the quarantine summary in the task log
+        status, malformed = airflow.trigger(
+            {"dataset": "standalone-malformed", "input": str(corpus["malformed"])}
+        )
+        assert status == 200, (status, malformed)
+        out["malformed_run"] = malformed
+        out["malformed_state"] = airflow.wait_for_run(DAG_ID, malformed["dag_run_id"])
+        out["malformed_tasks"] = airflow.task_states(DAG_ID, malformed["dag_run_id"])
+        out["notes"] = {
+            name: airflow.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{out[name]['dag_run_id']}")[1].get(
+                "note"
+            )
+            for name in ("second_run", "malformed_run")
+        }
         out["tails"] = airflow.tails()
     finally:
         airflow.stop()
@@ -563,6 +596,67 @@ def test_second_run_over_the_lifetime_budget_fails_at_the_precheck(session):
         con.close()
     assert tables == 0
     assert (Path(session["conf"]["out"]) / "standalone" / "latest").resolve() == _release(session)
+
+
+def _task_log(session: dict[str, Any], run: dict[str, Any], task_id: str) -> str:
+    logs = session["airflow"].paths["airflow_home"] / "logs"
+    stamp = run["dag_run_id"].split("+")[0][:19]
+    paths = [p for p in logs.rglob("*") if p.is_file() and f"task_id={task_id}" in str(p) and stamp in str(p)]
+    return "\n".join(p.read_text(errors="replace") for p in paths)
+
+
+def test_refusals_are_in_the_runs_note(session):
+    """Airflow 3's task API cannot write a note; the refusing task writes it through the REST API."""
+    note = session["notes"]["second_run"]
+    assert note and note.startswith("Refused at privacy_precheck: privacy pre-check refused the run: "), note
+    assert "dataset 'standalone' has spent epsilon=" in note
+
+
+def test_budget_split_bounds_are_refused_at_trigger_time(session):
+    (too_big, unknown) = session["bad_budgets"]
+    assert too_big[0] == 400 and "maximum" in json.dumps(too_big[1]), too_big
+    assert unknown[0] == 400 and "nosuchstage" in json.dumps(unknown[1]), unknown
+    before, after = session["run_counts"]
+    assert after == before  # no run was created
+
+
+def test_a_mostly_malformed_input_is_refused_at_ingest_with_nothing_reserved(session):
+    assert session["malformed_state"] == "failed", _detail(session)
+    tasks = session["malformed_tasks"]
+    assert tasks["privacy_precheck"]["state"] == "success"
+    assert tasks["ingest"]["state"] == "failed" and tasks["ingest"]["try_number"] == 1  # no retry
+    log = _task_log(session, session["malformed_run"], "ingest")
+    # the quarantine summary `dpngram run` prints, and the one-line refusal
+    assert f"quarantine: {MALFORMED_LINES} of {MALFORMED_LINES + 100} rows read were quarantined" in log, log[
+        -3000:
+    ]
+    assert "malformed_json  the line is not valid JSON" in log
+    assert (
+        f"ingest refused the input: {MALFORMED_LINES} of {MALFORMED_LINES + 100} rows were quarantined" in log
+    )
+    assert "its budget reservation was released" in log and "Traceback" not in log
+    # the note says why without exact counts (more people read notes than task logs)
+    note = session["notes"]["malformed_run"]
+    assert note.startswith(
+        "Refused at ingest: ingest refused the input: more than max_quarantine_fraction 0.05"
+    )
+    assert f"{MALFORMED_LINES} of" not in note and "malformed_json" not in note, note
+    assert "budget reservation was released" in note, note
+    # nothing is reserved or charged for the dataset
+    import duckdb
+
+    con = duckdb.connect(session["conf"]["warehouse"], read_only=True)
+    try:
+        state = con.execute(
+            "SELECT state FROM ledger.runs WHERE run_id = ?",
+            [run_id_from(session["malformed_run"]["dag_run_id"])],
+        ).fetchone()
+        charged = con.execute(
+            "SELECT count(*) FROM ledger.privacy_spend WHERE dataset = 'standalone-malformed'"
+        ).fetchone()
+    finally:
+        con.close()
+    assert state == ("suspended",) and charged == (0,)
 
 
 def test_invalid_conf_is_rejected_by_the_api_with_the_param_error(session):

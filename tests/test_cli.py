@@ -25,14 +25,29 @@ def sample(tmp_path_factory) -> dict[str, Path]:
     return write_sample(tmp_path_factory.mktemp("sample"), n_users=200, seed=7, public_sentences=200)
 
 
+def with_garbage(users: Path, target: Path, garbage: int) -> tuple[Path, int]:
+    """``users`` plus ``garbage`` malformed lines (holding SECRET); returns the file and its rows."""
+    with gzip.open(users, "rt", encoding="utf-8") as src:
+        lines = src.read().splitlines()
+    with gzip.open(target, "wt", encoding="utf-8") as dst:
+        dst.write("\n".join([*lines, *([f"{{{SECRET} not json"] * garbage)]) + "\n")
+    return target, len(lines) + garbage
+
+
+#: Malformed lines in the shared run's input: below the default max_quarantine_fraction (5%).
+GARBAGE = 3
+
+
 @pytest.fixture(scope="module")
 def finished_run(sample, tmp_path_factory):
-    """One `dpngram run --json` (T = 2) shared by the tests that inspect its results."""
+    """One `dpngram run --json` (T = 2) shared by the tests that inspect its results; its input has
+    :data:`GARBAGE` malformed lines (quarantined, below the limit)."""
     base = tmp_path_factory.mktemp("run")
+    users, _ = with_garbage(sample["users"], base / "users.jsonl.gz", GARBAGE)
     args = [
         "run",
         "--input",
-        str(sample["users"]),
+        str(users),
         "--out",
         str(base / "out"),
         "--warehouse",
@@ -106,10 +121,103 @@ def test_ledger_shows_the_runs_spend(first_result, capsys):
     # the ledger holds what the run was charged (with several stages, the stages' charges add up:
     # more than the composed total the report also states)
     charged = report["privacy"]["ledger_charged"]["epsilon"]
-    assert history["total"]["epsilon"] == pytest.approx(charged, rel=1e-9)
+    assert history["total"]["epsilon"] == pytest.approx(
+        report["privacy"]["ledger_charged"]["epsilon_exact"], rel=1e-9
+    )
     assert report["privacy"]["total"]["epsilon"] <= charged * (1 + 1e-9)
     code, out, _ = run_cli(capsys, "ledger", "--dataset", "clitest", "--warehouse", str(base / "wh.duckdb"))
     assert code == 0 and "first" in out and "total" in out
+
+
+def test_quarantine_below_the_limit_runs_and_the_counts_stay_operator_only(first_result):
+    """The run proceeds; exact counts go to stderr (--json) and the operator file, the published
+    report says only that the check passed and where the counts are."""
+    base, proc = first_result
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with gzip.open(base / "users.jsonl.gz", "rt") as fh:
+        rows = sum(1 for _ in fh)
+    assert f"quarantine: {GARBAGE} of {rows:,} rows read were quarantined" in proc.stderr
+    assert "malformed_json  the line is not valid JSON" in proc.stderr and SECRET not in proc.stderr
+    operator = json.loads((base / "operator" / "first" / "operator_report.json").read_text())
+    assert operator["quarantine"] == {
+        "rows_read": rows,
+        "rows_quarantined": GARBAGE,
+        "fraction": GARBAGE / rows,
+        "max_quarantine_fraction": 0.05,
+        "reasons": {"malformed_json": GARBAGE},
+    }
+    release = base / "out" / "runs" / "first"
+    report = json.loads((release / "report.json").read_text())
+    assert report["stages"]["ingest"]["quarantine"]["max_quarantine_fraction"] == 0.05
+    assert "operator_report.json" in report["stages"]["ingest"]["quarantine"]["counts"]
+    assert "Input quarantine" in (release / "report.html").read_text()
+    published = "".join(p.read_text(errors="ignore") for p in release.rglob("*.json"))
+    assert "malformed_json" not in published and f'"rows_read": {rows}' not in published
+
+
+def test_quarantine_above_the_limit_is_refused_with_nothing_reserved(sample, tmp_path, capsys):
+    from dpngram.engines.duckdb import Warehouse
+    from dpngram.release.ledger import Ledger
+
+    users, rows = with_garbage(sample["users"], tmp_path / "bad.jsonl.gz", 0)
+    garbage = int(0.06 * rows) + 1  # just above 5% of the rows read once it is added
+    users, rows = with_garbage(sample["users"], tmp_path / "bad.jsonl.gz", garbage)
+    assert garbage / rows > 0.05
+    code, out, err = run_cli(
+        capsys, "run", "--input", str(users), "--out", str(tmp_path / "out"),
+        "--warehouse", str(tmp_path / "wh.duckdb"), "--dataset", "bad", "--run-id", "refused", "--quiet",
+    )  # fmt: skip
+    assert code == 2 and out == ""
+    line = next(x for x in err.splitlines() if x.startswith("dpngram: error:"))
+    assert (
+        f"ingest refused the input: {garbage:,} of {rows:,} rows were quarantined" in line
+        and "more than max_quarantine_fraction 0.05 allows; top reasons: malformed_json" in line
+        and "quarantine in " in line  # where to look
+        and "run 'refused' spent nothing: its budget reservation was released" in line
+    ), err
+    assert f"quarantine: {garbage:,} of {rows:,} rows read were quarantined" in err  # the summary
+    assert SECRET not in out + err
+    with Warehouse(tmp_path / "wh.duckdb", read_only=True) as wh:
+        ledger = Ledger(wh.con, create=False)
+        assert ledger.run("refused")["state"] == "suspended"  # its reservation was released
+        assert ledger.committed("bad").epsilon == 0 and ledger.entries("bad") == []
+    assert not (tmp_path / "out" / "latest").exists()
+
+
+def test_ledger_unknown_dataset_is_an_error_naming_the_known_ones(first_result, capsys):
+    base, proc = first_result
+    assert proc.returncode == 0
+    warehouse = str(base / "wh.duckdb")
+    code, out, err = run_cli(capsys, "ledger", "--dataset", "clitset", "--warehouse", warehouse)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1, err
+    assert "dataset 'clitset' is not in the ledger" in err and "known datasets: clitest" in err
+
+
+def test_ledger_table_fits_80_columns(tmp_path, capsys, monkeypatch):
+    """A long Airflow run id folds inside its column instead of widening the table past 80."""
+    from dpngram.engines.duckdb import Warehouse
+    from dpngram.release.ledger import Ledger
+
+    run_id = "manual__2026-11-24T10_00_00.123456_00_00"
+    with Warehouse(tmp_path / "wh.duckdb") as wh:
+        ledger = Ledger(wh.con)
+        for stage in ("dpne.k1", "dpne.k2", "lm_counts"):
+            ledger.record("chats", run_id, stage, 1.3333333, 3.3e-8, [])
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run_cli(capsys, "ledger", "--dataset", "chats", "--warehouse", str(tmp_path / "wh.duckdb"))
+    assert code == 0
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80, out
+    first = next(i for i, line in enumerate(lines) if "dpne.k1" in line)
+    col = lines[first].index("manual__")
+    pieces = [lines[first][col:].split()[0]]
+    for line in lines[first + 1 :]:
+        if line[:col].strip():
+            break
+        pieces.append(line[col:].split()[0])
+    assert "".join(pieces) == run_id, out  # folded onto the next line, not cut
+    assert "4.0000" in out and "1 run(s)" in out
 
 
 def test_second_run_over_the_lifetime_budget_is_refused_before_ingest(first_result, sample, capsys):

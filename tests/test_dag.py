@@ -429,7 +429,10 @@ def test_scheduled_refresh_without_a_lifetime_budget_is_refused(airflow, tmp_pat
     scheduled runs unless lifetime_epsilon is set; triggered runs are not affected."""
     public = tmp_path / "public.txt"
     public.write_text("a public sentence .\n")  # the default split's stages read it: it must exist
+    users = tmp_path / "users.jsonl"
+    users.write_text('{"user_id": "u", "text": "hello"}\n')  # the pre-check refuses a missing input
     defaults = {
+        "input": str(users),
         "out": str(tmp_path / "out"),
         "warehouse": str(tmp_path / "wh.duckdb"),
         "dataset": "weekly",
@@ -452,3 +455,12 @@ def test_scheduled_refresh_without_a_lifetime_budget_is_refused(airflow, tmp_pat
     assert "ok" in result["manual"], result
     assert "note: bayes will not run: no public corpus" in logged, logged[-3000:]
     assert "note: no public corpus: the language model's vocabulary is the DP vocabulary" in logged
+
+    # issue 28: a missing input is refused before anything is reserved (the schema cannot say it)
+    missing = {**defaults, "input": str(tmp_path / "nowhere.jsonl"), "warehouse": str(tmp_path / "w3.db")}
+    result, logged = _run_precheck(airflow, missing)
+    assert result["manual"]["refused"] == (
+        f"privacy pre-check refused the run: input: {tmp_path / 'nowhere.jsonl'} does not exist; "
+        "nothing was reserved"
+    ), result
+    assert "the run's note is not set: no Airflow connection 'dpngram_api'" in logged

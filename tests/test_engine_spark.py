@@ -345,6 +345,7 @@ def test_parquet_quarantine_identical(spark, tmp_path) -> None:
                 engine=name,
                 delta=1e-3,
                 dataset=f"parquet{name}",
+                max_quarantine_fraction=1,  # mostly malformed on purpose: both engines must agree
             )
             ctx = RunContext(prepare(config))
             run_ingest(ctx)

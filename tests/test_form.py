@@ -114,3 +114,28 @@ def test_enum_fields_offer_the_default_as_an_empty_choice(params):
     param = params["engine"]
     assert param["enum"] == ["duckdb", "spark", None]
     assert param["values_display"] == {"null": "default (duckdb)"}
+
+
+@pytest.mark.parametrize(
+    ("budget", "accepted"),
+    [
+        ({"dpne": 2}, False),  # a fraction above 1
+        ({"dpne": 0}, False),  # no share is written by leaving the stage out
+        ({"nosuchstage": 0.5}, False),  # an unknown stage
+        ({"dpne": 1}, True),
+        ({"dpne": 0.4, "lm_counts": 0.3, "bayes": 0.15, "synth": 0.15}, True),
+        ({"dpne": 0.7, "bayes": 0.7}, True),  # a sum above 1: the schema cannot say it (precheck does)
+    ],
+)
+def test_stage_budget_keys_and_fractions_are_enforced_by_the_schema(params, budget, accepted):
+    """Airflow validates a trigger's conf with this schema before it creates the run (the API
+    answers 400: tests/test_airflow_standalone.py)."""
+    assert _valid(params["stage_budget"], budget) is accepted
+    assert (
+        "Allowed: keys dpne, lm_counts, bayes, synth, triehh; each value 0 < value ≤ 1."
+        in (params["stage_budget"]["description"])
+    )
+    if not accepted or sum(budget.values()) <= 1:
+        return
+    with pytest.raises(ConfigError, match="fractions sum to 1.4 > 1"):
+        RunConfig.build(input="x", out="y", stage_budget=budget)

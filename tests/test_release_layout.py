@@ -48,6 +48,7 @@ ADDED_PARAMS: dict[str, list[str] | None] = {
     "follow_external_symlinks": None,
     "synth_max_sequences": None,  # issue 26: output bounds
     "synth_max_nodes": None,
+    "max_quarantine_fraction": None,  # issue 28: refuse a mostly malformed input
 }
 
 
@@ -129,7 +130,29 @@ def test_a_full_release_has_the_same_files_columns_and_report_sections(tmp_path:
     charged = {n: s["charged_epsilon"] for n, s in progress.items() if s.get("charged_epsilon") is not None}
     stages = report["privacy"]["stages"]
     assert charged == {n: stages[n]["charged_epsilon"] for n in stages}
-    assert sum(charged.values()) == pytest.approx(report["privacy"]["total"]["epsilon"], rel=1e-9)
+    total = report["privacy"]["total"]
+    assert sum(charged.values()) == pytest.approx(total["epsilon_exact"], rel=1e-9)
+    # issue 28, item 5: the report's per-stage charges are the ledger's entries (the run's delta
+    # charged once, not a share repeated per level); epsilon rounded for people, exact beside it
+    from dpngram.engines.duckdb import Warehouse
+    from dpngram.release.ledger import Ledger
+    from dpngram.release.publish import release_asset_metadata
+
+    with Warehouse(tmp_path / "wh.duckdb", read_only=True) as wh:
+        entries = Ledger(wh.con, create=False).entries(config.dataset)
+    ledger = {e["stage"]: (e["epsilon"], e["delta"]) for e in entries}
+    assert set(ledger) <= set(stages) and len(ledger) >= 4
+    assert {n: (stages[n]["charged_epsilon"], stages[n]["charged_delta"]) for n in ledger} == ledger
+    assert sum(s.get("charged_delta", 0.0) for s in stages.values()) == pytest.approx(config.delta, rel=1e-12)
+    assert total["epsilon"] == float(f"{total['epsilon_exact']:.6g}")
+    extra = release_asset_metadata(release)["ngrams"]
+    assert (extra["epsilon"], extra["epsilon_exact"]) == (total["epsilon"], total["epsilon_exact"])
+    assert extra["ledger_epsilon_exact"] == pytest.approx(sum(e for e, _ in ledger.values()), rel=1e-12)
+    assert extra["ledger_epsilon"] == float(f"{extra['ledger_epsilon_exact']:.6g}")
+    page = (release / "report.html").read_text(encoding="utf-8")
+    stages_html = page[page.index("<h2>Stages</h2>") :]
+    assert '{"' not in stages_html and "[{" not in stages_html  # tables, not JSON dumps
+    assert stages_html.count("<table>") > len(report["stages"])  # nested details are tables too
     assert not [
         f for f in files if "seconds" in (release / f).read_text(errors="ignore") and f.endswith(".json")
     ]

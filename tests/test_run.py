@@ -365,3 +365,20 @@ def test_a_missing_public_corpus_is_refused_before_anything_is_spent(tmp_path):
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.staging"))
     # a run that reads no public text is not refused for it
     assert prepare(make_config(tmp_path, public=missing, stage_budget={"dpne": 1.0})).run_id
+
+
+def test_input_problem_is_decided_from_the_path_alone(tmp_path):
+    """What ``privacy_precheck`` refuses before reserving anything (issue 28, item 3)."""
+    from dpngram.orchestration.plan import input_problem
+
+    def config(path: str, **kw):
+        return RunConfig.build(input=path, out=str(tmp_path / "out"), **kw)
+
+    missing = tmp_path / "nowhere.jsonl.gz"
+    assert input_problem(config(str(missing))) == f"input: {missing} does not exist"
+    present = tmp_path / "in.jsonl"
+    present.write_text("")
+    assert input_problem(config(str(present))) is None
+    assert input_problem(config(f"file://{present}")) is None
+    assert "only the Spark engine" in input_problem(config("hdfs://nn/in.parquet"))
+    assert input_problem(config("hdfs://nn/in.parquet", engine="spark")) is None

@@ -28,6 +28,7 @@ def make_ctx(tmp_path: Path, **overrides) -> RunContext:
         "warehouse": str(tmp_path / "wh.duckdb"),
         "run_id": "validate-test",
         "max_n": 3,
+        "max_quarantine_fraction": 1,  # the inputs here hold malformed rows on purpose
         **overrides,
     }
     return RunContext(RunConfig.build(**values))

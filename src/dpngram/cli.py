@@ -368,6 +368,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from dpngram.release.context import RunContext
     from dpngram.release.publish import prepare
     from dpngram.stages.ingest import run_ingest
+    from dpngram.text.records import quarantine_refusal
 
     config = config_from_args(args, out=args.out or ".dpngram/ingest-runs")
     _check_input(config)
@@ -376,7 +377,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     try:
         with _StageProgress(enabled=not args.quiet) as progress:
             progress.on_stage("ingest", "start", {})
-            run_ingest(ctx, progress.on_records)
+            run_ingest(ctx, progress.on_records, enforce_quarantine_limit=False)
             progress.on_stage("ingest", "done", {})
     except IngestError:
         # The error says "see the quarantine summary": show it (stderr: the run failed).
@@ -393,29 +394,20 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             table.add_row(key.replace("_", " "), f"{stats[key]:,}")
     console.print(table)
     _print_quarantine(console, stats)
+    refusal = quarantine_refusal(stats, config.max_quarantine_fraction, f"table {ctx.schema}.quarantine")
+    if refusal is not None:  # `ingest` spends nothing: it reports what `run` would refuse
+        console.print(f"note: `dpngram run` would refuse this input: {refusal}", markup=False)
     console.print(f"run id {ctx.run_id}; private tables in schema {ctx.schema} of {config.warehouse}")
     return EXIT_OK
 
 
 def _print_quarantine(console: Any, stats: dict[str, Any]) -> None:
-    """Quarantined records by reason (exact counts: operator console only, never released)."""
-    from rich.table import Table
+    """Quarantined records by reason (exact counts: operator console only, never released): the
+    lines the Airflow ``ingest`` task logs too (:func:`dpngram.text.records.quarantine_summary_lines`)."""
+    from dpngram.text.records import quarantine_summary_lines
 
-    from dpngram.text.records import QUARANTINE_REASONS, quarantine_summary
-
-    reasons = quarantine_summary(stats)
-    if not reasons:
-        console.print("Quarantine: no record was quarantined.")
-        return
-    quarantine = Table(
-        title="Quarantined records by reason (operator console only, never released)", title_justify="left"
-    )
-    quarantine.add_column("reason")
-    quarantine.add_column("rows", justify="right")
-    quarantine.add_column("meaning")
-    for reason, n in reasons:
-        quarantine.add_row(reason, f"{n:,}", QUARANTINE_REASONS.get(reason, ""))
-    console.print(quarantine)
+    for line in quarantine_summary_lines(stats):
+        console.print(line, markup=False, highlight=False)
 
 
 def _print_run_quarantine(config: RunConfig, stderr: bool) -> None:
@@ -478,26 +470,35 @@ def cmd_baseline(args: argparse.Namespace) -> int:
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:
+    """A dataset's spend history. An unknown dataset (a typo) is an error naming the known ones
+    (exit 2), not an empty history; the table fits an 80-column terminal (the run id, the one
+    long value, folds onto a second line rather than widening it)."""
+    from rich import box
+    from rich.console import Console
     from rich.table import Table
 
     from dpngram.engines.duckdb import Warehouse
+    from dpngram.release.ledger import Ledger
 
     path = Path(args.warehouse)
     if not path.is_file():
         raise FileNotFoundError(f"warehouse {path} does not exist (no run has used it yet)")
     with Warehouse(path, read_only=True) as wh:
-        rows = (
-            wh.query("ledger/history", {"dataset": args.dataset}).fetchall()
-            if wh.table_exists("ledger", "privacy_spend")
-            else []
-        )
+        ledger = Ledger(wh.con, create=False)
+        known = ledger.datasets()
+        if args.dataset not in known:
+            names = ", ".join(known) if known else "none (no run has used this warehouse's ledger)"
+            raise ConfigError(
+                f"dataset '{args.dataset}' is not in the ledger of {path}; known datasets: {names}"
+            )
+        rows = ledger.entries(args.dataset)
     entries = [
         {
-            "run_id": r[0],
-            "stage": r[1],
-            "epsilon": float(r[2]),
-            "delta": float(r[3]),
-            "recorded_at": str(r[4]),
+            "run_id": r["run_id"],
+            "stage": r["stage"],
+            "epsilon": float(r["epsilon"]),
+            "delta": float(r["delta"]),
+            "recorded_at": str(r["recorded_at"]),
         }
         for r in rows
     ]
@@ -514,19 +515,19 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     table = Table(
         title=f"Privacy ledger of dataset '{args.dataset}' (runs add up by basic composition)",
         title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
     )
-    for column, justify in (
-        ("recorded at", "left"),
-        ("run", "left"),
-        ("stage", "left"),
-        ("ε", "right"),
-        ("δ", "right"),
-    ):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    table.add_column("recorded at", no_wrap=True)
+    table.add_column("run", overflow="fold", ratio=1)
+    table.add_column("stage", no_wrap=True)
+    table.add_column("ε", justify="right", no_wrap=True)
+    table.add_column("δ", justify="right", no_wrap=True)
     for e in entries:
         table.add_row(
-            e["recorded_at"][:19], e["run_id"], e["stage"], format_epsilon(e["epsilon"]), f"{e['delta']:.3g}"
+            e["recorded_at"][:16], e["run_id"], e["stage"], format_epsilon(e["epsilon"]), f"{e['delta']:.3g}"
         )
+    table.add_section()
     table.add_row(
         "",
         f"[bold]{totals['runs']} run(s)[/bold]",
@@ -534,7 +535,7 @@ def cmd_ledger(args: argparse.Namespace) -> int:
         f"[bold]{format_epsilon(totals['epsilon'])}[/bold]",
         f"[bold]{totals['delta']:.3g}[/bold]",
     )
-    _console().print(table)
+    Console(highlight=False).print(table)
     return EXIT_OK
 
 

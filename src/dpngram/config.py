@@ -735,6 +735,15 @@ class RunConfig(BaseModel):
         description="With a directory input: also read files whose symbolic link resolves outside the "
         "directory (off: they are quarantined, not read). The report records the setting.",
     )
+    max_quarantine_fraction: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        title="Max quarantined fraction",
+        description="Refuse the run at ingest, before any noise is drawn (its budget reservation is "
+        "released), when more than this fraction of the input's rows is quarantined as malformed; "
+        "1 never refuses.",
+    )
     user_field: str = Field("user_id", title="User-id field", description="Column/key holding the user id.")
     text_field: str = Field("text", title="Text field", description="Column/key holding the text.")
     public: str | None = Field(
@@ -778,6 +787,13 @@ class RunConfig(BaseModel):
         "the fractions sum to at most 1. Stages: dpne (vocabulary and k-grams), lm_counts (noisy counts "
         "for the language model), bayes (trigram distribution), synth (synthetic text), triehh (LDP "
         "words). The default runs every stage the product releases, language model included.",
+        # the trigger form / REST API refuse unknown stages and fractions outside (0, 1] before a
+        # run is created (Airflow validates Params with this JSON schema); the sum is checked by
+        # _budget (privacy_precheck)
+        json_schema_extra={
+            "propertyNames": {"enum": list(STAGES)},
+            "additionalProperties": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        },
     )
     lifetime_epsilon: float | None = Field(
         None,
@@ -1092,8 +1108,9 @@ def _schema_fragment(prop: dict[str, Any], name: str) -> dict[str, Any]:
         for key in ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "pattern"):
             if key in prop:
                 frag[key] = prop[key]
-        if "additionalProperties" in prop:
-            frag["additionalProperties"] = prop["additionalProperties"]
+        for key in ("additionalProperties", "propertyNames"):
+            if key in prop:
+                frag[key] = prop[key]
     frag["title"] = prop.get("title", name)
     if "description" in prop:
         frag["description"] = prop["description"]

@@ -70,6 +70,17 @@ class IngestError(ValueError):
     """The input cannot be ingested at all. ``str()`` is one line naming the path (never data)."""
 
 
+class QuarantineRefused(IngestError):
+    """More of the input was quarantined than ``max_quarantine_fraction`` allows. ``str()`` is one
+    line: rows quarantined of rows read, the top reasons, where to look (exact counts: for the
+    operator's console and task log only). ``brief`` says the same without any count (for the
+    Airflow DAG run's note, which more people can read than the task log)."""
+
+    def __init__(self, message: str, brief: str) -> None:
+        super().__init__(message)
+        self.brief = brief
+
+
 class ArpaError(ValueError):
     """An ARPA file or an n-gram table breaks the ARPA rules. One line, no data values."""
 

@@ -16,8 +16,8 @@ engine writes the same tables, :func:`dpngram.engines.spark.ingest_spark`):
 
 The exact counts are PRIVATE (the number of users, or of rows quarantined for a reason, can reveal
 whether one person's data is in the input): they stay in ``ingest_stats``, and
-:func:`ingest_stats` reads them back, on either engine, for the operator's console only. Nothing
-data-derived is logged.
+:func:`ingest_stats` reads them back, on either engine, for the operator only. Nothing
+data-derived is logged here (the ``ingest`` step logs the quarantine summary: docs/faults.md).
 
 Owns: loading records into the warehouse, the ingest tables' bookkeeping and row-identity check.
 Imports: dpngram.engines, dpngram.text, dpngram.config, dpngram.core; polars.

@@ -115,9 +115,7 @@ def _lockstep_unnests(select: exp.Select) -> exp.Select:
     """DuckDB ``SELECT k, unnest(a) AS x, unnest(b) AS y`` (lists unnested in lockstep: row i
     holds a[i], b[i]) -> Spark ``SELECT k, inline(arrays_zip(a, b)) AS (x, y)``: Spark allows one
     generator per SELECT. Aliased unnests only (the aliases name the output columns)."""
-    unnests = [
-        e for e in select.expressions if isinstance(e, exp.Alias) and isinstance(e.this, exp.Explode)
-    ]
+    unnests = [e for e in select.expressions if isinstance(e, exp.Alias) and isinstance(e.this, exp.Explode)]
     if len(unnests) < 2:
         return select
     zipped = exp.Aliases(

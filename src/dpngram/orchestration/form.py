@@ -47,6 +47,7 @@ TOP_LEVEL_SECTIONS = {
     "input_format": INPUT,
     "input_extensions": INPUT,
     "follow_external_symlinks": INPUT,
+    "max_quarantine_fraction": INPUT,
     "user_field": INPUT,
     "text_field": INPUT,
     "lowercase": INPUT,
@@ -75,6 +76,11 @@ def _number(value: float) -> str:
 def bounds_text(schema: dict[str, Any]) -> str:
     """The JSON-schema bounds of a parameter as one sentence, e.g. 'Allowed: 0 < value ≤ 100.'
     ('' when it has none)."""
+    values = schema.get("additionalProperties")
+    if isinstance(values, dict) and values.get("type") == "number":  # an object of fractions
+        keys = schema.get("propertyNames", {}).get("enum")
+        named = f"keys {', '.join(keys)}; " if keys else ""
+        return f"Allowed: {named}each value {bounds_text(values).removeprefix('Allowed: ').rstrip('.')}."
     low = high = ""
     if "exclusiveMinimum" in schema:
         low = f"{_number(schema['exclusiveMinimum'])} < "

@@ -456,6 +456,38 @@ def run_release(
     return {"run_id": ctx.run_id, "release": str(path), "stages": summaries}
 
 
+def release_if_unspent(ctx: RunContext) -> bool:
+    """After a failure or refusal: release the run's budget reservation if no stage was charged
+    (:meth:`~dpngram.release.ledger.Ledger.suspend_if_unspent`). Returns whether the run holds no
+    reservation now; never raises (False when, e.g., the warehouse is busy)."""
+    from dpngram.release.ledger import Ledger
+
+    try:
+        if ctx.release.published:
+            return False
+        with ctx.warehouse() as wh:
+            return Ledger(wh.con).suspend_if_unspent(ctx.run_id)
+    except (Exception, KeyboardInterrupt):  # noqa: BLE001 - the caller says what is left reserved
+        return False
+
+
+def input_problem(config: RunConfig) -> str | None:
+    """Why the run's input cannot be read, decided from the path alone (no data is read): a local
+    input that does not exist, or a Hadoop-style URI without the Spark engine. None when it may be
+    read. The DAG's ``privacy_precheck`` refuses on it before anything is reserved."""
+    from pathlib import Path
+
+    from dpngram.engines.base import is_remote_path
+
+    if is_remote_path(config.input):
+        if config.engine.name != "spark":
+            return f"input: {config.input} is a Hadoop-style URI; only the Spark engine reads those"
+        return None
+    if not Path(str(config.input).removeprefix("file://")).exists():
+        return f"input: {config.input} does not exist"
+    return None
+
+
 def after_failure(ctx: RunContext, err: BaseException) -> str | None:
     """What a failed run leaves behind, in one sentence for the error line, after releasing its
     budget reservation when it spent nothing (no ledger entry: no stage drew noise,
@@ -463,17 +495,11 @@ def after_failure(ctx: RunContext, err: BaseException) -> str | None:
     warehouse cannot be opened now, keeps its reservation: the sentence names the run id, how to
     resume it and how to release it. Never raises (it runs on the way out of a failure)."""
     from dpngram.core.errors import ResourceExhausted, ResumeError
-    from dpngram.release.ledger import Ledger
 
     run_id = ctx.run_id
-    released = False
-    try:
-        if ctx.release.published:
-            return None
-        with ctx.warehouse() as wh:
-            released = Ledger(wh.con).suspend_if_unspent(run_id)
-    except (Exception, KeyboardInterrupt):  # noqa: BLE001 - e.g. the warehouse is busy: say so below
-        pass
+    if ctx.release.published:
+        return None
+    released = release_if_unspent(ctx)
     if released:
         if isinstance(err, ResourceExhausted):
             return None  # its message says how to resume; nothing is reserved any more

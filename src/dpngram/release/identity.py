@@ -48,7 +48,11 @@ FULL_HASH_BYTES = 64 << 20
 BLOCK_BYTES = 1 << 20
 
 #: Parameters that change only resources, not what the run computes: a resume may change them.
-RESOURCE_PARAMETERS = frozenset({"run_id", "memory_limit", "threads", "spark_conf", "lm_memory"})
+#: ``max_quarantine_fraction`` is a go/no-go threshold checked before any draw: a run refused by
+#: it may be resumed with a higher one.
+RESOURCE_PARAMETERS = frozenset(
+    {"run_id", "memory_limit", "threads", "spark_conf", "lm_memory", "max_quarantine_fraction"}
+)
 
 
 def _file_hash(path: Path, size: int, full_limit: int | None = None) -> tuple[str, str]:

@@ -64,12 +64,16 @@ class Ledger:
     cannot charge twice.
     """
 
-    def __init__(self, con) -> None:  # con: duckdb.DuckDBPyConnection
+    def __init__(self, con, *, create: bool = True) -> None:  # con: duckdb.DuckDBPyConnection
+        """``create=False`` (a read-only connection: ``dpngram ledger``) reads the ledger as it is
+        and creates nothing; a warehouse without ledger tables then has no dataset."""
         import duckdb
 
         from dpngram.engines.sql import load_sql
 
         self.con = con
+        if not create:
+            return
         with _PROCESS_LOCK:
             for attempt in range(20):
                 try:
@@ -194,6 +198,19 @@ class Ledger:
                 rows = self._rows("ledger/warehouse_identity_get")
         identity, secret = rows[0]
         return str(identity), str(secret)
+
+    def datasets(self) -> list[str]:
+        """Every dataset the ledger knows (a charge, a run or a lifetime budget), sorted; [] when
+        the warehouse has no ledger yet."""
+        tables = {
+            r[0]
+            for r in self.con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'ledger'"
+            ).fetchall()
+        }
+        if not {"privacy_spend", "runs", "lifetime_budget"} <= tables:
+            return []
+        return [str(r[0]) for r in self._rows("ledger/datasets")]
 
     def entries(self, dataset: str) -> list[dict]:
         """Spend history of ``dataset``, oldest first."""

@@ -246,19 +246,25 @@ def release_asset_metadata(release: Path, training_corpus: str | None = None) ->
     and parameters) and the file tree; never from the warehouse. Returns ``{"release": {...},
     "ngrams": {...}, "language_model": {...} | None}``; each holds run_id, dataset, the run's
     composed epsilon and its delta, what the ledger was charged, and absolute paths. The model
-    entry is None when the run built no model."""
+    entry is None when the run built no model. ``epsilon``/``ledger_epsilon`` are rounded to 6
+    significant digits for people (``4.0``, not ``3.9999999999859774``); ``epsilon_exact`` and
+    ``ledger_epsilon_exact`` hold the exact values."""
     release = Path(release).resolve()
     report = json.loads((release / "report.json").read_text(encoding="utf-8"))
     privacy = report.get("privacy", {})
     charged = privacy.get("ledger_charged", {})
     released = report.get("released", {})
+    total = privacy.get("total", {})
     common = {
         "run_id": report.get("run_id", release.name),
         "dataset": report.get("dataset"),
-        "epsilon": privacy.get("total", {}).get("epsilon"),
+        # rounded for people (6 significant digits, as report.json's); exact values beside them
+        "epsilon": total.get("epsilon"),
+        "epsilon_exact": total.get("epsilon_exact", total.get("epsilon")),
         "delta": privacy.get("delta"),
         "epsilon_budget": privacy.get("epsilon_budget"),
         "ledger_epsilon": charged.get("epsilon"),
+        "ledger_epsilon_exact": charged.get("epsilon_exact", charged.get("epsilon")),
         "ledger_delta": charged.get("delta"),
         "release": str(release),
         "report": str(release / "report.json"),

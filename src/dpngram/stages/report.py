@@ -83,14 +83,34 @@ def _ngrams_per_k(tables: dict[str, dict[str, Any]]) -> dict[int, int]:
 
 
 def _ledger_charged(ctx: RunContext) -> dict[str, Any] | None:
-    """What the ledger recorded for this run (None if there is no warehouse or ledger yet)."""
+    """What the ledger recorded for this run: the total and each stage's (ε, δ) entry (None if
+    there is no warehouse or ledger yet). The report's per-stage charges are read from here, so
+    the report and ``dpngram ledger`` say the same (e.g. the run's whole δ charged to the first
+    stage that uses δ, ``dpne.k1``, and 0 to the later levels)."""
+    from dpngram.release.ledger import Ledger
+
     if not Path(ctx.config.warehouse).exists():
         return None
     with ctx.warehouse(read_only=True) as wh:
-        if not wh.table_exists("ledger", "privacy_spend"):
+        ledger = Ledger(wh.con, create=False)
+        if ctx.config.dataset not in ledger.datasets():
             return None
-        row = wh.query("ledger/run_total", {"dataset": ctx.config.dataset, "run_id": ctx.run_id}).fetchone()
-    return {"epsilon": float(row[0]), "delta": float(row[1]), "entries": int(row[2])}
+        entries = [e for e in ledger.entries(ctx.config.dataset) if e["run_id"] == ctx.run_id]
+    per_stage = {e["stage"]: {"epsilon": float(e["epsilon"]), "delta": float(e["delta"])} for e in entries}
+    epsilon = sum(e["epsilon"] for e in per_stage.values())
+    return {
+        "epsilon": display_epsilon(epsilon),
+        "epsilon_exact": epsilon,
+        "delta": sum(e["delta"] for e in per_stage.values()),
+        "entries": len(entries),
+        "stages": per_stage,
+    }
+
+
+def display_epsilon(value: float) -> float:
+    """ε as people read it: 6 significant digits (3.9999999999859774 -> 4.0). The report and the
+    asset events keep the exact value next to it (``epsilon_exact``)."""
+    return float(f"{value:.6g}") if math.isfinite(value) else value
 
 
 def non_dp_settings(parameters: dict[str, Any]) -> list[str]:
@@ -113,13 +133,36 @@ def write_operator_report(ctx: RunContext) -> Path:
         path,
         {
             "run_id": ctx.run_id,
-            "note": "operator-only: never published (timings grow with the private input's size)",
+            "note": "operator-only: never published (timings grow with the private input's size; "
+            "quarantine counts are exact statistics of the input)",
+            "quarantine": _quarantine_counts(ctx),
             "timings_seconds": read_timings(ctx),
             "paths": {name: flat[name] for name in PATH_PARAMETERS if flat.get(name) is not None},
             "release": str(ctx.release.final.resolve()),
         },
     )
     return path
+
+
+def _quarantine_counts(ctx: RunContext) -> dict[str, Any] | None:
+    """The ingest's exact quarantine counts (rows read, quarantined, per reason) for the operator
+    file; None when the run has no finished ingest."""
+    from dpngram.core.errors import IngestError
+    from dpngram.engines.ingest import ingest_stats
+
+    try:
+        with ctx.engine() as engine:
+            stats = ingest_stats(engine, ctx.schema)
+    except IngestError:
+        return None
+    read, quarantined = stats.get("rows_read", 0), stats.get("rows_quarantined", 0)
+    return {
+        "rows_read": read,
+        "rows_quarantined": quarantined,
+        "fraction": quarantined / read if read else 0.0,
+        "max_quarantine_fraction": ctx.config.max_quarantine_fraction,
+        "reasons": dict(sorted(stats["quarantine_reasons"].items(), key=lambda kv: (-kv[1], kv[0]))),
+    }
 
 
 def _noise_mode(parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -169,7 +212,20 @@ def write_report(ctx: RunContext) -> Path:
         )
     ledger = _ledger_charged(ctx)
     if ledger is not None:
+        # each stage's charge as the ledger holds it (the same numbers as `dpngram ledger`)
+        for name, entry in ledger.pop("stages").items():
+            if name in privacy["stages"]:
+                privacy["stages"][name]["charged_epsilon"] = entry["epsilon"]
+                privacy["stages"][name]["charged_delta"] = entry["delta"]
         privacy["ledger_charged"] = ledger
+    privacy["stages_note"] = (
+        "charged_epsilon/charged_delta: what the ledger charged each stage (they add up to "
+        "ledger_charged; the run's delta is charged once, to the first stage that uses it); "
+        "epsilon/delta: the stage's own events composed stand-alone at its delta share"
+    )
+    exact = privacy["total"]["epsilon"]
+    privacy["total"]["epsilon"] = display_epsilon(exact)
+    privacy["total"]["epsilon_exact"] = exact
     report: dict[str, Any] = {
         "run_id": ctx.run_id,
         "dataset": ctx.config.dataset,
@@ -307,15 +363,26 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _cell(value: Any) -> str:
+    """A value as table cell content: a nested table for a dict, a table for a list of dicts, a
+    comma-separated list for a list of scalars; never a JSON dump."""
+    if isinstance(value, dict):
+        return _kv_table(value) if value else "—"
+    if isinstance(value, list):
+        if value and all(isinstance(v, dict) for v in value):
+            header = list(dict.fromkeys(k for v in value for k in v))
+            return _table(header, [[v.get(k, "") for k in header] for v in value])
+        if any(isinstance(v, (dict, list)) for v in value):
+            return "".join(f"<div>{_cell(v)}</div>" for v in value)
+        return _esc(", ".join(_fmt(v) for v in value)) if value else "—"
+    return _esc(_fmt(value))
+
+
 def _kv_table(data: dict[str, Any]) -> str:
     rows = []
     for key, value in data.items():
-        if isinstance(value, dict) and value and all(not isinstance(v, (dict, list)) for v in value.values()):
-            inner = _kv_table(value)
-            rows.append(f"<tr><th>{_esc(key)}</th><td>{inner}</td></tr>")
-        else:
-            cls = ' class="num"' if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
-            rows.append(f"<tr><th>{_esc(key)}</th><td{cls}>{_esc(_fmt(value))}</td></tr>")
+        cls = ' class="num"' if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
+        rows.append(f"<tr><th>{_esc(key)}</th><td{cls}>{_cell(value)}</td></tr>")
     return "<table>" + "".join(rows) + "</table>"
 
 
@@ -326,7 +393,7 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
         cells = []
         for v in row:
             cls = ' class="num"' if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
-            cells.append(f"<td{cls}>{_esc(_fmt(v))}</td>")
+            cells.append(f"<td{cls}>{_cell(v)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
@@ -340,6 +407,7 @@ def render_html(report: dict[str, Any]) -> str:
     ]
     sections.extend(_privacy_html(report))
     sections.extend(_released_html(report))
+    sections.extend(_quarantine_html(report["stages"].get("ingest")))
     sections.extend(_validation_html(report["validation"]))
 
     sections.append("<h2>Parameters</h2>")
@@ -429,26 +497,47 @@ def _privacy_html(report: dict[str, Any]) -> list[str]:
             )
         )
     if privacy["stages"]:
+        stages = privacy["stages"]
+        rows: list[list[Any]] = [
+            [
+                n,
+                s["charged_epsilon"],
+                s.get("charged_delta") or 0.0,
+                s["epsilon"],
+                s["budget_epsilon"],
+                s["events"],
+            ]
+            for n, s in stages.items()
+        ]
+        charged = privacy.get("ledger_charged")
+        total_eps = charged["epsilon"] if charged else sum(s["charged_epsilon"] for s in stages.values())
+        total_delta = (
+            charged["delta"] if charged else sum(s.get("charged_delta") or 0.0 for s in stages.values())
+        )
+        rows.append(["total charged", total_eps, total_delta, "", "", ""])
         sections.append(
             _table(
                 [
                     "stage",
-                    "ε (own events, stand-alone)",
-                    "ε charged (run increment)",
-                    "δ",
+                    "ε charged (ledger)",
+                    "δ charged (ledger)",
+                    "ε stand-alone (own events at the stage's δ)",
                     "stage budget ε",
                     "events",
                 ],
-                [
-                    [n, s["epsilon"], s["charged_epsilon"], s["delta"], s["budget_epsilon"], s["events"]]
-                    for n, s in privacy["stages"].items()
-                ],
+                rows,
             )
+        )
+        sections.append(
+            "<p class='muted'>The charged columns are the ledger's entries for this run "
+            "(<code>dpngram ledger</code>): the run's δ is charged once, to the first stage whose "
+            "mechanism uses δ.</p>"
         )
     if "ledger_charged" in privacy:
         sections.append(
             f"<p class='muted'>Ledger entries for this run: {privacy['ledger_charged']['entries']}, "
-            f"ε charged {_esc(_fmt(privacy['ledger_charged']['epsilon']))}.</p>"
+            f"ε charged {_esc(_fmt(privacy['ledger_charged']['epsilon']))}, "
+            f"δ charged {_esc(_fmt(privacy['ledger_charged']['delta']))}.</p>"
         )
     if "privacy_per_stage" in report["plots"]:
         sections.append(
@@ -485,6 +574,22 @@ def _released_html(report: dict[str, Any]) -> list[str]:
             )
         )
     return sections
+
+
+def _quarantine_html(ingest: dict[str, Any] | None) -> list[str]:
+    """Section "Input quarantine": the check the run passed and where the exact counts are."""
+    quarantine = (ingest or {}).get("quarantine")
+    if not quarantine:
+        return []
+    return [
+        "<h2>Input quarantine</h2>",
+        f"<p>Malformed input rows are quarantined, never dropped silently. This run passed the check "
+        f"<code>max_quarantine_fraction = {_esc(_fmt(quarantine['max_quarantine_fraction']))}</code>: "
+        "a run with a larger fraction of its rows quarantined is refused at ingest, before any noise "
+        "is drawn. The counts per reason are exact statistics of the private input, so they are not "
+        "published: the operator finds them in <code>operator_report.json</code> beside the "
+        "warehouse, in the ingest task's log and in <code>dpngram run</code>'s summary.</p>",
+    ]
 
 
 def _validation_html(validation: dict[str, Any]) -> list[str]:

@@ -8,8 +8,10 @@ raw)`` with a reason from :data:`QUARANTINE_REASONS`, so no record is silently d
 (:mod:`dpngram.engines.ingest`) and the Spark one (:func:`dpngram.engines.spark.ingest_spark`,
 through :func:`classify_jsonl_line`, :func:`classify_frame` and :func:`tokenize_batch` in its
 workers) share this code, so both engines keep and quarantine the same records. :class:`IngestStats`
-holds one ingest's exact counts: PRIVATE, for the operator's console only (never a report, XCom or
-log). Exception messages name the input path and the problem, never a record's content or a count.
+holds one ingest's exact counts: PRIVATE, for the operator only (never a report or XCom); the
+quarantine summary (:func:`quarantine_summary_lines`: rows read, quarantined per reason) is the one
+exception allowed in the ingest step's log and in its refusal (docs/faults.md, "Quarantine").
+Exception messages name the input path and the problem, never a record's content.
 
 Streaming and memory. Input is read in batches (JSONL: about :data:`BATCH_BYTES` / 2 of lines;
 CSV and text directories: :data:`BATCH_ROWS` records or :data:`BATCH_BYTES` of text; Parquet:
@@ -118,7 +120,8 @@ DEFAULT_TEXT_EXTENSIONS = (".txt",)
 
 @dataclass
 class IngestStats:
-    """Exact statistics of one ingest. PRIVATE: operator console only (never report/XCom/logs)."""
+    """Exact statistics of one ingest. PRIVATE: operator only (never report/XCom; of these only the
+    quarantine summary may be logged, docs/faults.md)."""
 
     rows_read: int = 0
     rows_loaded: int = 0
@@ -747,3 +750,49 @@ def tokenize_batch(
 def quarantine_summary(stats: dict[str, Any]) -> list[tuple[str, int]]:
     """(reason, rows) pairs sorted by count, for the operator's console."""
     return sorted(Counter(stats.get("quarantine_reasons", {})).items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def quarantine_summary_lines(stats: dict[str, Any]) -> list[str]:
+    """The quarantine summary as plain lines: how many rows of how many were quarantined, then
+    one line per reason (rows, reason, meaning), most frequent first. The one formatting of it:
+    ``dpngram ingest``/``run`` print these lines and the Airflow ``ingest`` task logs them. Exact
+    counts: operator surfaces only (console, task log, operator file), never a release or XCom
+    (docs/faults.md, "Quarantine")."""
+    read = int(stats.get("rows_read", 0))
+    reasons = quarantine_summary(stats)
+    quarantined = sum(n for _, n in reasons)
+    if not quarantined:
+        return [f"quarantine: no record was quarantined ({read:,} rows read)"]
+    width = max(len(reason) for reason, _ in reasons)
+    digits = max(len(f"{n:,}") for _, n in reasons)
+    lines = [
+        f"quarantine: {quarantined:,} of {read:,} rows read were quarantined "
+        f"({_percent(quarantined, read)}), by reason (exact counts: operator only, never released):"
+    ]
+    lines += [
+        f"  {n:>{digits},}  {reason:<{width}}  {QUARANTINE_REASONS.get(reason, '')}".rstrip()
+        for reason, n in reasons
+    ]
+    return lines
+
+
+def quarantine_refusal(stats: dict[str, Any], max_fraction: float, where: str) -> str | None:
+    """The one-line refusal when more than ``max_fraction`` of the rows read were quarantined
+    (None when within it): how many rows of how many, the top reasons, and ``where`` to look."""
+    read = int(stats.get("rows_read", 0))
+    reasons = quarantine_summary(stats)
+    quarantined = sum(n for _, n in reasons)
+    if read == 0 or quarantined <= max_fraction * read:
+        return None
+    top = ", ".join(f"{reason} {n:,}" for reason, n in reasons[:3])
+    more = f" and {len(reasons) - 3} more reason(s)" if len(reasons) > 3 else ""
+    return (
+        f"ingest refused the input: {quarantined:,} of {read:,} rows were quarantined "
+        f"({_percent(quarantined, read)}), more than max_quarantine_fraction {max_fraction:g} allows; "
+        f"top reasons: {top}{more}; see {where}"
+    )
+
+
+def _percent(part: int, whole: int) -> str:
+    share = 100.0 * part / whole if whole else 0.0
+    return f"{share:.2g}%" if share < 1 else f"{share:.1f}%"
