@@ -146,7 +146,7 @@ def test_quarantine_below_the_limit_runs_and_the_counts_stay_operator_only(first
         "max_quarantine_fraction": 0.05,
         "reasons": {"malformed_json": GARBAGE},
     }
-    release = base / "out" / "runs" / "first"
+    release = base / "out" / "clitest" / "runs" / "first"
     report = json.loads((release / "report.json").read_text())
     assert report["stages"]["ingest"]["quarantine"]["max_quarantine_fraction"] == 0.05
     assert "operator_report.json" in report["stages"]["ingest"]["quarantine"]["counts"]
@@ -181,7 +181,10 @@ def test_quarantine_above_the_limit_is_refused_with_nothing_reserved(sample, tmp
         ledger = Ledger(wh.con, create=False)
         assert ledger.run("refused")["state"] == "suspended"  # its reservation was released
         assert ledger.committed("bad").epsilon == 0 and ledger.entries("bad") == []
-    assert not (tmp_path / "out" / "latest").exists()
+    assert (
+        not (tmp_path / "out" / "bad" / "latest").exists()
+        and not (tmp_path / "out" / "bad" / "runs" / "refused").exists()
+    )
 
 
 def test_ledger_unknown_dataset_is_an_error_naming_the_known_ones(first_result, capsys):
