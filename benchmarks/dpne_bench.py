@@ -21,8 +21,8 @@ pruning; T = 9 for Table 4, T = 5 for the reference comparison and the speed run
   ``--repeat`` end-to-end runs at T = 5 next to the public reference implementation's published
   figures, and Table 4 at T = 9: DPNE, DPSU-all, DPSU-even and DPSU-single (one run per k).
   Writes ``results/dpne_sotu.json``.
-* ``synthetic`` — corpora from the project's generator (``pipeline.sample.write_sample``, ~100 tokens
-  per user, cached under ``benchmarks/.data/``), ingested with ``pipeline.ingest.run_ingest``:
+* ``synthetic`` — corpora from the project's generator (``dpngram.text.sample.write_sample``, ~100 tokens
+  per user, cached under ``benchmarks/.data/``), ingested with ``dpngram.stages.ingest.run_ingest``:
   the 1M-user speed run at T = 5 (ingest included and excluded, users/s, tokens/s, per-level split,
   peak RSS), DPNE at T = 9 on the same 1M users, and the full Table 4 (all baselines) on
   ``--table4-users`` users (DPSU-all over all n-grams of 1M users does not fit the time budget:

@@ -1,7 +1,7 @@
 """DuckDB vs Spark (local mode) on the heavy stages: wall time and peak memory per stage.
 
 Each (engine, users) cell runs in its own process (``--worker``) over a corpus from the project's
-generator (:func:`pipeline.sample.write_sample`): ingest, the DPSU vocabulary (dpne.k1), the
+generator (:func:`dpngram.text.sample.write_sample`): ingest, the DPSU vocabulary (dpne.k1), the
 DPNE levels k = 2..T and (unless ``--no-bayes-synth``) the Bayesian trigram stage and the Chen et
 al. synthetic stage, through the same stage functions the CLI and the DAG call. Peak memory is
 the largest resident set of the worker's whole process tree (the Python driver plus, for Spark,

@@ -1,4 +1,4 @@
-"""Ingest benchmark: synthetic users (pipeline.sample) -> DuckDB with a bounded memory limit.
+"""Ingest benchmark: synthetic users (dpngram.text.sample) -> DuckDB with a bounded memory limit.
 
 For each corpus size (default 1,000,000 and 100,000 users x ~100 tokens) it
 1. generates the corpus once and caches it under benchmarks/.data/ (gitignored),

@@ -8,7 +8,7 @@ Corpora (users split by sha256(user_id) % 10 == 0: held out, never seen by any m
 
 * ``sotu``: ``../shared/data/sotu_users.jsonl.gz`` (12,807 users) private, Brown
   (``../shared/data/brown_public.txt.gz``) public; every held-out user is scored;
-* ``generated``: ``pipeline.sample.write_sample`` with ``--users`` users (default 200,000) and a
+* ``generated``: ``dpngram.text.sample.write_sample`` with ``--users`` users (default 200,000) and a
   public corpus of Brown's sentence count from the same generator with shifted statistics
   (cached under ``benchmarks/.data/`` keyed by users, public sentences, seed and
   ``GENERATOR_VERSION``); the held-out users with (sha256 // 10) % 10 == 0 (a tenth of them, about

@@ -1,4 +1,4 @@
-"""Throughput of the DP noise samplers in pipeline.noise, with OpenDP's exact samplers for scale.
+"""Throughput of the DP noise samplers in dpngram.core.noise, with OpenDP's exact samplers for scale.
 
 Usage::
 

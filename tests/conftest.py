@@ -69,7 +69,7 @@ def run_through_dpne(
     tmp_path: Path, files: dict[str, Path], *, public: bool = True, noise=None, **config_values
 ):
     """A run on a sample corpus taken through prepare -> ingest -> DPNE (vocabulary + levels), so a
-    test can exercise a later stage. ``files`` is what ``pipeline.sample.write_sample`` returned;
+    test can exercise a later stage. ``files`` is what ``dpngram.text.sample.write_sample`` returned;
     ``config_values`` are RunConfig fields (input/out/warehouse/public are filled in here); ``noise``
     (a seeded source) makes the DPNE releases, and so every later stage's input, reproducible."""
     from dpngram.config import RunConfig

@@ -1,7 +1,7 @@
-"""Tests of :mod:`pipeline.accounting`: calibration of the analytic Gaussian mechanism against an
+"""Tests of :mod:`dpngram.core.accounting`: calibration of the analytic Gaussian mechanism against an
 independent high-precision reference, exact Gaussian composition, mixed composition (basic
 composition of the pure-ε parts), the DPNE schedule (Thm. 2.1), the DPSU threshold, and an empirical
-privacy test of the Gaussian mechanism as sampled by :class:`pipeline.noise.NoiseSource`.
+privacy test of the Gaussian mechanism as sampled by :class:`dpngram.core.noise.NoiseSource`.
 
 References: Balle & Wang (2018), "Improving the Gaussian mechanism for differential privacy",
 Thm. 8 (analytic Gaussian); Dong, Roth & Su (2019) (exact Gaussian composition); Gopi, Lee &

@@ -1,5 +1,5 @@
 """Engine equivalence on Apache Spark (local[2]) vs DuckDB, on a fixed small corpus
-(``pipeline.sample.write_sample``, 300 users).
+(``dpngram.text.sample.write_sample``, 300 users).
 
 * The non-noisy aggregates are the same on both engines: the tokenized sentences and quarantine
   (exactly), the DPSU vocabulary histogram and, for k = 2, 3, given the SAME released S_{k-1}
@@ -78,7 +78,7 @@ def corpus(tmp_path_factory):
 
 @contextmanager
 def _stages_use(session):
-    """Stage functions open their engine with pipeline.engine.open_engine: make a Spark engine
+    """Stage functions open their engine with dpngram.engines.open_engine: make a Spark engine
     reuse the test session instead of starting its own."""
     from dpngram.engines import select as engine_module
 
@@ -322,8 +322,8 @@ def test_spark_tables_persist_across_engines(runs, engines, spark) -> None:
 
 
 def test_parquet_quarantine_identical(spark, tmp_path) -> None:
-    """Parquet rows go through the same quarantine rules on both engines (pipeline.ingest.
-    classify_frame): empty/null user ids and null/blank texts are quarantined with the same
+    """Parquet rows go through the same quarantine rules on both engines (dpngram.text.
+    records.classify_frame): empty/null user ids and null/blank texts are quarantined with the same
     reasons and record numbers, the good rows give the same sentences."""
 
     table = pa.table(

@@ -1,4 +1,4 @@
-"""The privacy ledger (pipeline.accounting.Ledger) on a real DuckDB warehouse file.
+"""The privacy ledger (dpngram.release.ledger.Ledger) on a real DuckDB warehouse file.
 
 Lifetime budgets compose across runs by basic composition (sums of epsilon and delta); a stage's
 spend is recorded once per (dataset, run, stage), so a retried task cannot charge twice.

@@ -1,4 +1,4 @@
-"""Statistical and security tests of :mod:`pipeline.noise`.
+"""Statistical and security tests of :mod:`dpngram.core.noise`.
 
 Every statistical assertion is a hypothesis test whose false-failure probability is stated next to
 it. Unless said otherwise a single check rejects with probability at most ``ALPHA = 1e-4`` when

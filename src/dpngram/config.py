@@ -974,10 +974,6 @@ class RunConfig(BaseModel):
             return "no public corpus (the prior of the bayes stage): set public to run it"
         return None
 
-    def privacy_shapes(self) -> dict[str, StagePrivacy]:
-        """How each budgeted stage turns its (epsilon, delta) into privacy events."""
-        return stage_privacy_shapes(self.dpne.threshold_delta, self.dpne.vocabulary_method)
-
     def budget_plan(self) -> BudgetPlan:
         """Every running budgeted stage's calibrated budget
         (:func:`dpngram.core.accounting.joint_calibration`). Stages that will not run

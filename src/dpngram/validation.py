@@ -93,10 +93,6 @@ class Expect:
     type: str
     kwargs: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def snake_name(self) -> str:
-        return re.sub(r"(?<!^)(?=[A-Z])", "_", self.type).lower()
-
 
 def zero(column: str) -> Expect:
     """The one-row aggregate frame's ``column`` (a violation count or flag) must be 0."""

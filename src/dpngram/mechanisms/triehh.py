@@ -314,15 +314,6 @@ def numerical_epsilon(epsilon0: float, n: int, delta: float, *, iterations: int 
     return hi
 
 
-def amplified_epsilon(epsilon0: float, n: int, delta: float, method: str = "numerical") -> float:
-    """Central eps after shuffling n eps0-LDP reports: 'numerical' (default) or 'closed-form'."""
-    if method == "numerical":
-        return numerical_epsilon(epsilon0, n, delta)
-    if method == "closed-form":
-        return closed_form_epsilon(epsilon0, n, delta)
-    raise ValueError(f"method must be 'numerical' or 'closed-form' (got {method!r})")
-
-
 def epsilon0_for_budget(epsilon: float, delta: float, n: int, reports_per_user: int) -> float:
     """Largest per-report eps0 such that n users, each sending ``reports_per_user`` eps0-LDP
     reports (so (m eps0)-LDP per user), are (epsilon, delta)-DP at user level after shuffling

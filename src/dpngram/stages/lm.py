@@ -41,11 +41,6 @@ from dpngram.release.layout import MODEL_ARPA, MODEL_BINARY, MODEL_CARD
 log = logging.getLogger(__name__)
 
 
-def lm_enabled(config: RunConfig) -> bool:
-    """The stage runs unless lm_route='off', when some stage releases θ or synthetic sequences."""
-    return config.lm.route != "off" and any(s in config.stage_budget for s in ("lm_counts", "bayes", "synth"))
-
-
 def run_lm(ctx: RunContext) -> dict[str, Any]:
     """Step ``lm`` (after ``validation``, before ``report``): build the model from released files only,
     compile it, check it (GX suite ``model.arpa``), evaluate it on public / user-supplied text,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dpngram.core.errors import ValidationFailed
 from dpngram.release.context import RunContext, record_part
@@ -30,9 +30,6 @@ from dpngram.validation import (
     _run_batch,
     _scrub_fingerprints,
 )
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 

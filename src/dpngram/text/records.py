@@ -57,15 +57,12 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import polars as pl
 
 from dpngram.core.errors import IngestError
 from dpngram.text.tokenizer import _explode_sentences, sentence_tokens_expr
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
