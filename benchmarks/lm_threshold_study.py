@@ -44,6 +44,7 @@ import math
 import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -166,28 +167,13 @@ class Setting:
         from dpngram.lm.arpa import write_arpa
         from dpngram.lm.build import adapted_public, compile_binary
         from dpngram.lm.open_model import mix_models, noisy_count_model
-        from dpngram.stages.lm_counts import _select_mix_weight, _thresholded_release
+        from dpngram.stages.lm_counts import _ArpaFiles, _select_mix_weight, _thresholded_release
 
         rule, discount_sigmas = RULES[name]
         started = time.perf_counter()
         tau = threshold_sigmas(rule, self.domain_ge2)
         threshold, discount = tau * sigma, discount_sigmas * sigma
         released, _ = _thresholded_release(self.domain, noisy, threshold)
-        with self.ctx.engine() as wh:
-            beta, lam, _ = _select_mix_weight(
-                wh,
-                self.ctx.schema,
-                released,
-                self.domain,
-                self.candidates,
-                order=self.order,
-                threshold=threshold,
-                discount=discount,
-                salt=self.salt,
-                holdout=self.holdout,
-                epsilon=self.epsilon,
-                source=source,
-            )
         private = noisy_count_model(
             released.select("n", "ngram", "noisy_count"),
             self.public,
@@ -195,6 +181,17 @@ class Setting:
             threshold=threshold,
             discount=discount,
         )
+        with self.ctx.engine() as wh, tempfile.TemporaryDirectory(prefix="dpngram-study-") as tmp:
+            beta, lam, _ = _select_mix_weight(
+                wh,
+                self.ctx.schema,
+                _ArpaFiles(Path(tmp), self.public, private),
+                self.candidates,
+                salt=self.salt,
+                holdout=self.holdout,
+                epsilon=self.epsilon,
+                source=source,
+            )
         model = mix_models(adapted_public(self.public, private, beta), private, lam)
         arpa = self.work / "model.arpa"
         binary = self.work / "model.binary"

@@ -79,3 +79,34 @@ def test_sql_ships_as_package_data() -> None:
     for path in files:
         relative = path.relative_to(ROOT / "sql").as_posix()
         assert packaged.joinpath(relative).read_text(encoding="utf-8") == path.read_text(encoding="utf-8")
+
+
+def private_reach_ins(modules: list[Path]) -> list[str]:
+    """``from dpngram.x import _name`` (or a relative ``from .x import _name``) lines: a module
+    importing another module's private name."""
+    found = []
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("dpngram")):
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        found.append(f"{path.name}:{node.lineno}: {node.module}.{alias.name}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_names(tmp_path) -> None:
+    """What modules share has a public name: no module under src/dpngram imports an ``_``-prefixed
+    name from another one (issue 27). The check catches planted reach-ins, absolute and relative,
+    and lets public names and dunders through."""
+    assert private_reach_ins(MODULES) == []
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "from dpngram.mechanisms.dpne import level_size, _scalar\n"
+        "from .arpa import _context\n"
+        "from dpngram import __version__\n",
+        encoding="utf-8",
+    )
+    assert private_reach_ins([planted]) == [
+        "planted.py:1: dpngram.mechanisms.dpne._scalar",
+        "planted.py:2: arpa._context",
+    ]

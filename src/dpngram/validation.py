@@ -22,7 +22,7 @@ validated frame) is removed from every stored result before Data Docs are built.
 released tables (public data) use ``SUMMARY``.
 
 GX notes (measured on the project machines): ``import great_expectations`` takes ~6 s, so it is
-imported inside :func:`_gx_context`, only when suites run; an ephemeral context is used; only
+imported inside :func:`gx_context`, only when suites run; an ephemeral context is used; only
 pandas frames are validated (polars frames are not accepted; the GX SQL datasource fails on
 DuckDB); Data Docs are built in GX's temp directory and copied into ``validation/data_docs/`` of
 the release.
@@ -627,8 +627,8 @@ def validate_model(ctx: RunContext, relative: str = MODEL_ARPA) -> dict[str, Any
         batches = SUITES["model.arpa"].batches(sources)
     finally:
         sources.close()
-    with _gx_context() as (gx, context, _docs_dir):
-        results = [_run_batch(gx, context, batch) for batch in batches]
+    with gx_context() as (gx, context, _docs_dir):
+        results = [run_batch(gx, context, batch) for batch in batches]
     failures = [f"{r['suite']}: {line}" for r in results for line in r["failures"]]
     write_json_atomic(
         ctx.release.path(MODEL_VALIDATION_RESULTS), {"success": not failures, "suites": results}
@@ -642,7 +642,7 @@ def validate_model(ctx: RunContext, relative: str = MODEL_ARPA) -> dict[str, Any
 
 
 @contextmanager
-def _gx_context() -> Iterator[tuple[Any, Any, Path]]:
+def gx_context() -> Iterator[tuple[Any, Any, Path]]:
     """An ephemeral GX context with progress bars off; yields (gx module, context, docs dir)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
@@ -663,7 +663,7 @@ def _gx_context() -> Iterator[tuple[Any, Any, Path]]:
             shutil.rmtree(docs_dir, ignore_errors=True)
 
 
-def _run_batch(gx: Any, context: Any, batch: Batch) -> dict[str, Any]:
+def run_batch(gx: Any, context: Any, batch: Batch) -> dict[str, Any]:
     """Validate one batch; a dict with per-expectation results and one line per failure."""
     out: dict[str, Any] = {"suite": batch.suite, "private": batch.private}
     if batch.problem is not None:
@@ -735,7 +735,7 @@ def _plain(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-def _scrub_fingerprints(context: Any) -> None:
+def scrub_fingerprints(context: Any) -> None:
     """Drop the batch fingerprint (an MD5 of the validated frame) from every stored result, so
     Data Docs carry nothing computed from private rows."""
     store = context.validation_results_store
@@ -747,7 +747,7 @@ def _scrub_fingerprints(context: Any) -> None:
             store.set(key, stored)
 
 
-def _replace_tree(source: Path, target: Path) -> None:
+def replace_tree(source: Path, target: Path) -> None:
     """Copy ``source`` to ``target`` via a sibling temp dir and renames (never half a tree)."""
     tmp = target.with_name(f".{target.name}.partial")
     if tmp.exists():

@@ -37,14 +37,14 @@ from dpngram.config import RunConfig
 from dpngram.core.errors import IngestError
 from dpngram.text.records import (
     IngestStats,
-    _Batch,
-    _csv_batches,
-    _jsonl_batches,
-    _parquet_batches,
-    _prefetch,
-    _text_files,
-    _textdir_batches,
+    RecordBatch,
+    csv_batches,
     detect_format,
+    jsonl_batches,
+    parquet_batches,
+    prefetch,
+    text_files,
+    textdir_batches,
     tokenize_batch,
 )
 
@@ -56,7 +56,11 @@ log = logging.getLogger(__name__)
 
 
 def _load_batch(
-    wh: Warehouse, schema: str, batch: _Batch, lowercase: bool, where: Callable[[int], tuple[str, int | None]]
+    wh: Warehouse,
+    schema: str,
+    batch: RecordBatch,
+    lowercase: bool,
+    where: Callable[[int], tuple[str, int | None]],
 ) -> None:
     """Tokenize one batch and append it (documents without tokens -> quarantine 'no_tokens')."""
     raw_rows, sentences, quarantine = tokenize_batch(batch, lowercase, where)
@@ -94,33 +98,33 @@ def ingest_file(
     wh.run_sql("ingest/tokens_view", schema=schema)
 
     if fmt == "textdir":
-        files = _text_files(path, config.text_extensions(), config.follow_external_symlinks)
-        batches = _textdir_batches(path, files)
+        files = text_files(path, config.text_extensions(), config.follow_external_symlinks)
+        batches = textdir_batches(path, files)
 
         def where(doc_id: int) -> tuple[str, int | None]:
             return files[doc_id - 1].rel, None
     else:
-        reader = {"jsonl": _jsonl_batches, "csv": _csv_batches, "parquet": _parquet_batches}[fmt]
+        reader = {"jsonl": jsonl_batches, "csv": csv_batches, "parquet": parquet_batches}[fmt]
         batches = reader(path, config.user_field, config.text_field)
 
         def where(doc_id: int) -> tuple[str, int | None]:
             return str(path), doc_id
 
     rows_read = 0
-    for batch in _prefetch(batches):
+    for batch in prefetch(batches):
         _load_batch(wh, schema, batch, config.lowercase, where)
         rows_read += batch.read
         if progress is not None:
             progress(rows_read)
 
-    stats = _count(wh, schema, rows_read)
+    stats = count_ingested(wh, schema, rows_read)
     stats.seconds = round(time.perf_counter() - started, 3)
-    _write_stats(wh, schema, stats)
+    write_stats(wh, schema, stats)
     log.info("ingest: done")
     return stats
 
 
-def _count(wh: Warehouse, schema: str, rows_read: int) -> IngestStats:
+def count_ingested(wh: Warehouse, schema: str, rows_read: int) -> IngestStats:
     row = wh.query("ingest/counts", schema=schema).fetchone()
     assert row is not None
     loaded, quarantined, users, documents, sentences, tokens = (int(v) for v in row)
@@ -140,7 +144,7 @@ def _count(wh: Warehouse, schema: str, rows_read: int) -> IngestStats:
     )
 
 
-def _write_stats(wh: Warehouse, schema: str, stats: IngestStats) -> None:
+def write_stats(wh: Warehouse, schema: str, stats: IngestStats) -> None:
     metrics = {k: v for k, v in stats.as_dict().items() if isinstance(v, int)}
     metrics.update({f"quarantined.{reason}": n for reason, n in stats.quarantine_reasons.items()})
     frame = pl.DataFrame(

@@ -676,11 +676,11 @@ def _numbered(df: Any) -> tuple[Any, int, int]:
 
 def _jsonl_records(batch: pa.RecordBatch, user_field: str, text_field: str, source_name: str) -> Any:
     """Classify JSON lines with :func:`dpngram.text.records.classify_jsonl_line` (the DuckDB reader's
-    rules); returns an ingest ``_Batch``."""
-    from dpngram.text.records import _Batch, classify_jsonl_line
+    rules); returns an ingest ``RecordBatch``."""
+    from dpngram.text.records import RecordBatch, classify_jsonl_line
 
     decode = json.JSONDecoder().decode
-    out = _Batch(read=batch.num_rows)
+    out = RecordBatch(read=batch.num_rows)
     lines = batch.column("line").to_pylist()
     doc_ids = batch.column("doc_id").to_pylist()
     sources = batch.column("_source").to_pylist() if source_name == "" else None
@@ -693,7 +693,7 @@ def _jsonl_records(batch: pa.RecordBatch, user_field: str, text_field: str, sour
 
 
 def _parquet_records(batch: pa.RecordBatch, user_field: str, text_field: str, source_name: str) -> Any:
-    """Classify Parquet rows exactly like :func:`dpngram.text.records._parquet_batches`."""
+    """Classify Parquet rows exactly like :func:`dpngram.text.records.parquet_batches`."""
     import polars as pl
 
     from dpngram.text.records import classify_frame
@@ -741,7 +741,7 @@ def ingest_spark(engine: SparkEngine, schema: str, config: RunConfig) -> Any:
     :func:`dpngram.engines.ingest.ingest_file`. Returns the (PRIVATE) :class:`IngestStats`."""
     import time
 
-    from dpngram.engines.ingest import _count, _write_stats
+    from dpngram.engines.ingest import count_ingested, write_stats
     from dpngram.text.records import IngestStats
 
     started = time.perf_counter()
@@ -772,9 +772,9 @@ def ingest_spark(engine: SparkEngine, schema: str, config: RunConfig) -> Any:
     _materialize_staged(engine, schema, numbered.select(*columns).mapInArrow(stage, _STAGED_DDL))
     engine.drop(schema, "ingest_stats")
     engine.execute(load_sql("ingest/tokens_view", schema=schema))
-    stats: IngestStats = _count(_QueryAdapter(engine), schema, rows_read)
+    stats: IngestStats = count_ingested(_QueryAdapter(engine), schema, rows_read)
     stats.seconds = round(time.perf_counter() - started, 3)
-    _write_stats(_QueryAdapter(engine), schema, stats)
+    write_stats(_QueryAdapter(engine), schema, stats)
     return stats
 
 

@@ -430,11 +430,13 @@ def compile_binary(arpa: Path, binary: Path) -> None:
 # ----------------------------------------------------------------------------------------------
 # Used by step lm (dpngram.stages.lm)
 # ----------------------------------------------------------------------------------------------
-def _seed(run_id: str) -> int:
+def route_seed(run_id: str) -> int:
     return int.from_bytes(hashlib.sha256(f"lm:{run_id}".encode()).digest()[:8], "big")
 
 
-def _build(route: str, inputs: ReleasedInputs, config: RunConfig, arpa: Path, seed: int) -> dict[str, Any]:
+def build_route(
+    route: str, inputs: ReleasedInputs, config: RunConfig, arpa: Path, seed: int
+) -> dict[str, Any]:
     if route == "arpa":
         return build_route_a(inputs, config, arpa)
     return build_route_b(inputs, config, arpa, seed)

@@ -105,15 +105,15 @@ def level_stage(k: int) -> str:
     return f"dpne.k{k}"
 
 
-def _level(k: int) -> str:
+def level_table(k: int) -> str:
     return f"dpne_s{k}"
 
 
-def _occ(k: int) -> str:
+def occurrence_table(k: int) -> str:
     return f"dpne_occ{k}"
 
 
-def _check_k(k: int) -> None:
+def check_k(k: int) -> None:
     if not isinstance(k, int) or isinstance(k, bool) or not 2 <= k <= MAX_LEVEL:
         raise ConfigError(f"k: must be an integer in 2..{MAX_LEVEL} (got {k!r})")
 
@@ -168,16 +168,20 @@ def install_vocabulary(wh: Engine, schema: str, items_table: str = VOCABULARY_TA
     ``dpne_users`` (integer user ids), ``dpne_s1`` (token ids) and ``dpne_occ1`` (positions of
     tokens in S_1; other tokens break n-grams). Returns |S_1|."""
     for k in range(2, MAX_LEVEL + 1):  # tables of an earlier attempt are stale now
-        _drop(wh, schema, _level(k), _occ(k), f"dpne_cand{k}", f"dpne_hist{k}")
+        drop_tables(wh, schema, level_table(k), occurrence_table(k), f"dpne_cand{k}", f"dpne_hist{k}")
     number_users(wh, schema, "dpne_users")
-    wh.execute(load_sql("dpne/level1_table", schema=schema, target=_level(1), released=items_table))
+    wh.execute(load_sql("dpne/level1_table", schema=schema, target=level_table(1), released=items_table))
     wh.execute(
         load_sql(
-            "dpne/occurrences_level1", schema=schema, target=_occ(1), users="dpne_users", vocabulary=_level(1)
+            "dpne/occurrences_level1",
+            schema=schema,
+            target=occurrence_table(1),
+            users="dpne_users",
+            vocabulary=level_table(1),
         ),
         {"sentence_stride": SENTENCE_STRIDE},
     )
-    return _level_size(wh, schema, 1)
+    return level_size(wh, schema, 1)
 
 
 def number_users(wh: Engine, schema: str, target: str, buckets: int = USER_BUCKETS) -> None:
@@ -198,8 +202,8 @@ def number_users(wh: Engine, schema: str, target: str, buckets: int = USER_BUCKE
     wh.drop(schema, per_user, f"{target}_buckets")
 
 
-def _level_size(wh: Engine, schema: str, k: int) -> int:
-    return int(_scalar(wh, load_sql("dpne/level_size", schema=schema, level=_level(k))))
+def level_size(wh: Engine, schema: str, k: int) -> int:
+    return int(_scalar(wh, load_sql("dpne/level_size", schema=schema, level=level_table(k))))
 
 
 def _scalar(wh: Engine, sql: str, params: dict[str, Any] | None = None) -> Any:
@@ -211,11 +215,11 @@ def _object_type(wh: Engine, schema: str, name: str) -> str | None:
     return wh.object_type(schema, name)
 
 
-def _table_exists(wh: Engine, schema: str, table: str) -> bool:
+def table_exists(wh: Engine, schema: str, table: str) -> bool:
     return _object_type(wh, schema, table) is not None
 
 
-def _drop(wh: Engine, schema: str, *tables: str) -> None:
+def drop_tables(wh: Engine, schema: str, *tables: str) -> None:
     """Drop private working tables or views (whichever each name is)."""
     wh.drop(schema, *tables)
 
@@ -224,11 +228,17 @@ def _build_candidates(wh: Engine, schema: str, k: int, pruning: Pruning) -> str:
     """``dpne_cand{k}(uid, loc, key)``: occurrences of valid k-grams (Alg. 4 on positions)."""
     target = f"dpne_cand{k}"
     if pruning == "both":
-        wh.execute(load_sql("dpne/candidates_both", schema=schema, target=target, previous=_occ(k - 1)))
+        wh.execute(
+            load_sql("dpne/candidates_both", schema=schema, target=target, previous=occurrence_table(k - 1))
+        )
     else:
         wh.execute(
             load_sql(
-                "dpne/candidates_single", schema=schema, target=target, previous=_occ(k - 1), unigrams=_occ(1)
+                "dpne/candidates_single",
+                schema=schema,
+                target=target,
+                previous=occurrence_table(k - 1),
+                unigrams=occurrence_table(1),
             ),
             {"offset": k - 1},
         )
@@ -240,7 +250,12 @@ def _valid_sides(wh: Engine, schema: str, k: int, pruning: Pruning) -> tuple[str
     name = "dpne/valid_sides_both" if pruning == "both" else "dpne/valid_sides_single"
     wh.execute(
         load_sql(
-            name, schema=schema, left_side=left, right_side=right, previous=_level(k - 1), unigrams=_level(1)
+            name,
+            schema=schema,
+            left_side=left,
+            right_side=right,
+            previous=level_table(k - 1),
+            unigrams=level_table(1),
         )
     )
     return left, right
@@ -265,7 +280,7 @@ def estimate_valid_kgrams(
     estimate is |S_1| |S_{k-1}| (returned directly)."""
     if not 0 < sampling_probability <= 1:
         raise ConfigError(f"sampling_probability: must be in (0, 1] (got {sampling_probability})")
-    n1 = _level_size(wh, schema, 1)
+    n1 = level_size(wh, schema, 1)
     prev = _level_scan(wh, schema, k - 1)
     if pruning == "single" or k == 2 or n1 == 0 or prev["gid"].size == 0:
         return int(n1 * prev["gid"].size)
@@ -281,7 +296,7 @@ def estimate_valid_kgrams(
 
 
 def _level_scan(wh: Engine, schema: str, k: int) -> dict[str, np.ndarray]:
-    return wh.fetch_numpy(load_sql("dpne/level_scan", schema=schema, level=_level(k)))
+    return wh.fetch_numpy(load_sql("dpne/level_scan", schema=schema, level=level_table(k)))
 
 
 class ValidKgramIndex:
@@ -433,10 +448,10 @@ def prepare_level(
     ``cap(|S_{k-1}|, |V_k|)`` gives the policy Gaussian's fill level (None: weighted policy); it
     sees released set sizes only. ``build_histogram=False`` stops before the histogram (DP-SIPS
     builds one per round from ``source``)."""
-    _check_k(k)
+    check_k(k)
     if pruning not in ("both", "single"):
         raise ConfigError(f"pruning: must be 'both' or 'single' (got {pruning!r})")
-    previous = _level_size(wh, schema, k - 1)
+    previous = level_size(wh, schema, k - 1)
     left, right = _valid_sides(wh, schema, k, pruning)
     if valid_count == "exact":
         n_valid = int(
@@ -626,7 +641,7 @@ def _release_level_sips(
             spurious = sample_spurious(wh, schema, index[0], exclude, spurious_n, noise, support + count)
         finally:
             if exclude != histogram:
-                _drop(wh, schema, exclude)
+                drop_tables(wh, schema, exclude)
         return pa.array(np.concatenate([kept.column("item").to_numpy().astype(np.int64), spurious]))
 
     released = sips_rounds_release(
@@ -648,7 +663,7 @@ def _release_level_sips(
     size = _install_level(wh, schema, k, pruning, keys, inputs.candidates)
     drop_level_inputs(wh, schema, inputs)
     if k > 2:
-        _drop(wh, schema, _occ(k - 1))
+        drop_tables(wh, schema, occurrence_table(k - 1))
     return LevelOutcome(
         k=k,
         released=size,
@@ -739,7 +754,7 @@ def release_level(
     released = _install_level(wh, schema, k, pruning, keys, inputs.candidates)
     drop_level_inputs(wh, schema, inputs)
     if k > 2:  # level k+1 extends level-k positions (and level-1 ones, single-side) only
-        _drop(wh, schema, _occ(k - 1))
+        drop_tables(wh, schema, occurrence_table(k - 1))
     return LevelOutcome(
         k=k,
         released=released,
@@ -754,7 +769,7 @@ def release_level(
 
 def drop_level_inputs(wh: Engine, schema: str, inputs: LevelInputs) -> None:
     """Drop a level's private working tables (candidates, histogram, views)."""
-    _drop(wh, schema, inputs.source, inputs.histogram, inputs.candidates, inputs.left, inputs.right)
+    drop_tables(wh, schema, inputs.source, inputs.histogram, inputs.candidates, inputs.left, inputs.right)
 
 
 def _install_level(
@@ -775,18 +790,24 @@ def _install_level(
             load_sql(
                 "dpne/level_table",
                 schema=schema,
-                target=_level(k),
+                target=level_table(k),
                 released=view,
-                previous=_level(k - 1),
-                right_level=_level(k - 1) if pruning == "both" else _level(1),
-                unigrams=_level(1),
+                previous=level_table(k - 1),
+                right_level=level_table(k - 1) if pruning == "both" else level_table(1),
+                unigrams=level_table(1),
             )
         )
-    size = _level_size(wh, schema, k)
+    size = level_size(wh, schema, k)
     if size != keys.size:
         raise RuntimeError(f"level {k}: released keys do not resolve to n-grams (internal error)")
     wh.execute(
-        load_sql("dpne/occurrences", schema=schema, target=_occ(k), candidates=candidates, level=_level(k))
+        load_sql(
+            "dpne/occurrences",
+            schema=schema,
+            target=occurrence_table(k),
+            candidates=candidates,
+            level=level_table(k),
+        )
     )
     return size
 
@@ -815,8 +836,8 @@ def restore_level(wh: Engine, schema: str, k: int, pruning: Pruning, path: Path)
                 "dpne/level_restore",
                 schema=schema,
                 released=view,
-                previous=_level(k - 1),
-                right_level=_level(k - 1) if pruning == "both" else _level(1),
+                previous=level_table(k - 1),
+                right_level=level_table(k - 1) if pruning == "both" else level_table(1),
             )
         )
     expected = pq.ParquetFile(path).metadata.num_rows
@@ -824,9 +845,9 @@ def restore_level(wh: Engine, schema: str, k: int, pruning: Pruning, path: Path)
         raise RuntimeError(f"cannot restore level {k} from {path.name}: it does not match level {k - 1}")
     candidates = _build_candidates(wh, schema, k, pruning)
     size = _install_level(wh, schema, k, pruning, np.asarray(cols["item"]), candidates)
-    _drop(wh, schema, candidates)
+    drop_tables(wh, schema, candidates)
     return size
 
 
-def _file_rows(path: Path) -> int:
+def file_rows(path: Path) -> int:
     return pq.ParquetFile(path).metadata.num_rows

@@ -814,5 +814,5 @@ def drop_work_tables(wh: Engine, schema: str) -> None:
     wh.drop(schema, VOCABULARY_TABLE, RECORDS_TABLE, PARENTS_TABLE)
 
 
-def _text(labels: list[str], key: Key) -> str:
+def key_text(labels: list[str], key: Key) -> str:
     return " ".join(labels[x] for x in key)

@@ -609,7 +609,7 @@ def prepare_user_words(wh: Engine, schema: str, known: list[str], params: TriePa
     )
 
 
-def _drop_work_tables(wh: Engine, schema: str) -> None:
+def drop_work_tables(wh: Engine, schema: str) -> None:
     wh.drop(schema, USERS_TABLE, WORDS_TABLE, KNOWN_TABLE, LEARNED_TABLE)
 
 

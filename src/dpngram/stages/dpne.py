@@ -33,18 +33,18 @@ from dpngram.mechanisms.dpne import (
     BASELINES,
     KGRAM_COLUMNS,
     LevelOutcome,
-    _check_k,
-    _drop,
-    _file_rows,
-    _level,
-    _level_size,
-    _occ,
-    _table_exists,
+    check_k,
+    drop_tables,
+    file_rows,
     install_vocabulary,
     level_sigmas,
+    level_size,
     level_stage,
+    level_table,
+    occurrence_table,
     release_level,
     restore_level,
+    table_exists,
 )
 from dpngram.mechanisms.dpsu import (
     VOCABULARY_STAGE,
@@ -75,13 +75,13 @@ def _ensure_level_state(wh: Engine, ctx: RunContext, upto: int) -> None:
     def consistent(j: int) -> bool:
         path = vocab if j == 1 else root / level_path(j)
         return (
-            _table_exists(wh, schema, _level(j))
-            and _table_exists(wh, schema, _occ(j))
-            and _table_exists(wh, schema, _occ(1))
-            and _level_size(wh, schema, j) == _file_rows(path)
+            table_exists(wh, schema, level_table(j))
+            and table_exists(wh, schema, occurrence_table(j))
+            and table_exists(wh, schema, occurrence_table(1))
+            and level_size(wh, schema, j) == file_rows(path)
         )
 
-    if all(_table_exists(wh, schema, _level(j)) for j in range(1, upto)) and consistent(upto):
+    if all(table_exists(wh, schema, level_table(j)) for j in range(1, upto)) and consistent(upto):
         return
     with wh.registered(dpne_released_vocabulary=pq.read_table(vocab, columns=["token"])):
         wh.execute(
@@ -96,7 +96,7 @@ def _ensure_level_state(wh: Engine, ctx: RunContext, upto: int) -> None:
     for j in range(2, upto + 1):
         restore_level(wh, schema, j, ctx.config.dpne.pruning, root / level_path(j))
         if j > 2:
-            _drop(wh, schema, _occ(j - 1))
+            drop_tables(wh, schema, occurrence_table(j - 1))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -115,7 +115,7 @@ def run_level(
     Returns ``{'skipped': True, 'k': k}`` when k > T. One Gaussian event sigma_k is charged
     whatever the output (also when S_{k-1} is empty and so S_k is): Thm. 2.1 composes all T
     levels. ``noise`` is for seeded tests only (default: a fresh CSPRNG source)."""
-    _check_k(k)
+    check_k(k)
     config = ctx.config
     if k > config.dpne.max_n:
         return {"skipped": True, "k": k}
@@ -175,7 +175,7 @@ def level_events(stage: str, sigma: float, outcome: LevelOutcome) -> list[Privac
 
 
 def _export_level(wh: Engine, ctx: RunContext, k: int) -> None:
-    table = wh.fetch_arrow(load_sql("dpne/level_export", schema=ctx.schema, level=_level(k)), {"k": k})
+    table = wh.fetch_arrow(load_sql("dpne/level_export", schema=ctx.schema, level=level_table(k)), {"k": k})
     with ctx.release.writing(level_path(k)) as tmp:
         write_keys_parquet(table, tmp, KGRAM_COLUMNS)
 
@@ -206,9 +206,7 @@ def finalize_kgrams(ctx: RunContext) -> dict[str, Any]:
     ]
     _, delta = config.stage_share("dpne")
     counts = {"1": parts.get(VOCABULARY_STAGE, {}).get("released")}
-    counts.update(
-        {str(k): _file_rows(p) for k, p in zip(range(2, config.dpne.max_n + 1), paths, strict=True)}
-    )
+    counts.update({str(k): file_rows(p) for k, p in zip(range(2, config.dpne.max_n + 1), paths, strict=True)})
     record_part(
         ctx,
         "dpne.kgrams",
@@ -384,5 +382,5 @@ def _baseline_run(
         run["sips_rounds"] = [
             {"sigma": r.sigma, "rho": r.threshold, "threshold_delta": r.threshold_delta} for r in rounds
         ]
-    _drop(wh, schema, source, target)
+    drop_tables(wh, schema, source, target)
     return rows, run

@@ -28,11 +28,11 @@ from dpngram.lm.build import (
     ROUTES,
     STAGE,
     ReleasedInputs,
-    _build,
-    _seed,
+    build_route,
     build_route_mixture,
     compare_with_public,
     compile_binary,
+    route_seed,
 )
 from dpngram.lm.kenlm_bin import KENLM_MAX_ORDER
 from dpngram.release.context import RunContext, read_parts
@@ -58,7 +58,7 @@ def run_lm(ctx: RunContext) -> dict[str, Any]:
     inputs = ReleasedInputs(release.root)
     arpa = release.path(MODEL_ARPA)
     binary = release.path(MODEL_BINARY)
-    seed = _seed(ctx.run_id)
+    seed = route_seed(ctx.run_id)
     eval_text = config.lm.eval_text or config.public
     eval_kind = "user-supplied" if config.lm.eval_text else ("public corpus" if config.public else None)
 
@@ -134,7 +134,7 @@ def _build_candidates(
     for r in ROUTES:
         trial = arpa.with_name(f"candidate_{r}.arpa")
         try:
-            info = _build(r, inputs, config, trial, seed)
+            info = build_route(r, inputs, config, trial, seed)
         except ConfigError as err:
             candidates[r] = {"error": str(err)}
             continue
@@ -162,7 +162,7 @@ def _build_model(
         info = candidates[route]["info"]
         os.replace(arpa.with_name(f"candidate_{route}.arpa"), arpa)
     else:
-        info = _build(route, inputs, config, arpa, seed)
+        info = build_route(route, inputs, config, arpa, seed)
     for r in ROUTES:
         for suffix in (".arpa", ".binary"):
             arpa.with_name(f"candidate_{r}{suffix}").unlink(missing_ok=True)

@@ -32,12 +32,12 @@ from dpngram.mechanisms.synth import (
     Key,
     SqlChildCounts,
     TreeParams,
-    _text,
     build_tree,
     drop_work_tables,
     enforce_consistency,
     install_records,
     item_labels,
+    key_text,
     split_sequences,
 )
 from dpngram.release.context import RunContext, StageResult, released_summary
@@ -66,7 +66,7 @@ def write_outputs(
     grams = sorted((k for k, c in consistent.count.items() if c > 0), key=lambda k: (len(k), k))
     counts_table = pa.table(
         {
-            "ngram": pa.array([_text(labels, k) for k in grams], pa.string()),
+            "ngram": pa.array([key_text(labels, k) for k in grams], pa.string()),
             "noisy_count": pa.array([float(consistent.count[k]) for k in grams], pa.float64()),
         }
     )
@@ -81,7 +81,7 @@ def write_outputs(
             body = key[:-1] if key and key[-1] == END_ID else key
             if not body:
                 continue
-            text = _text(labels, body)
+            text = key_text(labels, body)
             for _ in range(copies):
                 batch_ids.append(n_rows)
                 batch_text.append(text)

@@ -31,8 +31,8 @@ from dpngram.mechanisms.triehh import (
     STAGE,
     TrieParameters,
     WarehouseSource,
-    _drop_work_tables,
     closed_form_epsilon,
+    drop_work_tables,
     epsilon0_for_budget,
     numerical_epsilon,
     prepare_user_words,
@@ -111,7 +111,7 @@ def run_triehh(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str
         try:
             result = run_trie(source, source.n_users(), params, source_noise)
         finally:
-            _drop_work_tables(wh, ctx.schema)
+            drop_work_tables(wh, ctx.schema)
         with ctx.release.writing(OOV_WORDS) as tmp:
             pq.write_table(pa.table({"word": pa.array(result.words, pa.string())}), tmp)
         report = {

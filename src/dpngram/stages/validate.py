@@ -25,10 +25,10 @@ from dpngram.validation import (
     PART,
     SUITES,
     Sources,
-    _gx_context,
-    _replace_tree,
-    _run_batch,
-    _scrub_fingerprints,
+    gx_context,
+    replace_tree,
+    run_batch,
+    scrub_fingerprints,
 )
 
 log = logging.getLogger(__name__)
@@ -58,12 +58,12 @@ def validate_run(ctx: RunContext, suites: list[str] | None = None) -> dict[str, 
     finally:
         sources.close()
 
-    with _gx_context() as (gx, context, docs_dir):
-        results = [_run_batch(gx, context, batch) for batch in batches]
-        _scrub_fingerprints(context)
+    with gx_context() as (gx, context, docs_dir):
+        results = [run_batch(gx, context, batch) for batch in batches]
+        scrub_fingerprints(context)
         context.build_data_docs()
         target = ctx.release.path(DATA_DOCS_DIR)
-        _replace_tree(docs_dir, target)
+        replace_tree(docs_dir, target)
         # the pages load their scripts and styles from CDNs: ship them (release/data_docs.py)
         remote = make_offline(target)
         if remote:

@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from dpngram.core.errors import ConfigError, IngestError
-from dpngram.text.records import _open_binary, _read_lines
+from dpngram.text.records import open_binary, read_lines
 from dpngram.text.tokenizer import sentence_tokens_expr
 
 
@@ -53,9 +53,9 @@ def read_public_batches(path: str | os.PathLike[str], lowercase: bool = True) ->
     src = Path(path)
     if not src.is_file():
         raise IngestError(f"public corpus {src} does not exist or is not a file")
-    with _open_binary(src) as fh:
+    with open_binary(src) as fh:
         while True:
-            lines = _read_lines(fh, src)
+            lines = read_lines(fh, src)
             if not lines:
                 return
             texts = pl.Series("text", [line.decode("utf-8", errors="replace") for line in lines], pl.String)

@@ -28,7 +28,7 @@ waiting, so memory is bounded by a few batches regardless of corpus size. Per fo
   path) with a declared extension (``input_extensions``, default ``.txt``; a ``.gz`` after it is
   allowed) is one document of the user named by its relative path without suffix(es)
   (``a/b.txt`` and ``a/b.txt.gz`` are user ``a/b``); ``.gz`` files are decompressed. The input
-  is confined to the directory (:func:`_text_files`): a symbolic link that resolves outside it is
+  is confined to the directory (:func:`text_files`): a symbolic link that resolves outside it is
   never read unless ``follow_external_symlinks`` allows it, symlinked subdirectories are never
   descended, and files with another extension are not read; each of them is quarantined with
   its reason (no content is read for it).
@@ -62,7 +62,7 @@ from typing import IO, Any
 import polars as pl
 
 from dpngram.core.errors import IngestError
-from dpngram.text.tokenizer import _explode_sentences, sentence_tokens_expr
+from dpngram.text.tokenizer import explode_sentences, sentence_tokens_expr
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ def _is_gzip(path: Path) -> bool:
         return fh.read(2) == b"\x1f\x8b"
 
 
-def _open_binary(path: Path) -> IO[bytes]:
+def open_binary(path: Path) -> IO[bytes]:
     """Open for binary reading; gzip by magic number (so a mislabelled file still reads)."""
     try:
         if _is_gzip(path):
@@ -191,7 +191,7 @@ def _open_binary(path: Path) -> IO[bytes]:
         raise IngestError(f"cannot read input {path}: {err.strerror or type(err).__name__}") from None
 
 
-def _read_lines(fh: IO[bytes], path: Path) -> list[bytes]:
+def read_lines(fh: IO[bytes], path: Path) -> list[bytes]:
     """The next lines of ``fh``, about ``BATCH_BYTES / 2`` in total (at least one unless at EOF)."""
     try:
         return fh.readlines(max(1, BATCH_BYTES // 2))
@@ -203,7 +203,7 @@ def _read_lines(fh: IO[bytes], path: Path) -> list[bytes]:
 
 # -- batches -----------------------------------------------------------------------------------
 @dataclass
-class _Batch:
+class RecordBatch:
     """Parsed records of one batch plus its quarantined rows."""
 
     read: int = 0
@@ -286,14 +286,14 @@ def _jsonl_reason(text_line: str, obj: Any, user_field: str, text_field: str) ->
     return None, user_id, text  # type: ignore[return-value]
 
 
-def _jsonl_batches(path: Path, user_field: str, text_field: str) -> Iterator[_Batch]:
+def jsonl_batches(path: Path, user_field: str, text_field: str) -> Iterator[RecordBatch]:
     source = str(path)
     line_no = 0
     decode = json.JSONDecoder().decode
-    with _open_binary(path) as fh:
+    with open_binary(path) as fh:
         first = True
         while True:
-            lines = _read_lines(fh, path)
+            lines = read_lines(fh, path)
             if not lines:
                 return
             if first:
@@ -304,7 +304,7 @@ def _jsonl_batches(path: Path, user_field: str, text_field: str) -> Iterator[_Ba
                         f"input {path} looks like one JSON array; "
                         "JSON Lines (one object per line) is required"
                     )
-            batch = _Batch(read=len(lines))
+            batch = RecordBatch(read=len(lines))
             for line in lines:
                 line_no += 1
                 classify_jsonl_line(batch, source, line_no, line, user_field, text_field, decode)
@@ -312,7 +312,7 @@ def _jsonl_batches(path: Path, user_field: str, text_field: str) -> Iterator[_Ba
 
 
 def classify_jsonl_line(
-    batch: _Batch,
+    batch: RecordBatch,
     source: str,
     line_no: int,
     line: bytes,
@@ -398,10 +398,10 @@ class _LineTracker:
                 yield line.decode("utf-8", "replace")
 
 
-def _csv_batches(path: Path, user_field: str, text_field: str) -> Iterator[_Batch]:
+def csv_batches(path: Path, user_field: str, text_field: str) -> Iterator[RecordBatch]:
     source = str(path)
     csv.field_size_limit(CSV_FIELD_LIMIT)  # process-wide setting of the csv module
-    with _open_binary(path) as fh:
+    with open_binary(path) as fh:
         lines = _LineTracker(fh, path)
         reader = csv.reader(lines)
         try:
@@ -427,7 +427,7 @@ def _csv_batches(path: Path, user_field: str, text_field: str) -> Iterator[_Batc
         user_idx, text_idx = header.index(user_field), header.index(text_field)
         done = False
         while not done:
-            batch = _Batch()
+            batch = RecordBatch()
             while batch.read < BATCH_ROWS and batch.text_bytes < BATCH_BYTES:
                 start = lines.start_record()
                 try:
@@ -459,7 +459,7 @@ def _csv_batches(path: Path, user_field: str, text_field: str) -> Iterator[_Batc
 
 
 # -- Parquet -----------------------------------------------------------------------------------
-def _parquet_batches(path: Path, user_field: str, text_field: str) -> Iterator[_Batch]:
+def parquet_batches(path: Path, user_field: str, text_field: str) -> Iterator[RecordBatch]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -502,7 +502,7 @@ def _parquet_batches(path: Path, user_field: str, text_field: str) -> Iterator[_
         yield classify_frame(frame.with_columns(source=pl.lit(source)), user_field, text_field)
 
 
-def classify_frame(frame: pl.DataFrame, user_field: str, text_field: str) -> _Batch:
+def classify_frame(frame: pl.DataFrame, user_field: str, text_field: str) -> RecordBatch:
     """Quarantine rules for tabular rows (Parquet here, Spark's ``mapInArrow`` in
     :mod:`dpngram.engines.spark`): ``frame`` has string columns ``user_id`` and ``text``, the
     record number ``doc_id`` and ``source``. Rows with an empty user id or a null/blank text go
@@ -519,7 +519,7 @@ def classify_frame(frame: pl.DataFrame, user_field: str, text_field: str) -> _Ba
     frame = frame.with_columns(reason=reason)
     good = frame.filter(pl.col("reason").is_null())
     bad = frame.filter(pl.col("reason").is_not_null())
-    batch = _Batch(read=frame.height)
+    batch = RecordBatch(read=frame.height)
     batch.user_ids = good.get_column("user_id").to_list()
     batch.doc_ids = good.get_column("doc_id").to_list()
     batch.texts = good.get_column("text").to_list()
@@ -559,7 +559,7 @@ def _inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def _text_files(
+def text_files(
     root: Path,
     extensions: tuple[str, ...] = DEFAULT_TEXT_EXTENSIONS,
     follow_external_symlinks: bool = False,
@@ -605,7 +605,7 @@ def _text_files(
 
 def _read_no_follow(path: Path) -> bytes:
     """The bytes of ``path``, refusing a symbolic link in its last component (O_NOFOLLOW): a file
-    checked by :func:`_text_files` cannot be swapped for a link before it is read."""
+    checked by :func:`text_files` cannot be swapped for a link before it is read."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     with os.fdopen(fd, "rb") as fh:
         return fh.read()
@@ -620,11 +620,11 @@ def _user_of_file(rel_path: str) -> str:
     return (rel.parent / stem).as_posix() if rel.parent != Path(".") else stem
 
 
-def _textdir_batches(root: Path, files: list[TextFile] | None = None) -> Iterator[_Batch]:
-    files = _text_files(root) if files is None else files
+def textdir_batches(root: Path, files: list[TextFile] | None = None) -> Iterator[RecordBatch]:
+    files = text_files(root) if files is None else files
     if not files:
         raise IngestError(f"input directory {root} contains no (non-hidden) regular files")
-    batch = _Batch()
+    batch = RecordBatch()
     for index, entry in enumerate(files, start=1):
         rel = entry.rel
         batch.read += 1
@@ -650,12 +650,12 @@ def _textdir_batches(root: Path, files: list[TextFile] | None = None) -> Iterato
                         batch.good(_user_of_file(rel), index, text)
         if batch.read >= BATCH_ROWS or batch.text_bytes >= BATCH_BYTES:
             yield batch
-            batch = _Batch()
+            batch = RecordBatch()
     if batch.read:
         yield batch
 
 
-def _prefetch(batches: Iterator[_Batch], depth: int = 1) -> Iterator[_Batch]:
+def prefetch(batches: Iterator[RecordBatch], depth: int = 1) -> Iterator[RecordBatch]:
     """Parse the next batch in a background thread while the current one is tokenized and loaded
     (polars and DuckDB release the GIL). At most ``depth`` parsed batches wait in the queue, so
     memory stays bounded; an exception in the reader is re-raised here."""
@@ -702,7 +702,7 @@ def _prefetch(batches: Iterator[_Batch], depth: int = 1) -> Iterator[_Batch]:
 
 # -- loading -----------------------------------------------------------------------------------
 def tokenize_batch(
-    batch: _Batch, lowercase: bool, where: Callable[[int], tuple[str, int | None]]
+    batch: RecordBatch, lowercase: bool, where: Callable[[int], tuple[str, int | None]]
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """One classified batch -> (raw_text rows, sentence rows, quarantine rows), on any engine
     (DuckDB: :mod:`dpngram.engines.ingest`; Spark's ``mapInArrow`` in :mod:`dpngram.engines.spark`). Documents
@@ -740,7 +740,7 @@ def tokenize_batch(
         )
         tokenized = tokenized.filter(has_tokens)
     raw_rows = tokenized.select("user_id", "doc_id", "text")
-    sentences = _explode_sentences(tokenized.select("user_id", "doc_id", "sentences"))
+    sentences = explode_sentences(tokenized.select("user_id", "doc_id", "sentences"))
     return raw_rows, sentences, quarantine
 
 

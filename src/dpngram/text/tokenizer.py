@@ -104,12 +104,12 @@ def tokenize_frame(df: pl.DataFrame, lowercase: bool = True) -> pl.DataFrame:
     """Frame-level tokenizer used by ingest: ``(user_id, doc_id, text)`` ->
     ``(user_id, doc_id, sent_id, tokens)``, one row per non-empty sentence, ``sent_id`` 0-based
     within the document. Documents without any token produce no row."""
-    return _explode_sentences(
+    return explode_sentences(
         df.select("user_id", "doc_id", sentences=sentence_tokens_expr("text", lowercase))
     )
 
 
-def _explode_sentences(frame: pl.DataFrame) -> pl.DataFrame:
+def explode_sentences(frame: pl.DataFrame) -> pl.DataFrame:
     return (
         frame.with_columns(sent_id=pl.int_ranges(0, pl.col("sentences").list.len(), dtype=pl.Int32))
         .explode(["sentences", "sent_id"], keep_nulls=False)
