@@ -30,8 +30,7 @@ from dpngram.core.accounting import Accountant, PrivacyEvent
 from dpngram.core.budget import Budget
 from dpngram.core.errors import ResourceExhausted, ResumeError
 from dpngram.core.noise import before_first_draw
-from dpngram.engines.base import resource_failure
-from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.base import Engine, resource_failure
 from dpngram.release.context import RunContext, StageResult, read_parts, write_part
 from dpngram.release.identity import verify_staging
 from dpngram.release.layout import PARTS_DIR
@@ -42,7 +41,7 @@ def spend_once(
     ctx: RunContext,
     stage: str,
     outputs: list[str],
-    compute: Callable[[Warehouse], StageResult],
+    compute: Callable[[Engine], StageResult],
     *,
     engine: bool = False,
 ) -> dict[str, Any]:
