@@ -10,7 +10,7 @@ DuckDB locks the file for a read-write connection, so Airflow tasks that open it
 pool.
 
 Owns: :class:`Warehouse` (the DuckDB connection and its resource settings, run schemas).
-Imports: dpngram.engines.sql; duckdb, pyarrow.
+Imports: dpngram.engines.sql, dpngram.core.errors; duckdb, pyarrow.
 """
 
 from __future__ import annotations

@@ -8,5 +8,6 @@ budget. A sibling of ``dpngram.validation`` (neither imports the other).
 
 Owns: the DP algorithms and their sensitivity and calibration arguments.
 Imports: dpngram.lm, dpngram.release.layout (no other release module), dpngram.engines,
-dpngram.text, dpngram.config, dpngram.core.
+dpngram.text, dpngram.core; never dpngram.config (a stage turns the configuration into explicit
+parameters; import-linter checks it).
 """
