@@ -6,6 +6,7 @@ copies; issue 27 moves them here).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import platform
@@ -21,7 +22,8 @@ DATA = ROOT / "benchmarks" / ".data"
 
 
 def machine() -> dict[str, Any]:
-    """Cores, memory, platform and Python of the machine the numbers were taken on."""
+    """Host, cores, CPU model, memory, platform, load averages and the versions of Python and of the
+    libraries that set the speed (those installed), for every benchmark's JSON."""
     try:
         mem_kb = next(
             int(line.split()[1])
@@ -30,12 +32,29 @@ def machine() -> dict[str, Any]:
         )
     except (OSError, StopIteration, ValueError):
         mem_kb = 0
-    return {
+    try:
+        cpu_model = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        cpu_model = platform.processor() or platform.machine()
+    info: dict[str, Any] = {
+        "host": platform.node(),
         "cpus": os.cpu_count(),
+        "cpu_model": cpu_model,
         "memory_gib": round(mem_kb / 1024**2, 1),
         "platform": platform.platform(),
         "python": platform.python_version(),
+        "load_average_1_5_15min": [round(x, 2) for x in os.getloadavg()],
     }
+    for library in ("duckdb", "polars", "numpy"):
+        try:
+            info[library] = importlib.import_module(library).__version__
+        except ImportError:
+            pass
+    return info
 
 
 def git_commit() -> str | None:

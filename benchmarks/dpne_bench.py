@@ -59,7 +59,6 @@ import inspect
 import json
 import math
 import os
-import platform
 import resource
 import shutil
 import statistics
@@ -74,6 +73,8 @@ from dpngram.stages import dpne as dpne_stage
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import git_commit, machine  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 SOTU = DATA / "sotu_users.jsonl.gz"
@@ -111,39 +112,6 @@ REFERENCE = {
 # ----------------------------------------------------------------------------------------------
 # Environment
 # ----------------------------------------------------------------------------------------------
-def machine() -> dict[str, Any]:
-    ram = None
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as fh:
-            ram = int(fh.readline().split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    import duckdb
-
-    return {
-        "host": platform.node(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "ram_bytes": ram,
-        "python": platform.python_version(),
-        "duckdb": duckdb.__version__,
-        "load_average_1min": round(os.getloadavg()[0], 2),
-    }
-
-
-def git_commit() -> str | None:
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head + ("+uncommitted" if dirty else "")
-
-
 def peak_rss_mb() -> float:
     """Peak resident set size of this process (and any waited-for children), MB."""
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -24,7 +24,6 @@ import datetime as dt
 import gzip
 import json
 import os
-import platform
 import resource
 import shutil
 import subprocess
@@ -36,6 +35,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine  # noqa: E402
 
 DATA = ROOT / "benchmarks" / ".data"
 RESULTS = ROOT / "benchmarks" / "results" / "ingest.json"
@@ -179,22 +180,6 @@ def _halves(timeline: list[list[float]]) -> list[float]:
     first = [row[1] for row in timeline if row[2] <= total / 2]
     second = [row[1] for row in timeline if row[2] > total / 2]
     return [max(first, default=0), max(second, default=0)]
-
-
-def machine() -> dict[str, Any]:
-    import duckdb
-    import polars
-    import psutil
-
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "ram_bytes": psutil.virtual_memory().total,
-        "python": platform.python_version(),
-        "duckdb": duckdb.__version__,
-        "polars": polars.__version__,
-    }
 
 
 def main() -> None:

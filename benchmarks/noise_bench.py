@@ -15,7 +15,6 @@ import argparse
 import datetime as _dt
 import json
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -25,37 +24,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine  # noqa: E402
 
 from dpngram.core.noise import NoiseSource  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "noise.json"
-
-
-def machine() -> dict:
-    ram = None
-    try:
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        pass
-    cpu_model = None
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu_model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "cpu_count": os.cpu_count(),
-        "cpu_model": cpu_model,
-        "ram_gb": round(ram / 2**30, 1) if ram else None,
-        "load_average_1_5_15min": [round(x, 2) for x in os.getloadavg()]
-        if hasattr(os, "getloadavg")
-        else None,
-    }
 
 
 def best_rate(run: Callable[[], object], draws: int, repeats: int) -> tuple[float, float]:
