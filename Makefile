@@ -6,7 +6,7 @@
 #   make test         setup, then the test suite (pytest, 2 workers)
 #   make demo         setup, then `dpngram demo`
 #   make bench        setup, then every benchmarks/*_bench.py and make test-postgres
-#   make test-postgres  setup, then Airflow on a real PostgreSQL as docker/compose.yaml configures it (~5 min)
+#   make test-postgres  setup, then Airflow on a real PostgreSQL as docker/compose.yaml configures it (2-3 min)
 #   make lint         ruff check
 #   make constraints  re-freeze constraints-3.11.txt from the venv
 #   make clean        remove .venv and runtime state (keeps the KenLM cache)
