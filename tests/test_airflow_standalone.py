@@ -18,7 +18,13 @@ One session (module fixture) runs, in order:
    consumer DAG ``dpngram_consume_lm`` run triggered by the model asset;
 3. a second release of the same dataset that would exceed its lifetime epsilon: it must fail at
    ``privacy_precheck`` with the ledger's reason and read nothing;
-4. an invalid conf (epsilon -1), which the API must refuse with the Param validation error.
+4. an invalid conf (epsilon -1), which the API must refuse with the Param validation error;
+   budget splits out of bounds ({"dpne": 2}, an unknown stage), refused before a run exists;
+5. (issue 28) a mostly malformed input of another dataset, refused at ingest, queued together with
+   a release of a second dataset (``OTHER_DATASET``) into the same OUT; then, in Chromium, the
+   malformed run's ``ingest`` log page (the quarantine summary), the Assets page (both datasets'
+   assets), the graph view at default zoom (``graph.png``; the fan-out from the nodes' positions)
+   and the trigger form refusing ``{"dpne": 2}`` typed into *Budget split*.
 
 Then the marker must appear in no Airflow log, no XCom value and no released file, and XCom must
 hold no exact private count. The processes are killed (process groups) whatever happens; on a
