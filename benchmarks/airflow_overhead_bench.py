@@ -1,20 +1,28 @@
 """Orchestration overhead of one demo release run in a real Airflow 3 (api-server, scheduler,
-dag-processor as separate processes, LocalExecutor, parallelism 2, SQLite), triggered through the
-REST API exactly as the trigger form does, with the demo's corpus and parameters.
+dag-processor as separate processes), triggered through the REST API exactly as the trigger form
+does, with the demo's corpus and parameters. ``--db postgres`` (the default) runs the production
+configuration: a PostgreSQL server from Debian's package and docker/compose.yaml's settings
+(LocalExecutor, parallelism 4), as tests/test_airflow_postgres.py does; ``--db sqlite`` the
+tests' SQLite set-up (parallelism 2).
 
 Measured per run:
 
 * ``wall_seconds``: the DAG run's end_date - start_date (what a user waits for);
-* ``work_seconds``: the sum of the steps' own timings in the published release
-  (``report.timings/*.json``: ingest, vocabulary, levels, lm_counts, bayes, synth, validation, lm,
-  report);
+* ``work_seconds``: the sum of the steps' own timings, operator-only files beside the warehouse
+  (``WAREHOUSE_DIR/operator/RUN_ID/timings/*.json``: ingest, vocabulary, levels, lm_counts, bayes,
+  synth, validation, lm, report);
 * ``overhead_fraction`` = 1 - work / wall: scheduling, task start-up (process fork, imports,
   DAG parsing) and skipped tasks;
-* tasks that ran, tasks skipped, and the sum of task durations.
+* tasks that ran, tasks skipped, and the sum of task durations;
+* the cold start: the first task's (``privacy_precheck``) duration, its wait from being queued to
+  starting, and the delay from the run's start to the first task's start. The first run after the
+  scheduler starts is the cold one (its executor worker imports Airflow's task runner and the DAG
+  for the first time); later runs show the warm numbers;
+* the 1-, 5- and 15-minute load averages before and after each run (the machine is shared).
 
-The Airflow launcher is the one of tests/test_airflow_standalone.py (same settings as the test).
+The Airflow launchers are the tests' (tests/test_airflow_standalone.py, tests/test_airflow_postgres.py).
 
-    .venv/bin/python benchmarks/airflow_overhead_bench.py --label after [--users 10000] [--runs 1]
+    .venv/bin/python benchmarks/airflow_overhead_bench.py [--label postgres] [--db postgres] [--runs 2]
 
 Results are merged into ``benchmarks/results/airflow_overhead.json`` under the label (machine, date,
 git commit, parameters, per-run numbers), so a "before" and an "after" measurement sit side by side.
@@ -30,6 +38,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,18 +61,44 @@ def _commit() -> str:
     return proc.stdout.strip() or "unknown"
 
 
-def measure(users: int, runs: int, base: Path) -> list[dict[str, Any]]:
+def _work(timings: dict[str, float]) -> float:
+    """The steps' own seconds: a sub-timing of a step (``synth.tree`` within ``synth``) is part
+    of it and not added again; ``dpne.k2`` (no ``dpne`` timing) is a step of its own."""
+    return sum(v for k, v in timings.items() if k.rpartition(".")[0] not in timings)
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def measure(users: int, runs: int, base: Path, db: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from test_airflow_standalone import DAG_ID, Airflow  # the tests' launcher
 
     from dpngram.text.sample import write_sample
 
     sample = write_sample(base / "sample", n_users=users, seed=20260101)
-    airflow = Airflow(base / "airflow")
+    pg = None
+    if db == "postgres":
+        from airflow_compose import PostgresServer
+        from test_airflow_postgres import PostgresAirflow
+
+        pg = PostgresServer()
+        airflow = PostgresAirflow(base / "airflow", pg)
+    else:
+        airflow = Airflow(base / "airflow")
+    setup = {
+        "parallelism": int(airflow.env["AIRFLOW__CORE__PARALLELISM"]),
+        "executor": airflow.env.get("AIRFLOW__CORE__EXECUTOR"),
+    }
     results = []
     try:
+        if pg is not None:
+            pg.start()
+        started = time.monotonic()
         airflow.start()
         airflow.login()
         airflow.unpause(DAG_ID)
+        setup["seconds_to_dag_ready"] = round(time.monotonic() - started, 1)
         for i in range(runs):
             conf = {
                 "dataset": f"bench{i}",
@@ -73,6 +108,7 @@ def measure(users: int, runs: int, base: Path) -> list[dict[str, Any]]:
                 "warehouse": str(base / "warehouse.duckdb"),
                 "stage_budget": DEMO_SPLIT,
             }
+            load_before = _load()
             status, run = airflow.trigger(conf)
             assert status == 200, (status, run)
             state = airflow.wait_for_run(DAG_ID, run["dag_run_id"])
@@ -81,14 +117,25 @@ def measure(users: int, runs: int, base: Path) -> list[dict[str, Any]]:
             tasks = airflow.task_states(DAG_ID, run["dag_run_id"])
             wall = _seconds(body["start_date"], body["end_date"])
             release = (base / "out" / conf["dataset"] / "latest").resolve()
-            # every step's own timing, the report's included (report.json's timings_seconds is
-            # written before the report step's own timing is known)
+            # every step's own timing: operator-only files beside the warehouse
+            # (WAREHOUSE_DIR/operator/RUN_ID/timings/*.json), never in the release
             timings = {
                 path.stem: json.loads(path.read_text())["seconds"]
-                for path in (release / "report.timings").glob("*.json")
+                for path in (base / "operator" / release.name / "timings").glob("*.json")
             }
-            work = sum(timings.values())
+            assert timings, f"no stage timings under {base / 'operator' / release.name}"
+            work = _work(timings)
             ran = {t: ti for t, ti in tasks.items() if ti["state"] == "success"}
+            first = tasks["privacy_precheck"]
+            cold = {
+                "first_task_seconds": round(first.get("duration") or 0, 2),
+                "first_task_queued_to_start_seconds": _seconds(
+                    first.get("queued_when"), first.get("start_date")
+                ),
+                "run_start_to_first_task_start_seconds": _seconds(
+                    body["start_date"], first.get("start_date")
+                ),
+            }
             results.append(
                 {
                     "wall_seconds": round(wall, 2),
@@ -100,23 +147,33 @@ def measure(users: int, runs: int, base: Path) -> list[dict[str, Any]]:
                     "task_seconds": round(sum(ti.get("duration") or 0 for ti in ran.values()), 2),
                     "stage_seconds": dict(sorted(timings.items())),
                     "published_model": (release / "model" / "model.binary").is_file(),
+                    **cold,
+                    "task_durations": {
+                        t: round(ti.get("duration") or 0, 2)
+                        for t, ti in sorted(ran.items(), key=lambda kv: kv[1].get("start_date") or "")
+                    },
+                    "load_average_before": load_before,
+                    "load_average_after": _load(),
                 }
             )
             print(json.dumps(results[-1]), flush=True)
     finally:
         airflow.stop()
-    return results
+        if pg is not None:
+            pg.stop()
+    return results, setup
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--label", default="after", help="key in the results file (e.g. before, after)")
+    parser.add_argument("--label", default="postgres", help="key in the results file (e.g. before, after)")
     parser.add_argument("--users", type=int, default=10_000, help="users in the corpus (demo: 10000)")
-    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=2, help="the first is the cold start")
+    parser.add_argument("--db", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--note", default="")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dpngram-airflow-bench-") as tmp:
-        runs = measure(args.users, args.runs, Path(tmp))
+        runs, setup = measure(args.users, args.runs, Path(tmp), args.db)
     existing = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
     existing[args.label] = {
         "machine": {
@@ -126,7 +183,13 @@ def main() -> None:
         },
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "commit": _commit(),
-        "parameters": {"users": args.users, "runs": args.runs, "stage_budget": DEMO_SPLIT, "parallelism": 2},
+        "parameters": {
+            "users": args.users,
+            "runs": args.runs,
+            "stage_budget": DEMO_SPLIT,
+            "db": args.db,
+            **setup,
+        },
         "note": args.note,
         "runs": runs,
         "overhead_fraction_mean": round(sum(r["overhead_fraction"] for r in runs) / len(runs), 3),

@@ -15,6 +15,10 @@ packages=(
     # a headless browser for the tests that look at the Airflow trigger form and the offline
     # Data Docs (driven by the playwright Python package with executable_path=/usr/bin/chromium)
     chromium
+    # Debian's PostgreSQL server (initdb, pg_ctl; also creates the 'postgres' system user the
+    # server runs as when the tests run as root) for tests/test_airflow_postgres.py and the
+    # Airflow overhead benchmark: the production metadata DB of docker/compose.yaml
+    postgresql
     "$@"
 )
 # A Java runtime for the Spark engine (PySpark local mode); any installed JDK/JRE will do.

@@ -35,9 +35,16 @@ def _is_statistical(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The PostgreSQL test (tests/test_airflow_postgres.py, minutes) runs only when selected by
+    # marker: `make test-postgres` and `make bench` (-m postgres); `make test` skips it, saying so.
+    postgres_selected = "postgres" in (config.getoption("-m") or "")
     for item in items:
         if _is_statistical(item):
             item.add_marker(pytest.mark.flaky(reruns=STATISTICAL_RERUNS))
+        if item.get_closest_marker("postgres") is not None and not postgres_selected:
+            item.add_marker(
+                pytest.mark.skip(reason="PostgreSQL + Airflow, minutes: make test-postgres (in make bench)")
+            )
 
 
 @pytest.fixture

@@ -18,7 +18,13 @@ One session (module fixture) runs, in order:
    consumer DAG ``dpngram_consume_lm`` run triggered by the model asset;
 3. a second release of the same dataset that would exceed its lifetime epsilon: it must fail at
    ``privacy_precheck`` with the ledger's reason and read nothing;
-4. an invalid conf (epsilon -1), which the API must refuse with the Param validation error.
+4. an invalid conf (epsilon -1), which the API must refuse with the Param validation error;
+   budget splits out of bounds ({"dpne": 2}, an unknown stage), refused before a run exists;
+5. (issue 28) a mostly malformed input of another dataset, refused at ingest, queued together with
+   a release of a second dataset (``OTHER_DATASET``) into the same OUT; then, in Chromium, the
+   malformed run's ``ingest`` log page (the quarantine summary), the Assets page (both datasets'
+   assets), the graph view at default zoom (``graph.png``; the fan-out from the nodes' positions)
+   and the trigger form refusing ``{"dpne": 2}`` typed into *Budget split*.
 
 Then the marker must appear in no Airflow log, no XCom value and no released file, and XCom must
 hold no exact private count. The processes are killed (process groups) whatever happens; on a
@@ -62,6 +68,8 @@ MARKER_USER = "zqxuser9931"
 USERNAME, PASSWORD = "dpngram-test", "not-a-secret-test-password"
 RUN_TIMEOUT = 300.0  # seconds for one DAG run to finish
 MALFORMED_LINES = 25  # of 125 rows: 20% quarantined, above the default max_quarantine_fraction 5%
+OTHER_DATASET = "standalone-b"  # a second dataset released into the same OUT
+OTHER_SPLIT = {"dpne": 0.5, "lm_counts": 0.5}  # cheap, but with a language model (and its asset)
 
 
 def _free_port() -> int:
@@ -159,8 +167,11 @@ class Airflow:
         self.token: str | None = None
 
     # -- processes ---------------------------------------------------------------------------
-    def start(self) -> None:
+    def setup(self) -> None:
         ensure_airflow(self.paths, self.env, self.logs_dir / "setup.log")  # migrate + pool, as make demo does
+
+    def start(self) -> None:
+        self.setup()
         # the deployment's local settings (docker/): the scheduler pre-imports the pipeline
         config = self.paths["airflow_home"] / "config"
         config.mkdir(parents=True, exist_ok=True)
@@ -298,23 +309,105 @@ class Airflow:
 FORM_PROBES = ("dataset", "input", "epsilon", "delta", "max_n", "lifetime_epsilon", "bayes_S", "memory_limit")
 
 
+def _ui_login(page, airflow: Airflow) -> None:
+    page.goto(f"{airflow.url}/")
+    page.fill("input[name=username]", USERNAME)
+    page.fill("input[name=password]", PASSWORD)
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"{airflow.url}/", timeout=60_000)
+
+
+def _screenshots(base: Path) -> Path:
+    shots = Path(os.environ.get("DPNGRAM_SCREENSHOTS", str(base / "screenshots")))
+    shots.mkdir(parents=True, exist_ok=True)
+    return shots
+
+
+#: The nodes of the graph view whose places show the fan-out after the DPNE group.
+FAN_OUT = ("lm_counts", "bayes", "synth")
+
+
+def look_in_the_browser(airflow: Airflow, base: Path, malformed_run_id: str) -> dict[str, Any]:
+    """What an operator sees in the UI after the runs (issue 28): the ``ingest`` task's log page
+    of the malformed run, the Assets page, the release DAG's graph view at default zoom (saved as
+    ``graph.png``) and the trigger form refusing ``{"dpne": 2}``. Returns what the tests check."""
+    import urllib.parse
+
+    from conftest import CHROMIUM_ARGS
+    from playwright.sync_api import sync_playwright
+
+    shots = _screenshots(base)
+    out: dict[str, Any] = {}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            _ui_login(page, airflow)
+            # 1. the malformed run's ingest log, as the UI renders it (the Logs tab is the default)
+            run = urllib.parse.quote(malformed_run_id, safe="")
+            page.goto(f"{airflow.url}/dags/{DAG_ID}/runs/{run}/tasks/ingest")
+            page.get_by_text("rows read were quarantined").first.wait_for(timeout=60_000)
+            out["ingest_log_page"] = page.inner_text("body")
+            page.screenshot(path=str(shots / "ingest_log.png"))
+            # 2. the Assets page lists each dataset's assets under their own names
+            page.goto(f"{airflow.url}/assets")
+            page.get_by_text("dpngram_standalone_ngrams").first.wait_for(timeout=60_000)
+            out["assets_page"] = page.inner_text("body")
+            # 3. the graph view at its default zoom (fit to the panel), details panel as it opens
+            page.goto(f"{airflow.url}/dags/{DAG_ID}")
+            page.get_by_role("button", name="Show Graph (Press g)").click()
+            page.locator(".react-flow__node").first.wait_for(timeout=60_000)
+            page.wait_for_timeout(2000)  # the fit-view animation
+            out["graph_nodes"] = {
+                node.get_attribute("data-id"): node.bounding_box()
+                for node in page.locator(".react-flow__node").all()
+            }
+            # the rendered height of one label's line box at default zoom (CSS px)
+            out["graph_label_px"] = (
+                page.locator(".react-flow__node[data-id=lm_counts]")
+                .get_by_text("LM counts")
+                .bounding_box()["height"]
+            )
+            out["graph_text"] = page.locator(".react-flow").inner_text()
+            out["graph_screenshot"] = str(shots / "graph.png")
+            page.screenshot(path=out["graph_screenshot"])
+            # 4. the trigger form with a budget fraction above 1: the form sends it, the API refuses
+            # it (Param schema), the dialog shows the error and stays open; no run is created
+            page.get_by_role("button", name="Trigger").first.click()
+            dialog = page.get_by_role("dialog")
+            dialog.get_by_text("Run Parameters").wait_for(timeout=60_000)
+            dialog.locator("#element_stage_budget .view-lines").click()  # a Monaco JSON editor
+            page.keyboard.press("Control+A")
+            # typed, not pasted: Monaco closes brackets and quotes, and typing over them keeps the
+            # text exact; anything after the cursor is then removed
+            page.keyboard.type('{"dpne": 2}')
+            page.keyboard.press("Shift+Control+End")
+            page.keyboard.press("Delete")
+            # Monaco renders indentation with no-break spaces
+            editor = dialog.locator("#element_stage_budget .view-lines").inner_text()
+            out["refused_editor"] = editor.replace("\xa0", " ")
+            dialog.get_by_role("button", name="Trigger").click()
+            dialog.get_by_text("Invalid input for param stage_budget").wait_for(timeout=60_000)
+            out["refused_dialog"] = dialog.inner_text()
+            page.screenshot(path=str(shots / "trigger_form_refused.png"))
+            out["refused_dialog_open"] = dialog.is_visible()
+        finally:
+            browser.close()
+    return out
+
+
 def trigger_with_the_form(airflow: Airflow, base: Path) -> dict[str, Any]:
     """Log in to the UI, open the release DAG's trigger form, record what it shows, save a
     screenshot, and trigger with every default. Returns what the form tests check."""
     from conftest import CHROMIUM_ARGS
     from playwright.sync_api import sync_playwright
 
-    shots = Path(os.environ.get("DPNGRAM_SCREENSHOTS", str(base / "screenshots")))
-    shots.mkdir(parents=True, exist_ok=True)
+    shots = _screenshots(base)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"{airflow.url}/")
-            page.fill("input[name=username]", USERNAME)
-            page.fill("input[name=password]", PASSWORD)
-            page.keyboard.press("Enter")
-            page.wait_for_url(f"{airflow.url}/", timeout=60_000)
+            _ui_login(page, airflow)
             page.goto(f"{airflow.url}/dags/{DAG_ID}")
             page.get_by_role("button", name="Trigger").first.click()
             dialog = page.get_by_role("dialog")
@@ -450,9 +543,35 @@ def session(tmp_path_factory) -> dict[str, Any]:
             {"dataset": "standalone-malformed", "input": str(corpus["malformed"])}
         )
         assert status == 200, (status, malformed)
+        # issue 28: a second dataset, queued at the same time (the pool runs one task at a time):
+        # its own `latest` and assets, and the consumer (which follows 'standalone') stays idle
+        status, other = airflow.trigger({"dataset": OTHER_DATASET, "stage_budget": OTHER_SPLIT})
+        assert status == 200, (status, other)
+        out["other_run"] = other
         out["malformed_run"] = malformed
         out["malformed_state"] = airflow.wait_for_run(DAG_ID, malformed["dag_run_id"])
         out["malformed_tasks"] = airflow.task_states(DAG_ID, malformed["dag_run_id"])
+        out["other_state"] = airflow.wait_for_run(DAG_ID, other["dag_run_id"])
+        status, events = airflow.request("GET", f"/api/v2/assets/events?source_dag_id={DAG_ID}&limit=100")
+        assert status == 200, events
+        out["all_events"] = events["asset_events"]
+
+        # /api/v2/assets lists an asset first emitted through an alias only once the dag-processor
+        # has re-parsed the DAG (seconds to a minute): wait for the other dataset's
+        def registered() -> list[dict[str, Any]] | None:
+            status, body = airflow.request("GET", "/api/v2/assets?limit=100")
+            assets = body.get("assets", []) if status == 200 else []
+            return assets if any(f"//{OTHER_DATASET}/" in a["uri"] for a in assets) else None
+
+        out["assets"] = airflow.wait_until("the other dataset's assets in /api/v2/assets", registered, 180)
+        if chromium_path() is not None:
+            before_form = run_count()
+            out["browser"] = look_in_the_browser(airflow, base, malformed["dag_run_id"])
+            out["run_counts_form"] = (before_form, run_count())
+        else:
+            out["browser"] = None
+        status, body = airflow.request("GET", f"/api/v2/dags/{CONSUMER_ID}/dagRuns")
+        out["consumer_runs_final"] = body.get("dag_runs", []) if status == 200 else None
         out["notes"] = {
             name: airflow.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{out[name]['dag_run_id']}")[1].get(
                 "note"
@@ -659,6 +778,92 @@ def test_a_mostly_malformed_input_is_refused_at_ingest_with_nothing_reserved(ses
     assert state == ("suspended",) and charged == (0,)
 
 
+def _browser(session: dict[str, Any]) -> dict[str, Any]:
+    if session.get("browser") is None:
+        pytest.skip("no chromium binary on PATH: the UI pages were not opened")
+    return session["browser"]
+
+
+def test_the_quarantine_summary_is_in_the_ingest_log_in_the_ui(session):
+    """The malformed run's `ingest` task page, as the UI renders its log: the same summary
+    `dpngram run` prints (counts per reason) and the one-line refusal."""
+    page = _browser(session)["ingest_log_page"]
+    total = MALFORMED_LINES + 100
+    summary = f"quarantine: {MALFORMED_LINES} of {total} rows read were quarantined (20.0%)"
+    assert summary in page, page[-3000:]
+    assert "malformed_json" in page and "the line is not valid JSON" in page
+    assert f"ingest refused the input: {MALFORMED_LINES} of {total} rows were quarantined" in page
+
+
+def test_two_datasets_have_separate_latest_and_assets(session):
+    from dpngram.release.publish import ASSET_KINDS, asset_key
+
+    assert session["other_state"] == "success", _detail(session)
+    out = Path(session["conf"]["out"])
+    other = out / OTHER_DATASET / "runs" / run_id_from(session["other_run"]["dag_run_id"])
+    # each dataset's latest points at its own release: the later run did not move 'standalone'
+    assert (out / "standalone" / "latest").resolve() == _release(session)
+    assert (out / OTHER_DATASET / "latest").resolve() == other
+    assert (other / "model" / "model.binary").is_file()
+    # one set of assets per dataset (REST API /api/v2/assets), each run's events on its own set
+    registered = {a["uri"] for a in session["assets"]}
+    for dataset in ("standalone", OTHER_DATASET):
+        mine = {asset_key(dataset, kind)[1] for kind in ASSET_KINDS}
+        assert mine <= registered, (dataset, registered)
+    fired = {
+        run: {e["uri"] for e in session["all_events"] if e["extra"].get("run_id") == run}
+        for run in (_release(session).name, other.name)
+    }
+    assert fired[other.name] == {asset_key(OTHER_DATASET, kind)[1] for kind in ASSET_KINDS}, fired
+    assert fired[_release(session).name] == {asset_key("standalone", kind)[1] for kind in ASSET_KINDS}, fired
+    # the consumer follows 'standalone' only: the other dataset's model did not trigger it
+    assert len(session["consumer_runs_final"]) == 1, session["consumer_runs_final"]
+    browser = session.get("browser")
+    if browser is not None:  # the UI's Assets page lists both datasets' assets by name
+        for dataset in ("standalone", OTHER_DATASET):
+            for kind in ASSET_KINDS:
+                assert asset_key(dataset, kind)[0] in browser["assets_page"], (dataset, kind)
+
+
+def test_budget_split_above_one_is_refused_in_the_trigger_form(session):
+    """In the browser: {"dpne": 2} typed into the form's Budget split, *Trigger* clicked. The form
+    sends it, the API refuses it with the Param schema's message, the dialog stays open with it,
+    and no run is created."""
+    browser = _browser(session)
+    assert json.loads(browser["refused_editor"]) == {"dpne": 2}, browser["refused_editor"]
+    dialog = browser["refused_dialog"]
+    assert "Invalid input for param stage_budget: 2 is greater than the maximum of 1" in dialog, dialog
+    assert browser["refused_dialog_open"] is True
+    before, after = session["run_counts_form"]
+    assert after == before, (before, after)
+
+
+def test_the_graph_fans_out_after_the_dpne_group(session):
+    """The graph view at default zoom: LM counts, Bayesian trigram distribution and Synthetic text
+    side by side in one column between the DPNE group and Validation, under their plain names.
+    The screenshot is docs/screenshots/graph.png (DPNGRAM_SCREENSHOTS=docs/screenshots)."""
+    browser = _browser(session)
+    nodes = browser["graph_nodes"]
+    for label in (
+        "LM counts",
+        "Bayesian trigram distribution",
+        "Synthetic text",
+        "DPNE: vocabulary and k-grams",
+    ):
+        assert label in browser["graph_text"], label
+    centre = {task: nodes[task]["x"] + nodes[task]["width"] / 2 for task in (*FAN_OUT, "dpne", "validation")}
+    ys = sorted(nodes[task]["y"] for task in FAN_OUT)
+    assert max(centre[t] for t in FAN_OUT) - min(centre[t] for t in FAN_OUT) < 2  # one column
+    assert ys[1] - ys[0] > 10 and ys[2] - ys[1] > 10  # stacked, not overlapping
+    assert (
+        centre["dpne"] < min(centre[t] for t in FAN_OUT)
+        and max(centre[t] for t in FAN_OUT) < centre["validation"]
+    )
+    assert Path(browser["graph_screenshot"]).stat().st_size > 10_000
+    # recorded, not asserted: at default zoom a label line is about 8 px high (docs/orchestration.md)
+    print(f"graph label line height at default zoom: {browser['graph_label_px']:.1f} px")
+
+
 def test_invalid_conf_is_rejected_by_the_api_with_the_param_error(session):
     status, body = session["invalid"]
     assert status == 400, (status, body)
@@ -716,10 +921,15 @@ def test_no_marker_or_exact_statistic_in_logs_xcom_or_release(session):
     import pyarrow.parquet as pq
 
     with sqlite3.connect(airflow.paths["airflow_home"] / "airflow.db") as db:
-        rows = db.execute("SELECT dag_id, task_id, value FROM xcom").fetchall()
+        rows = db.execute("SELECT dag_id, run_id, task_id, value FROM xcom").fetchall()
     assert rows
     exact = {n_users, n_docs, n_sentences, n_tokens}
-    for dag_id, task_id, value in rows:
+    # the published release of each run that returned released row counts (both datasets')
+    releases = {session["run"]["dag_run_id"]: _release(session)}
+    if "other_run" in session:
+        other_id = session["other_run"]["dag_run_id"]
+        releases[other_id] = Path(session["conf"]["out"]) / OTHER_DATASET / "runs" / run_id_from(other_id)
+    for dag_id, dag_run_id, task_id, value in rows:
         text = value if isinstance(value, str) else bytes(value).decode(errors="replace")
         assert MARKER not in text and MARKER_USER not in text, (dag_id, task_id)
         payload = json.loads(text)
@@ -730,13 +940,14 @@ def test_no_marker_or_exact_statistic_in_logs_xcom_or_release(session):
                 continue
             assert key in ("epsilon", "charged_epsilon", "delta", "k", "released_rows"), (task_id, key)
             if key == "released_rows":
+                release = releases[dag_run_id]
                 staged = payload["paths"][0]  # written while staged; published by a rename since
-                path = _release(session) / staged if not Path(staged).is_absolute() else Path(staged)
-                path = Path(str(path).replace(f"/{run_id}.staging/", f"/{run_id}/"))
+                path = release / staged if not Path(staged).is_absolute() else Path(staged)
+                path = Path(str(path).replace(f"/{release.name}.staging/", f"/{release.name}/"))
                 if path.suffix == ".parquet":
                     assert leaf == pq.ParquetFile(path).metadata.num_rows, task_id
                 else:  # the language model: its n-gram count, as published in report.json
-                    report = json.loads((_release(session) / "report.json").read_text())
+                    report = json.loads((release / "report.json").read_text())
                     assert task_id == "lm" and leaf == sum(report["model"]["counts"].values())
             elif key == "k":
                 assert 1 <= leaf <= 12

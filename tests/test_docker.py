@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from airflow_compose import read_env_file, service_env
 
 from dpngram.demo import POOL as DEMO_POOL
 
@@ -109,8 +110,20 @@ def test_compose_runs_every_airflow_component_on_one_postgres(compose):
     assert conn.endswith("/" + postgres["POSTGRES_DB"]) and f"//{postgres['POSTGRES_USER']}:" in conn
     secrets = {svc["environment"]["AIRFLOW__API_AUTH__JWT_SECRET"] for svc in services.values()}
     assert len(secrets) == 1
-    executors = {svc["environment"]["AIRFLOW__CORE__EXECUTOR"] for svc in services.values()}
+    executors = {service_env(name, compose)["AIRFLOW__CORE__EXECUTOR"] for name in services}
     assert executors == {"LocalExecutor"}
+
+
+def test_plain_settings_are_in_the_env_file_the_postgres_test_reads(compose):
+    """docker/airflow.env is every Airflow service's env_file and the settings source of
+    tests/test_airflow_postgres.py (through airflow_compose), so the two cannot drift."""
+    settings = read_env_file(DOCKER / "airflow.env")
+    assert settings["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    assert settings["AIRFLOW__CORE__PARALLELISM"] == "4"
+    for name, svc in airflow_services(compose).items():
+        assert svc["env_file"] == ["airflow.env"], name
+        env = service_env(name, compose)
+        assert {k: env[k] for k in settings} == settings, name  # not overridden by environment:
 
 
 def test_init_job_creates_the_pool_the_dag_uses(compose):

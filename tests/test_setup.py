@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from airflow_compose import service_env
 
 from dpngram.lm.kenlm_bin import KENLM_MAX_ORDER, KENLM_VERSION, kenlm_cache_bin_dir
 
@@ -35,6 +36,7 @@ DEBIAN_PACKAGES = (
     "libbz2-dev",
     "liblzma-dev",
     "chromium",  # the headless browser of the form and Data Docs tests
+    "postgresql",  # the production metadata DB of tests/test_airflow_postgres.py
 )
 
 
@@ -93,7 +95,7 @@ def test_test_demo_bench_run_the_right_programs():
 def test_setup_installs_with_the_constraints_file():
     script = (SCRIPTS / "make_venv.sh").read_text()
     # the developer environment: tests, the Spark engine and the benchmark-only libraries
-    assert '-e ".[${DPNGRAM_EXTRAS:-dev,spark,bench}]" -c "$constraints"' in script
+    assert '-e ".[${DPNGRAM_EXTRAS:-dev,spark,bench,postgres}]" -c "$constraints"' in script
     assert "constraints-3.11.txt" in _rule("$(STAMP)")[0] or "$(CONSTRAINTS)" in _rule("$(STAMP)")[0]
     assert re.search(r"^CONSTRAINTS\s*:=\s*constraints-3\.11\.txt$", MAKEFILE.read_text(), re.M)
 
@@ -434,7 +436,7 @@ def test_compose_runs_airflow_on_postgres_with_shared_volumes():
     airflow_services = [n for n in services if n.startswith("airflow-")]
     for name in airflow_services:
         svc = services[name]
-        env = svc["environment"]
+        env = service_env(name, compose)  # env_file (docker/airflow.env) + environment
         assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://")
         assert "@postgres:5432/" in env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
         # one secret for all components, never a literal in the file
