@@ -559,9 +559,20 @@ def run_lm_stage(config_json: str) -> dict[str, Any]:
     }
 
 
-def bench_config(corpus: Corpus, eps: float, train: Path, work: Path, args: argparse.Namespace) -> Any:
+def bench_config(
+    corpus: Corpus,
+    eps: float,
+    train: Path,
+    work: Path,
+    args: argparse.Namespace,
+    *,
+    stage_budget: dict[str, float] | None = None,
+    max_n: int | None = None,
+    warehouse: Path | None = None,
+) -> Any:
     """The run configuration of one release on the training users (every lm_* option at its
-    default; also used by benchmarks/lm_threshold_study.py)."""
+    default; also used by benchmarks/lm_threshold_study.py and, with another ``stage_budget`` /
+    ``max_n`` / a ``warehouse`` whose public-model cache is shared, benchmarks/lm_split_bench.py)."""
     from dpngram.config import RunConfig
 
     return RunConfig.build(
@@ -569,32 +580,36 @@ def bench_config(corpus: Corpus, eps: float, train: Path, work: Path, args: argp
         input=str(train),
         public=str(corpus.public),
         out=str(work / "out"),
-        warehouse=str(work / "wh.duckdb"),
+        warehouse=str(warehouse or work / "wh.duckdb"),
         epsilon=eps,
         delta=args.delta,
-        max_n=MAX_N,
-        stage_budget=STAGE_BUDGET,
+        max_n=max_n or MAX_N,
+        stage_budget=stage_budget or STAGE_BUDGET,
         memory_limit=args.memory_limit,
     )
 
 
-def dp_run(corpus: Corpus, eps: float, train: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """One release on the training users; returns its paths, parts and timings."""
+def dp_run(
+    corpus: Corpus, eps: float, train: Path, work: Path, args: argparse.Namespace, **overrides: Any
+) -> dict[str, Any]:
+    """One release on the training users; returns its paths, parts, timings and every step's public
+    summary (released rows, ε, charged ε). ``overrides``: :func:`bench_config`'s keyword options."""
     from dpngram.orchestration.plan import release_steps
-    from dpngram.release.context import RunContext, read_parts, read_timings, stage_timer
+    from dpngram.release.context import RunContext, public_summary, read_parts, read_timings, stage_timer
     from dpngram.release.publish import prepare, publish_run
 
-    config = bench_config(corpus, eps, train, work, args)
+    config = bench_config(corpus, eps, train, work, args, **overrides)
     started = time.perf_counter()
     config = prepare(config)
     ctx = RunContext(config)
     lm_stage: dict[str, Any] = {}
+    summaries: dict[str, dict[str, Any]] = {}
     for step in release_steps(config):
         if step.name == "lm":
             lm_stage = run_lm_stage(ctx.config.to_json())
         else:
             with stage_timer(ctx, step.name):
-                step.run(ctx)
+                summaries[step.name] = public_summary(step.run(ctx))
     timings = read_timings(ctx)
     parts = read_parts(ctx)
     root = publish_run(ctx)
@@ -609,6 +624,8 @@ def dp_run(corpus: Corpus, eps: float, train: Path, work: Path, args: argparse.N
         "lm_stage_child": lm_stage,
         "lm_counts": parts["lm_counts"],
         "lm": parts["lm"],
+        "parts": parts,
+        "summaries": summaries,
         "config": {
             k: v
             for k, v in json.loads(config.to_json()).items()

@@ -188,7 +188,7 @@ def demo_conf(
         # Every stage: DPNE k-grams, the noisy n-gram counts the language model mixes with the
         # public corpus, the Bayesian trigram distribution (the sample's public corpus as prior) and
         # Chen et al. synthetic sequences.
-        "stage_budget": {"dpne": 0.4, "lm_counts": 0.3, "bayes": 0.15, "synth": 0.15},
+        "stage_budget": {"dpne": 0.4, "lm_counts": 0.4, "bayes": 0.1, "synth": 0.1},
     }
     if max_n is not None:
         conf["max_n"] = max_n
