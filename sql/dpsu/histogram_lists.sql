@@ -10,10 +10,4 @@ user_items AS (
 ),
 -- include: dpsu/_user_kept
 ,
-kept_items AS (
-    SELECT unnest(kept) AS item, kept_count
-    FROM user_kept
-)
-SELECT item, sum(1.0 / sqrt(CAST(kept_count AS DOUBLE))) AS weight
-FROM kept_items
-GROUP BY item
+-- include: dpsu/_kept_weights
