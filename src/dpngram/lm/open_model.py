@@ -220,12 +220,13 @@ def raw_public_counts(
     lowercase: bool = True,
     part: str = "all",
     cache_dir: Path | None = None,
+    digest: str | None = None,
 ) -> dict[int, pl.DataFrame]:
     """Order-1..``order`` counts of the public corpus (``part``) with no vocabulary mapping, except
     that a literal ``<s>`` or ``</s>`` token reads as ``<unk>`` (so the markers in an n-gram are
     always sentence padding, and :func:`dpngram.lm.public_cache.map_to_vocabulary` of these counts
     equals :func:`public_counts` with the same vocabulary). Through the disk cache when
-    ``cache_dir`` is given (keyed by the corpus file's SHA-256)."""
+    ``cache_dir`` is given (keyed by the corpus file's SHA-256, ``digest`` when the caller has it)."""
     from dpngram.lm.public_cache import cached_tables, entry_key, file_digest
 
     def batches() -> Iterator[pl.Series]:
@@ -233,7 +234,9 @@ def raw_public_counts(
         for batch in public_sentence_batches(path, lowercase, part):
             yield batch.list.eval(pl.when(marker).then(pl.lit(UNK)).otherwise(pl.element()))
 
-    key = entry_key("public-counts", file_digest(path), part, lowercase, order) if cache_dir else ""
+    if cache_dir and digest is None:
+        digest = file_digest(path)
+    key = entry_key("public-counts", digest, part, lowercase, order) if cache_dir else ""
     return cached_tables(cache_dir, "counts", key, lambda: batch_ngram_counts(batches(), order, None))
 
 
@@ -265,14 +268,14 @@ def open_public_model(
         vocabulary = model_vocabulary(dp_vocabulary, None, public_cap)
         counts = {n: empty for n in range(1, order + 1)}
         return vocabulary, counts, public_model(counts, order, vocabulary)
-    raw = raw_public_counts(public_path, order, lowercase, part, cache_dir)
+    digest = file_digest(public_path) if cache_dir else None  # hashed once for both entries
+    raw = raw_public_counts(public_path, order, lowercase, part, cache_dir, digest)
     unigrams = raw[1].filter(~pl.col("ngram").is_in(list(MARKERS)))
     words = Counter(dict(zip(unigrams["ngram"].to_list(), unigrams["count"].to_list(), strict=True)))
     vocabulary = model_vocabulary(dp_vocabulary, words, public_cap)
     counts = map_to_vocabulary(raw, vocabulary)
     key = ""
     if cache_dir:
-        digest = file_digest(public_path)
         key = entry_key("public-model", digest, part, lowercase, order, vocabulary_digest(vocabulary))
     return vocabulary, counts, cached_model(cache_dir, key, lambda: public_model(counts, order, vocabulary))
 
