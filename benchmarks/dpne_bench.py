@@ -350,6 +350,7 @@ def timed_dpne(ctx: Any, name: str) -> dict[str, Any]:
                 "variant": part.get("variant"),
                 "sigma": part.get("sigma"),
                 "rho": part.get("rho"),
+                **({"public_domain": part["public_domain"]} if part.get("public_domain") else {}),
             }
         )
     return {"seconds": seconds, "stage_seconds": stages, "levels": levels}
@@ -395,7 +396,7 @@ def spurious_check(ctx: Any, levels: list[dict[str, Any]]) -> dict[str, Any]:
     with ctx.warehouse() as wh:
         for level in levels:
             k = level["k"]
-            if k == 1:  # DPSU releases held tokens only (Prop. 2.2): checked all the same
+            if k == 1:  # DPSU releases held tokens only, except a public domain's unheld words
                 path = root / "released/vocabulary.parquet"
                 released_sql = "SELECT token AS ngram FROM read_parquet($path)"
             else:
@@ -416,7 +417,22 @@ def spurious_check(ctx: Any, levels: list[dict[str, Any]]) -> dict[str, Any]:
                     {"expected_bound": round(bound, 2), "band_upper": band, "within_band": spurious <= band}
                 )
             else:
-                row.update({"expected_bound": 0.0, "band_upper": 0, "within_band": spurious == 0})
+                # With a public domain (docs/dpne.md, "The public domain of the vocabulary"), round r
+                # releases each unheld public word with probability p_r = share_r eta min{1, N_<r/|P|}:
+                # Binomial(|P|, sum_r p_r) bounds the count.
+                public = level.get("public_domain") or {}
+                size = int(public.get("words", 0))
+                rounds = public.get("rounds", [])
+                share = 1.0 / max(1, len(rounds))
+                p = sum(eta * share * min(1.0, r["released_before"] / size) for r in rounds) if size else 0.0
+                band = int(stats.binom.ppf(1 - FALSE_FAILURE, size, p)) if p > 0 else 0
+                row.update(
+                    {
+                        "expected_bound": round(p * size, 2),
+                        "band_upper": band,
+                        "within_band": spurious <= band,
+                    }
+                )
             row["fraction"] = round(spurious / released, 5) if released else 0.0
             rows.append(row)
     total = sum(r["released"] for r in rows)
@@ -1375,6 +1391,61 @@ def mode_sips(args: argparse.Namespace) -> None:
     sips_figure(record)
 
 
+#: The vocabulary's public domain (docs/dpne.md, "The public domain of the vocabulary"): the default
+#: (dpne_public_vocabulary 100,000) against the previous default (0: off), both with the run's
+#: public corpus, which only the vocabulary's public domain reads in a dpne-only run.
+PUBLIC_VOCAB_CONFIGS: dict[str, dict[str, Any]] = {
+    "public-domain-off (previous default)": {"dpne_public_vocabulary": 0},
+    "public-domain (default)": {},
+}
+
+
+def mode_public_vocab(args: argparse.Namespace) -> None:
+    """The vocabulary's public domain on SOTU (public corpus: Brown) and ``--users`` (200k)
+    generated users (their own shifted public corpus), at eps 4 and 1, ``--repeat`` runs each:
+    released n-grams per level, spurious fraction (benchmark-only ground truth) and DPNE seconds,
+    against the same runs without it. Writes ``results/dpne_public_vocab.json``."""
+    workdir = Path(args.workdir) / "public_vocab"
+    users = (args.users or [200_000])[0]
+    record = header(
+        "dpne_public_vocab",
+        {
+            **PAPER,
+            "max_n": SPEED_T,
+            "epsilons": list(SIPS_EPSILONS),
+            "repeat": args.repeat,
+            "generated_users": users,
+            "configs": PUBLIC_VOCAB_CONFIGS,
+            "other_parameters": "defaults (dp-sips R = 2, ratio 16; sigma_decay 1.2; threshold share 0.1)",
+        },
+    )
+    corpora: dict[str, tuple[Path, Path]] = {}
+    if SOTU.is_file() and BROWN.is_file():
+        corpora["sotu (public: brown)"] = (SOTU, BROWN)
+    generated = corpus(users)
+    corpora[f"generated-{users} (public: its own)"] = (generated, generated.parent / "public.txt.gz")
+    record["corpora"] = {}
+    summary: dict[str, Any] = {"reference_sotu_eps4_mean": statistics.fmean(REFERENCE["released_total_runs"])}
+    for label, (path, public) in corpora.items():
+        configs = {name: {**o, "public": str(public)} for name, o in PUBLIC_VOCAB_CONFIGS.items()}
+        result = budget_runs(workdir, label.split(" ")[0], path, configs, SIPS_EPSILONS, args.repeat)
+        record["corpora"][label] = result
+        for eps in SIPS_EPSILONS:
+            rows = {c: result["runs"][f"{c} eps={eps:g}"] for c in configs}
+            off, on = (rows[c] for c in PUBLIC_VOCAB_CONFIGS)
+            summary[f"{label} eps={eps:g}"] = {
+                "released_total": {c: r["released_total"]["mean"] for c, r in rows.items()},
+                "released_per_k": {c: r["released_per_k_mean"] for c, r in rows.items()},
+                "gain": round(on["released_total"]["mean"] / off["released_total"]["mean"], 4),
+                "spurious_fraction": {c: r["spurious_fraction"]["mean"] for c, r in rows.items()},
+                "dpne_seconds": {c: r["dpne_seconds"]["mean"] for c, r in rows.items()},
+            }
+        write_result("dpne_public_vocab.json", {**record, "summary": summary})
+    record["summary"] = summary
+    print(json.dumps(summary, indent=1))
+    write_result("dpne_public_vocab.json", record)
+
+
 def mode_sips_speed(args: argparse.Namespace) -> None:
     """DPNE seconds of the three policies at eps 4 on ``--users`` generated users, alternating
     (weighted, policy Gaussian, dp-sips) ``--repeat`` times on one ingest, so that they share the
@@ -1501,6 +1572,7 @@ def main() -> None:
             "budget-speed",
             "sips",
             "sips-speed",
+            "public-vocab",
             "all",
         ],
         help="default: all (what `make bench` runs)",
@@ -1566,6 +1638,9 @@ def main() -> None:
     if args.mode == "sips":
         args.users = users
         mode_sips(args)
+    if args.mode in ("public-vocab", "all"):
+        args.users = users
+        mode_public_vocab(args)
     if args.mode == "sips-speed":
         args.users = users
         mode_sips_speed(args)

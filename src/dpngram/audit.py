@@ -39,6 +39,10 @@ up, and small):
 * ``dpsu_sips``: the same with ``dpsu_policy=dp-sips`` (the configured rounds R and ratio): every run
   is a complete :func:`~dpngram.mechanisms.dpsu.sips_release` (R rounds, fresh subset salts, the
   items released by earlier rounds dropped); the canary holds the audited word only.
+* ``dpsu_sips_public``: DP-SIPS with the vocabulary's public domain (``dpne_public_vocabulary``):
+  4 public words that round 1 releases (so round 2 thresholds public words at rho_pub), 20 unheld
+  public words, ``m`` other holders of the audited public word put near rho_pub; the canary holds
+  the audited word only.
 * ``dpne_level``: a DPNE level k ≥ 2 with the defaults: σ_k
   (:func:`~dpngram.mechanisms.dpne.level_sigmas`), ρ_k
   (:func:`~dpngram.mechanisms.dpne.level_threshold`, η = 0.01, |S_{k-1}| = 40, |V_k| = 400: the
@@ -66,11 +70,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from scipy import stats
 
 from dpngram.core.accounting import Accountant
@@ -193,6 +198,8 @@ def _dpsu_releases(
     runs: int,
     noise: NoiseSource,
     rounds: Any = (),
+    public: Any = None,
+    public_words: Sequence[str] = (),
 ) -> tuple[np.ndarray, np.ndarray]:
     """Release decisions of item ``audited`` over ``runs`` complete DPSU releases on D (the
     ``rows_without`` sentences) and D' (plus the canary's sentences): every run draws fresh secret
@@ -222,6 +229,17 @@ def _dpsu_releases(
             wh.con.execute(load_sql("dpsu/vocabulary_source", schema=schema, target="src_view"))
             # the (user, item) relation materialised once: a view re-reads the sentences each run
             wh.con.execute(f"CREATE TABLE {schema}.src AS SELECT * FROM {schema}.src_view")
+            if public is not None:  # the vocabulary's public domain (public words, a table)
+                words = pa.table({"item": pa.array(list(public_words), pa.string())})
+                with wh.registered(audit_public_words=words):
+                    wh.execute(
+                        load_sql(
+                            "dpsu/public_words",
+                            schema=schema,
+                            target=public.table,
+                            words="audit_public_words",
+                        )
+                    )
             scan = load_sql("dpsu/histogram_scan", schema=schema, histogram="hist")
             hits = np.empty(runs)
             for i in range(runs):
@@ -234,6 +252,7 @@ def _dpsu_releases(
                         rounds=rounds,
                         max_contribution=max_contribution,
                         noise=noise,
+                        public=public,
                     )
                     items = wh.fetch_arrow(f"SELECT item FROM {schema}.released").column("item").to_pylist()
                     hits[i] = audited in set(items)
@@ -394,6 +413,82 @@ def audit_dpsu_sips(runs: int, noise: NoiseSource, **kwargs: Any) -> Scores:
     each run is a complete multi-round release; the canary holds the audited word only, so in every
     round in which the word is not yet released it moves the word's weight by 1."""
     return audit_dpsu(runs, noise, policy="dp-sips", **kwargs)
+
+
+def audit_dpsu_sips_public(
+    runs: int,
+    noise: NoiseSource,
+    *,
+    epsilon: float = 4.0,
+    delta: float = 1e-5,
+    unique: bool = False,
+    sample_unheld: bool = True,
+) -> Scores:
+    """DP-SIPS with the vocabulary's public domain (``dpne_public_vocabulary``; docs/dpne.md, "The
+    public domain of the vocabulary"), the run defaults otherwise. D: 4 public words that 80 users
+    each hold alone (round 1 releases them, so round 2 has its public threshold rho_pub), 20
+    further public words nobody holds, ``m`` users holding only the audited public word (``m``
+    chosen before any run for round 2's sigma and rho_pub, :func:`_best_holders`; m = 0 with
+    ``unique=True``: then in D the word is released only by the sampling of unheld public words),
+    and 3 users with words of their own. The canary holds the audited word only.
+    ``sample_unheld=False`` audits the deliberately broken variant without that sampling."""
+    from dpngram.mechanisms.dpsu import PublicDomain, public_threshold, vocabulary_parameters
+
+    cfg = dpne_defaults()
+    params = vocabulary_parameters(
+        Budget(epsilon, delta),
+        cfg.max_n,
+        cfg.sigma_decay,
+        cfg.max_contribution,
+        threshold_delta=cfg.threshold_delta,
+        policy="dp-sips",
+        sips_rounds=cfg.sips_rounds,
+        sips_ratio=cfg.sips_ratio,
+    )
+    claimed = Accountant(params.events("dpne.k1")).total_epsilon(delta)
+    commons = [f"common{j}" for j in range(4)]
+    words = ["word", *commons, *(f"spare{j}" for j in range(20))]
+    last = params.rounds[-1]
+    rho_public = public_threshold(last.sigma, PublicDomain("p", len(words), cfg.eta), 1.0, len(commons))
+    assert rho_public is not None
+    holders = 0 if unique else _best_holders(rho_public, last.sigma, runs, delta)
+    rows = [(f"c{j}_{i}", [w]) for j, w in enumerate(commons) for i in range(80)]
+    rows += [(f"u{i}", ["word"]) for i in range(holders)]
+    rows += [(f"o{i}", ["other", f"pad{i}"]) for i in range(3)]
+    canary = [("canary", ["word"]) for _ in range(3)]
+    public = PublicDomain("audit_public_words_table", len(words), cfg.eta, sample_unheld=sample_unheld)
+    out, inn = _dpsu_releases(
+        rows,
+        canary,
+        "word",
+        sigma=params.sigma,
+        rho=params.threshold,
+        cap=None,
+        max_contribution=params.max_contribution,
+        runs=runs,
+        noise=noise,
+        rounds=params.rounds,
+        public=public,
+        public_words=words,
+    )
+    setting = {
+        "dpne_share": [epsilon, delta],
+        "policy": "dp-sips",
+        "sips_rounds": [
+            {"sigma": r.sigma, "rho": r.threshold, "threshold_delta": r.threshold_delta}
+            for r in params.rounds
+        ],
+        "sips_ratio": cfg.sips_ratio,
+        "public_domain_words": len(words),
+        "eta": cfg.eta,
+        "rho_public_round_2": rho_public,
+        "other_holders": holders,
+        "canary": "one user holding the audited public word only (in 3 sentences)",
+        "claim": "epsilon at delta of the level's events: Gaussian sigma_r + (0, delta_0r) per round",
+    }
+    if not sample_unheld:
+        setting["broken_variant"] = "unheld public words are never released (must fail the audit)"
+    return out, inn, claimed, delta, setting
 
 
 def audit_dpne_level(
@@ -574,6 +669,7 @@ AUDITS: dict[str, tuple[Callable[..., Scores], int, int]] = {
     "dpsu": (audit_dpsu, 6000, 100),
     "dpsu_weighted": (audit_dpsu_weighted, 6000, 100),
     "dpsu_sips": (audit_dpsu_sips, 6000, 100),
+    "dpsu_sips_public": (audit_dpsu_sips_public, 3000, 100),
     "dpne_level": (audit_dpne_level, 6000, 100),
     "bayes": (audit_bayes, 20000, 2000),
     "synth": (audit_synth, 20000, 2000),

@@ -101,6 +101,7 @@ class DpneConfig(_Section):
         "policy_cap": "dpsu_policy_cap",
         "sips_rounds": "dpsu_sips_rounds",
         "sips_ratio": "dpsu_sips_ratio",
+        "public_vocabulary": "dpne_public_vocabulary",
         "threshold_delta": "dpne_threshold_delta",
     }
 
@@ -190,6 +191,18 @@ class DpneConfig(_Section):
         description="dp-sips only: f_r is proportional to ratio^(r-1) (above 1: more budget on the later "
         "rounds; default 16 with 2 rounds: 1/17 of the budget clears the most frequent items first, "
         "chosen on public text).",
+    )
+
+    public_vocabulary: int = Field(
+        100_000,
+        ge=0,
+        le=10_000_000,
+        title="Public vocabulary domain",
+        description="dp-sips with 2+ rounds and a public corpus only: the vocabulary treats this many of the "
+        "public corpus's most frequent words as a public domain. From round 2 on, a held public word passes "
+        "an eta threshold (like a k-gram level's) instead of the DPSU threshold, and public words nobody "
+        "holds are released at the same rate (at most eta times the round-1 vocabulary, in expectation); "
+        "same epsilon and delta. 0: off.",
     )
 
     threshold_delta: float = Field(

@@ -311,9 +311,13 @@ def threshold_histogram(
     noise: NoiseSource,
     params: dict[str, Any] | None = None,
     batch_rows: int = BATCH_ROWS,
+    public_threshold: float | None = None,
 ) -> pa.Table:
     """Stream ``scan_sql`` (columns ``item``, ``weight``) and keep the items with
     ``weight + N(0, sigma^2) > threshold`` (supplement Alg. 5 lines 7-10 / Alg. 1 thresholding).
+    With ``public_threshold``, the scan also has a boolean column ``public`` and the items of the
+    public domain are kept above ``public_threshold`` instead (the vocabulary's public domain,
+    :class:`PublicDomain`).
 
     Noise is drawn per record batch (vectorised); only the kept keys are held in memory, so
     memory follows the size of the release, not of the histogram. Returns a table with column
@@ -325,7 +329,11 @@ def threshold_histogram(
         if batch.num_rows == 0:
             continue
         weights = batch.column("weight").to_numpy(zero_copy_only=False)
-        mask = noise.above_threshold(weights, sigma, threshold)
+        cut: float | np.ndarray = threshold
+        if public_threshold is not None:
+            public = batch.column("public").to_numpy(zero_copy_only=False).astype(bool)
+            cut = np.where(public, public_threshold, threshold)
+        mask = noise.above_threshold(weights, sigma, cut)
         if mask.any():
             kept.append(batch.select(["item"]).filter(pa.array(mask)))
     schema = pa.schema([pa.field("item", item_type or pa.int64())])
@@ -578,14 +586,28 @@ def sips_release(
     noise: NoiseSource,
     label: str = "dpsu",
     per_user_lists: bool = False,
+    public: PublicDomain | None = None,
 ) -> int:
     """DPSU by DP-SIPS over ``{schema}.{source}(user_id, item)``: :func:`sips_rounds_release` with
     each round thresholded at its own (sigma_r, rho_r) (:func:`threshold_histogram`; only the
     histogram (item, weight) streams to the driver). Writes the union of the rounds' releases to
-    ``{schema}.{target}(item)`` and returns its size."""
+    ``{schema}.{target}(item)`` and returns its size. With ``public`` (the vocabulary's public
+    domain), rounds 2..R threshold public items at an eta threshold and release unheld public items
+    at the same rate (:func:`public_domain_draw`; docs/dpne.md, "The public domain of the
+    vocabulary")."""
+    shares = public_round_shares(len(rounds))
+    calls: list[int] = []
 
     def draw(histogram: str, released: str | None, count: int, rnd: SipsRound) -> pa.Array:
         assert rnd.threshold is not None
+        calls.append(1)
+        r = len(calls)
+        if public is not None and r >= 2:
+            rho_public = public_threshold(rnd.sigma, public, shares[r - 1], count)
+            if public.log is not None:
+                public.log.append({"round": r, "rho_public": rho_public, "released_before": count})
+            if rho_public is not None and rho_public < rnd.threshold:
+                return public_domain_draw(wh, schema, histogram, released, rnd, rho_public, public, noise)
         kept = threshold_histogram(
             wh,
             load_sql("dpsu/histogram_scan", schema=schema, histogram=histogram),
@@ -615,15 +637,107 @@ def sips_release(
     return items.num_rows
 
 
+@dataclass(frozen=True)
+class PublicDomain:
+    """The vocabulary's public domain (docs/dpne.md, "The public domain of the vocabulary"):
+    ``{schema}.{table}(item)`` holds ``size`` distinct public words (the public corpus's most
+    frequent; public data), ``eta`` bounds the expected number of released words nobody holds, as
+    a fraction of the words released by round 1. ``log`` (optional) collects each round's public
+    threshold for the report (public values only). ``sample_unheld=False`` is a deliberately
+    BROKEN variant for the privacy tests' power checks: never use it in a release."""
+
+    table: str
+    size: int
+    eta: float
+    log: list[dict[str, Any]] | None = None
+    sample_unheld: bool = True
+
+
+def public_round_shares(rounds: int) -> list[float]:
+    """The share of eta of each round (index r - 1): 0 for round 1 (it uses the DPSU threshold for
+    every item), an equal share for each of the rounds 2..R."""
+    if rounds < 2:
+        return [0.0] * rounds
+    return [0.0] + [1.0 / (rounds - 1)] * (rounds - 1)
+
+
+def public_threshold(sigma: float, public: PublicDomain, share: float, released_before: int) -> float | None:
+    """rho_pub,r = sigma_r Phi^-1(1 - p_r), p_r = share_r eta min{1, N_<r / |P|}: a public word
+    nobody holds passes round r with probability p_r, so over the rounds the expected number of
+    such words is at most eta N_1 <= eta |S_1| (N_<r: words released before round r, public).
+    None when nothing was released before (no reference size) or the domain is empty."""
+    if public.size <= 0 or released_before <= 0 or share <= 0:
+        return None
+    from scipy import stats
+
+    tail = public.eta * share * min(1.0, released_before / public.size)
+    return float(sigma * stats.norm.isf(tail))
+
+
+def public_domain_draw(
+    wh: Engine,
+    schema: str,
+    histogram: str,
+    released: str | None,
+    rnd: SipsRound,
+    rho_public: float,
+    public: PublicDomain,
+    noise: NoiseSource,
+) -> pa.Array:
+    """One vocabulary round with a public domain P. Held items: kept when weight + N(0, sigma_r^2)
+    exceeds rho_pub (items of P) or rho_r (the others, the DPSU threshold). Items of P that no user
+    kept this round and that were not released before have weight 0: each passes with probability
+    Phi(-rho_pub / sigma_r), exactly as if its zero weight had been noised, so Binomial(#, p) of them
+    are drawn uniformly. That is what makes P part of the Gaussian mechanism's domain: without it,
+    a public word only the added user holds would be a catastrophic item at the lower threshold."""
+    from scipy import stats
+
+    assert rnd.threshold is not None
+    assert released is not None  # a public threshold needs a round-1 release (public_threshold)
+    kept = threshold_histogram(
+        wh,
+        load_sql("dpsu/histogram_scan_public", schema=schema, histogram=histogram, public=public.table),
+        sigma=rnd.sigma,
+        threshold=rnd.threshold,
+        noise=noise,
+        public_threshold=rho_public,
+    )
+    items = kept.column("item").combine_chunks()
+    if not public.sample_unheld:
+        return items
+    unheld = wh.fetch_arrow(
+        load_sql(
+            "dpsu/public_unheld",
+            schema=schema,
+            public=public.table,
+            histogram=histogram,
+            released=released,
+        )
+    ).column("item")
+    tail = float(stats.norm.sf(rho_public / rnd.sigma))
+    n = noise.binomial(len(unheld), tail)
+    if n == 0:
+        return items
+    chosen = unheld.take(pa.array(noise.sample_without_replacement(len(unheld), n)))
+    return pa.concat_arrays([items, chosen.combine_chunks().cast(items.type)])
+
+
 def _store_items(wh: Engine, schema: str, target: str, items: pa.Table) -> None:
     view = "dpsu_released_batch"
     with wh.registered(**{view: items}):
         wh.execute(load_sql("dpsu/released", schema=schema, target=target, released=view))
 
 
-def release_vocabulary(wh: Engine, schema: str, params: DpsuParameters, noise: NoiseSource) -> int:
+def release_vocabulary(
+    wh: Engine,
+    schema: str,
+    params: DpsuParameters,
+    noise: NoiseSource,
+    public: PublicDomain | None = None,
+) -> int:
     """S_1 = DPSU over each user's distinct tokens of ``{schema}.sentences``; stored as
-    ``{schema}.dpne_s1_items(item)``. Returns |S_1|."""
+    ``{schema}.dpne_s1_items(item)``. Returns |S_1|. ``public``: the public domain of the
+    vocabulary (DP-SIPS with 2+ rounds only; ignored otherwise)."""
     source = "dpsu_vocabulary_source"
     wh.execute(load_sql("dpsu/vocabulary_source", schema=schema, target=source))
     if params.rounds:
@@ -637,6 +751,7 @@ def release_vocabulary(wh: Engine, schema: str, params: DpsuParameters, noise: N
             noise=noise,
             label="vocabulary",
             per_user_lists=True,
+            public=public,
         )
     return dpsu_release(
         wh,

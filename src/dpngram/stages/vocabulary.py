@@ -28,6 +28,7 @@ from dpngram.mechanisms.dpsu import (
     VOCABULARY_STAGE,
     VOCABULARY_TABLE,
     DpsuParameters,
+    PublicDomain,
     release_vocabulary,
     vocabulary_parameters,
     write_keys_parquet,
@@ -35,7 +36,10 @@ from dpngram.mechanisms.dpsu import (
 from dpngram.release.context import RunContext, StageResult, released_summary
 from dpngram.release.layout import OOV_WORDS, VOCABULARY
 from dpngram.release.spend import spend_once
-from dpngram.text.public import load_known_vocabulary
+from dpngram.text.public import load_known_vocabulary, public_top_words
+
+#: The run-schema table of the vocabulary's public domain (public words; dropped after the release).
+PUBLIC_WORDS_TABLE = "dpne_public_words"
 
 
 def dpsu_parameters(config: RunConfig) -> DpsuParameters:
@@ -54,6 +58,32 @@ def dpsu_parameters(config: RunConfig) -> DpsuParameters:
     )
 
 
+def uses_public_domain(config: RunConfig) -> bool:
+    """Whether the vocabulary has a public domain: a public corpus, ``dpne_public_vocabulary`` > 0,
+    and DP-SIPS with 2+ rounds (round 1 fixes the reference size; docs/dpne.md, "The public domain
+    of the vocabulary")."""
+    dpne = config.dpne
+    return (
+        config.public is not None
+        and dpne.public_vocabulary > 0
+        and dpne.policy == "dp-sips"
+        and dpne.sips_rounds >= 2
+        and dpne.vocabulary_method != "triehh"
+    )
+
+
+def install_public_domain(wh: Engine, ctx: RunContext, log: list[dict[str, Any]]) -> PublicDomain:
+    """The public corpus's ``dpne_public_vocabulary`` most frequent words as the table
+    :data:`PUBLIC_WORDS_TABLE` in the run schema (public data only)."""
+    config = ctx.config
+    assert config.public is not None
+    words = public_top_words(config.public, config.dpne.public_vocabulary, config.lowercase)
+    view = "dpne_public_words_batch"
+    with wh.registered(**{view: pa.table({"item": pa.array(words, pa.string())})}):
+        wh.execute(load_sql("dpsu/public_words", schema=ctx.schema, target=PUBLIC_WORDS_TABLE, words=view))
+    return PublicDomain(table=PUBLIC_WORDS_TABLE, size=len(words), eta=config.dpne.eta, log=log)
+
+
 def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str, Any]:
     """Stage ``dpne.k1``: release the vocabulary S_1 (DPSU) to ``released/vocabulary.parquet``.
 
@@ -67,8 +97,14 @@ def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict
         from dpngram.mechanisms import dpne  # level tables derived from S_1
 
         method = ctx.config.dpne.vocabulary_method  # dpsu | triehh | both
+        public_log: list[dict[str, Any]] = []
+        public = install_public_domain(wh, ctx, public_log) if uses_public_domain(ctx.config) else None
         if method != "triehh":
-            released = release_vocabulary(wh, ctx.schema, params, noise or NoiseSource.secure())
+            try:
+                released = release_vocabulary(wh, ctx.schema, params, noise or NoiseSource.secure(), public)
+            finally:
+                if public is not None:
+                    wh.drop(ctx.schema, public.table)
         if method != "dpsu":  # S_1 also takes the TrieHH words (released by stage triehh) + known words
             words = triehh.discovered_words(ctx.release.path(OOV_WORDS)).column("word").to_pylist()
             words += load_known_vocabulary(ctx.config.dpne.known_vocabulary, ctx.config.lowercase)
@@ -95,6 +131,12 @@ def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict
                 {"sigma": r.sigma, "rho": r.threshold, "threshold_delta": r.threshold_delta}
                 for r in params.rounds
             ]
+        if public is not None:
+            report["public_domain"] = {
+                "words": public.size,
+                "eta": public.eta,
+                "rounds": public_log,
+            }
         events = params.events(VOCABULARY_STAGE)
         if method == "triehh":  # no DPSU spend: a zero event keeps the stage's marker format
             events = [PrivacyEvent(VOCABULARY_STAGE, "approx", note="S_1 from TrieHH (stage triehh)")]

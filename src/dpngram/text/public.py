@@ -34,6 +34,25 @@ def load_known_vocabulary(path: str | Path | None, lowercase: bool = True) -> li
         raise ConfigError(f"known_vocabulary: {path} does not exist or is not a file") from None
 
 
+def public_top_words(path: str | os.PathLike[str], size: int, lowercase: bool = True) -> list[str]:
+    """The ``size`` most frequent tokens of the public corpus (ties broken by the token, so the
+    choice is deterministic), tokenized like private text. Public data only: the vocabulary step
+    uses them as a public domain (docs/dpne.md, "The public domain of the vocabulary")."""
+    if size <= 0:
+        return []
+    totals: pl.DataFrame | None = None
+    for batch in read_public_batches(path, lowercase):
+        counts = batch.explode().drop_nulls().rename("token").value_counts(name="count")
+        counts = counts.with_columns(pl.col("count").cast(pl.Int64))
+        if totals is not None:
+            counts = pl.concat([totals, counts]).group_by("token").agg(pl.col("count").sum())
+        totals = counts
+    if totals is None:
+        return []
+    top = totals.sort(["count", "token"], descending=[True, False]).head(size)
+    return top.get_column("token").to_list()
+
+
 def read_public_corpus(path: str | os.PathLike[str], lowercase: bool = True) -> Iterator[list[str]]:
     """Sentences (token lists) of a plain-text public corpus, in file order
     (:func:`read_public_batches`, one sentence at a time as a Python list)."""
