@@ -325,7 +325,9 @@ def test_outputs_are_keys_only_and_sorted(tmp_path):
     root = ctx.release.root
     vocab = pq.read_table(root / layout.VOCABULARY)
     kgrams = pq.read_table(root / layout.KGRAMS)
-    assert vocab.schema.names == ["token"] and vocab.schema.field("token").type == pa.string()
+    assert vocab.schema.names == ["token", "kgram_seed"] and vocab.schema.field("token").type == pa.string()
+    assert vocab.schema.field("kgram_seed").type == pa.bool_()
+    assert all(vocab.column("kgram_seed").to_pylist())  # no public domain: every word seeds k-grams
     assert kgrams.schema.names == ["k", "ngram"]
     assert kgrams.schema.field("k").type == pa.int32() and kgrams.schema.field("ngram").type == pa.string()
     rows_out = [(r["k"], r["ngram"]) for r in kgrams.to_pylist()]

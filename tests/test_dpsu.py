@@ -150,7 +150,7 @@ def test_run_vocabulary_contract(tmp_path):
     out = vocabulary_stage.run_vocabulary(ctx)
     path = ctx.release.root / layout.VOCABULARY
     table = pq.read_table(path)
-    assert table.schema.names == ["token"] and str(table.schema.field("token").type) == "string"
+    assert table.schema.names == ["token", "kgram_seed"] and str(table.schema.field("token").type) == "string"
     tokens = table.column("token").to_pylist()
     assert set(tokens) == {"the", "cat"}  # held by 300 users each; the secrets by one each
     assert tokens == sorted(tokens)
@@ -179,7 +179,7 @@ def test_run_vocabulary_with_no_users(tmp_path):
     ctx = _context(tmp_path, [], max_n=2)
     out = vocabulary_stage.run_vocabulary(ctx)
     table = pq.read_table(ctx.release.root / layout.VOCABULARY)
-    assert out["released_rows"] == 0 and table.num_rows == 0 and table.schema.names == ["token"]
+    assert out["released_rows"] == 0 and table.num_rows == 0 and table.schema.names == ["token", "kgram_seed"]
 
 
 def test_seeded_vocabulary_is_reproducible(tmp_path):

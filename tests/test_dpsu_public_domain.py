@@ -14,6 +14,7 @@ Clopper-Pearson bounds at a stated false-failure rate (at most 1e-4 each)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pyarrow as pa
@@ -76,18 +77,25 @@ def count(out: list[set[str]], word: str) -> int:
     return sum(f"{word}@{c}" in s for s in out for c in range(COPIES))
 
 
-def releases(rows, runs: int, noise: NoiseSource, *, sample_unheld: bool = True) -> list[set[str]]:
+def releases(
+    rows, runs: int, noise: NoiseSource, *, sample_unheld: bool = True, flags: list[set[str]] | None = None
+) -> list[set[str]]:
     """``runs`` complete vocabulary releases (DP-SIPS, 2 rounds, with the public domain) of the
-    sentences ``rows``; each run draws fresh salts and noise. Returns the released sets."""
+    sentences ``rows``; each run draws fresh salts and noise. Returns the released sets (and, in
+    ``flags``, each run's words released by the public threshold only)."""
     rounds = sips_vocabulary_rounds(SIGMA, DELTA0, DELTA_MAX, 2, 1.0)
     wh = sentences_warehouse(SCHEMA, rows)
     wh.con.execute(load_sql("dpsu/vocabulary_source", schema=SCHEMA, target="src"))
     with wh.registered(public_batch=pa.table({"item": pa.array(copied(PUBLIC), pa.string())})):
         wh.execute(load_sql("dpsu/public_words", schema=SCHEMA, target="public_words", words="public_batch"))
-    public = PublicDomain("public_words", len(PUBLIC) * COPIES, ETA, sample_unheld=sample_unheld)
+    public = PublicDomain(
+        "public_words", len(PUBLIC) * COPIES, ETA, sample_unheld=sample_unheld, public_only=[]
+    )
     out = []
     try:
         for _ in range(runs):
+            assert public.public_only is not None
+            public.public_only.clear()
             dpsu.sips_release(
                 wh,
                 SCHEMA,
@@ -100,6 +108,8 @@ def releases(rows, runs: int, noise: NoiseSource, *, sample_unheld: bool = True)
                 public=public,
             )
             out.append({r[0] for r in wh.con.sql(f"SELECT item FROM {SCHEMA}.released").fetchall()})
+            if flags is not None:
+                flags.append({w for a in public.public_only for w in a.to_pylist()})
     finally:
         wh.close()
     return out
@@ -176,6 +186,31 @@ def check_round_one(out: list[set[str]]) -> None:
 
 
 @pytest.mark.statistical
+def test_words_that_passed_the_public_threshold_only_do_not_seed_kgrams(secure_noise):
+    """The public-only flag is a post-processing of the same noisy weight: a released "mid"
+    (weight 2) is flagged when its noisy weight is at most the DPSU threshold rho_2, i.e. with
+    probability [Phi((rho_2 - 2)/sigma_2) - Phi((rho_pub - 2)/sigma_2)] / sf((rho_pub - 2)/sigma_2)
+    given a round-2 release (round 1 releases it with probability below 1e-3: ignored in the band by
+    widening it by that much); a released unheld word is flagged unless its conditional noisy
+    weight exceeds rho_2 (probability below 1e-4). Non-public and round-1 words are never flagged.
+    Two-sided, false failure 1e-4."""
+    flags: list[set[str]] = []
+    out = releases(base_rows(), RUNS, secure_noise, flags=flags)
+    sigma, rho, rho_pub = round2()
+    assert all(f <= s for f, s in zip(flags, out, strict=True))
+    assert not any(f & set(copied([*COMMONS, "midx"])) for f in flags)
+    released_mid = count(out, "mid")
+    flagged_mid = sum(f"mid@{c}" in f for f in flags for c in range(COPIES))
+    a, b = stats.norm.cdf((rho - 2.0) / sigma), stats.norm.cdf((rho_pub - 2.0) / sigma)
+    expected = (a - b) / (1 - b)
+    lo, hi = clopper_pearson(flagged_mid, released_mid, FALSE_FAILURE)
+    assert lo - 1e-3 <= expected <= hi + 1e-3
+    unheld = sum(count(out, w) for w in ("pub", *UNHELD))
+    flagged_unheld = sum(f"{w}@{c}" in f for f in flags for w in ("pub", *UNHELD) for c in range(COPIES))
+    assert unheld > 0 and flagged_unheld == unheld
+
+
+@pytest.mark.statistical
 def test_unheld_public_words_are_released_at_the_public_tail(secure_noise):
     """Under D the 4 unheld public words of each copy ("pub" and the spares) are released
     Binomial(4 trials, p) times in all (round 1 adds a probability below 1e-6, negligible here).
@@ -246,3 +281,64 @@ def test_a_run_without_a_round_one_release_uses_the_dpsu_threshold_only(secure_n
     under 1e-3 (1e-6 with the statistical re-run)."""
     out = releases([("solo", ["solo@0"])], 10, secure_noise)
     assert not any(s & set(copied(["pub", *UNHELD, *COMMONS])) for s in out)
+
+
+# ----------------------------------------------------------------------------------------------
+# the stage: released flags, seeds of the k-gram levels, restore from the released files
+# ----------------------------------------------------------------------------------------------
+def test_stage_releases_the_seed_flag_and_seeds_the_levels_without_public_only_words(tmp_path):
+    """A whole dpne run at a large epsilon with a public corpus: 60 users hold "a b", 60 "c d"
+    (public words, released in round 1), and each of the public words "e".."l" is held by 2
+    users. At eps 8 with 2 rounds, sigma_2 is small enough that 2 users clear rho_pub but not the
+    DPSU threshold: those words are released with kgram_seed false, the level tables are built
+    from the seeds only, so no bigram with them can be released, and a retry in a fresh warehouse
+    rebuilds the same seeds from the released file."""
+    import pyarrow.parquet as pq
+    from conftest import create_sentences
+
+    from dpngram.mechanisms import dpne as dpne_mechanism
+    from dpngram.release import layout
+    from dpngram.release.context import RunContext
+    from dpngram.release.publish import prepare
+    from dpngram.stages import dpne as dpne_stage
+    from dpngram.stages import vocabulary as vocabulary_stage
+
+    rare = list("efghijkl")
+    public = tmp_path / "public.txt"
+    public.write_text("a b c d " + " ".join(rare) + " m n o\n", encoding="utf-8")
+    rows = [(f"u{i}", ["a", "b"]) for i in range(60)] + [(f"v{i}", ["c", "d"]) for i in range(60)]
+    rows += [(f"r{w}{i}", [w, w]) for w in rare for i in range(2)]
+    config = RunConfig.build(
+        input=str(tmp_path / "in.jsonl"),
+        out=str(tmp_path / "out"),
+        warehouse=str(tmp_path / "wh.duckdb"),
+        memory_limit="1GB",
+        public=str(public),
+        stage_budget={"dpne": 1.0},
+        epsilon=8.0,
+        delta=1e-5,
+        max_n=2,
+        eta=0.5,
+    )
+    ctx = RunContext(prepare(config))
+    with ctx.warehouse() as wh:
+        create_sentences(wh, ctx.schema, rows)
+    vocabulary_stage.run_vocabulary(ctx)
+    vocab = pq.read_table(ctx.release.root / layout.VOCABULARY)
+    flags = dict(zip(vocab.column("token").to_pylist(), vocab.column("kgram_seed").to_pylist(), strict=True))
+    assert {"a", "b", "c", "d"} <= {w for w, seed in flags.items() if seed}
+    public_only = {w for w, seed in flags.items() if not seed}
+    assert public_only and public_only <= set(rare) | {"m", "n", "o"}
+    part = json.loads((ctx.release.root / "report.parts" / "dpne.k1.json").read_text(encoding="utf-8"))
+    assert part["public_domain"]["released_public_only"] == len(public_only)
+    seeds = sum(flags.values())
+    with ctx.warehouse() as wh:
+        assert dpne_mechanism.level_size(wh, ctx.schema, 1) == seeds
+    dpne_stage.run_level(ctx, 2)
+    bigrams = pq.read_table(ctx.release.root / layout.level_path(2)).column("ngram").to_pylist()
+    assert not any(set(b.split(" ")) & public_only for b in bigrams)
+    # a fresh warehouse (a retried task elsewhere) rebuilds the level-1 tables from the file
+    with ctx.warehouse() as wh:
+        wh.drop(ctx.schema, dpne_mechanism.level_table(1))
+        dpne_stage._ensure_level_state(wh, ctx, 1)
+        assert dpne_mechanism.level_size(wh, ctx.schema, 1) == seeds

@@ -1,5 +1,5 @@
--- Rebuild the released S_1 items from released/vocabulary.parquet (post-processing of a DP
--- output), exposed as the view {released}(token).
+-- Rebuild the level-1 seed words from released/vocabulary.parquet (post-processing of a DP
+-- output: the words with kgram_seed, stages/dpne.py::vocabulary_seeds), exposed as {released}(token).
 CREATE OR REPLACE TABLE {schema}.{target} AS
 SELECT token AS item
 FROM {released}

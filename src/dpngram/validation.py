@@ -240,17 +240,18 @@ def ingest_suite(src: Sources) -> list[Batch]:
 
 @register_suite("released.vocabulary", private=False, applies=_released_or_promised(VOCABULARY))
 def vocabulary_suite(src: Sources) -> list[Batch]:
-    """Released vocabulary S_1: exactly one column ``token``; tokens non-null, non-empty,
-    without whitespace (k-grams are space-joined) and unique."""
+    """Released vocabulary S_1: exactly the columns ``token`` and ``kgram_seed``; tokens non-null,
+    non-empty, without whitespace (k-grams are space-joined) and unique; ``kgram_seed`` non-null."""
     view = src.released_view("vocabulary", VOCABULARY)
     if view is None:
         return [Batch("released.vocabulary", None, [], False, problem=f"{VOCABULARY} is missing")]
     rows = [
-        Expect("ExpectTableColumnsToMatchSet", {"column_set": ["token"], "exact_match": True}),
+        Expect("ExpectTableColumnsToMatchSet", {"column_set": ["token", "kgram_seed"], "exact_match": True}),
         Expect("ExpectColumnValuesToNotBeNull", {"column": "token"}),
         Expect("ExpectColumnValueLengthsToBeBetween", {"column": "token", "min_value": 1}),
         Expect("ExpectColumnValuesToNotMatchRegex", {"column": "token", "regex": r"\s"}),
         Expect("ExpectColumnValuesToBeUnique", {"column": "token"}),
+        Expect("ExpectColumnValuesToNotBeNull", {"column": "kgram_seed"}),
     ]
     batches = [
         Batch(

@@ -144,9 +144,8 @@ class NoiseSource:
         _check_scale("sigma", sigma)
         return self._rng.normal(0.0, sigma, size)
 
-    def above_threshold(self, values: np.ndarray, sigma: float, threshold: float | np.ndarray) -> np.ndarray:
-        """Boolean mask of ``values + N(0, sigma^2) > threshold`` (DPSU / DPNE release rule;
-        ``threshold`` may be one value per item)."""
+    def above_threshold(self, values: np.ndarray, sigma: float, threshold: float) -> np.ndarray:
+        """Boolean mask of ``values + N(0, sigma^2) > threshold`` (DPSU / DPNE release rule)."""
         values = np.asarray(values, dtype=np.float64)
         return values + self.gaussian(sigma, values.shape) > threshold
 

@@ -311,13 +311,9 @@ def threshold_histogram(
     noise: NoiseSource,
     params: dict[str, Any] | None = None,
     batch_rows: int = BATCH_ROWS,
-    public_threshold: float | None = None,
 ) -> pa.Table:
     """Stream ``scan_sql`` (columns ``item``, ``weight``) and keep the items with
     ``weight + N(0, sigma^2) > threshold`` (supplement Alg. 5 lines 7-10 / Alg. 1 thresholding).
-    With ``public_threshold``, the scan also has a boolean column ``public`` and the items of the
-    public domain are kept above ``public_threshold`` instead (the vocabulary's public domain,
-    :class:`PublicDomain`).
 
     Noise is drawn per record batch (vectorised); only the kept keys are held in memory, so
     memory follows the size of the release, not of the histogram. Returns a table with column
@@ -329,11 +325,7 @@ def threshold_histogram(
         if batch.num_rows == 0:
             continue
         weights = batch.column("weight").to_numpy(zero_copy_only=False)
-        cut: float | np.ndarray = threshold
-        if public_threshold is not None:
-            public = batch.column("public").to_numpy(zero_copy_only=False).astype(bool)
-            cut = np.where(public, public_threshold, threshold)
-        mask = noise.above_threshold(weights, sigma, cut)
+        mask = noise.above_threshold(weights, sigma, threshold)
         if mask.any():
             kept.append(batch.select(["item"]).filter(pa.array(mask)))
     schema = pa.schema([pa.field("item", item_type or pa.int64())])
@@ -651,6 +643,10 @@ class PublicDomain:
     eta: float
     log: list[dict[str, Any]] | None = None
     sample_unheld: bool = True
+    #: Collects the released words whose noisy weight passed rho_pub but not the DPSU threshold
+    #: rho_r ("public only": they do not seed the k-gram levels). A post-processing of the same
+    #: noisy values, so it may be released.
+    public_only: list[pa.Array] | None = None
 
 
 def public_round_shares(rounds: int) -> list[float]:
@@ -689,37 +685,58 @@ def public_domain_draw(
     kept this round and that were not released before have weight 0: each passes with probability
     Phi(-rho_pub / sigma_r), exactly as if its zero weight had been noised, so Binomial(#, p) of them
     are drawn uniformly. That is what makes P part of the Gaussian mechanism's domain: without it,
-    a public word only the added user holds would be a catastrophic item at the lower threshold."""
+    a public word only the added user holds would be a catastrophic item at the lower threshold.
+
+    The released public words whose noisy weight is at most rho_r (they passed rho_pub only) are
+    added to ``public.public_only`` (for an unheld word, its noisy weight given > rho_pub is above
+    rho_r with probability sf(rho_r/sigma_r) / sf(rho_pub/sigma_r), drawn): a post-processing of
+    the same noisy values. The k-gram levels are seeded without them (docs/dpne.md)."""
     from scipy import stats
 
     assert rnd.threshold is not None
     assert released is not None  # a public threshold needs a round-1 release (public_threshold)
-    kept = threshold_histogram(
-        wh,
-        load_sql("dpsu/histogram_scan_public", schema=schema, histogram=histogram, public=public.table),
-        sigma=rnd.sigma,
-        threshold=rnd.threshold,
-        noise=noise,
-        public_threshold=rho_public,
-    )
-    items = kept.column("item").combine_chunks()
-    if not public.sample_unheld:
-        return items
-    unheld = wh.fetch_arrow(
-        load_sql(
-            "dpsu/public_unheld",
-            schema=schema,
-            public=public.table,
-            histogram=histogram,
-            released=released,
-        )
-    ).column("item")
-    tail = float(stats.norm.sf(rho_public / rnd.sigma))
-    n = noise.binomial(len(unheld), tail)
-    if n == 0:
-        return items
-    chosen = unheld.take(pa.array(noise.sample_without_replacement(len(unheld), n)))
-    return pa.concat_arrays([items, chosen.combine_chunks().cast(items.type)])
+    scan = load_sql("dpsu/histogram_scan_public", schema=schema, histogram=histogram, public=public.table)
+    kept: list[pa.Array] = []
+    public_only: list[pa.Array] = []
+    item_type: pa.DataType = pa.string()
+    for batch in wh.fetch_batches(scan, None, BATCH_ROWS):
+        item_type = batch.schema.field("item").type
+        if batch.num_rows == 0:
+            continue
+        weights = batch.column("weight").to_numpy(zero_copy_only=False).astype(np.float64)
+        in_public = batch.column("public").to_numpy(zero_copy_only=False).astype(bool)
+        noisy = weights + noise.gaussian(rnd.sigma, weights.shape)
+        keep = np.where(in_public, noisy > rho_public, noisy > rnd.threshold)
+        items = batch.column("item")
+        kept.append(items.filter(pa.array(keep)))
+        below = keep & (noisy <= rnd.threshold)  # public words that passed rho_pub only
+        if below.any():
+            public_only.append(items.filter(pa.array(below)))
+    if public.sample_unheld:
+        unheld = wh.fetch_arrow(
+            load_sql(
+                "dpsu/public_unheld",
+                schema=schema,
+                public=public.table,
+                histogram=histogram,
+                released=released,
+            )
+        ).column("item")
+        tail = float(stats.norm.sf(rho_public / rnd.sigma))
+        n = noise.binomial(len(unheld), tail)
+        if n:
+            chosen = unheld.take(pa.array(noise.sample_without_replacement(len(unheld), n)))
+            chosen = chosen.combine_chunks().cast(item_type)
+            kept.append(chosen)
+            # each chosen word's noisy weight is N(0, sigma_r^2) given > rho_pub: above rho_r too
+            # with probability sf(rho_r/sigma_r) / sf(rho_pub/sigma_r)
+            above = float(stats.norm.sf(rnd.threshold / rnd.sigma)) / tail
+            below = noise.uniform(n) >= above
+            if below.any():
+                public_only.append(chosen.filter(pa.array(below)))
+    if public.public_only is not None:
+        public.public_only.extend(public_only)
+    return pa.concat_arrays(kept) if kept else pa.array([], type=item_type)
 
 
 def _store_items(wh: Engine, schema: str, target: str, items: pa.Table) -> None:

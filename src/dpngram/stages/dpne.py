@@ -18,6 +18,7 @@ Imports: dpngram.mechanisms (dpne, dpsu), dpngram.release, dpngram.engines, dpng
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -60,6 +61,15 @@ from dpngram.release.layout import KGRAMS, PARTS_DIR, VOCABULARY, baseline_path,
 from dpngram.release.spend import spend_once
 
 
+def vocabulary_seeds(path: Path) -> pa.Table:
+    """The released words that seed the k-gram levels (column ``token``): those with
+    ``kgram_seed`` (every word of a release written before the column existed)."""
+    table = pq.read_table(path)
+    if "kgram_seed" in table.column_names:
+        table = table.filter(table.column("kgram_seed"))
+    return table.select(["token"])
+
+
 def _ensure_level_state(wh: Engine, ctx: RunContext, upto: int) -> None:
     """Make sure the private level tables for levels 1..upto match the released files; rebuild
     them from those files when missing or stale (e.g. a retried task in a fresh warehouse)."""
@@ -72,18 +82,20 @@ def _ensure_level_state(wh: Engine, ctx: RunContext, upto: int) -> None:
         if not (root / level_path(j)).exists() or not (root / PARTS_DIR / f"{level_stage(j)}.json").exists():
             raise ConfigError(f"dpne: level {j} must be released before level {upto + 1}")
 
+    seeds = vocabulary_seeds(vocab)
+
     def consistent(j: int) -> bool:
-        path = vocab if j == 1 else root / level_path(j)
+        size = seeds.num_rows if j == 1 else file_rows(root / level_path(j))
         return (
             table_exists(wh, schema, level_table(j))
             and table_exists(wh, schema, occurrence_table(j))
             and table_exists(wh, schema, occurrence_table(1))
-            and level_size(wh, schema, j) == file_rows(path)
+            and level_size(wh, schema, j) == size
         )
 
     if all(table_exists(wh, schema, level_table(j)) for j in range(1, upto)) and consistent(upto):
         return
-    with wh.registered(dpne_released_vocabulary=pq.read_table(vocab, columns=["token"])):
+    with wh.registered(dpne_released_vocabulary=seeds):
         wh.execute(
             load_sql(
                 "dpne/vocabulary_restore",

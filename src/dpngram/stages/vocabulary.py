@@ -41,6 +41,15 @@ from dpngram.text.public import load_known_vocabulary, public_top_words
 #: The run-schema table of the vocabulary's public domain (public words; dropped after the release).
 PUBLIC_WORDS_TABLE = "dpne_public_words"
 
+#: Released words that passed the public threshold only (``kgram_seed`` false); run schema.
+PUBLIC_ONLY_TABLE = "dpne_s1_public_only"
+
+#: The words that seed the k-gram levels (S_1 minus :data:`PUBLIC_ONLY_TABLE`); run schema.
+SEEDS_TABLE = "dpne_s1_seeds"
+
+#: Columns of ``released/vocabulary.parquet``.
+VOCABULARY_COLUMNS = {"token": pa.string(), "kgram_seed": pa.bool_()}
+
 
 def dpsu_parameters(config: RunConfig) -> DpsuParameters:
     """The vocabulary's DPSU parameters for this run: its share of the dpne budget and T, c, Δ0."""
@@ -81,7 +90,29 @@ def install_public_domain(wh: Engine, ctx: RunContext, log: list[dict[str, Any]]
     view = "dpne_public_words_batch"
     with wh.registered(**{view: pa.table({"item": pa.array(words, pa.string())})}):
         wh.execute(load_sql("dpsu/public_words", schema=ctx.schema, target=PUBLIC_WORDS_TABLE, words=view))
-    return PublicDomain(table=PUBLIC_WORDS_TABLE, size=len(words), eta=config.dpne.eta, log=log)
+    return PublicDomain(
+        table=PUBLIC_WORDS_TABLE, size=len(words), eta=config.dpne.eta, log=log, public_only=[]
+    )
+
+
+def install_seeds(wh: Engine, schema: str, public_only: list[pa.Array]) -> None:
+    """The level-1 tables from the seeds: S_1 (``VOCABULARY_TABLE``) minus the words released by
+    the public threshold only (also stored, as :data:`PUBLIC_ONLY_TABLE`, for the export)."""
+    from dpngram.mechanisms import dpne  # level tables derived from S_1
+
+    words = pa.concat_arrays(public_only) if public_only else pa.array([], pa.string())
+    with wh.registered(dpne_public_only_batch=pa.table({"item": words.cast(pa.string())})):
+        wh.execute(
+            load_sql(
+                "dpne/vocabulary_seeds",
+                schema=schema,
+                vocabulary=VOCABULARY_TABLE,
+                public_only="dpne_public_only_batch",
+                public_only_table=PUBLIC_ONLY_TABLE,
+                seeds=SEEDS_TABLE,
+            )
+        )
+    dpne.install_vocabulary(wh, schema, SEEDS_TABLE)
 
 
 def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str, Any]:
@@ -94,8 +125,6 @@ def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict
     params = dpsu_parameters(ctx.config)
 
     def compute(wh: Engine) -> StageResult:
-        from dpngram.mechanisms import dpne  # level tables derived from S_1
-
         method = ctx.config.dpne.vocabulary_method  # dpsu | triehh | both
         public_log: list[dict[str, Any]] = []
         public = install_public_domain(wh, ctx, public_log) if uses_public_domain(ctx.config) else None
@@ -110,10 +139,18 @@ def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict
             words += load_known_vocabulary(ctx.config.dpne.known_vocabulary, ctx.config.lowercase)
             triehh.merge_into_vocabulary(wh, ctx.schema, VOCABULARY_TABLE, words, replace=method == "triehh")
             released = None
-        dpne.install_vocabulary(wh, ctx.schema)
-        table = wh.fetch_arrow(load_sql("dpne/level_export", schema=ctx.schema, level="dpne_s1"), {"k": 1})
+        install_seeds(wh, ctx.schema, (public.public_only or []) if public is not None else [])
+        table = wh.fetch_arrow(
+            load_sql(
+                "dpne/vocabulary_export",
+                schema=ctx.schema,
+                vocabulary=VOCABULARY_TABLE,
+                public_only=PUBLIC_ONLY_TABLE,
+            )
+        )
+        wh.drop(ctx.schema, PUBLIC_ONLY_TABLE, SEEDS_TABLE)
         with ctx.release.writing(VOCABULARY) as tmp:
-            write_keys_parquet(table.rename_columns(["k", "token"]), tmp, {"token": pa.string()})
+            write_keys_parquet(table, tmp, VOCABULARY_COLUMNS)
         dpsu = method != "triehh"
         report = {
             "k": 1,
@@ -136,6 +173,7 @@ def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict
                 "words": public.size,
                 "eta": public.eta,
                 "rounds": public_log,
+                "released_public_only": sum(len(a) for a in public.public_only or []),
             }
         events = params.events(VOCABULARY_STAGE)
         if method == "triehh":  # no DPSU spend: a zero event keeps the stage's marker format
