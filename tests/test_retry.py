@@ -123,6 +123,8 @@ def setting(tmp_path_factory) -> dict:
         "out": str(base / "out"),
         "warehouse": str(base / "wh.duckdb"),
         "max_n": 3,
+        # the vocabulary reads the public corpus (its public domain), so point at the sample's
+        "public": str(files["public"]),
         # the DPNE levels' retries are under test: no other stage (the default split runs all)
         "stage_budget": {"dpne": 1.0},
     }

@@ -36,7 +36,8 @@ def make_ctx(tmp_path: Path, **overrides) -> RunContext:
 
 def write_release(ctx: RunContext, vocab=VOCAB, kgrams=GOOD_KGRAMS, extra: dict | None = None) -> None:
     vocab_path = ctx.release.path(VOCABULARY)
-    pq.write_table(pa.table({"token": pa.array(vocab, pa.string())}), vocab_path)
+    seeds = pa.array([True] * len(vocab), pa.bool_())
+    pq.write_table(pa.table({"token": pa.array(vocab, pa.string()), "kgram_seed": seeds}), vocab_path)
     columns = {
         "k": pa.array([k for k, _ in kgrams], pa.int32()),
         "ngram": pa.array([g for _, g in kgrams], pa.string()),
@@ -136,14 +137,20 @@ def test_wrong_k_duplicates_and_range(tmp_path):
 
 def test_promised_but_missing_file_fails(tmp_path):
     ctx = make_ctx(tmp_path)
-    pq.write_table(pa.table({"token": pa.array(VOCAB)}), ctx.release.path(VOCABULARY))
+    pq.write_table(
+        pa.table({"token": pa.array(VOCAB), "kgram_seed": pa.array([True] * len(VOCAB))}),
+        ctx.release.path(VOCABULARY),
+    )
     record_part(ctx, "dpne.k2", {"outputs": [KGRAMS]})
     assert failures_of(ctx, suites=RELEASED) == [f"released.kgrams: {KGRAMS} is missing"]
 
 
 def test_suites_not_applicable_are_skipped(tmp_path):
     ctx = make_ctx(tmp_path)
-    pq.write_table(pa.table({"token": pa.array(VOCAB)}), ctx.release.path(VOCABULARY))
+    pq.write_table(
+        pa.table({"token": pa.array(VOCAB), "kgram_seed": pa.array([True] * len(VOCAB))}),
+        ctx.release.path(VOCABULARY),
+    )
     part = validate_run(ctx)  # no ingest part, no kgrams promised: only the vocabulary suite runs
     assert part["suites_run"] == ["released.vocabulary"]
 
