@@ -66,6 +66,16 @@ def compose() -> dict:
     return yaml.safe_load((DOCKER / "compose.yaml").read_text(encoding="utf-8"))
 
 
+def api_server_health_paths(spec: dict | None = None) -> list[str]:
+    """The paths compose's api-server healthcheck requests, in order (``/api/v2/monitor/health``,
+    ``/execution/health``). The local launchers request them once the api-server answers, as the
+    healthcheck does before compose starts the scheduler: the execution API builds its versioned
+    routes on its first request, and that must not fall on the first task (issue 28, item 6)."""
+    spec = compose() if spec is None else spec
+    command = " ".join(spec["services"]["airflow-api-server"]["healthcheck"]["test"])
+    return re.findall(r"'(/[^']+)'", command)
+
+
 def note_connection_user(spec: dict | None = None) -> str:
     """The user of compose's connection ``dpngram_api`` (the scheduler's ``AIRFLOW_CONN_DPNGRAM_API``:
     ``http://USER:${DPNGRAM_API_PASSWORD}@airflow-api-server:8080``), whose password airflow-init

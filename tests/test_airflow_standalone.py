@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow_compose import api_server_health_paths
 from conftest import chromium_path
 
 from dpngram.demo import airflow_env, ensure_airflow
@@ -267,6 +268,12 @@ class Airflow:
             lambda: self.request("GET", "/api/v2/monitor/health", token=False)[0] == 200,
             120,
         )
+        # what compose's api-server healthcheck asks before the scheduler may start: the execution
+        # API builds its versioned routes on its first request (seconds, blocking the server),
+        # which would otherwise fall on the first task of the first run (issue 28, item 6)
+        for path in api_server_health_paths():
+            status, body = self.request("GET", path, token=False)
+            assert status == 200, (path, status, body)
         status, body = self.request(
             "POST", "/auth/token", {"username": USERNAME, "password": PASSWORD}, token=False
         )

@@ -189,6 +189,20 @@ def test_local_settings_preload_only_in_the_scheduler():
         assert (ROOT / "src" / (module.replace(".", "/") + ".py")).is_file(), module
 
 
+def test_the_execution_api_is_warm_before_the_scheduler_starts(compose):
+    """The execution API builds its routes on its first request (seconds): compose's api-server
+    healthcheck makes that request, and the scheduler waits for the healthcheck, so the first task
+    does not pay it (issue 28, item 6). The local launchers ask the same paths."""
+    from airflow_compose import api_server_health_paths
+
+    paths = api_server_health_paths(compose)
+    assert "/execution/health" in paths and "/api/v2/monitor/health" in paths
+    api = compose["services"]["airflow-api-server"]["healthcheck"]
+    assert int(api["timeout"].removesuffix("s")) > 30  # the first request takes seconds under load
+    depends = compose["services"]["airflow-scheduler"]["depends_on"]
+    assert depends["airflow-api-server"]["condition"] == "service_healthy"
+
+
 def test_the_note_connection_logs_in_as_a_user_init_gives_a_password(compose):
     """A refused task writes its DAG run's note through the REST API with connection dpngram_api:
     the scheduler (which runs the tasks) has it, its user is a simple-auth-manager user allowed to
