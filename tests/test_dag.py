@@ -127,12 +127,18 @@ def test_graph_groups_fold_the_chains_around_the_parallel_stages():
         "release": ("publish", "publish_lm"),
         "dpne": ("dpne.k1", "dpne.kgrams"),
     }
-    # a chain in the middle too: three chains to fold, and no name for the third
+    # only a chain at the end: it is the release, not the preparation
+    tail_only = {"privacy_precheck": ()} | {name: upstreams[name] for name in names[1:]}
+    tail_only["ingest"] = ()
+    tail_only["dpne.k1"] = ("ingest", "privacy_precheck")
+    assert graph_groups(tail_only)["release"] == ("validation", "lm", "report", "publish", "publish_lm")
+    assert "prepare" not in graph_groups(tail_only)
+    # a chain in the middle too: no name for it
     chained = {name: upstreams[name] for name in names[: names.index("synth") + 1]}
     chained |= {"check_a": ("lm_counts", "bayes", "synth"), "check_b": ("check_a",), "fan": ("check_b",)}
     chained |= {"fan_b": ("check_b",), "validation": ("fan", "fan_b")}
     chained |= {name: upstreams[name] for name in names[names.index("lm") :]}
-    with pytest.raises(ValueError, match="3 chains"):
+    with pytest.raises(ValueError, match=r"a chain in the middle of the graph \(check_a \.\. check_b\)"):
         graph_groups(chained)
 
 

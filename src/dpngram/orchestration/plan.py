@@ -410,7 +410,8 @@ GROUP_LABELS = {
     "release": "Release",
 }
 GROUP_TIPS = {"dpne": "Vocabulary (DPSU, k = 1), then the DPNE k-gram levels k = 2..T and their merge"}
-#: Ids of the groups :func:`graph_groups` folds the chains into, first chain first.
+#: Ids of the groups :func:`graph_groups` folds the chains into: the one the graph starts with, the
+#: one it ends with.
 CHAIN_GROUPS = ("prepare", "release")
 
 
@@ -443,10 +444,15 @@ def graph_groups(upstreams: dict[str, tuple[str, ...]] | None = None) -> dict[st
             runs[-1].append(name)
         elif runs[-1]:
             runs.append([])
-    chains = [run for run in runs if len(run) > 1]
-    if len(chains) > len(CHAIN_GROUPS):
-        raise ValueError(f"the graph has {len(chains)} chains to fold: name them in CHAIN_GROUPS")
-    folded = {group: tuple(run) for group, run in zip(CHAIN_GROUPS, chains, strict=False)}
+    names = list(upstreams)
+    folded: dict[str, tuple[str, ...]] = {}
+    for run in (run for run in runs if len(run) > 1):
+        if run[0] == names[0]:
+            folded[CHAIN_GROUPS[0]] = tuple(run)
+        elif run[-1] == names[-1]:
+            folded[CHAIN_GROUPS[-1]] = tuple(run)
+        else:
+            raise ValueError(f"a chain in the middle of the graph ({run[0]} .. {run[-1]}): give it a group")
     return {**folded, **{group: tuple(names) for group, names in groups.items()}}
 
 
