@@ -383,11 +383,6 @@ def task_upstreams(tasks: tuple[Task, ...] = TASKS) -> dict[str, tuple[str, ...]
     }
 
 
-#: The DAG's tasks around the plan's: the pre-check before every step, publishing after them.
-BEFORE_TASKS = ("privacy_precheck",)
-AFTER_TASKS = ("publish", "publish_lm")
-
-
 def dag_upstreams(tasks: tuple[Task, ...] = TASKS) -> dict[str, tuple[str, ...]]:
     """Every task of the DAG with its direct upstream tasks, in order: ``privacy_precheck``, the
     plan's tasks (:func:`task_upstreams`; one that reads nothing another task writes runs after the
@@ -402,8 +397,9 @@ def dag_upstreams(tasks: tuple[Task, ...] = TASKS) -> dict[str, tuple[str, ...]]
     }
 
 
-#: The graph's task groups: display name and tooltip, by group id. ``dpne`` holds the DPNE steps
-#: (their names say so); the others are the chains :func:`graph_groups` folds, in graph order.
+#: The graph's task groups by group id: display names, and tooltips where the list of their tasks
+#: (:func:`group_tip`) is not enough. ``dpne`` holds the DPNE steps (their names say so); the others
+#: are the chains :func:`graph_groups` folds.
 GROUP_LABELS = {
     "prepare": "Prepare",
     "dpne": "N-grams (DPNE)",
@@ -424,8 +420,10 @@ def graph_groups(upstreams: dict[str, tuple[str, ...]] | None = None) -> dict[st
 
     Derived from the edges: a task every other task depends on or depends on it is on the chain
     (one after another, nothing beside it). Each run of two or more consecutive chain tasks outside
-    a named group (``dpne.*``) becomes a group of :data:`CHAIN_GROUPS` (Airflow groups without a
-    task-id prefix: the ids stay); the DPNE tasks form ``dpne``."""
+    a named group (``dpne.*``) becomes a group (Airflow groups without a task-id prefix: the ids
+    stay): the run that starts the graph ``prepare``, the one that ends it ``release``
+    (:data:`CHAIN_GROUPS`); a run in between is an error until it has a name. The DPNE tasks form
+    ``dpne``."""
     upstreams = dag_upstreams() if upstreams is None else upstreams
     ancestors: dict[str, set[str]] = {}
     for name, ups in upstreams.items():  # in order: every upstream comes earlier
@@ -453,7 +451,7 @@ def graph_groups(upstreams: dict[str, tuple[str, ...]] | None = None) -> dict[st
             folded[CHAIN_GROUPS[-1]] = tuple(run)
         else:
             raise ValueError(f"a chain in the middle of the graph ({run[0]} .. {run[-1]}): give it a group")
-    return {**folded, **{group: tuple(names) for group, names in groups.items()}}
+    return {**folded, **{group: tuple(members) for group, members in groups.items()}}
 
 
 def group_tip(group: str, members: tuple[str, ...]) -> str:
