@@ -16,7 +16,10 @@ knows nothing of Airflow). Tasks (dependencies derived from what each step reads
 (``dpne.*`` form the task group ``dpne``: k1 is the vocabulary, after TrieHH word discovery when it
 runs; kgrams runs the k-gram levels k = 2..T one after another in one process, then merges them.
 Each level keeps its own name ``dpne.kK`` in the report, the timings and the ledger. The UI shows
-plain names: "Vocabulary", "LM counts", "Bayesian trigram distribution", "Synthetic text", ...)
+plain names: "Vocabulary", "LM counts", "Bayesian trigram distribution", "Synthetic text", ...
+The graph folds the tasks before and after the three parallel stages into the groups "Prepare"
+and "Release", derived from the edges by :func:`dpngram.orchestration.plan.graph_groups`, so that
+it is four nodes long and readable at the default zoom; the task ids do not change.)
 
 * ``privacy_precheck`` consults the privacy ledger *before any data is read*: a run that would
   take the dataset past ``lifetime_epsilon``/``lifetime_delta`` fails here with the ledger's
@@ -98,7 +101,17 @@ from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryActi
 # kenlm): every task process parses this file first. tests/test_dag.py checks it.
 from dpngram.config import RunConfig, flat_fields
 from dpngram.orchestration.form import form_params
-from dpngram.orchestration.plan import MAX_LEVEL, TASK_LABELS, TASKS, Task, TaskRefused, task_upstreams
+from dpngram.orchestration.plan import (
+    GROUP_LABELS,
+    MAX_LEVEL,
+    TASK_LABELS,
+    TASKS,
+    Task,
+    TaskRefused,
+    dag_upstreams,
+    graph_groups,
+    group_tip,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_DIR = Path(os.environ.get("DPNGRAM_DEMO_DIR", str(REPO / ".dpngram"))).resolve()
@@ -349,8 +362,6 @@ def run_step(step_name: str, **context: Any) -> dict[str, Any]:
 
 
 TASK_BY_NAME = {spec.name: spec for spec in TASKS}
-GROUP_TIPS = {"dpne": "DPSU vocabulary (k1), then the DPNE k-gram levels k = 2..T and their merge (kgrams)"}
-GROUP_LABELS = {"dpne": "DPNE: vocabulary and k-grams"}
 
 
 @dag(
@@ -431,36 +442,35 @@ def dpngram_release() -> None:
         context["outlet_events"][LM_ALIAS].add(Asset(name=name, uri=uri), extra=metadata)
         return {"path": metadata["paths"]["binary"], "run_id": path.name}
 
-    groups: dict[str, TaskGroup] = {}
-    precheck = privacy_precheck()
-    made = {}
+    # the graph's groups (dpne, and the chains before and after the parallel stages, folded so
+    # that the graph is readable at the default zoom) and edges: both from the plan
+    group_of: dict[str, TaskGroup] = {}
+    for group_id, members in graph_groups().items():
+        group = TaskGroup(
+            group_id,
+            tooltip=group_tip(group_id, members),
+            group_display_name=GROUP_LABELS[group_id],
+            # dpne.k1 is task k1 of group dpne; a folded chain's tasks keep their ids
+            prefix_group_id=all(name.startswith(f"{group_id}.") for name in members),
+        )
+        group_of.update(dict.fromkeys(members, group))
+    made = {"privacy_precheck": privacy_precheck.override(task_group=group_of.get("privacy_precheck"))()}
     for spec in TASKS:
-        if spec.group and spec.group not in groups:
-            groups[spec.group] = TaskGroup(
-                spec.group, tooltip=GROUP_TIPS[spec.group], group_display_name=GROUP_LABELS[spec.group]
-            )
-        group = groups.get(spec.group) if spec.group else None
         options: dict[str, Any] = {
             "task_id": spec.task_id,
             "doc_md": spec.doc or None,
-            "task_group": group,
+            "task_group": group_of.get(spec.name),
             "task_display_name": spec.label,
         }
         if spec.name == "ingest":
             options["trigger_rule"] = "all_success"
         made[spec.name] = run_step.override(**options)(step_name=spec.name)
+    made["publish"] = publish.override(task_group=group_of.get("publish"))()
+    made["publish_lm"] = publish_lm.override(task_group=group_of.get("publish_lm"))()
     # the plan's data flow: each task after the tasks whose outputs it reads
-    upstreams = task_upstreams()
-    for name, task_ in made.items():
-        for upstream in upstreams[name] or ():
-            made[upstream] >> task_
-        if not upstreams[name]:
-            precheck >> task_
-    downstream = {u for ups in upstreams.values() for u in ups}
-    last = [task_ for name, task_ in made.items() if name not in downstream]
-    published = publish()
-    last >> published
-    published >> publish_lm()
+    for name, upstreams in dag_upstreams().items():
+        for upstream in upstreams:
+            made[upstream] >> made[name]
 
 
 dpngram_release()

@@ -37,6 +37,8 @@ LOCAL_OVERRIDES = frozenset(
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL",  # host and port changed, path kept
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE",
+        "AIRFLOW_CONN_DPNGRAM_API",  # host and password changed, scheme and user kept
+        "DPNGRAM_API_PASSWORD",
         "DPNGRAM_DEMO_DIR",
         "DPNGRAM_OUT",
         "DPNGRAM_CONSUMER_OUT",
@@ -62,6 +64,26 @@ def read_env_file(path: Path) -> dict[str, str]:
 
 def compose() -> dict:
     return yaml.safe_load((DOCKER / "compose.yaml").read_text(encoding="utf-8"))
+
+
+def api_server_health_paths(spec: dict | None = None) -> list[str]:
+    """The paths compose's api-server healthcheck requests, in order (``/api/v2/monitor/health``,
+    ``/execution/health``). The local launchers request them once the api-server answers, as the
+    healthcheck does before compose starts the scheduler: the execution API builds its versioned
+    routes on its first request, and that must not fall on the first task (issue 28, item 6)."""
+    spec = compose() if spec is None else spec
+    command = " ".join(spec["services"]["airflow-api-server"]["healthcheck"]["test"])
+    return re.findall(r"'(/[^']+)'", command)
+
+
+def note_connection_user(spec: dict | None = None) -> str:
+    """The user of compose's connection ``dpngram_api`` (the scheduler's ``AIRFLOW_CONN_DPNGRAM_API``:
+    ``http://USER:${DPNGRAM_API_PASSWORD}@airflow-api-server:8080``), whose password airflow-init
+    writes into the simple auth manager's passwords file."""
+    conn = service_env("airflow-scheduler", spec)["AIRFLOW_CONN_DPNGRAM_API"]
+    found = re.fullmatch(r"http://([^:]+):\$\{DPNGRAM_API_PASSWORD:\?[^}]*\}@airflow-api-server:8080", conn)
+    assert found, conn
+    return found.group(1)
 
 
 def service_env(service: str, spec: dict | None = None) -> dict[str, str]:
@@ -100,6 +122,7 @@ def compose_airflow_env(
     assert wanted == (scheme, user, database), (wanted, (scheme, user, database))
     execution = merged["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"]
     assert execution.startswith("http://airflow-api-server:8080/"), execution
+    note_user = note_connection_user(spec)
     local = {
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url,
         "AIRFLOW__CORE__FERNET_KEY": secrets["fernet_key"],
@@ -109,6 +132,9 @@ def compose_airflow_env(
         + execution.removeprefix("http://airflow-api-server:8080"),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": users,
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords_file),
+        # the user compose's airflow-init gives this password, as the connection names it
+        "AIRFLOW_CONN_DPNGRAM_API": f"http://{note_user}:{secrets['api_password']}@{api_url.removeprefix('http://')}",
+        "DPNGRAM_API_PASSWORD": secrets["api_password"],
         "DPNGRAM_DEMO_DIR": str(paths["state"]),
         "DPNGRAM_OUT": str(paths["out"]),
         "DPNGRAM_CONSUMER_OUT": str(paths["consumer_out"]),

@@ -28,13 +28,21 @@ import base64
 import json
 import shlex
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow_compose import PostgresServer, compose, compose_airflow_env, free_port, postgres_bindir
-from test_airflow_standalone import AIRFLOW, DAG_ID, PASSWORD, USERNAME, Airflow
+from airflow_compose import (
+    PostgresServer,
+    compose,
+    compose_airflow_env,
+    free_port,
+    note_connection_user,
+    postgres_bindir,
+)
+from test_airflow_standalone import AIRFLOW, DAG_ID, USERNAME, Airflow
 
 from dpngram.demo import airflow_env
 from dpngram.release.context import run_id_from
@@ -44,6 +52,10 @@ pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.postgres]
 
 DATASETS = ("pg-a", "pg-b")
 SPLIT = {"dpne": 0.5, "lm_counts": 0.5}  # vocabulary, k-grams and a language model (3 assets)
+
+
+#: The user compose's connection dpngram_api logs in as (a refused task writes its run's note as it).
+NOTE_USER = note_connection_user()
 
 
 class PostgresAirflow(Airflow):
@@ -60,13 +72,14 @@ class PostgresAirflow(Airflow):
                 "fernet_key": base64.urlsafe_b64encode(b"dpngram-postgres-test-fernet-32b").decode(),
                 "jwt_secret": "dpngram-postgres-test-secret-" + "x" * 32,
                 "api_secret_key": "dpngram-postgres-test-key",
+                "api_password": "dpngram-postgres-test-bot-password",
             },
             paths={
                 "state": self.paths["state"],
                 "out": self.paths["out"],
                 "consumer_out": base / "consumer-out",
             },
-            users=f"{USERNAME}:admin",
+            users=f"{USERNAME}:admin,{NOTE_USER}:user",
             passwords_file=base / "passwords.json",
         )
         env = airflow_env(self.paths)  # AIRFLOW_HOME and the DAG folder (the image's ENV)
@@ -80,7 +93,6 @@ class PostgresAirflow(Airflow):
                 "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.paths["airflow_home"] / "logs"),
                 # the scheduler's health server (compose: 8974 in its own container) on a free port
                 "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT": str(free_port()),
-                "AIRFLOW_CONN_DPNGRAM_API": f"http://{USERNAME}:{PASSWORD}@127.0.0.1:{self.port}",
             }
         )
         self.env = env
@@ -89,6 +101,7 @@ class PostgresAirflow(Airflow):
         """compose's airflow-init service, command as written (db migrate && pools set)."""
         init = compose()["services"]["airflow-init"]
         script = " ".join(init["command"]).replace("airflow ", shlex.quote(AIRFLOW) + " ")
+        script = script.replace("python -c ", shlex.quote(sys.executable) + " -c ")  # the image's python
         log = self.logs_dir / "airflow-init.log"
         self.paths["airflow_home"].mkdir(parents=True, exist_ok=True)
         with log.open("w", encoding="utf-8") as fh:

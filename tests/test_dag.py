@@ -77,6 +77,7 @@ DAGBAG_SCRIPT = textwrap.dedent("""
                                      "outlets": sorted(getattr(a, "uri", None) or f"alias:{a.name}"
                                                        for a in t.outlets),
                                      "label": t.task_display_name,
+                                     "group": t.task_group.group_id if t.task_group else None,
                                      "upstream": sorted(t.upstream_task_ids)} for t in dag.tasks}
         info["schedule"] = dag.schedule if isinstance(dag.schedule, (str, type(None))) else repr(dag.schedule)
         info["catchup"] = dag.catchup
@@ -100,6 +101,45 @@ def dagbag(airflow: dict, **env: str) -> dict:
 
 
 HEAVY = ("numpy", "scipy", "duckdb", "polars", "pyarrow", "pandas", "great_expectations", "kenlm", "pyspark")
+
+
+def test_graph_groups_fold_the_chains_around_the_parallel_stages():
+    """The graph's groups come from the plan's edges: runs of tasks with nothing beside them fold
+    (so that the graph is 4 nodes long and readable at the default zoom), the parallel stages stay
+    visible; a new branch changes the groups without anyone writing them."""
+    from dpngram.orchestration.plan import dag_upstreams, graph_groups
+
+    assert graph_groups() == {
+        "prepare": ("privacy_precheck", "ingest"),
+        "release": ("validation", "lm", "report", "publish", "publish_lm"),
+        "dpne": ("dpne.k1", "dpne.kgrams"),
+    }
+    upstreams = dag_upstreams()
+    # a hypothetical step beside everything from ingest to publish: only what is still on the
+    # chain folds
+    names = list(upstreams)
+    beside = dict(upstreams)
+    beside["publish"] = (*upstreams["publish"], "audit")
+    branched = {name: beside[name] for name in names[:2]} | {"audit": ("ingest",)}
+    branched |= {name: beside[name] for name in names[2:]}
+    assert graph_groups(branched) == {
+        "prepare": ("privacy_precheck", "ingest"),
+        "release": ("publish", "publish_lm"),
+        "dpne": ("dpne.k1", "dpne.kgrams"),
+    }
+    # only a chain at the end: it is the release, not the preparation
+    tail_only = {"privacy_precheck": ()} | {name: upstreams[name] for name in names[1:]}
+    tail_only["ingest"] = ()
+    tail_only["dpne.k1"] = ("ingest", "privacy_precheck")
+    assert graph_groups(tail_only)["release"] == ("validation", "lm", "report", "publish", "publish_lm")
+    assert "prepare" not in graph_groups(tail_only)
+    # a chain in the middle too: no name for it
+    chained = {name: upstreams[name] for name in names[: names.index("synth") + 1]}
+    chained |= {"check_a": ("lm_counts", "bayes", "synth"), "check_b": ("check_a",), "fan": ("check_b",)}
+    chained |= {"fan_b": ("check_b",), "validation": ("fan", "fan_b")}
+    chained |= {name: upstreams[name] for name in names[names.index("lm") :]}
+    with pytest.raises(ValueError, match=r"a chain in the middle of the graph \(check_a \.\. check_b\)"):
+        graph_groups(chained)
 
 
 def test_parsing_the_dag_files_imports_no_heavy_library(airflow):
@@ -208,6 +248,22 @@ def test_dag_imports_and_params_mirror_run_config(airflow):
     assert labels["lm_counts"] == "LM counts" and labels["dpne.k1"] == "Vocabulary"
     assert labels["validation"] == "Validation" and labels["publish"] == "Publish"
     assert len(set(labels.values())) == len(order)  # every task has a plain name of its own
+    # the graph folds the chains before and after the parallel stages (readable at default zoom)
+    groups = {name: tasks[name]["group"] for name in order}
+    assert groups == {
+        "privacy_precheck": "prepare",
+        "ingest": "prepare",
+        "dpne.k1": "dpne",
+        "dpne.kgrams": "dpne",
+        "lm_counts": None,
+        "bayes": None,
+        "synth": None,
+        "validation": "release",
+        "lm": "release",
+        "report": "release",
+        "publish": "release",
+        "publish_lm": "release",
+    }
     # run after skipped tasks, never after a failure
     relaxed = set(order[2:-2])  # every step after ingest
     for name in order:

@@ -187,3 +187,44 @@ def test_local_settings_preload_only_in_the_scheduler():
     assert not {m for m in set(sys.modules) - before if m.startswith("dpngram")}
     for module in namespace["PRELOAD"]:
         assert (ROOT / "src" / (module.replace(".", "/") + ".py")).is_file(), module
+
+
+def test_the_execution_api_is_warm_before_the_scheduler_starts(compose):
+    """The execution API builds its routes on its first request (seconds): compose's api-server
+    healthcheck makes that request, and the scheduler waits for the healthcheck, so the first task
+    does not pay it (issue 28, item 6). The local launchers ask the same paths."""
+    from airflow_compose import api_server_health_paths
+
+    paths = api_server_health_paths(compose)
+    assert "/execution/health" in paths and "/api/v2/monitor/health" in paths
+    api = compose["services"]["airflow-api-server"]["healthcheck"]
+    assert int(api["timeout"].removesuffix("s")) > 30  # the first request takes seconds under load
+    depends = compose["services"]["airflow-scheduler"]["depends_on"]
+    assert depends["airflow-api-server"]["condition"] == "service_healthy"
+
+
+def test_the_note_connection_logs_in_as_a_user_init_gives_a_password(compose):
+    """A refused task writes its DAG run's note through the REST API with connection dpngram_api:
+    the scheduler (which runs the tasks) has it, its user is a simple-auth-manager user allowed to
+    edit DAG runs, and airflow-init writes that user's password where the api-server reads it."""
+    from airflow_compose import note_connection_user
+
+    user = note_connection_user(compose)
+    listed = service_env("airflow-api-server", compose)["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"]
+    users = dict(entry.rsplit(":", 1) for entry in listed.split(","))  # USER:ROLE; USER may be ${...}
+    assert users[user] in ("user", "op", "admin")  # USER and above may edit DAG runs
+    init = compose["services"]["airflow-init"]
+    script = " ".join(init["command"])
+    assert f'"{user}": os.environ["DPNGRAM_API_PASSWORD"]' in script
+    assert init["environment"]["DPNGRAM_API_PASSWORD"].startswith("${DPNGRAM_API_PASSWORD:?")
+    api = service_env("airflow-api-server", compose)
+    assert (
+        init["environment"]["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"]
+        == (api["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"])
+    )
+    api_mounts = set(compose["services"]["airflow-api-server"]["volumes"])
+    auth = [v for v in init["volumes"] if v.split(":")[1] == "/opt/airflow/auth"]
+    assert auth and auth[0] in api_mounts  # the same volume
+    # only the service that runs tasks holds the credentials
+    holders = [n for n in airflow_services(compose) if "AIRFLOW_CONN_DPNGRAM_API" in service_env(n, compose)]
+    assert holders == ["airflow-scheduler"]

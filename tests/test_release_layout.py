@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpngram.cli import build_parser
-from dpngram.config import RunConfig
+from dpngram.config import DEFAULT_STAGE_BUDGET, RunConfig
 from dpngram.orchestration.plan import run_release
 from dpngram.text.sample import write_sample
 
@@ -109,7 +109,7 @@ def test_a_full_release_has_the_same_files_columns_and_report_sections(tmp_path:
         warehouse=str(tmp_path / "wh.duckdb"),
         epsilon=4,
         delta=1e-5,
-        stage_budget={"dpne": 0.4, "lm_counts": 0.3, "bayes": 0.15, "synth": 0.15},
+        stage_budget=dict(DEFAULT_STAGE_BUDGET),  # every stage, as a run with the defaults
         run_id="layoutcheck-full",
     )
     progress: dict[str, dict] = {}

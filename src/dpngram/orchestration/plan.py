@@ -383,6 +383,82 @@ def task_upstreams(tasks: tuple[Task, ...] = TASKS) -> dict[str, tuple[str, ...]
     }
 
 
+def dag_upstreams(tasks: tuple[Task, ...] = TASKS) -> dict[str, tuple[str, ...]]:
+    """Every task of the DAG with its direct upstream tasks, in order: ``privacy_precheck``, the
+    plan's tasks (:func:`task_upstreams`; one that reads nothing another task writes runs after the
+    pre-check), ``publish`` after the tasks nothing else reads from, ``publish_lm`` after it."""
+    within = task_upstreams(tasks)
+    read = {u for ups in within.values() for u in ups}
+    return {
+        "privacy_precheck": (),
+        **{name: ups or ("privacy_precheck",) for name, ups in within.items()},
+        "publish": tuple(name for name in within if name not in read),
+        "publish_lm": ("publish",),
+    }
+
+
+#: The graph's task groups by group id: display names, and tooltips where the list of their tasks
+#: (:func:`group_tip`) is not enough. ``dpne`` holds the DPNE steps (their names say so); the others
+#: are the chains :func:`graph_groups` folds.
+GROUP_LABELS = {
+    "prepare": "Prepare",
+    "dpne": "N-grams (DPNE)",
+    "release": "Release",
+}
+GROUP_TIPS = {"dpne": "Vocabulary (DPSU, k = 1), then the DPNE k-gram levels k = 2..T and their merge"}
+#: Ids of the groups :func:`graph_groups` folds the chains into: the one the graph starts with, the
+#: one it ends with.
+CHAIN_GROUPS = ("prepare", "release")
+
+
+def graph_groups(upstreams: dict[str, tuple[str, ...]] | None = None) -> dict[str, tuple[str, ...]]:
+    """The DAG's task groups (group id -> task names, in order), for a graph that is readable at
+    Airflow's default zoom and still shows the flow. Airflow fits the whole graph into the panel
+    and lays every node out at least 216 px wide, so a graph 9 nodes long is drawn at about a third
+    of its size (~6 px text at 1440x900); folded, it is 4 nodes long. The parallel part stays
+    unfolded: ``lm_counts``, ``bayes`` and ``synth`` between the DPNE group and the join.
+
+    Derived from the edges: a task every other task depends on or depends on it is on the chain
+    (one after another, nothing beside it). Each run of two or more consecutive chain tasks outside
+    a named group (``dpne.*``) becomes a group (Airflow groups without a task-id prefix: the ids
+    stay): the run that starts the graph ``prepare``, the one that ends it ``release``
+    (:data:`CHAIN_GROUPS`); a run in between is an error until it has a name. The DPNE tasks form
+    ``dpne``."""
+    upstreams = dag_upstreams() if upstreams is None else upstreams
+    ancestors: dict[str, set[str]] = {}
+    for name, ups in upstreams.items():  # in order: every upstream comes earlier
+        ancestors[name] = set().union(*({u} | ancestors[u] for u in ups))
+
+    def on_chain(name: str) -> bool:
+        return all(o == name or o in ancestors[name] or name in ancestors[o] for o in upstreams)
+
+    groups: dict[str, list[str]] = {}
+    runs: list[list[str]] = [[]]
+    for name in upstreams:
+        named = _group_and_task_id(name)[0]
+        if named is not None:
+            groups.setdefault(named, []).append(name)
+        if named is None and on_chain(name):
+            runs[-1].append(name)
+        elif runs[-1]:
+            runs.append([])
+    names = list(upstreams)
+    folded: dict[str, tuple[str, ...]] = {}
+    for run in (run for run in runs if len(run) > 1):
+        if run[0] == names[0]:
+            folded[CHAIN_GROUPS[0]] = tuple(run)
+        elif run[-1] == names[-1]:
+            folded[CHAIN_GROUPS[-1]] = tuple(run)
+        else:
+            raise ValueError(f"a chain in the middle of the graph ({run[0]} .. {run[-1]}): give it a group")
+    return {**folded, **{group: tuple(members) for group, members in groups.items()}}
+
+
+def group_tip(group: str, members: tuple[str, ...]) -> str:
+    """The tooltip of a group in the graph: its own, or its tasks' names in order."""
+    return GROUP_TIPS.get(group) or " -> ".join(TASK_LABELS[name] for name in members)
+
+
 #: Steps a DPSU baseline (``dpngram baseline``) replaces by one step ``dpne``.
 _DPNE_STEPS = ("dpne.k1", "dpne.kgrams", *(f"dpne.k{k}" for k in range(2, MAX_LEVEL + 1)))
 
