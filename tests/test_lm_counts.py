@@ -469,6 +469,68 @@ def test_report_noisy_max_is_epsilon_dp_on_neighbouring_scores():
 
 
 # ----------------------------------------------------------------------------------------------
+# The selection's ε: a selection user's composed loss stays within the run's total
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("epsilon", [0.5, 1.0, 4.0, 8.0])
+@pytest.mark.parametrize(
+    "split",
+    [
+        {"dpne": 0.4, "lm_counts": 0.4, "bayes": 0.1, "synth": 0.1},
+        {"dpne": 0.5, "lm_counts": 0.5},
+        {"dpne": 0.3, "lm_counts": 0.5, "synth": 0.2},
+    ],
+)
+def test_a_selection_user_composes_within_the_runs_total(tmp_path, epsilon, split):
+    """A selection user is read by every other stage and by the selection (pure ε_sel), never by
+    the stage's Gaussian. The accountant's composition of exactly those events must not exceed the
+    total the run reports (``composed_epsilon``); with the stage's own ε in place of ε_sel (the
+    previous code) it did, by more than 5%, because joint calibration sizes that ε for a Gaussian.
+    In per-stage calibration the stage's own ε stays within the target (basic composition) but
+    can exceed the reported total, which composes the Gaussians sub-additively."""
+    from dpngram.config import RunConfig, stage_privacy_shapes
+    from dpngram.core.accounting import PrivacyEvent, compose
+
+    public = tmp_path / "public.txt"
+    public.write_text("a public sentence\n")  # the bayes stage runs only with a public corpus
+
+    def config(calibration: str) -> RunConfig:
+        return RunConfig.build(
+            dataset="d",
+            input=str(tmp_path / "in.jsonl"),
+            public=str(public),
+            out=str(tmp_path / "out"),
+            warehouse=str(tmp_path / "wh.duckdb"),
+            epsilon=epsilon,
+            delta=1e-7,
+            stage_budget=split,
+            budget_calibration=calibration,
+        )
+
+    for calibration in ("joint", "per-stage"):
+        cfg = config(calibration)
+        plan = cfg.budget_plan()
+        shapes = stage_privacy_shapes(cfg.dpne.threshold_delta, cfg.dpne.vocabulary_method)
+        others = [
+            e for s, b in plan.calibrated.items() if s != lm_counts.STAGE for e in shapes[s].events(s, b)
+        ]
+        eps_sel = lm_counts_stage.selection_epsilon(cfg)
+        stage_eps = plan.calibrated[lm_counts.STAGE].epsilon
+
+        def total(pure: float, others=others, plan=plan) -> float:
+            event = PrivacyEvent(stage=lm_counts.STAGE, mechanism="laplace", epsilon=pure)
+            return compose([*others, event], plan.target.delta)["epsilon"]
+
+        assert 0 < eps_sel <= stage_eps
+        assert total(eps_sel) <= plan.composed_epsilon * (1 + 1e-12)
+        assert eps_sel == stage_eps or total(eps_sel) == pytest.approx(plan.composed_epsilon, rel=1e-9)
+        if calibration == "joint":
+            assert plan.multiplier > 1
+            assert total(stage_eps) > plan.composed_epsilon * 1.05  # what the stage's ε would spend
+        else:  # the stage's ε stays within the target by basic composition, not within the reported total
+            assert total(stage_eps) <= plan.target.epsilon * (1 + 1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
 # The stage end to end
 # ----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
@@ -558,7 +620,13 @@ def test_run_lm_counts_end_to_end(tmp_path, sample_files):
     assert part["mix_weight"] in lm_counts.WEIGHT_GRID
     assert part["unigram_adaptation"] in lm_counts.ADAPTATION_GRID
     assert "ran" not in part["weight_selection"]  # whether anyone was selected is private
-    assert part["weight_selection"]["laplace_scale"] == pytest.approx(2 * lm_counts.SCORE_CLIP_NATS / epsilon)
+    # the selection runs at the pure ε the run's total leaves it (docs/lm_privacy.md, section 4)
+    eps_selection = part["weight_selection"]["epsilon"]
+    assert eps_selection == pytest.approx(lm_counts_stage.selection_epsilon(config), rel=1e-12)
+    assert 0 < eps_selection < epsilon
+    assert part["weight_selection"]["laplace_scale"] == pytest.approx(
+        2 * lm_counts.SCORE_CLIP_NATS / eps_selection
+    )
 
     # a retry reuses the file byte for byte (fresh noise would change it) and charges once
     before = path.read_bytes()
