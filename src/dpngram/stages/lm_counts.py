@@ -49,6 +49,7 @@ from dpngram.mechanisms.lm_counts import (
     score_selection_users,
     score_verdict_users,
     select_weight,
+    selection_noise,
 )
 from dpngram.release.context import RunContext, StageResult, released_summary
 from dpngram.release.identity import public_cache_dir
@@ -325,7 +326,7 @@ def _select_mix_weight(
         "adaptation_grid": list(betas),
         "score_clip_nats": SCORE_CLIP_NATS,
         "epsilon": epsilon,
-        "laplace_scale": 2.0 * SCORE_CLIP_NATS / epsilon,
+        "laplace_scale": selection_noise(epsilon)[0],
         "selection_fraction": holdout / 1000.0,
     }
     return adaptation, weight, selection
