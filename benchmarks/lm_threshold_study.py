@@ -167,7 +167,12 @@ class Setting:
         from dpngram.lm.arpa import write_arpa
         from dpngram.lm.build import adapted_public, compile_binary
         from dpngram.lm.open_model import mix_models, noisy_count_model
-        from dpngram.stages.lm_counts import _ArpaFiles, _select_mix_weight, _thresholded_release
+        from dpngram.stages.lm_counts import (
+            _ArpaFiles,
+            _select_mix_weight,
+            _thresholded_release,
+            selection_epsilon,
+        )
 
         rule, discount_sigmas = RULES[name]
         started = time.perf_counter()
@@ -189,7 +194,7 @@ class Setting:
                 self.candidates,
                 salt=self.salt,
                 holdout=self.holdout,
-                epsilon=self.epsilon,
+                epsilon=selection_epsilon(self.config),  # as the stage (docs/lm_privacy.md, section 4)
                 source=source,
             )
         model = mix_models(adapted_public(self.public, private, beta), private, lam)

@@ -386,12 +386,13 @@ def test_user_scores_are_clipped_mean_log_probabilities():
 
 @pytest.mark.statistical
 def test_a_far_ahead_candidate_is_chosen_as_the_laplace_tail_bound_says():
-    """Scores 0 for one candidate j and −m for the others, Laplace scale b = 2B/ε: j wins whenever
+    """Scores 0 for one candidate j and −m for the others, Laplace scale b = B/ε: j wins whenever
     its noise is > −m/2 and every other noise is < m/2. For grid·DiscreteLaplace(b/grid) noise,
     P(noise ≥ x) = e^{−⌈x/grid⌉·grid/b}/(1 + e^{−grid/b}) ≤ e^{−x/b} (x > 0), so
     P(j loses) ≤ k·e^{−m/(2b)} = 0.1 for m = 2b ln(10k). One-sided CP bound at FALSE_FAILURE."""
     epsilon, k, trials = 1.0, len(lm_counts.WEIGHT_GRID), 4000
-    b = 2 * lm_counts.SCORE_CLIP_NATS / epsilon
+    b = lm_counts.selection_noise(epsilon)[0]
+    assert b == lm_counts.SCORE_CLIP_NATS / epsilon
     m = 2 * b * math.log(10 * k)
     scores = np.full(k, -m)
     scores[4] = 0.0
@@ -405,15 +406,23 @@ def test_a_far_ahead_candidate_is_chosen_as_the_laplace_tail_bound_says():
 
 
 @pytest.mark.statistical
-def test_the_laplace_scale_is_two_b_over_epsilon():
+def test_the_laplace_scale_is_b_over_epsilon():
     """Two candidates at a gap m = b: the second wins iff L2 − L1 > b. The on-grid noise is
     grid·(⌊E1/grid⌋ − ⌊E2/grid⌋) for exponentials E of mean b, i.e. within 2·grid of a continuous
     Laplace difference, whose density is ≤ 1/(4b): the win probability is within grid/b ≤ 2^-10
     (select_weight's grid is ≤ b/1024) of the continuous P(L2 − L1 > b) = e^{-1}·3/4 ≈ 0.276.
     A scale off by a factor 2 either way gives 0.379 or 0.135; the two-sided CP interval at
-    FALSE_FAILURE on 10,000 trials is ±0.016."""
+    FALSE_FAILURE on 10,000 trials is ±0.016. Also: b = ⌈B/g⌉·g/ε is B/ε whenever the grid g divides
+    B, and never below B/ε (docs/lm_privacy.md, section 4)."""
+    big_b = lm_counts.SCORE_CLIP_NATS
+    for eps in (1e-4, 1e-3, 0.0024, 0.0025, 0.25, 1.0, 1.036, 8.0, 100.0):
+        scale, g = lm_counts.selection_noise(eps)
+        assert g <= big_b / (1024 * eps) and scale >= big_b / eps
+        assert (scale == big_b / eps) == (big_b / g == math.floor(big_b / g))
+        assert scale * eps == pytest.approx(math.ceil(big_b / g) * g, rel=1e-15)
     epsilon, trials = 2.0, 10_000
-    b = 2 * lm_counts.SCORE_CLIP_NATS / epsilon
+    b = lm_counts.selection_noise(epsilon)[0]
+    assert b == big_b / epsilon
     expected = math.exp(-1.0) * 3 / 4
     noise = NoiseSource.seeded_for_tests(11)
     wins = sum(
@@ -432,8 +441,9 @@ def noisy_max_frequencies(scores: np.ndarray, epsilon: float, trials: int, seed:
 
 @pytest.mark.statistical
 def test_report_noisy_max_is_epsilon_dp_on_neighbouring_scores():
-    """Neighbouring score vectors differ by one user's contribution u ∈ [−B, 0]^k; the adversarial
-    u = (0, −B, …, −B) moves candidate 0 up by B relative to every other. For each output o:
+    """Neighbouring score vectors differ by one user's contribution u ∈ [−B, 0]^k (monotone: every
+    score moves down, by at most B); the adversarial u = (0, −B, …, −B) moves candidate 0 up by B
+    relative to every other, the worst case for the one-sided Laplace scale B/ε. For each output o:
     P(o | s) ≤ e^ε P(o | s + u) and the reverse, with one-sided CP bounds (4k bounds, each at
     FALSE_FAILURE/(4k)). Power: the same check flags the mechanism run with a quarter of the
     Laplace scale (select_weight at 4ε, the true loss ≈ 5 > e at these scores)."""
@@ -466,6 +476,68 @@ def test_report_noisy_max_is_epsilon_dp_on_neighbouring_scores():
         )
         > 0
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# The selection's ε: a selection user's composed loss stays within the run's total
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("epsilon", [0.5, 1.0, 4.0, 8.0])
+@pytest.mark.parametrize(
+    "split",
+    [
+        {"dpne": 0.4, "lm_counts": 0.4, "bayes": 0.1, "synth": 0.1},
+        {"dpne": 0.5, "lm_counts": 0.5},
+        {"dpne": 0.3, "lm_counts": 0.5, "synth": 0.2},
+    ],
+)
+def test_a_selection_user_composes_within_the_runs_total(tmp_path, epsilon, split):
+    """A selection user is read by every other stage and by the selection (pure ε_sel), never by
+    the stage's Gaussian. The accountant's composition of exactly those events must not exceed the
+    total the run reports (``composed_epsilon``); with the stage's own ε in place of ε_sel (the
+    previous code) it did, by more than 5%, because joint calibration sizes that ε for a Gaussian.
+    In per-stage calibration the stage's own ε stays within the target (basic composition) but
+    can exceed the reported total, which composes the Gaussians sub-additively."""
+    from dpngram.config import RunConfig, stage_privacy_shapes
+    from dpngram.core.accounting import PrivacyEvent, compose
+
+    public = tmp_path / "public.txt"
+    public.write_text("a public sentence\n")  # the bayes stage runs only with a public corpus
+
+    def config(calibration: str) -> RunConfig:
+        return RunConfig.build(
+            dataset="d",
+            input=str(tmp_path / "in.jsonl"),
+            public=str(public),
+            out=str(tmp_path / "out"),
+            warehouse=str(tmp_path / "wh.duckdb"),
+            epsilon=epsilon,
+            delta=1e-7,
+            stage_budget=split,
+            budget_calibration=calibration,
+        )
+
+    for calibration in ("joint", "per-stage"):
+        cfg = config(calibration)
+        plan = cfg.budget_plan()
+        shapes = stage_privacy_shapes(cfg.dpne.threshold_delta, cfg.dpne.vocabulary_method)
+        others = [
+            e for s, b in plan.calibrated.items() if s != lm_counts.STAGE for e in shapes[s].events(s, b)
+        ]
+        eps_sel = lm_counts_stage.selection_epsilon(cfg)
+        stage_eps = plan.calibrated[lm_counts.STAGE].epsilon
+
+        def total(pure: float, others=others, plan=plan) -> float:
+            event = PrivacyEvent(stage=lm_counts.STAGE, mechanism="laplace", epsilon=pure)
+            return compose([*others, event], plan.target.delta)["epsilon"]
+
+        assert 0 < eps_sel <= stage_eps
+        assert total(eps_sel) <= plan.composed_epsilon * (1 + 1e-12)
+        assert eps_sel == stage_eps or total(eps_sel) == pytest.approx(plan.composed_epsilon, rel=1e-9)
+        if calibration == "joint":
+            assert plan.multiplier > 1
+            assert total(stage_eps) > plan.composed_epsilon * 1.05  # what the stage's ε would spend
+        else:  # the stage's ε stays within the target by basic composition, not within the reported total
+            assert total(stage_eps) <= plan.target.epsilon * (1 + 1e-12)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -558,7 +630,11 @@ def test_run_lm_counts_end_to_end(tmp_path, sample_files):
     assert part["mix_weight"] in lm_counts.WEIGHT_GRID
     assert part["unigram_adaptation"] in lm_counts.ADAPTATION_GRID
     assert "ran" not in part["weight_selection"]  # whether anyone was selected is private
-    assert part["weight_selection"]["laplace_scale"] == pytest.approx(2 * lm_counts.SCORE_CLIP_NATS / epsilon)
+    # the selection runs at the pure ε the run's total leaves it (docs/lm_privacy.md, section 4)
+    eps_selection = part["weight_selection"]["epsilon"]
+    assert eps_selection == pytest.approx(lm_counts_stage.selection_epsilon(config), rel=1e-12)
+    assert 0 < eps_selection < epsilon
+    assert part["weight_selection"]["laplace_scale"] == lm_counts.selection_noise(eps_selection)[0]
 
     # a retry reuses the file byte for byte (fresh noise would change it) and charges once
     before = path.read_bytes()

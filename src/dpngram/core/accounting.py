@@ -393,6 +393,26 @@ def joint_calibration(
     return BudgetPlan(target, m, nominal, plan(m), value)
 
 
+def parallel_pure_epsilon(plan: BudgetPlan, shapes: dict[str, StagePrivacy], stage: str) -> float:
+    """The pure ε a mechanism of ``stage`` may spend on a group of users that none of the stage's
+    ledgered mechanisms reads (parallel composition inside the stage, e.g. the LM weight selection
+    on held-out users), so that those users' composed loss stays within the run's total.
+
+    Such a user pays every OTHER stage's events plus that pure-ε mechanism; :func:`compose` adds
+    pure ε linearly, so the largest admissible ε is ``plan.composed_epsilon − compose(others)``,
+    capped at the stage's own calibrated ε (the per-stage claim). Under joint calibration this is
+    much less than the stage's ε: the stage's Gaussian event composes sub-additively with the
+    other Gaussians, a pure-ε mechanism does not (docs/lm_privacy.md, section 4)."""
+    if stage not in plan.calibrated:
+        raise BudgetError(f"stage '{stage}' has no budget in the plan")
+    others = [e for s, b in plan.calibrated.items() if s != stage for e in shapes[s].events(s, b)]
+    used = compose(others, plan.target.delta)["epsilon"] if others else 0.0
+    room = plan.composed_epsilon - used
+    if room <= 0:
+        raise BudgetError(f"stage '{stage}': no epsilon left for a parallel pure-epsilon mechanism")
+    return min(plan.calibrated[stage].epsilon, room)
+
+
 def _check_eps_delta(epsilon: float, delta: float) -> None:
     if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
         raise BudgetError(f"epsilon must be a finite number > 0 (got {epsilon!r})")

@@ -21,7 +21,8 @@ n-gram counts"; derivation and privacy argument in docs/lm_privacy.md):
 6. with ``lm_mix_weight='auto'``, the weight λ of the mixture λ·Q + (1 − λ)·P (Q: the model of the
    noisy counts, P: the public model; :mod:`dpngram.lm.open_model`) is chosen by report-noisy-max over
    :data:`WEIGHT_GRID`: each selection user's score for λ is the mean natural log-probability of
-   their tokens under the mixture, clipped to [−B, 0]; the sums get Laplace noise of scale 2B/ε.
+   their tokens under the mixture, clipped to [−B, 0]; the sums get Laplace noise of scale B/ε
+   (the scores are monotone: one user moves every score the same way; :func:`select_weight`).
    λ = 0 (the public model) is always a candidate, so a release whose counts carry no signal picks
    it (with high probability), and the model falls back to the public one.
 
@@ -161,14 +162,27 @@ def user_scores(public_logprob10: np.ndarray, private_logprob10: np.ndarray, gri
     return np.clip(np.log(mix).mean(axis=1), -SCORE_CLIP_NATS, 0.0)
 
 
+def selection_noise(epsilon: float) -> tuple[float, float]:
+    """(Laplace scale b, grid g) of :func:`select_weight` at pure ε: g = 2^⌊log2(B/(1024ε))⌋ and
+    b = ⌈B/g⌉·g/ε, which is exactly B/ε whenever g divides B (B = 20: every ε ≥ 0.0025) and
+    never less (docs/lm_privacy.md, section 4)."""
+    if not epsilon > 0:
+        raise ValueError(f"epsilon must be > 0 (got {epsilon})")
+    grid = 2.0 ** math.floor(math.log2(SCORE_CLIP_NATS / (1024.0 * epsilon)))
+    return math.ceil(SCORE_CLIP_NATS / grid) * grid / epsilon, grid
+
+
 def select_weight(
     scores: np.ndarray, epsilon: float, noise: NoiseSource, grid=WEIGHT_GRID
 ) -> tuple[float, int]:
-    """Report-noisy-max: argmax of the summed scores + Laplace(2B/ε) noise each. Each user adds a
-    vector in [−B, 0]^|grid|, so one user changes every score by at most B: ε-DP (Dwork & Roth,
-    Claim 3.9, with the general 2B/ε scale). Returns (λ, index)."""
-    scale = 2.0 * SCORE_CLIP_NATS / epsilon
-    grid_step = 2.0 ** math.floor(math.log2(scale / 1024.0))
+    """Report-noisy-max: argmax of the summed scores + grid·DiscreteLaplace(b/g) noise each
+    (:func:`selection_noise`, b ≈ B/ε). Each user adds a vector in [−B, 0]^|grid|: adding a user
+    moves every score down by at most B, never up (monotone scores), so the one-sided argument of
+    Dwork & Roth, Claim 3.9, holds with sensitivity B: for the output i and the others' noise
+    fixed, i still wins on the smaller dataset when its noise is ⌈B/g⌉·g higher, and on the larger
+    one when its noise is that much higher than the threshold of the smaller; on the noise grid
+    that costs a factor exactly e^{⌈B/g⌉·g/b} = e^ε. ε-DP. Returns (λ, index)."""
+    scale, grid_step = selection_noise(epsilon)
     noisy = np.asarray(scores, dtype=np.float64) + noise.laplace_on_grid(scale, len(grid), grid_step)
     best = int(np.argmax(noisy))
     return float(grid[best]), best

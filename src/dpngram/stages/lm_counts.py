@@ -49,6 +49,7 @@ from dpngram.mechanisms.lm_counts import (
     score_selection_users,
     score_verdict_users,
     select_weight,
+    selection_noise,
 )
 from dpngram.release.context import RunContext, StageResult, released_summary
 from dpngram.release.identity import public_cache_dir
@@ -111,7 +112,7 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
                     candidates,
                     salt=salt,
                     holdout=holdout,
-                    epsilon=epsilon,
+                    epsilon=selection_epsilon(config),
                     source=source,
                 )
             else:
@@ -284,6 +285,20 @@ def _private_model(
     )
 
 
+def selection_epsilon(config: RunConfig) -> float:
+    """The pure ε of the weight selection (report-noisy-max on the selection users). Not the
+    stage's ε: a selection user pays every other stage plus this pure-ε mechanism, and under
+    joint calibration the stage's ε is sized for a Gaussian, which composes sub-additively with
+    the other stages' Gaussians where a pure-ε mechanism adds linearly. So the selection gets
+    what the run's composed total leaves after the other stages (docs/lm_privacy.md, section 4):
+    with the default split, 1.04 of a stage ε of 2.38 at run ε = 4, 0.25 of 0.60 at ε = 1."""
+    from dpngram.config import stage_privacy_shapes
+    from dpngram.core.accounting import parallel_pure_epsilon
+
+    shapes = stage_privacy_shapes(config.dpne.threshold_delta, config.dpne.vocabulary_method)
+    return parallel_pure_epsilon(config.budget_plan(), shapes, STAGE)
+
+
 def _select_mix_weight(
     wh: Engine,
     schema: str,
@@ -310,7 +325,8 @@ def _select_mix_weight(
         "grid": list(lams),
         "adaptation_grid": list(betas),
         "score_clip_nats": SCORE_CLIP_NATS,
-        "laplace_scale": 2.0 * SCORE_CLIP_NATS / epsilon,
+        "epsilon": epsilon,
+        "laplace_scale": selection_noise(epsilon)[0],
         "selection_fraction": holdout / 1000.0,
     }
     return adaptation, weight, selection
@@ -421,8 +437,8 @@ def _counts_report(
         "differentially_private": True,
         "guarantee": (
             f"user-level ({epsilon:.4g}, {delta:.3g})-differential privacy for this stage (Gaussian "
-            "counts on the counting users, report-noisy-max on the disjoint selection users; "
-            "docs/lm_privacy.md)"
+            "counts on the counting users, report-noisy-max on the disjoint selection users at "
+            "the pure epsilon the run's total leaves beside the other stages; docs/lm_privacy.md)"
         ),
         "noise_mode": noise_mode,
     }
