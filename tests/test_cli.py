@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from dpngram.cli import build_parser, config_from_args, main
-from dpngram.config import RunConfig, flat_fields
+from dpngram.config import RunConfig
+from dpngram.config.flat import flat_fields
 from dpngram.release.context import run_id_from
 
 ROOT = Path(__file__).resolve().parent.parent

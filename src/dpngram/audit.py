@@ -176,7 +176,7 @@ Scores = tuple[np.ndarray, np.ndarray, float, float, dict[str, Any]]
 def dpne_defaults() -> Any:
     """The run defaults the DPSU / DPNE audits use (policy, cap α, threshold share of δ, σ
     schedule c, T, Δ0, η), read from the configuration so the audit follows them."""
-    from dpngram.config import DpneConfig
+    from dpngram.config.sections import DpneConfig
 
     return DpneConfig()
 
@@ -459,7 +459,7 @@ def audit_dpne_level(
 
 def audit_bayes(runs: int, noise: NoiseSource, *, epsilon: float = 2.0, delta: float = 1e-5) -> Scores:
     """The Bayesian trigram release (noisy logits) at the data-independent sensitivity bound."""
-    from dpngram.config import BayesConfig
+    from dpngram.config.sections import BayesConfig
     from dpngram.mechanisms import bayes
 
     defaults = BayesConfig()
@@ -531,7 +531,7 @@ def audit_lm_counts(
     l2 sensitivity). The canary's vector has norm above C, so it is scaled to exactly C: the
     largest shift one user can make. Score: the projection of the noisy vector on the canary's
     direction (the most powerful test for Gaussian noise)."""
-    from dpngram.config import LmConfig
+    from dpngram.config.sections import LmConfig
     from dpngram.mechanisms.lm_counts import noisy_release
 
     C = float(LmConfig().count_clip if clip is None else clip)

@@ -426,7 +426,8 @@ def _print_run_quarantine(config: RunConfig, stderr: bool) -> None:
 
 
 def _release(args: argparse.Namespace, baseline: str | None = None, baseline_k: int | None = None) -> int:
-    from dpngram.orchestration.plan import run_notices, run_release
+    from dpngram.config.budget_plan import run_notices
+    from dpngram.orchestration.plan import run_release
     from dpngram.release.context import new_run_id
 
     config = config_from_args(args)
