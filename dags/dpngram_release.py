@@ -374,8 +374,7 @@ def dpngram_release() -> None:
         says it would exceed its lifetime budget; nothing is read before this. Fixes run_id and
         stages the parameters."""
         from dpngram.core.errors import BudgetError, ConfigError
-        from dpngram.orchestration.plan import input_problem
-        from dpngram.release.publish import prepare
+        from dpngram.release.publish import input_problem, prepare
 
         config = _config(context)
         if _is_scheduled(context) and config.lifetime_epsilon is None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from dpngram.cli import build_parser
+from dpngram.cli.parser import build_parser
 from dpngram.config import RunConfig
 from dpngram.orchestration.plan import run_release
 from dpngram.text.sample import write_sample

@@ -12,8 +12,9 @@ below the stages (docs/architecture.md), and the DAG file computes skip rules at
 importing any stage; tests/test_budget_plan.py checks each shape against its stage's calibration.
 
 Owns: ``STAGES``, ``DEFAULT_STAGE_BUDGET``, ``LM_SOURCES``, :func:`stage_skip_reason`,
-:func:`triehh_skip_reason`, :func:`lm_skip_reason`, :func:`run_notices`, :func:`nominal_share`,
-:func:`stage_share`, :func:`budget_plan`, :func:`stage_privacy_shapes`.
+:func:`triehh_skip_reason`, :func:`lm_skip_reason`, :func:`reads_public_corpus`,
+:func:`run_notices`, :func:`nominal_share`, :func:`stage_share`, :func:`budget_plan`,
+:func:`stage_privacy_shapes`.
 Imports: dpngram.core (the accountant lazily: numpy and scipy only when a budget is planned).
 """
 
@@ -72,6 +73,12 @@ def lm_skip_reason(config: RunConfig) -> str | None:
     if not any(s in config.stage_budget for s in LM_SOURCES):
         return f"no stage the model is built from has a budget share ({', '.join(LM_SOURCES)})"
     return None
+
+
+def reads_public_corpus(config: RunConfig) -> bool:
+    """Whether a running stage reads the public corpus (bayes: its prior; lm_counts and the model
+    built from lm_counts or synth: the public n-grams): the stages of :data:`LM_SOURCES`."""
+    return any(stage in config.stage_budget for stage in LM_SOURCES)
 
 
 def run_notices(config: RunConfig) -> list[str]:

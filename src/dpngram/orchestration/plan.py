@@ -500,23 +500,6 @@ def release_if_unspent(ctx: RunContext) -> bool:
         return False
 
 
-def input_problem(config: RunConfig) -> str | None:
-    """Why the run's input cannot be read, decided from the path alone (no data is read): a local
-    input that does not exist, or a Hadoop-style URI without the Spark engine. None when it may be
-    read. The DAG's ``privacy_precheck`` refuses on it before anything is reserved."""
-    from pathlib import Path
-
-    from dpngram.engines.base import is_remote_path
-
-    if is_remote_path(config.input):
-        if config.engine.name != "spark":
-            return f"input: {config.input} is a Hadoop-style URI; only the Spark engine reads those"
-        return None
-    if not Path(str(config.input).removeprefix("file://")).exists():
-        return f"input: {config.input} does not exist"
-    return None
-
-
 def after_failure(ctx: RunContext, err: BaseException) -> str | None:
     """What a failed run leaves behind, in one sentence for the error line, after releasing its
     budget reservation when it spent nothing (no ledger entry: no stage drew noise,

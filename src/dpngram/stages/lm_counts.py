@@ -53,6 +53,7 @@ from dpngram.mechanisms.lm_counts import (
 from dpngram.release.context import RunContext, StageResult, released_summary
 from dpngram.release.identity import public_cache_dir
 from dpngram.release.layout import LM_COUNTS, VOCABULARY
+from dpngram.release.publish import public_problem
 from dpngram.release.spend import spend_once
 
 
@@ -65,8 +66,8 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
     order = config.lm.order
     if order > 3:
         raise ConfigError(f"lm_order: the noisy-count model has at most order 3 (got {order})")
-    if config.public and not Path(config.public).is_file():
-        raise ConfigError(f"public: {config.public} does not exist or is not a file")
+    if (problem := public_problem(config)) is not None:
+        raise ConfigError(problem)
     candidates = candidate_grid(config.lm.mix_weight, config.lm.unigram_adaptation)
     auto = len(candidates) > 1
     holdout = int(round(1000 * config.lm.holdout)) if auto else 0
