@@ -36,7 +36,7 @@ layers (parallel composition), not the sum.
 
 Owns: the Subset Selection randomizer, the trie protocol simulation, the shuffle-model accounting
 (FMT21 bounds, ε0 for a budget), merging discovered words into S_1.
-Imports: dpngram.mechanisms.dpne, dpngram.engines, dpngram.core; numpy, scipy, pyarrow.
+Imports: dpngram.mechanisms.dpne_domain, dpngram.engines, dpngram.core; numpy, scipy, pyarrow.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql
-from dpngram.mechanisms.dpne import number_users
+from dpngram.mechanisms.dpne_domain import number_users
 
 STAGE = "triehh"
 

@@ -4,7 +4,7 @@ With ``vocabulary_method`` 'dpsu' (default), S_1 is released by DPSU
 (:func:`dpngram.mechanisms.dpsu.release_vocabulary`) from the dpne share of the budget; with
 'triehh', S_1 is the words released by the ``triehh`` step plus the public known vocabulary (no
 spend here); with 'both', the union. The vocabulary is installed as the DPNE level-1 tables
-(:func:`dpngram.mechanisms.dpne.install_vocabulary`) and written to ``released/vocabulary.parquet``
+(:func:`dpngram.mechanisms.dpne_domain.install_vocabulary`) and written to ``released/vocabulary.parquet``
 through :func:`dpngram.release.spend.spend_once`.
 
 Owns: the ``dpne.k1`` step (choosing and releasing S_1).
@@ -64,7 +64,7 @@ def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict
     params = dpsu_parameters(ctx.config)
 
     def compute(wh: Engine) -> StageResult:
-        from dpngram.mechanisms import dpne  # level tables derived from S_1
+        from dpngram.mechanisms.dpne_domain import install_vocabulary  # level tables derived from S_1
 
         method = ctx.config.dpne.vocabulary_method  # dpsu | triehh | both
         if method != "triehh":
@@ -74,7 +74,7 @@ def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict
             words += load_known_vocabulary(ctx.config.dpne.known_vocabulary, ctx.config.lowercase)
             triehh.merge_into_vocabulary(wh, ctx.schema, VOCABULARY_TABLE, words, replace=method == "triehh")
             released = None
-        dpne.install_vocabulary(wh, ctx.schema)
+        install_vocabulary(wh, ctx.schema)
         table = wh.fetch_arrow(load_sql("dpne/level_export", schema=ctx.schema, level="dpne_s1"), {"k": 1})
         with ctx.release.writing(VOCABULARY) as tmp:
             write_keys_parquet(table.rename_columns(["k", "token"]), tmp, {"token": pa.string()})
