@@ -57,6 +57,10 @@ up, and small):
   per-user count vectors scaled to norm ≤ C; the canary's vector is scaled to exactly C. Score:
   the projection of the noisy vector on the canary's vector.
 
+Why one module (over 600 lines): every mechanism's audit is the same three steps (canary
+datasets, scores, the Clopper-Pearson bound) with a small scorer per mechanism; the shared bound
+and the scorers read best side by side, and no other module imports them.
+
 Owns: :func:`epsilon_lower_bound`, :func:`expected_threshold_bound`, :data:`AUDITS`, :func:`run_audit`.
 Imports: dpngram.mechanisms, dpngram.engines, dpngram.config, dpngram.core; numpy, scipy.
 """

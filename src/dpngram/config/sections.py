@@ -2,9 +2,11 @@
 
 Each section has a ``TITLE`` (the trigger form's section and the ``--help`` group) and ``FLAGS``
 (field -> flat name: the CLI flag and the Airflow Param). :class:`dpngram.config.run.RunConfig`
-holds one of each (``SECTIONS``). One module, though over 600 lines: it is six declarative models
-whose fields are mostly descriptions (the trigger form's and ``--help``'s text), with no logic
-beyond per-field validators; splitting it would scatter the one place a reader looks up a parameter.
+holds one of each (``SECTIONS``).
+
+Why one module (over 600 lines): it is six declarative models whose fields are mostly
+descriptions (the trigger form's and ``--help``'s text), with no logic beyond per-field
+validators; split up, a reader would have no single place to look a parameter up.
 
 Owns: :class:`Section`, the six section models (``DpneConfig``, ``LmConfig``, ``BayesConfig``,
 ``SynthConfig``, ``TriehhConfig``, ``EngineConfig``), ``SECTIONS``, ``MIN_MEMORY_LIMIT``.

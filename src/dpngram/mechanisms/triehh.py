@@ -34,6 +34,10 @@ amplification bound for n users of (m eps0)-LDP randomizers. Groups are disjoint
 data-independent randomness, so across layers and passes the guarantee is the maximum over the
 layers (parallel composition), not the sum.
 
+Why one module (over 600 lines): the randomizer, the trie simulation and the shuffle-model
+accounting are one protocol whose parameters (eps0, subset size, users per layer) are chosen
+together; the accounting is only meaningful next to the randomizer it bounds.
+
 Owns: the Subset Selection randomizer, the trie protocol simulation, the shuffle-model accounting
 (FMT21 bounds, ε0 for a budget), merging discovered words into S_1.
 Imports: dpngram.mechanisms.dpne_domain, dpngram.engines, dpngram.core; numpy, scipy, pyarrow.

@@ -37,6 +37,10 @@ Tokens come from :mod:`dpngram.text.tokenizer` (``docs/tokenizer.md``), the same
 expression (:func:`~dpngram.text.tokenizer.sentence_tokens_expr`) that tokenizes held-out text and
 public corpora, so all of them are tokenized identically.
 
+Why one module (over 600 lines): every reader must classify and quarantine records by the same
+rules with the same reasons, and both engines share the classification; one module keeps the
+reasons, the readers and the classifiers from drifting apart.
+
 Owns: input-format detection, the per-format readers and batching, record classification,
 :data:`QUARANTINE_REASONS`, :class:`IngestStats`.
 Imports: dpngram.text.tokenizer, dpngram.core; polars, pyarrow.
