@@ -519,12 +519,12 @@ class WatchedSql:
         import duckdb
 
         from dpngram.engines.duckdb import Warehouse
-        from dpngram.mechanisms import dpne, dpsu
+        from dpngram.mechanisms import dpne, dpne_domain, dpsu
 
         self.names: dict[str, str] = {}
         self.failed: list[tuple[str, str]] = []
         self.fail, self.error = set(fail), error or duckdb.OutOfMemoryException
-        for module in (dpsu, dpne):
+        for module in (dpsu, dpne, dpne_domain):
             original = module.load_sql
 
             def naming(name, _original=original, **identifiers):
