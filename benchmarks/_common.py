@@ -1,7 +1,8 @@
 """What every benchmark records next to its numbers: the machine, the code measured, the load.
 
-New benchmarks import these instead of writing them again (older scripts still carry their own
-copies; issue 27 moves them here).
+Every benchmark imports these instead of writing them again (``benchmarks/`` is on its
+``sys.path``; it is not a package). A large benchmark is a folder of scenario modules with one
+entry point ``benchmarks/NAME_bench.py``, which ``make bench`` runs (e.g. ``benchmarks/dpne/``).
 """
 
 from __future__ import annotations

@@ -34,8 +34,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +44,9 @@ from dpngram.config import DEFAULT_STAGE_BUDGET
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _common import git_commit, machine  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results" / "airflow_overhead.json"
 
 #: The demo's split: the default of the code (every stage, so the run builds a language model).
@@ -57,11 +58,6 @@ def _seconds(start: str | None, end: str | None) -> float | None:
         return None
     parse = dt.datetime.fromisoformat
     return (parse(end.replace("Z", "+00:00")) - parse(start.replace("Z", "+00:00"))).total_seconds()
-
-
-def _commit() -> str:
-    proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
-    return proc.stdout.strip() or "unknown"
 
 
 def _work(timings: dict[str, float]) -> float:
@@ -179,13 +175,9 @@ def main() -> None:
         runs, setup = measure(args.users, args.runs, Path(tmp), args.db)
     existing = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
     existing[args.label] = {
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-        },
+        "machine": machine(),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "commit": _commit(),
+        "commit": git_commit() or "unknown",
         "parameters": {
             "users": args.users,
             "runs": args.runs,

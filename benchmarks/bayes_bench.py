@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -32,6 +30,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _common import git_commit, machine  # noqa: E402
 
 from dpngram.config import RunConfig  # noqa: E402
 from dpngram.core.noise import NoiseSource  # noqa: E402
@@ -181,12 +182,8 @@ def main() -> None:
     payload = {
         "benchmark": "bayes_kl_vs_epsilon",
         "date": dt.datetime.now(dt.UTC).isoformat(),
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "load_average": os.getloadavg(),
-        },
+        "git_commit": git_commit(),
+        "machine": machine(),
         "parameters": {
             "private": Path(args.private).name,
             "public": Path(args.public).name,

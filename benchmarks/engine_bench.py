@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -36,6 +34,9 @@ from dpngram.stages import vocabulary as vocabulary_stage
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _common import git_commit, machine  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
 
 
@@ -241,19 +242,13 @@ def main() -> None:
             f"{cell['engine']:7s} {cell['users']:>9,d} " + " ".join(row) + f" {cell['total_seconds']:7.1f}s"
         )
 
-    import psutil
-
     from dpngram.text.sample import GENERATOR_VERSION
 
     payload = {
         "benchmark": "engine_bench",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        },
+        "git_commit": git_commit(),
+        "machine": machine(),
         "parameters": {
             "users": args.users,
             "engines": args.engines,

@@ -62,10 +62,8 @@ import json
 import math
 import multiprocessing as mp
 import os
-import platform
 import queue as queue_mod
 import shutil
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -75,6 +73,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import git_commit, machine  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 CACHE = ROOT / "benchmarks" / ".data"
@@ -916,40 +916,6 @@ def plot(out: dict[str, Any], path: Path) -> None:
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def machine() -> dict[str, Any]:
-    ram = None
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as fh:
-            ram = int(fh.readline().split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor(),
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "ram_bytes": ram,
-        "load_average_1min_at_start": round(os.getloadavg()[0], 2),
-    }
-
-
-def git_commit() -> dict[str, Any] | None:
-    """HEAD and the files under src/ and sql/ that differ from it (the code measured)."""
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "src", "sql"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split("\n")
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return {"head": head, "uncommitted_in_src_sql": [d[3:] for d in dirty if d.strip()]}
 
 
 def parameters(args: argparse.Namespace, epsilons: list[float]) -> dict[str, Any]:

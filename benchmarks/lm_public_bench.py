@@ -30,7 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from dpne_bench import CACHE, RESULTS, header, write_result  # noqa: E402  (one header for all benches)
+from dpne.common import CACHE, RESULTS, header, write_result  # noqa: E402  (one header for all benches)
 
 SRC = HERE.parent / "src"
 DEFAULT_SIZES = (100_000, 400_000, 1_600_000)

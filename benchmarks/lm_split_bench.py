@@ -72,7 +72,7 @@ def run_record(
     corpus: Corpus, split_name: str, eps: float, repeat: int, prep: dict[str, Any], args: argparse.Namespace
 ) -> dict[str, Any]:
     """One pipeline run with ``SPLITS[split_name]`` and its scored model (lm_bench's ``dp`` row)."""
-    from dpngram.config import DEFAULT_STAGE_BUDGET
+    from dpngram.config.budget_plan import DEFAULT_STAGE_BUDGET
 
     budget = SPLITS[split_name]
     work = prep["work"] / f"run-{time.time_ns()}"

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -28,6 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _common import git_commit, load_average, machine  # noqa: E402
 
 from dpngram.engines.duckdb import duckdb_memory_limit, memory_bytes  # noqa: E402
 from dpngram.text.sample import write_sample  # noqa: E402
@@ -73,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "benchmark": "memory",
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "load_average_1min": os.getloadavg()[0],
+        "git_commit": git_commit(),
+        "machine": machine(),
+        "load_average_1min": load_average(),
         "parameters": {
             "users": args.users,
             "memory_limit": args.memory_limit,

@@ -20,13 +20,14 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import os
-import platform
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _common import git_commit, machine  # noqa: E402
 
 from dpngram.audit import ALPHA, AUDITS, dpne_defaults, run_audit  # noqa: E402
 
@@ -57,13 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "benchmark": "privacy_audit",
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-        },
+        "git_commit": git_commit(),
+        "machine": machine(),  # at the end: its load averages are the run's
         "parameters": {
             "runs_per_dataset": {r["mechanism"]: r["runs_per_dataset"] for r in results},
             "control_runs_per_dataset": broken.runs_per_dataset,

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from dpne_bench import header, write_result  # noqa: E402
+from dpne.common import header, write_result  # noqa: E402
 
 from dpngram.text.public import read_public_corpus  # noqa: E402
 from dpngram.text.sample import SampleSpec, write_sample  # noqa: E402

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from dpngram.core.noise import NoiseSource, simulation_rng  # noqa: E402
 from dpngram.engines.duckdb import Warehouse  # noqa: E402
-from dpngram.mechanisms import synth  # noqa: E402
+from dpngram.mechanisms import synth, synth_sequences  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 DATA = ROOT.parent / "shared" / "data"
@@ -224,7 +224,7 @@ def evaluate(true_db, true_answers, true_patterns, synthetic, queries, sanity) -
 
 
 def run_corpus(name: str, wh: Warehouse, labels: list[str], records: list[list[int]], args) -> dict:
-    sequences = synth.records_to_sequences(records)
+    sequences = synth_sequences.records_to_sequences(records)
     true_db = [(s, c) for s, c in Counter(sequences).items()]
     queries = random_queries(len(labels), args.queries, seed=11)
     all_queries = {q for qs in queries.values() for q in qs}
@@ -240,10 +240,10 @@ def run_corpus(name: str, wh: Warehouse, labels: list[str], records: list[list[i
         "methods": {},
     }
     started = time.perf_counter()
-    exact = synth.ngram_occurrences(sequences, N_MAX)
-    base_tree = synth.exact_ngram_tree({k: float(v) for k, v in exact.items()}, len(labels), N_MAX)
+    exact = synth_sequences.ngram_occurrences(sequences, N_MAX)
+    base_tree = synth_sequences.exact_ngram_tree({k: float(v) for k, v in exact.items()}, len(labels), N_MAX)
     rng = simulation_rng(5)
-    base_db = synth.split_sequences(base_tree, L_MAX, N_MAX, rng)
+    base_db = synth_sequences.split_sequences(base_tree, L_MAX, N_MAX, rng)
     out["methods"]["baseline"] = {
         **evaluate(true_db, true_answers, true_patterns, base_db, queries, sanity),
         "seconds": round(time.perf_counter() - started, 2),
@@ -251,7 +251,9 @@ def run_corpus(name: str, wh: Warehouse, labels: list[str], records: list[list[i
     print_row(name, "baseline", out["methods"]["baseline"])
     # the paper's reconstruction (§4.3.5: joins, then c(v) copies from the longest n-grams down)
     started = time.perf_counter()
-    paper_db = synth.generate_sequences(synth.extend_by_joins(base_tree, L_MAX, rng=rng), rng)
+    paper_db = synth_sequences.generate_sequences(
+        synth_sequences.extend_by_joins(base_tree, L_MAX, rng=rng), rng
+    )
     out["methods"]["baseline-paper-reconstruction"] = {
         **evaluate(true_db, true_answers, true_patterns, paper_db, queries, sanity),
         "seconds": round(time.perf_counter() - started, 2),
@@ -264,8 +266,8 @@ def run_corpus(name: str, wh: Warehouse, labels: list[str], records: list[list[i
             t0 = time.perf_counter()
             tree = synth.build_tree(synth.SqlChildCounts(wh, SCHEMA), params, NoiseSource.secure())
             t1 = time.perf_counter()
-            consistent = synth.enforce_consistency(tree)
-            db = synth.split_sequences(consistent, L_MAX, N_MAX, rng)
+            consistent = synth_sequences.enforce_consistency(tree)
+            db = synth_sequences.split_sequences(consistent, L_MAX, N_MAX, rng)
             t2 = time.perf_counter()
             expanded = sum(tree.expanded_per_level)
             result = evaluate(true_db, true_answers, true_patterns, db, queries, sanity)

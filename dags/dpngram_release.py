@@ -99,7 +99,8 @@ from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryActi
 
 # Parse-time imports stay light (pydantic and the configuration, no numpy/scipy/duckdb/polars/GX/
 # kenlm): every task process parses this file first. tests/test_dag.py checks it.
-from dpngram.config import RunConfig, flat_fields
+from dpngram.config import RunConfig
+from dpngram.config.flat import flat_fields
 from dpngram.orchestration.form import form_params
 from dpngram.orchestration.plan import (
     GROUP_LABELS,
@@ -266,7 +267,7 @@ def _log_notices(config: Any) -> None:
     without a public corpus): one warning line each in the pre-check's log, as the CLI prints them."""
     import logging
 
-    from dpngram.orchestration.plan import run_notices
+    from dpngram.config.budget_plan import run_notices
 
     for notice in run_notices(config):
         logging.getLogger("dpngram").warning("note: %s", notice)
@@ -384,8 +385,7 @@ def dpngram_release() -> None:
         says it would exceed its lifetime budget; nothing is read before this. Fixes run_id and
         stages the parameters."""
         from dpngram.core.errors import BudgetError, ConfigError
-        from dpngram.orchestration.plan import input_problem
-        from dpngram.release.publish import prepare
+        from dpngram.release.publish import input_problem, prepare
 
         config = _config(context)
         if _is_scheduled(context) and config.lifetime_epsilon is None:

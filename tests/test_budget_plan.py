@@ -12,7 +12,8 @@ import math
 
 import pytest
 
-from dpngram.config import DEFAULT_STAGE_BUDGET, RunConfig
+from dpngram.config import RunConfig
+from dpngram.config.budget_plan import DEFAULT_STAGE_BUDGET
 from dpngram.core.accounting import Accountant, PrivacyEvent
 from dpngram.mechanisms.bayes import calibrate
 from dpngram.mechanisms.dpne import level_sigmas

@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from dpngram.cli import build_parser, config_from_args, main
-from dpngram.config import RunConfig, flat_fields
+from dpngram.cli import main
+from dpngram.cli.flags import config_from_args
+from dpngram.cli.parser import build_parser
+from dpngram.config import RunConfig
+from dpngram.config.flat import flat_fields
 from dpngram.release.context import run_id_from
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -276,7 +279,7 @@ def test_missing_input_is_one_line_exit_2_without_traceback(tmp_path):
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert lines == [f"dpngram: error: input {tmp_path / 'nope.jsonl'} does not exist"]
+    assert lines == [f"dpngram: error: input: {tmp_path / 'nope.jsonl'} does not exist"]
     assert "Traceback" not in proc.stderr + proc.stdout
     assert not (tmp_path / "out").exists()
 
@@ -284,7 +287,7 @@ def test_missing_input_is_one_line_exit_2_without_traceback(tmp_path):
 def test_hadoop_uri_input_needs_the_spark_engine(tmp_path):
     """hdfs:// and s3a:// inputs are read by Spark itself: refused on DuckDB with the reason,
     not checked against the local file system on Spark; local inputs must exist on both."""
-    from dpngram.cli import _check_input
+    from dpngram.cli.commands import check_input
     from dpngram.config import RunConfig
     from dpngram.core.errors import ConfigError
 
@@ -295,16 +298,16 @@ def test_hadoop_uri_input_needs_the_spark_engine(tmp_path):
 
     for uri in ("hdfs://namenode:8020/corpora/users.jsonl", "s3a://bucket/users.parquet"):
         with pytest.raises(ConfigError, match=r"^input: .* only the Spark engine reads those"):
-            _check_input(config("duckdb", uri))
-        _check_input(config("spark", uri))  # accepted: Spark opens it
+            check_input(config("duckdb", uri))
+        check_input(config("spark", uri))  # accepted: Spark opens it
     local = tmp_path / "users.jsonl"
     for engine in ("duckdb", "spark"):
-        with pytest.raises(FileNotFoundError):
-            _check_input(config(engine, str(local)))
-        with pytest.raises(FileNotFoundError):
-            _check_input(config(engine, f"file://{local}"))
+        with pytest.raises(ConfigError, match=r"^input: .* does not exist$"):
+            check_input(config(engine, str(local)))
+        with pytest.raises(ConfigError, match=r"^input: .* does not exist$"):
+            check_input(config(engine, f"file://{local}"))
     local.write_text("{}\n", encoding="utf-8")
-    _check_input(config("spark", f"file://{local}"))
+    check_input(config("spark", f"file://{local}"))
 
 
 @pytest.mark.parametrize(
@@ -463,7 +466,7 @@ def test_airflow_style_run_ids_work_on_the_command_line():
 
 def test_progress_line_says_what_was_released() -> None:
     """A newcomer reads a count next to each stage: the line names the unit and the file."""
-    from dpngram.cli import released_detail
+    from dpngram.cli.console import released_detail
 
     assert released_detail({"released_rows": 9251, "paths": ["/r/released/lm_counts.parquet"]}) == (
         "9,251 rows → lm_counts.parquet"
@@ -478,9 +481,9 @@ def test_a_stage_progress_line_shows_the_epsilon_the_summary_table_charges(capsy
     """The progress line and the final "Privacy spent" table must not show two different ε for one
     stage: the line shows what the stage added to the run's composed total (``charged_epsilon``),
     not its own ε composed alone (larger; report.html shows both)."""
-    from dpngram.cli import _StageProgress
+    from dpngram.cli.console import StageProgress
 
-    with _StageProgress(enabled=True) as progress:
+    with StageProgress(enabled=True) as progress:
         progress.on_stage("lm_counts", "start", {})
         progress.on_stage(
             "lm_counts",

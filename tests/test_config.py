@@ -6,7 +6,10 @@ import json
 
 import pytest
 
-from dpngram.config import SECTIONS, STAGES, DpneConfig, RunConfig, flat_fields
+from dpngram.config import RunConfig
+from dpngram.config.budget_plan import STAGES
+from dpngram.config.flat import flat_fields
+from dpngram.config.sections import SECTIONS, DpneConfig
 from dpngram.core.errors import ConfigError
 
 BASE = {"input": "users.jsonl", "out": "out"}

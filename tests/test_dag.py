@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from dpngram.config import DEFAULT_STAGE_BUDGET, RunConfig
+from dpngram.config import RunConfig
+from dpngram.config.budget_plan import DEFAULT_STAGE_BUDGET
 from dpngram.demo import airflow_env
 from dpngram.orchestration.form import ESSENTIALS, SECTION_ORDER
 from dpngram.release.context import PUBLIC_SUMMARY_KEYS

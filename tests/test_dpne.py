@@ -20,7 +20,7 @@ from dpngram.core.accounting import Accountant, PrivacyEvent, dpne_sigmas
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource, simulation_rng
 from dpngram.engines.duckdb import Warehouse
-from dpngram.mechanisms import dpne
+from dpngram.mechanisms import dpne, dpne_domain
 from dpngram.orchestration.plan import run_dpne
 from dpngram.release import layout
 from dpngram.release.context import RunContext, read_parts
@@ -74,7 +74,7 @@ def install_levels(wh: Warehouse, tmp_path, levels: dict[int, set[str]], pruning
     wh.con.register("s1_list", pa.table({"item": sorted(levels[1])}))
     wh.con.execute(f"CREATE OR REPLACE TABLE {SCHEMA}.s1_items AS SELECT item FROM s1_list")
     wh.con.unregister("s1_list")
-    dpne.install_vocabulary(wh, SCHEMA, "s1_items")
+    dpne_domain.install_vocabulary(wh, SCHEMA, "s1_items")
     for k in sorted(levels)[1:]:
         path = tmp_path / f"level{k}.parquet"
         pq.write_table(
@@ -153,9 +153,9 @@ def test_valid_count_and_index_match_the_definition(tmp_path, secure_noise, prun
     install_levels(wh, tmp_path, {1: s1, 2: s2}, pruning)
     for k, prev in ((2, s1), (3, s2)):
         expected = brute_valid(s1, prev, k, pruning)
-        assert dpne.count_valid_kgrams(wh, SCHEMA, k, pruning) == len(expected)
+        assert dpne_domain.count_valid_kgrams(wh, SCHEMA, k, pruning) == len(expected)
         inputs = dpne.prepare_level(wh, SCHEMA, k, pruning=pruning, max_contribution=50, noise=secure_noise)
-        index = dpne.valid_kgram_index(wh, SCHEMA, inputs)
+        index = dpne_domain.valid_kgram_index(wh, SCHEMA, inputs)
         keys = index.keys(np.arange(index.size))
         name = key_to_ngram(wh, k, pruning)
         assert index.size == inputs.valid == len(expected)
@@ -175,19 +175,20 @@ def test_estimate_valid_kgrams_is_unbiased(tmp_path, secure_noise):
     s2 = corpus_grams(rows, 2)
     wh = make_warehouse(rows)
     install_levels(wh, tmp_path, {1: s1, 2: s2})
-    exact = dpne.count_valid_kgrams(wh, SCHEMA, 3, "both")
+    exact = dpne_domain.count_valid_kgrams(wh, SCHEMA, 3, "both")
     p = 0.5
     draws = int(np.ceil(p * len(s1) * len(s2)))
     q = exact / (len(s1) * len(s2))
     total = sum(
-        round(dpne.estimate_valid_kgrams(wh, SCHEMA, 3, "both", p, secure_noise) * p) for _ in range(50)
+        round(dpne_domain.estimate_valid_kgrams(wh, SCHEMA, 3, "both", p, secure_noise) * p)
+        for _ in range(50)
     )
     lo, hi = (
         stats.binom.ppf(FALSE_FAILURE / 2, 50 * draws, q),
         stats.binom.isf(FALSE_FAILURE / 2, 50 * draws, q),
     )
     assert lo <= total <= hi
-    assert dpne.estimate_valid_kgrams(wh, SCHEMA, 2, "both", p, secure_noise) == len(s1) ** 2
+    assert dpne_domain.estimate_valid_kgrams(wh, SCHEMA, 2, "both", p, secure_noise) == len(s1) ** 2
 
 
 # ----------------------------------------------------------------------------------------------
@@ -212,7 +213,7 @@ def test_spurious_kgrams_exact_and_scalable_match_theory(tmp_path, secure_noise,
     wh = make_warehouse(rows)
     install_levels(wh, tmp_path, levels)
     inputs = dpne.prepare_level(wh, SCHEMA, k, pruning="both", max_contribution=100, noise=secure_noise)
-    valid = set(dpne.valid_kgram_index(wh, SCHEMA, inputs).keys(np.arange(inputs.valid)).tolist())
+    valid = set(dpne_domain.valid_kgram_index(wh, SCHEMA, inputs).keys(np.arange(inputs.valid)).tolist())
     weights = dict(wh.con.sql(f"SELECT item, weight FROM {SCHEMA}.{inputs.histogram}").fetchall())
     zero = sorted(valid - set(weights))
     m = len(zero)
@@ -262,7 +263,7 @@ def test_scalable_variant_extremes(tmp_path, secure_noise):
     wh = make_warehouse(rows)
     install_levels(wh, tmp_path, {1: {t for _, toks in rows for t in toks}})
     inputs = dpne.prepare_level(wh, SCHEMA, 2, pruning="both", max_contribution=100, noise=secure_noise)
-    valid = set(dpne.valid_kgram_index(wh, SCHEMA, inputs).keys(np.arange(inputs.valid)).tolist())
+    valid = set(dpne_domain.valid_kgram_index(wh, SCHEMA, inputs).keys(np.arange(inputs.valid)).tolist())
     keys = dpne.draw_level_keys(
         wh, SCHEMA, inputs, sigma=1e-9, rho=-1e-3, variant="scalable", noise=secure_noise
     )

@@ -31,7 +31,7 @@ from dpngram.core.errors import ConfigError
 from dpngram.core.noise import simulation_rng
 from dpngram.engines.duckdb import Warehouse
 from dpngram.engines.sql import load_sql
-from dpngram.mechanisms import dpne, dpsu
+from dpngram.mechanisms import dpne, dpne_domain, dpsu
 from dpngram.mechanisms.dpsu import (
     policy_gaussian_update,
     policy_gaussian_weights,
@@ -563,7 +563,7 @@ def level_warehouse(rows) -> tuple[Warehouse, set[str]]:
     wh.con.register("s1_list", pa.table({"item": sorted(s1)}))
     wh.con.execute(f"CREATE OR REPLACE TABLE {SCHEMA}.s1_items AS SELECT item FROM s1_list")
     wh.con.unregister("s1_list")
-    dpne.install_vocabulary(wh, SCHEMA, "s1_items")
+    dpne_domain.install_vocabulary(wh, SCHEMA, "s1_items")
     return wh, s1
 
 

@@ -37,7 +37,7 @@ from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource, simulation_rng
 from dpngram.engines.duckdb import Warehouse
 from dpngram.engines.sql import load_sql
-from dpngram.mechanisms import dpne, dpsu
+from dpngram.mechanisms import dpne, dpne_domain, dpsu
 from dpngram.mechanisms.dpsu import SipsRound, sips_fractions, sips_sigmas, sips_vocabulary_rounds
 
 SCHEMA = "run_sips_test"
@@ -555,7 +555,7 @@ def level_warehouse(rows) -> tuple[Warehouse, set[str]]:
     wh.con.register("s1_list", pa.table({"item": sorted(s1)}))
     wh.con.execute(f"CREATE OR REPLACE TABLE {SCHEMA}.s1_items AS SELECT item FROM s1_list")
     wh.con.unregister("s1_list")
-    dpne.install_vocabulary(wh, SCHEMA, "s1_items")
+    dpne_domain.install_vocabulary(wh, SCHEMA, "s1_items")
     return wh, s1
 
 
@@ -732,7 +732,7 @@ def test_sips_sql_runs_on_spark_and_agrees_with_duckdb(spark, tmp_path):
         for name, engine in engines.items():
             _sentences_on(engine, level_rows)
             dpsu._store_items(engine, SCHEMA, "s1_items", pa.table({"item": s1}))
-            dpne.install_vocabulary(engine, SCHEMA, "s1_items")
+            dpne_domain.install_vocabulary(engine, SCHEMA, "s1_items")
             out = dpne.release_level(
                 engine, SCHEMA, 2, sigma=sigma, eta=1e-3, max_contribution=10_000, pruning="both",
                 variant=variant, exact_max_valid=10**6, noise=NoiseSource.secure(), policy="dp-sips",

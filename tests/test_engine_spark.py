@@ -43,7 +43,7 @@ from dpngram.engines.duckdb import Warehouse
 from dpngram.engines.ingest import ingest_stats
 from dpngram.engines.spark import SparkEngine, java_available  # noqa: E402
 from dpngram.engines.sql import load_sql
-from dpngram.mechanisms import bayes, dpne, dpsu, synth
+from dpngram.mechanisms import bayes, dpne, dpne_domain, dpsu, synth
 from dpngram.release import layout
 from dpngram.release.context import RunContext
 from dpngram.release.publish import prepare
@@ -245,7 +245,7 @@ def test_level_candidates_and_histograms_identical(engines) -> None:
     assert 10 < s1.num_rows < vocab.num_rows
     for engine, schema in engines.values():
         dpsu._store_items(engine, schema, "eq_s1_items", s1)
-        assert dpne.install_vocabulary(engine, schema, "eq_s1_items") == s1.num_rows
+        assert dpne_domain.install_vocabulary(engine, schema, "eq_s1_items") == s1.num_rows
     for k in (2, 3):
         found = {}
         for name, (engine, schema) in engines.items():

@@ -293,7 +293,7 @@ def test_a_stage_charge_is_checked_against_the_lifetime_atomically(tmp_path):
 
 # -- 4, 5, 7, 8: the CLI, leftovers, what the release says ----------------------------------------
 def test_global_flags_before_the_subcommand_are_honoured():
-    from dpngram.cli import build_parser
+    from dpngram.cli.parser import build_parser
 
     parser = build_parser()
     base = ["run", "--input", "x.jsonl", "--out", "o"]
@@ -519,12 +519,12 @@ class WatchedSql:
         import duckdb
 
         from dpngram.engines.duckdb import Warehouse
-        from dpngram.mechanisms import dpne, dpsu
+        from dpngram.mechanisms import dpne, dpne_domain, dpsu
 
         self.names: dict[str, str] = {}
         self.failed: list[tuple[str, str]] = []
         self.fail, self.error = set(fail), error or duckdb.OutOfMemoryException
-        for module in (dpsu, dpne):
+        for module in (dpsu, dpne, dpne_domain):
             original = module.load_sql
 
             def naming(name, _original=original, **identifiers):
@@ -735,7 +735,9 @@ def test_the_cli_says_nothing_was_charged_and_prints_the_resume_command(
     with twice the memory limit. That command resumes the same run (its fingerprint matches)."""
     import shlex
 
-    from dpngram.cli import build_parser, config_from_args, main
+    from dpngram.cli import main
+    from dpngram.cli.flags import config_from_args
+    from dpngram.cli.parser import build_parser
     from dpngram.stages.vocabulary import run_vocabulary
 
     argv = ["run", "--input", str(small_corpus["users"]), "--out", str(tmp_path / "out")]

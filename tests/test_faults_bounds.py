@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dpngram.core.noise import NoiseSource, simulation_rng
-from dpngram.mechanisms import synth
+from dpngram.mechanisms import synth, synth_sequences
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_synth import markov_records  # noqa: E402
@@ -25,10 +25,10 @@ def noisy_tree(epsilon: float, seed: int, **params) -> synth.ExplorationTree:
     return synth.build_tree(synth.MemoryChildCounts(records), tree_params, NoiseSource.seeded_for_tests(seed))
 
 
-def tree_with_mass(epsilon: float) -> synth.ConsistentTree:
+def tree_with_mass(epsilon: float) -> synth_sequences.ConsistentTree:
     """A tree (seeded) whose level 1 released something: at a tiny ε its counts are huge."""
     for seed in range(50):
-        consistent = synth.enforce_consistency(noisy_tree(epsilon, seed))
+        consistent = synth_sequences.enforce_consistency(noisy_tree(epsilon, seed))
         if consistent.count:
             return consistent
     raise AssertionError("no seed released a node")  # pragma: no cover
@@ -39,18 +39,18 @@ def test_a_tiny_epsilon_gives_at_most_max_sequences(epsilon):
     consistent = tree_with_mass(epsilon)
     # the noise alone would ask for ~ theta = l_max ln(|I|/2) / eps sentences: far beyond any input
     assert sum(c for k, c in consistent.count.items() if len(k) == 1) > 1e7
-    sequences = synth.split_sequences(consistent, 20, 5, simulation_rng(1), max_sequences=1000)
+    sequences = synth_sequences.split_sequences(consistent, 20, 5, simulation_rng(1), max_sequences=1000)
     assert sum(n for _, n in sequences) == 1000
 
 
 def test_the_cap_keeps_the_distribution_and_exact_counts_when_it_does_not_bind():
     records = markov_records(500, 6, 10, seed=2)
-    sequences = synth.records_to_sequences(records)
-    exact = synth.exact_ngram_tree(synth.ngram_occurrences(sequences, 11), 6, 11)
-    free = synth.split_sequences(exact, 10, 11)
-    capped = synth.split_sequences(exact, 10, 11, max_sequences=10**6)
+    sequences = synth_sequences.records_to_sequences(records)
+    exact = synth_sequences.exact_ngram_tree(synth_sequences.ngram_occurrences(sequences, 11), 6, 11)
+    free = synth_sequences.split_sequences(exact, 10, 11)
+    capped = synth_sequences.split_sequences(exact, 10, 11, max_sequences=10**6)
     assert capped == free  # not binding: the exact reconstruction is unchanged
-    small = synth.split_sequences(exact, 10, 11, max_sequences=len(sequences) // 2)
+    small = synth_sequences.split_sequences(exact, 10, 11, max_sequences=len(sequences) // 2)
     assert sum(n for _, n in small) == len(sequences) // 2
 
 
@@ -61,7 +61,7 @@ def test_the_tree_never_holds_more_than_max_nodes():
     assert tree.truncated and 0 < len(tree.noisy) <= 20
     for key, labels in tree.children.items():  # the tree stays a tree: every child is released
         assert all(key + (x,) in tree.noisy for x in labels)
-    synth.enforce_consistency(tree)  # consistency still runs on the cut tree
+    synth_sequences.enforce_consistency(tree)  # consistency still runs on the cut tree
     unbounded = synth.TreeParams(epsilon=50.0, l_max=12, n_max=5, n_labels=8)
     full = synth.build_tree(synth.MemoryChildCounts(records), unbounded, NoiseSource.seeded_for_tests(4))
     assert len(full.noisy) > 20 and not full.truncated

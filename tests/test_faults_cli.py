@@ -50,7 +50,7 @@ def test_a_negative_number_is_refused_by_validation_not_by_argparse(tmp_path, ca
 
 
 def test_a_negative_number_after_a_flag_is_kept_as_its_value_in_the_resume_command():
-    from dpngram.cli import _join_negative_values
+    from dpngram.cli.main import _join_negative_values
 
     assert _join_negative_values(["run", "--epsilon", "-1e-7", "-q"]) == ["run", "--epsilon=-1e-7", "-q"]
     assert _join_negative_values(["run", "-q", "--epsilon", "2"]) == ["run", "-q", "--epsilon", "2"]
@@ -117,12 +117,12 @@ def test_a_warehouse_below_a_file_is_one_line_naming_the_flag_and_the_fix(tmp_pa
 def test_a_full_disk_says_to_free_space(tmp_path, capsys, monkeypatch):
     import errno
 
-    from dpngram import cli
+    from dpngram.cli import commands
 
     def full(args):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "o" / "x.parquet"))
 
-    monkeypatch.setattr(cli, "cmd_sample", full)
+    monkeypatch.setattr(commands, "cmd_sample", full)
     code, _, err = run_cli(capsys, "sample", "--out", str(tmp_path / "o"))
     line = one_error_line(err)
     assert code == 1 and "unexpected" not in line
@@ -145,7 +145,7 @@ def test_ingest_without_a_usable_record_prints_the_quarantine_summary(tmp_path, 
 
 # -- the ledger shows tiny epsilons readably -----------------------------------------------------------
 def test_format_epsilon_never_shows_a_spend_as_zero():
-    from dpngram.cli import format_epsilon
+    from dpngram.cli.console import format_epsilon
 
     assert format_epsilon(1e-6) == "1.000e-06"
     assert format_epsilon(4.9e-5) == "4.900e-05"

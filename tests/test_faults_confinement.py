@@ -113,7 +113,7 @@ def test_extensions_are_validated():
 
 
 def test_the_report_and_the_run_notes_say_when_links_out_are_followed(layout, tmp_path):
-    from dpngram.orchestration.plan import run_notices
+    from dpngram.config.budget_plan import run_notices
 
     def part(**kw: Any) -> dict[str, Any]:
         config = RunConfig.build(

@@ -7,7 +7,8 @@ from __future__ import annotations
 import jsonschema
 import pytest
 
-from dpngram.config import DEFAULT_STAGE_BUDGET, RunConfig
+from dpngram.config import RunConfig
+from dpngram.config.budget_plan import DEFAULT_STAGE_BUDGET
 from dpngram.core.errors import ConfigError
 from dpngram.orchestration.form import ESSENTIALS, SECTION_ORDER, bounds_text, form_params
 

@@ -497,7 +497,8 @@ def test_a_selection_user_composes_within_the_runs_total(tmp_path, epsilon, spli
     previous code) it did, by more than 5%, because joint calibration sizes that ε for a Gaussian.
     In per-stage calibration the stage's own ε stays within the target (basic composition) but
     can exceed the reported total, which composes the Gaussians sub-additively."""
-    from dpngram.config import RunConfig, stage_privacy_shapes
+    from dpngram.config import RunConfig
+    from dpngram.config.budget_plan import stage_privacy_shapes
     from dpngram.core.accounting import PrivacyEvent, compose
 
     public = tmp_path / "public.txt"

@@ -30,8 +30,8 @@ import pytest
 
 from dpngram.engines.duckdb import Warehouse
 from dpngram.engines.sql import load_sql
-from dpngram.mechanisms import dpne, triehh
-from dpngram.mechanisms.dpne import SENTENCE_STRIDE, USER_BUCKETS, number_users
+from dpngram.mechanisms import dpne_domain, triehh
+from dpngram.mechanisms.dpne_domain import SENTENCE_STRIDE, USER_BUCKETS, number_users
 
 SCHEMA = "run_numbering"
 HEAVY_SENTENCES = 700
@@ -197,7 +197,7 @@ def test_bucket_count_must_be_positive(duck) -> None:
 
 
 def test_install_vocabulary_and_triehh_use_the_shared_numbering(duck) -> None:
-    assert dpne.install_vocabulary(duck, SCHEMA, "numbering_released") == duck.fetch_scalar(
+    assert dpne_domain.install_vocabulary(duck, SCHEMA, "numbering_released") == duck.fetch_scalar(
         f"SELECT count(*) FROM {SCHEMA}.numbering_released"
     )
     check_users(duck, "dpne_users")

@@ -136,7 +136,7 @@ def test_sips_audit_runs_complete_dp_sips_releases_with_fresh_salts(monkeypatch)
     DpneConfig: R Gaussians composing to the weighted policy's sigma_1), once per run and dataset,
     and every round draws a new subset selection salt; its claim is the weighted policy's (same sigma_1 and
     delta_0 in total)."""
-    from dpngram.config import DpneConfig
+    from dpngram.config.sections import DpneConfig
     from dpngram.core.accounting import compose_gaussian_sigmas
 
     calls = []

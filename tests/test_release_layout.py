@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from dpngram.cli import build_parser
+from dpngram.cli.parser import build_parser
 from dpngram.config import DEFAULT_STAGE_BUDGET, RunConfig
 from dpngram.orchestration.plan import run_release
 from dpngram.text.sample import write_sample
@@ -49,6 +49,13 @@ ADDED_PARAMS: dict[str, list[str] | None] = {
     "synth_max_sequences": None,  # issue 26: output bounds
     "synth_max_nodes": None,
     "max_quarantine_fraction": None,  # issue 28: refuse a mostly malformed input
+    "dpne_public_vocabulary": None,  # issue 24: the vocabulary's public domain
+}
+
+
+#: Columns added to released files since the recording (nothing removed or renamed).
+ADDED_COLUMNS: dict[str, list[list[str]]] = {
+    "released/vocabulary.parquet": [["kgram_seed", "bool"]],  # issue 24: seeds of the k-gram levels
 }
 
 
@@ -122,7 +129,7 @@ def test_a_full_release_has_the_same_files_columns_and_report_sections(tmp_path:
     assert files == sorted(_renamed(f) for f in expected["files"] if not f.startswith("report.timings/"))
     for relative, columns in expected["parquet"].items():
         schema = pq.read_schema(release / relative)
-        assert [[f.name, str(f.type)] for f in schema] == columns, relative
+        assert [[f.name, str(f.type)] for f in schema] == columns + ADDED_COLUMNS.get(relative, []), relative
     report = json.loads((release / "report.json").read_text(encoding="utf-8"))
     assert sorted(report) == sorted(set(expected["report_keys"]) - {"timings_seconds"})
     # what each stage's progress line says it charged is the report's (and the CLI table's) number,

@@ -369,7 +369,7 @@ def test_a_missing_public_corpus_is_refused_before_anything_is_spent(tmp_path):
 
 def test_input_problem_is_decided_from_the_path_alone(tmp_path):
     """What ``privacy_precheck`` refuses before reserving anything (issue 28, item 3)."""
-    from dpngram.orchestration.plan import input_problem
+    from dpngram.release.publish import input_problem
 
     def config(path: str, **kw):
         return RunConfig.build(input=path, out=str(tmp_path / "out"), **kw)

@@ -20,7 +20,7 @@ from dpngram.core.accounting import PrivacyEvent
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource, simulation_rng
 from dpngram.engines.duckdb import Warehouse
-from dpngram.mechanisms import synth
+from dpngram.mechanisms import synth, synth_sequences
 from dpngram.release import layout
 from dpngram.release.context import RunContext, read_parts
 from dpngram.stages import synth as synth_stage
@@ -177,7 +177,7 @@ def test_consistency_makes_children_sum_to_the_parent(secure_noise):
     records = markov_records(3000, 10, 15, seed=2)
     params = synth.TreeParams(epsilon=1.0, l_max=15, n_max=4, n_labels=10)
     tree = synth.build_tree(synth.MemoryChildCounts(records), params, secure_noise)
-    ct = synth.enforce_consistency(tree)
+    ct = synth_sequences.enforce_consistency(tree)
     checked = 0
     for key in tree.budget:
         if not key or key not in ct.count:
@@ -201,7 +201,7 @@ def hand_tree() -> synth.ExplorationTree:
 
 
 def test_consistency_steps_on_a_hand_tree():
-    ct = synth.enforce_consistency(hand_tree(), min_count=0.5)
+    ct = synth_sequences.enforce_consistency(hand_tree(), min_count=0.5)
     # (2,): level 1 -> step 3: leftover 20 - 12 spread over the 3 missing labels
     assert ct.children[(2,)] == {1: 8.0, 3: 4.0}
     assert ct.rest[(2,)] == (pytest.approx(8 / 3), 3)
@@ -219,30 +219,30 @@ def test_consistency_steps_on_a_hand_tree():
 # ----------------------------------------------------------------------------------------------
 def test_generation_reconstructs_the_database_from_exact_counts():
     records = markov_records(400, 6, 10, seed=4)
-    sequences = synth.records_to_sequences(records)
-    exact = synth.ngram_occurrences(sequences, 10)
+    sequences = synth_sequences.records_to_sequences(records)
+    exact = synth_sequences.ngram_occurrences(sequences, 10)
     generated = Counter()
-    for key, copies in synth.generate_sequences({k: float(c) for k, c in exact.items()}):
+    for key, copies in synth_sequences.generate_sequences({k: float(c) for k, c in exact.items()}):
         generated[key] += copies
     assert generated == Counter(sequences)
     # the same through the tree path: an exact tree of height l_max needs no extension
-    tree = synth.exact_ngram_tree(exact, n_labels=6, n_max=10)
-    extended = synth.extend_by_joins(tree, l_max=10)
+    tree = synth_sequences.exact_ngram_tree(exact, n_labels=6, n_max=10)
+    extended = synth_sequences.extend_by_joins(tree, l_max=10)
     assert extended == {k: float(c) for k, c in exact.items()}
     again = Counter()
-    for key, copies in synth.generate_sequences(extended):
+    for key, copies in synth_sequences.generate_sequences(extended):
         again[key] += copies
     assert again == Counter(sequences)
     # and the synthetic corpus reproduces every released count it was generated from
-    assert synth.ngram_occurrences(again.elements(), 10) == exact
+    assert synth_sequences.ngram_occurrences(again.elements(), 10) == exact
 
 
 def test_join_estimates_follow_the_markov_formula():
     # Example 4.4: c(I2 I3 I1) * c(I3 I1 I2) / c(I3 I1) = 4 * 2 / 4 = 2
-    tree = synth.ConsistentTree(5)
+    tree = synth_sequences.ConsistentTree(5)
     tree.count.update({(2, 3, 1): 4.0, (3, 1): 4.0, (3, 1, 2): 2.0, (3, 1, 1): 2.0})
     tree.children.update({(3, 1): {2: 2.0, 1: 2.0}})
-    extended = synth.extend_by_joins(tree, l_max=4)
+    extended = synth_sequences.extend_by_joins(tree, l_max=4)
     assert extended[(2, 3, 1, 2)] == pytest.approx(2.0)
     assert extended[(2, 3, 1, 1)] == pytest.approx(2.0)
     assert max(len(k) for k in extended) == 4
@@ -380,12 +380,12 @@ def test_tree_is_reproducible_with_a_seeded_source():
 
 
 def test_sampled_joins_have_the_join_expectation_and_keep_exact_counts():
-    tree = synth.ConsistentTree(5)
+    tree = synth_sequences.ConsistentTree(5)
     tree.count.update({(2, 3, 1): 7.0, (3, 1): 10.0, (3, 1, 2): 6.0, (3, 1, 0): 3.0})
     tree.children.update({(3, 1): {2: 6.0, 0: 3.0}})  # 1 of 10 continuations is unknown: "stop"
     rng = simulation_rng(17)
     reps = 4000
-    runs = [synth.extend_by_joins(tree, l_max=4, rng=rng) for _ in range(reps)]
+    runs = [synth_sequences.extend_by_joins(tree, l_max=4, rng=rng) for _ in range(reps)]
     got = np.array([[run.get((2, 3, 1, x), 0.0) for x in (2, 0)] for run in runs])
     # each of the 7 copies goes to child 2 w.p. 0.6, to '&' w.p. 0.3: binomial means, z at ALPHA
     z = stats.norm.isf(ALPHA / 4)
@@ -394,39 +394,43 @@ def test_sampled_joins_have_the_join_expectation_and_keep_exact_counts():
     assert np.all(got.sum(axis=1) <= 7) and np.all(got == np.round(got))
     # exact integer counts of a complete tree are reconstructed exactly with randomized rounding too
     records = markov_records(200, 5, 8, seed=6)
-    sequences = synth.records_to_sequences(records)
-    exact = synth.ngram_occurrences(sequences, 8)
-    full = synth.exact_ngram_tree(exact, n_labels=5, n_max=8)
-    extended = synth.extend_by_joins(full, l_max=8, rng=rng)
+    sequences = synth_sequences.records_to_sequences(records)
+    exact = synth_sequences.ngram_occurrences(sequences, 8)
+    full = synth_sequences.exact_ngram_tree(exact, n_labels=5, n_max=8)
+    extended = synth_sequences.extend_by_joins(full, l_max=8, rng=rng)
     generated = Counter()
-    for key, copies in synth.generate_sequences(extended, rng):
+    for key, copies in synth_sequences.generate_sequences(extended, rng):
         generated[key] += copies
     assert generated == Counter(sequences)
 
 
 def test_prefix_split_reproduces_exact_counts_and_keeps_totals():
     records = markov_records(300, 6, 9, seed=8)
-    sequences = synth.records_to_sequences(records)
-    exact = synth.ngram_occurrences(sequences, 10)
-    full = synth.exact_ngram_tree(exact, n_labels=6, n_max=10)  # n_max > l_max: every prefix known
+    sequences = synth_sequences.records_to_sequences(records)
+    exact = synth_sequences.ngram_occurrences(sequences, 10)
+    full = synth_sequences.exact_ngram_tree(exact, n_labels=6, n_max=10)  # n_max > l_max: every prefix known
     for rng in (None, simulation_rng(2)):
         generated = Counter()
-        for key, copies in synth.split_sequences(full, l_max=9, n_max=10, rng=rng):
+        for key, copies in synth_sequences.split_sequences(full, l_max=9, n_max=10, rng=rng):
             generated[key] += copies
         assert generated == Counter(sequences)
     # a short tree: the number of sequences is still the exact count of sequence starts, and
     # every generated sequence ends at '&' or at l_max, or where the model has no continuation
-    short = synth.exact_ngram_tree(synth.ngram_occurrences(sequences, 3), n_labels=6, n_max=3)
-    out = synth.split_sequences(short, l_max=9, n_max=3, rng=simulation_rng(3))
+    short = synth_sequences.exact_ngram_tree(
+        synth_sequences.ngram_occurrences(sequences, 3), n_labels=6, n_max=3
+    )
+    out = synth_sequences.split_sequences(short, l_max=9, n_max=3, rng=simulation_rng(3))
     assert sum(c for _, c in out) == len(sequences)
     assert all(len(k) <= 9 for k, _ in out)
 
 
 def test_systematic_split_is_exact_for_integer_expectations_and_unbiased():
-    assert synth._systematic_split(10, np.array([3.0, 5.0, 2.0]), None).tolist() == [3, 5, 2]
+    assert synth_sequences._systematic_split(10, np.array([3.0, 5.0, 2.0]), None).tolist() == [3, 5, 2]
     rng = simulation_rng(4)
     reps = 4000
-    got = np.array([synth._systematic_split(3, np.array([1.0, 1.0, 2.0]), rng) for _ in range(reps)])
+    got = np.array(
+        [synth_sequences._systematic_split(3, np.array([1.0, 1.0, 2.0]), rng) for _ in range(reps)]
+    )
     assert np.all(got.sum(axis=1) == 3)
     # expectations 0.75, 0.75, 1.5; each count varies within one of its expectation
     for col, mean in enumerate([0.75, 0.75, 1.5]):

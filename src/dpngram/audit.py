@@ -61,6 +61,10 @@ up, and small):
   per-user count vectors scaled to norm ≤ C; the canary's vector is scaled to exactly C. Score:
   the projection of the noisy vector on the canary's vector.
 
+Why one module (over 600 lines): every mechanism's audit is the same three steps (canary
+datasets, scores, the Clopper-Pearson bound) with a small scorer per mechanism; the shared bound
+and the scorers read best side by side, and no other module imports them.
+
 Owns: :func:`epsilon_lower_bound`, :func:`expected_threshold_bound`, :data:`AUDITS`, :func:`run_audit`.
 Imports: dpngram.mechanisms, dpngram.engines, dpngram.config, dpngram.core; numpy, scipy.
 """
@@ -181,7 +185,7 @@ Scores = tuple[np.ndarray, np.ndarray, float, float, dict[str, Any]]
 def dpne_defaults() -> Any:
     """The run defaults the DPSU / DPNE audits use (policy, cap α, threshold share of δ, σ
     schedule c, T, Δ0, η), read from the configuration so the audit follows them."""
-    from dpngram.config import DpneConfig
+    from dpngram.config.sections import DpneConfig
 
     return DpneConfig()
 
@@ -554,7 +558,7 @@ def audit_dpne_level(
 
 def audit_bayes(runs: int, noise: NoiseSource, *, epsilon: float = 2.0, delta: float = 1e-5) -> Scores:
     """The Bayesian trigram release (noisy logits) at the data-independent sensitivity bound."""
-    from dpngram.config import BayesConfig
+    from dpngram.config.sections import BayesConfig
     from dpngram.mechanisms import bayes
 
     defaults = BayesConfig()
@@ -626,7 +630,7 @@ def audit_lm_counts(
     l2 sensitivity). The canary's vector has norm above C, so it is scaled to exactly C: the
     largest shift one user can make. Score: the projection of the noisy vector on the canary's
     direction (the most powerful test for Gaussian noise)."""
-    from dpngram.config import LmConfig
+    from dpngram.config.sections import LmConfig
     from dpngram.mechanisms.lm_counts import noisy_release
 
     C = float(LmConfig().count_clip if clip is None else clip)

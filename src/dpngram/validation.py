@@ -31,6 +31,10 @@ A failed expectation raises :class:`ValidationFailed` after the results and Data
 to the staged release, so the run is inspectable but never published
 (:func:`dpngram.release.publish.publish_run` refuses a run whose 'validation' part did not pass).
 
+Why one module (over 600 lines): the suite registry, the runner and the suites are the one
+place a reader checks what is validated and under which privacy rule (private suites report
+booleans only); the suites are short declarations that share the runner's batching.
+
 Owns: the GX suites (:data:`SUITES`, :func:`register_suite`), the batches they check, running one
 batch, scrubbing results, :func:`validate_model`.
 Imports: dpngram.lm, dpngram.release, dpngram.engines, dpngram.text, dpngram.core; great_expectations,

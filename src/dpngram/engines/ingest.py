@@ -2,7 +2,7 @@
 
 :func:`ingest_file` streams ``config.input`` through the readers of :mod:`dpngram.text.records`
 and writes these tables to the run's private schema (DDL in ``sql/ingest/*.sql``; the Spark
-engine writes the same tables, :func:`dpngram.engines.spark.ingest_spark`):
+engine writes the same tables, :func:`dpngram.engines.spark_ingest.ingest_spark`):
 
 * ``raw_text(user_id, doc_id, text)`` — one row per usable input record (a "document");
 * ``sentences(user_id, doc_id, sent_id, tokens VARCHAR[])`` — the tokenized form every later
@@ -124,14 +124,20 @@ def ingest_file(
     return stats
 
 
-def count_ingested(wh: Warehouse, schema: str, rows_read: int) -> IngestStats:
-    row = wh.query("ingest/counts", schema=schema).fetchone()
-    assert row is not None
+def count_ingested(engine: Engine, schema: str, rows_read: int) -> IngestStats:
+    """The exact counts of the ingest tables in ``schema`` (on either engine), checked against
+    ``rows_read``: rows read = rows loaded + rows quarantined."""
+    from dpngram.engines.sql import load_sql
+
+    counts = engine.fetch_arrow(load_sql("ingest/counts", schema=schema))
+    row = [counts.column(i)[0].as_py() for i in range(counts.num_columns)]
     loaded, quarantined, users, documents, sentences, tokens = (int(v) for v in row)
     if rows_read != loaded + quarantined or documents != loaded:
         # A bookkeeping bug, not bad data: refuse to continue (no counts in the message).
         raise RuntimeError("ingest: rows read != rows loaded + rows quarantined (internal error)")
-    reasons = {str(r): int(n) for r, n in wh.query("ingest/quarantine_reasons", schema=schema).fetchall()}
+    table = engine.fetch_arrow(load_sql("ingest/quarantine_reasons", schema=schema))
+    pairs = zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True)
+    reasons = {str(r): int(n) for r, n in pairs}
     return IngestStats(
         rows_read=rows_read,
         rows_loaded=loaded,
@@ -144,15 +150,34 @@ def count_ingested(wh: Warehouse, schema: str, rows_read: int) -> IngestStats:
     )
 
 
-def write_stats(wh: Warehouse, schema: str, stats: IngestStats) -> None:
+def write_stats(engine: Engine, schema: str, stats: IngestStats) -> None:
+    """Write ``ingest_stats`` (last: it marks a finished ingest), on either engine."""
+    from dpngram.engines.sql import load_sql
+
     metrics = {k: v for k, v in stats.as_dict().items() if isinstance(v, int)}
     metrics.update({f"quarantined.{reason}": n for reason, n in stats.quarantine_reasons.items()})
     frame = pl.DataFrame(
         {"metric": list(metrics), "value": list(metrics.values())},
         schema={"metric": pl.String, "value": pl.Int64},
     )
-    with wh.registered(ingest_stats_batch=frame):
-        wh.run_sql("ingest/stats_write", schema=schema, stats_batch="ingest_stats_batch")
+    with engine.registered(ingest_stats_batch=frame):
+        engine.execute(load_sql("ingest/stats_write", schema=schema, stats_batch="ingest_stats_batch"))
+
+
+def ingest_input(
+    engine: Engine, schema: str, config: RunConfig, progress: Callable[[int], None] | None = None
+) -> tuple[IngestStats, str]:
+    """Ingest ``config.input`` into ``schema`` with the engine's loader: the one place that chooses
+    per engine (DuckDB: :func:`ingest_file`; Spark: :func:`dpngram.engines.spark_ingest.ingest_spark`,
+    same tables, numbering and tokens). Returns the (PRIVATE) statistics and the input format read.
+    ``progress`` (records read so far) is called by the DuckDB loader only."""
+    if engine.name == "spark":
+        from dpngram.engines.spark_ingest import ingest_spark, spark_input_format
+
+        fmt = spark_input_format(str(config.input), config.input_format)
+        return ingest_spark(engine, schema, config), fmt
+    fmt = detect_format(config.input, config.input_format)
+    return ingest_file(engine, schema, config, progress), fmt
 
 
 def ingest_stats(engine: Engine, schema: str) -> dict[str, Any]:

@@ -17,6 +17,10 @@ vocabulary, the noisy counts, the selected weight λ) and public parameters. No 
   ``-mix-lm``): exact for every n-gram listed in P or Q; other n-grams back off with weights that
   make every context sum to one.
 
+Why one module (over 600 lines): its functions are the steps of one construction (vocabulary,
+public counts, P, Q, the mixture, the adaptation) that share the ARPA-level data structures; split
+up, each part would be read only by the next.
+
 Owns: the model vocabulary V_LM, the public model P, the noisy-count model Q, the mixture, the
 held-out public split (:data:`HELDOUT_EVERY`).
 Imports: dpngram.lm.arpa, dpngram.text, dpngram.core; polars.

@@ -31,6 +31,10 @@ Hyperparameters S, ρ are by default chosen on public data alone (:func:`tune_on
 privacy cost): the public corpus is split into a prior fold and a pseudo-private fold of
 pseudo-users, and the (S, ρ) with the smallest expected KL after noise is kept.
 
+Why one module (over 600 lines): the mechanism, its Laplace baselines and the public-data
+tuning of S and rho share the trigram space and the sensitivity bound; the baselines exist only to
+be compared with the mechanism they sit next to.
+
 Owns: BayesianDP (prior, posterior mean, sensitivity bound, calibration, release), the Laplace
 baselines, public tuning of (S, ρ), the trigram space and bounded per-user counts.
 Imports: dpngram.engines, dpngram.text, dpngram.core; numpy, pyarrow.

@@ -41,7 +41,12 @@ policy, round r over the items not released by rounds < r (an anti-join in SQL) 
 ``sigma / sqrt(f_r)`` (sum_r f_r = 1), so the rounds compose exactly to one Gaussian of ``sigma``;
 the threshold delta is split over the rounds (:func:`sips_release`, :func:`sips_rounds_release`).
 Only histograms and released keys reach the driver, so it scales out like the weighted policy.
-Derivation: docs/dpne.md, "DP-SIPS".
+Derivation: docs/dpne.md, "DP-SIPS". The vocabulary's public domain (:class:`PublicDomain`,
+:func:`public_domain_draw`): docs/dpne.md, "The public domain of the vocabulary".
+
+Why one module (over 600 lines): the three policies, DP-SIPS's rounds and the public domain share
+one histogram SQL, one thresholding rule and one set of release parameters; the DPNE levels and
+the audit call them as one API, and splitting would only move the shared helpers apart.
 
 Owns: the DPSU release over any ``(user_id, item)`` relation with any policy, the vocabulary
 S_1 and its parameters, writing released keys (:func:`write_keys_parquet`).

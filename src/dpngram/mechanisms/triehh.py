@@ -34,9 +34,13 @@ amplification bound for n users of (m eps0)-LDP randomizers. Groups are disjoint
 data-independent randomness, so across layers and passes the guarantee is the maximum over the
 layers (parallel composition), not the sum.
 
+Why one module (over 600 lines): the randomizer, the trie simulation and the shuffle-model
+accounting are one protocol whose parameters (eps0, subset size, users per layer) are chosen
+together; the accounting is only meaningful next to the randomizer it bounds.
+
 Owns: the Subset Selection randomizer, the trie protocol simulation, the shuffle-model accounting
 (FMT21 bounds, ε0 for a budget), merging discovered words into S_1.
-Imports: dpngram.mechanisms.dpne, dpngram.engines, dpngram.core; numpy, scipy, pyarrow.
+Imports: dpngram.mechanisms.dpne_domain, dpngram.engines, dpngram.core; numpy, scipy, pyarrow.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql
-from dpngram.mechanisms.dpne import number_users
+from dpngram.mechanisms.dpne_domain import number_users
 
 STAGE = "triehh"
 

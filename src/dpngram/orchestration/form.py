@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpngram.config import SECTIONS, RunConfig
+from dpngram.config import RunConfig
+from dpngram.config.sections import SECTIONS
 
 #: The first screen of the form (no section: Airflow's open default section), in this order.
 ESSENTIALS = ("dataset", "input", "public", "out", "epsilon", "delta", "stage_budget", "max_n")
@@ -108,7 +109,7 @@ def form_params(defaults: dict[str, Any], skip: tuple[str, ...] = ("run_id",)) -
     """``{name: {"default": ..., **schema}}`` for ``airflow.sdk.Param(default, **schema)``, ordered
     essentials first, then section by section; ``defaults`` override RunConfig's defaults (a
     deployment's paths and DPNGRAM_PARAMS)."""
-    from dpngram.config import flat_fields
+    from dpngram.config.flat import flat_fields
 
     sections = {name: section for name, section, *_ in flat_fields()}
     required = {name for name, _, _, info in flat_fields() if info.is_required()}

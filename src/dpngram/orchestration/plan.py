@@ -3,32 +3,37 @@
 A step has one name everywhere: the Airflow task id, the stage name the CLI prints, the report part
 its stage records and the ledger entry it charges (``dpne.k2`` is task ``k2`` of task group ``dpne``,
 report part ``report.parts/dpne.k2.json`` and ledger stage ``dpne.k2``). Each step says what it runs
-(a stage function, imported only when the step runs, so that parsing the DAG file and skipping a task
-stay cheap) and when it runs (:meth:`Step.skip_reason`, decided from the validated configuration
-alone). The CLI runs the steps that apply in one process (:func:`run_release`); the DAG makes one
-task per step and a task skips itself when its step does not apply, so the order and the skip rules
-are written once, here.
+(a stage function, named by an import a reader and an IDE can follow, but imported only when the
+step runs, so that parsing the DAG file and skipping a task stay cheap: see "The stages" below) and
+when it runs (:meth:`Step.skip_reason`, decided from the validated configuration alone, by the
+rules of :mod:`dpngram.config.budget_plan`). The CLI runs the steps that apply in one process
+(:func:`run_release`); the DAG makes one task per step and a task skips itself when its step does
+not apply, so the order and the skip rules are written once, here.
 
 Around the steps: :func:`dpngram.release.publish.prepare` (the privacy pre-check; task
 ``privacy_precheck``) before, and :func:`dpngram.release.publish.publish_run` (task ``publish``)
 after.
 
+Why one module (over 600 lines): the steps, their order, the DAG's task graph derived from them
+(upstreams, groups, display names) and the runner are one contract; the CLI and the DAG must read
+the same list, and each piece is small.
+
 Owns: the steps (``STEPS``), their order and skip rules, the DAG's tasks (``TASKS``: the levels
 k = 2..T run in one task), :func:`release_steps`, :func:`run_release`, :func:`run_dpne`,
 :class:`TaskRefused`.
-Imports: dpngram.stages (lazily, by name, when a step runs), dpngram.release, dpngram.config,
-dpngram.core.
+Imports: dpngram.stages (inside the functions that call them, when a step runs), dpngram.release,
+dpngram.config, dpngram.core.
 """
 
 from __future__ import annotations
 
-import importlib
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dpngram.config import RunConfig
+from dpngram.config.budget_plan import lm_skip_reason, triehh_skip_reason
 
 if TYPE_CHECKING:
     from dpngram.core.noise import NoiseSource
@@ -58,22 +63,12 @@ class TaskRefused(SystemExit):
 #: The longest n-gram the configuration allows (``max_n``'s maximum): the DAG has a level task up to it.
 MAX_LEVEL = 12
 
-#: Stages whose release a language model can be built from (``lm_route`` 'auto').
-LM_SOURCES = ("lm_counts", "bayes", "synth")
-
 
 def _needs_budget(stage: str) -> Callable[[RunConfig], str | None]:
     def skip(config: RunConfig) -> str | None:
-        return None if stage in config.stage_budget else f"stage_budget has no '{stage}' share"
+        return config.stage_skip_reason(stage)
 
     return skip
-
-
-def _triehh(config: RunConfig) -> str | None:
-    method = config.dpne.vocabulary_method
-    if method not in ("triehh", "both"):
-        return f"vocabulary_method is '{method}': no TrieHH stage"
-    return _needs_budget("triehh")(config)
 
 
 def _level(k: int) -> Callable[[RunConfig], str | None]:
@@ -83,45 +78,88 @@ def _level(k: int) -> Callable[[RunConfig], str | None]:
     return skip
 
 
-def _bayes(config: RunConfig) -> str | None:
-    """The Bayesian stage needs a share and the public corpus (its prior): with the default split
-    and no ``public``, it is skipped (and says so) rather than failing the run."""
-    return config.stage_skip_reason("bayes")
-
-
 def _kgrams(config: RunConfig) -> str | None:
     return None if config.dpne.max_n >= 2 else "T = 1: no k-grams beyond the vocabulary"
 
 
-def lm_skip_reason(config: RunConfig) -> str | None:
-    """Why the run builds no language model, or None when it builds one."""
-    if config.lm.route == "off":
-        return "lm_route is 'off'"
-    if not any(s in config.stage_budget for s in LM_SOURCES):
-        return f"no stage the model is built from has a budget share ({', '.join(LM_SOURCES)})"
-    return None
+# ----------------------------------------------------------------------------------------------
+# The stages. Each step calls one of these; each imports its stage function when called, so the
+# DAG file (which imports this module) loads no stage and no heavy library when it is parsed.
+# Go-to-definition on the imported name leads to the stage; import-linter sees the imports too.
+# ----------------------------------------------------------------------------------------------
+StageFunction = Callable[..., dict[str, Any]]
 
 
-def run_notices(config: RunConfig) -> list[str]:
-    """What an operator should know before a run starts, in one line each: budgeted stages that
-    will not run (and why), and a language model without a public corpus (its vocabulary is then
-    the DP vocabulary alone and its public part a uniform distribution)."""
-    notices = [
-        f"{name} will not run: {reason}"
-        for name in config.stage_budget
-        if (reason := config.stage_skip_reason(name)) is not None
-    ]
-    if config.public is None and lm_skip_reason(config) is None:
-        notices.append(
-            "no public corpus: the language model's vocabulary is the DP vocabulary alone and its "
-            "public part is uniform; set public to a text of the same language for a useful model"
-        )
-    if config.follow_external_symlinks:
-        notices.append(
-            "follow_external_symlinks is on: files of the input directory whose symbolic link "
-            "resolves outside it are read (the report records it)"
-        )
-    return notices
+def ingest(ctx: RunContext, **kwargs: Any) -> dict[str, Any]:
+    from dpngram.stages.ingest import run_ingest
+
+    return run_ingest(ctx, **kwargs)
+
+
+def triehh(ctx: RunContext, **kwargs: Any) -> dict[str, Any]:
+    from dpngram.stages.triehh import run_triehh
+
+    return run_triehh(ctx, **kwargs)
+
+
+def vocabulary(ctx: RunContext, **kwargs: Any) -> dict[str, Any]:
+    from dpngram.stages.vocabulary import run_vocabulary
+
+    return run_vocabulary(ctx, **kwargs)
+
+
+def dpne_level(ctx: RunContext, **kwargs: Any) -> dict[str, Any]:
+    from dpngram.stages.dpne import run_level
+
+    return run_level(ctx, **kwargs)
+
+
+def dpne_kgrams(ctx: RunContext, **kwargs: Any) -> dict[str, Any]:
+    from dpngram.stages.dpne import finalize_kgrams
+
+    return finalize_kgrams(ctx, **kwargs)
+
+
+def dpne_baseline(ctx: RunContext, **kwargs: Any) -> dict[str, Any]:
+    from dpngram.stages.dpne import run_baseline
+
+    return run_baseline(ctx, **kwargs)
+
+
+def lm_counts(ctx: RunContext, **kwargs: Any) -> dict[str, Any]:
+    from dpngram.stages.lm_counts import run_lm_counts
+
+    return run_lm_counts(ctx, **kwargs)
+
+
+def bayes(ctx: RunContext, **kwargs: Any) -> dict[str, Any]:
+    from dpngram.stages.bayes import run_bayes
+
+    return run_bayes(ctx, **kwargs)
+
+
+def synth(ctx: RunContext, **kwargs: Any) -> dict[str, Any]:
+    from dpngram.stages.synth import run_synth
+
+    return run_synth(ctx, **kwargs)
+
+
+def validation(ctx: RunContext, **kwargs: Any) -> dict[str, Any]:
+    from dpngram.stages.validate import validate_run
+
+    return validate_run(ctx, **kwargs)
+
+
+def lm(ctx: RunContext, **kwargs: Any) -> dict[str, Any]:
+    from dpngram.stages.lm import run_lm
+
+    return run_lm(ctx, **kwargs)
+
+
+def report(ctx: RunContext, **kwargs: Any) -> dict[str, Any]:
+    from dpngram.stages.report import run_report
+
+    return run_report(ctx, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -129,14 +167,15 @@ class Step:
     """One step of a release.
 
     ``name`` is the step's one name (see the module docstring); ``group`` is the Airflow task group
-    (the part of ``name`` before the dot). ``target`` is ``"module:function"``, called as
-    ``function(ctx, **kwargs)``. ``skip`` returns why the step does not run for a configuration.
+    (the part of ``name`` before the dot). ``target`` is the stage function (one of the functions
+    above, which import the stage when called), called as ``target(ctx, **kwargs)``. ``skip``
+    returns why the step does not run for a configuration.
     ``reads`` and ``writes`` name the artifacts (private tables, released files, report parts) the
     step consumes and produces: the DAG's dependencies are derived from them
     (:func:`task_upstreams`), so a step runs after exactly the steps whose output it reads."""
 
     name: str
-    target: str
+    target: StageFunction
     kwargs: dict[str, Any] = field(default_factory=dict)
     skip: Callable[[RunConfig], str | None] = lambda config: None
     doc: str = ""
@@ -155,12 +194,8 @@ class Step:
     def skip_reason(self, config: RunConfig) -> str | None:
         return self.skip(config)
 
-    def function(self) -> Callable[..., dict[str, Any]]:
-        module, _, name = self.target.partition(":")
-        return getattr(importlib.import_module(module), name)
-
     def run(self, ctx: RunContext, **extra: Any) -> dict[str, Any]:
-        return self.function()(ctx, **self.kwargs, **extra)
+        return self.target(ctx, **self.kwargs, **extra)
 
 
 #: The released tables (what validation checks and the report describes).
@@ -179,21 +214,21 @@ def _steps() -> tuple[Step, ...]:
     steps = [
         Step(
             "ingest",
-            "dpngram.stages.ingest:run_ingest",
+            ingest,
             doc="raw text -> private tables, quarantine",
             writes=("tokens",),
         ),
         Step(
             "triehh",
-            "dpngram.stages.triehh:run_triehh",
-            skip=_triehh,
+            triehh,
+            skip=triehh_skip_reason,
             doc="LDP word discovery",
             reads=("tokens",),
             writes=("oov_words",),
         ),
         Step(
             "dpne.k1",
-            "dpngram.stages.vocabulary:run_vocabulary",
+            vocabulary,
             doc="vocabulary S_1 (DPSU)",
             reads=("tokens", "oov_words"),
             writes=("vocabulary",),
@@ -202,7 +237,7 @@ def _steps() -> tuple[Step, ...]:
     steps += [
         Step(
             f"dpne.k{k}",
-            "dpngram.stages.dpne:run_level",
+            dpne_level,
             {"k": k},
             _level(k),
             f"k-gram level {k} (DPNE)",
@@ -214,7 +249,7 @@ def _steps() -> tuple[Step, ...]:
     steps += [
         Step(
             "dpne.kgrams",
-            "dpngram.stages.dpne:finalize_kgrams",
+            dpne_kgrams,
             skip=_kgrams,
             doc="merge the levels",
             reads=tuple(f"level{k}" for k in range(2, MAX_LEVEL + 1)),
@@ -223,7 +258,7 @@ def _steps() -> tuple[Step, ...]:
         # the count domain: the DP vocabulary and k-grams, and the public corpus
         Step(
             "lm_counts",
-            "dpngram.stages.lm_counts:run_lm_counts",
+            lm_counts,
             skip=_needs_budget("lm_counts"),
             doc="noisy n-gram counts and the mixture weight",
             reads=("tokens", "vocabulary", "kgrams"),
@@ -232,8 +267,8 @@ def _steps() -> tuple[Step, ...]:
         # the trigram space V3: public trigrams and the released ones
         Step(
             "bayes",
-            "dpngram.stages.bayes:run_bayes",
-            skip=_bayes,
+            bayes,
+            skip=_needs_budget("bayes"),
             doc="trigram distribution",
             reads=("tokens", "vocabulary", "kgrams"),
             writes=("trigram_dist",),
@@ -241,7 +276,7 @@ def _steps() -> tuple[Step, ...]:
         # the exploration tree over the DP vocabulary only
         Step(
             "synth",
-            "dpngram.stages.synth:run_synth",
+            synth,
             skip=_needs_budget("synth"),
             doc="synthetic text",
             reads=("tokens", "vocabulary"),
@@ -249,14 +284,14 @@ def _steps() -> tuple[Step, ...]:
         ),
         Step(
             "validation",
-            "dpngram.stages.validate:validate_run",
+            validation,
             doc="Great Expectations suites",
             reads=("tokens", *RELEASED),
             writes=("validation",),
         ),
         Step(
             "lm",
-            "dpngram.stages.lm:run_lm",
+            lm,
             skip=lm_skip_reason,
             doc="KenLM model (post-processing)",
             reads=("validation", *RELEASED),
@@ -264,7 +299,7 @@ def _steps() -> tuple[Step, ...]:
         ),
         Step(
             "report",
-            "dpngram.stages.report:run_report",
+            report,
             doc="report.json, report.html, plots",
             reads=("validation", "model", *RELEASED),
             writes=("report",),
@@ -474,9 +509,7 @@ def release_steps(
         return steps
     first = next(i for i, step in enumerate(steps) if step.name in _DPNE_STEPS)
     rest = [step for step in steps if step.name not in _DPNE_STEPS]
-    baseline_step = Step(
-        "dpne", "dpngram.stages.dpne:run_baseline", {"method": baseline, "k": baseline_k}, doc="DPSU baseline"
-    )
+    baseline_step = Step("dpne", dpne_baseline, {"method": baseline, "k": baseline_k}, doc="DPSU baseline")
     return [*rest[:first], baseline_step, *rest[first:]]
 
 
@@ -545,23 +578,6 @@ def release_if_unspent(ctx: RunContext) -> bool:
             return Ledger(wh.con).suspend_if_unspent(ctx.run_id)
     except (Exception, KeyboardInterrupt):  # noqa: BLE001 - the caller says what is left reserved
         return False
-
-
-def input_problem(config: RunConfig) -> str | None:
-    """Why the run's input cannot be read, decided from the path alone (no data is read): a local
-    input that does not exist, or a Hadoop-style URI without the Spark engine. None when it may be
-    read. The DAG's ``privacy_precheck`` refuses on it before anything is reserved."""
-    from pathlib import Path
-
-    from dpngram.engines.base import is_remote_path
-
-    if is_remote_path(config.input):
-        if config.engine.name != "spark":
-            return f"input: {config.input} is a Hadoop-style URI; only the Spark engine reads those"
-        return None
-    if not Path(str(config.input).removeprefix("file://")).exists():
-        return f"input: {config.input} does not exist"
-    return None
 
 
 def after_failure(ctx: RunContext, err: BaseException) -> str | None:

@@ -25,7 +25,8 @@ ledger under faults"):
 ``ledger.runs`` also holds each run's identity (the fingerprint of its parameters and input), so a
 resume that does not match is refused (:func:`dpngram.release.identity.compare`).
 
-Owns: :class:`Ledger` (the ``ledger.*`` tables, the lifetime-budget checks, run identities).
+Owns: :class:`Ledger` (the ``ledger.*`` tables, the lifetime-budget checks, run identities),
+:func:`check_lifetime_values`.
 Imports: dpngram.engines.sql, dpngram.core.
 """
 
@@ -38,7 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dpngram.core.budget import Budget
-from dpngram.core.errors import BudgetError
+from dpngram.core.errors import BudgetError, ConfigError
 
 T = TypeVar("T")
 
@@ -51,6 +52,16 @@ _SLACK = 1e-12
 
 if TYPE_CHECKING:
     from dpngram.core.accounting import PrivacyEvent
+
+
+def check_lifetime_values(epsilon: float | None, delta: float | None) -> None:
+    """Refuse lifetime limits no run could mean (epsilon <= 0, delta outside (0, 1)) with a
+    one-line :class:`ConfigError`; None (keep the stored limit) passes. ``dpngram budget`` checks
+    its flags with it before opening the warehouse; :meth:`Ledger.set_lifetime` checks again."""
+    if epsilon is not None and not epsilon > 0:
+        raise ConfigError(f"lifetime_epsilon: must be > 0 (got {epsilon})")
+    if delta is not None and not 0 < delta < 1:
+        raise ConfigError(f"lifetime_delta: must be > 0 and < 1 (got {delta})")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -224,6 +235,7 @@ class Ledger:
     def set_lifetime(self, dataset: str, epsilon: float | None, delta: float | None) -> None:
         """Set or change ``dataset``'s lifetime limits (``dpngram budget``). None keeps a limit as
         it is. A limit below what the dataset has already committed is refused."""
+        check_lifetime_values(epsilon, delta)
 
         def body() -> None:
             old_eps, old_delta = self.lifetime(dataset)

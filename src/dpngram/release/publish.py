@@ -8,9 +8,11 @@ staged and ``latest`` keeps pointing at the previous release. :func:`release_ass
 the public facts of a published release (from its report.json and file tree) for the Airflow
 asset events.
 
-Owns: :func:`prepare`, :func:`publish_run`, :func:`complete_publishes` (an interrupted publish is
-completed by the next command), :func:`release_asset_metadata`.
-Imports: dpngram.release (context, ledger), dpngram.config, dpngram.core.
+Owns: :func:`input_problem` and :func:`public_problem` (the one check of the input paths, for
+the CLI, the DAG's pre-check and the stages), :func:`prepare`, :func:`publish_run`,
+:func:`complete_publishes` (an interrupted publish is completed by the next command),
+:func:`release_asset_metadata`.
+Imports: dpngram.release (context, ledger), dpngram.engines.base, dpngram.config, dpngram.core.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from dpngram.config import RunConfig
+from dpngram.config.budget_plan import reads_public_corpus
 from dpngram.core.errors import ConfigError
+from dpngram.engines.base import is_remote_path
 from dpngram.release.context import RunContext, new_run_id, read_parts, record_part
 from dpngram.release.layout import LegacyLayoutError, Release, check_out_layout, write_json_atomic
 from dpngram.release.ledger import Ledger
@@ -38,6 +42,26 @@ PATH_PARAMETERS = (
     "spark_warehouse",
 )
 WITHHELD = "withheld (operator file)"
+
+
+def input_problem(config: RunConfig) -> str | None:
+    """Why the run's input cannot be read, decided from the path alone (no data is read): a local
+    input that does not exist, or a Hadoop-style URI without the Spark engine. None when it may be
+    read. The DAG's ``privacy_precheck`` and the CLI refuse on it before anything is reserved."""
+    if is_remote_path(config.input):
+        if config.engine.name != "spark":
+            return f"input: {config.input} is a Hadoop-style URI; only the Spark engine reads those"
+        return None
+    if not Path(str(config.input).removeprefix("file://")).exists():
+        return f"input: {config.input} does not exist"
+    return None
+
+
+def public_problem(config: RunConfig) -> str | None:
+    """Why the run's public corpus cannot be read (it is given but is not a file), or None."""
+    if config.public and not Path(config.public).is_file():
+        return f"public: {config.public} does not exist or is not a file"
+    return None
 
 
 def published_parameters(config: RunConfig) -> dict[str, Any]:
@@ -90,11 +114,9 @@ def prepare(config: RunConfig, *, reserve: bool = True) -> RunConfig:
         check_out_layout(config.out)  # an OUT of the old shared layout: refused, nothing reserved
     except LegacyLayoutError as err:
         raise ConfigError(str(err)) from None
-    # the stages that read the public corpus (bayes: its prior; lm_counts and the model built from
-    # lm_counts/synth: the public n-grams) would fail only after earlier stages have spent budget
-    uses_public = any(stage in config.stage_budget for stage in ("bayes", "lm_counts", "synth"))
-    if uses_public and config.public and not Path(config.public).is_file():
-        raise ConfigError(f"public: {config.public} does not exist or is not a file")
+    # the stages that read the public corpus would fail only after earlier stages have spent budget
+    if reads_public_corpus(config) and (problem := public_problem(config)) is not None:
+        raise ConfigError(problem)
     ctx = RunContext(config)
     release = ctx.release
     identity = fingerprint(config)

@@ -12,7 +12,8 @@ part ``dpne.kgrams``; it is post-processing (no noise, no spend). :func:`run_bas
 comparison only, with the whole dpne share. See ``docs/dpne.md``.
 
 Owns: the DPNE level steps, the k-gram merge, the DPSU baseline step.
-Imports: dpngram.mechanisms (dpne, dpsu), dpngram.release, dpngram.engines, dpngram.core; pyarrow.
+Imports: dpngram.mechanisms (dpne, dpne_domain, dpsu), dpngram.release, dpngram.engines, dpngram.core;
+pyarrow.
 """
 
 from __future__ import annotations
@@ -34,17 +35,19 @@ from dpngram.mechanisms.dpne import (
     BASELINES,
     KGRAM_COLUMNS,
     LevelOutcome,
+    file_rows,
+    level_sigmas,
+    release_level,
+    restore_level,
+)
+from dpngram.mechanisms.dpne_domain import (
     check_k,
     drop_tables,
-    file_rows,
     install_vocabulary,
-    level_sigmas,
     level_size,
     level_stage,
     level_table,
     occurrence_table,
-    release_level,
-    restore_level,
     table_exists,
 )
 from dpngram.mechanisms.dpsu import (

@@ -1,8 +1,8 @@
 """Step ``ingest``: raw user text -> the run's private tables, with tokenization and quarantine.
 
-:func:`run_ingest` loads ``config.input`` into the run schema with the configured engine (DuckDB:
-:func:`dpngram.engines.ingest.ingest_file`; Spark: :func:`dpngram.engines.spark.ingest_spark`; the
-same tables, record numbering, quarantine reasons and tokens), refuses an input with no usable
+:func:`run_ingest` loads ``config.input`` into the run schema with the configured engine's loader
+(:func:`dpngram.engines.ingest.ingest_input`: the same tables, record numbering, quarantine
+reasons and tokens on DuckDB and Spark), refuses an input with no usable
 record, and checks ``delta < 1/n_users`` (:meth:`~dpngram.config.RunConfig.check_against_users`).
 
 Privacy of the bookkeeping. Exact counts of the private input are data-dependent statistics (the
@@ -28,8 +28,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from dpngram.core.errors import IngestError, QuarantineRefused
-from dpngram.engines.ingest import ingest_file
-from dpngram.text.records import detect_format, quarantine_refusal, quarantine_summary_lines
+from dpngram.engines.ingest import ingest_input
+from dpngram.text.records import quarantine_refusal, quarantine_summary_lines
 from dpngram.text.tokenizer import tokenizer_settings
 
 if TYPE_CHECKING:
@@ -56,16 +56,8 @@ def run_ingest(
     from dpngram.release.context import record_part
 
     config = ctx.config
-    if config.engine.name == "spark":  # engines/spark.py: same tables, numbering and tokens
-        from dpngram.engines.spark import ingest_spark, spark_input_format
-
-        with ctx.engine() as engine:
-            stats = ingest_spark(engine, ctx.schema, config)
-        fmt = spark_input_format(str(config.input), config.input_format)
-    else:
-        with ctx.warehouse() as wh:
-            stats = ingest_file(wh, ctx.schema, config, progress)
-        fmt = detect_format(config.input, config.input_format)
+    with ctx.engine() as engine:  # the engine's loader: same tables, numbering and tokens on both
+        stats, fmt = ingest_input(engine, ctx.schema, config, progress)
     if stats.rows_loaded == 0:
         raise IngestError(
             f"input {config.input} has no usable record (every record was quarantined or the input "

@@ -54,6 +54,7 @@ from dpngram.mechanisms.lm_counts import (
 from dpngram.release.context import RunContext, StageResult, released_summary
 from dpngram.release.identity import public_cache_dir
 from dpngram.release.layout import LM_COUNTS, VOCABULARY
+from dpngram.release.publish import public_problem
 from dpngram.release.spend import spend_once
 
 
@@ -66,8 +67,8 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
     order = config.lm.order
     if order > 3:
         raise ConfigError(f"lm_order: the noisy-count model has at most order 3 (got {order})")
-    if config.public and not Path(config.public).is_file():
-        raise ConfigError(f"public: {config.public} does not exist or is not a file")
+    if (problem := public_problem(config)) is not None:
+        raise ConfigError(problem)
     candidates = candidate_grid(config.lm.mix_weight, config.lm.unigram_adaptation)
     auto = len(candidates) > 1
     holdout = int(round(1000 * config.lm.holdout)) if auto else 0
@@ -292,7 +293,7 @@ def selection_epsilon(config: RunConfig) -> float:
     the other stages' Gaussians where a pure-ε mechanism adds linearly. So the selection gets
     what the run's composed total leaves after the other stages (docs/lm_privacy.md, section 4):
     with the default split, 1.04 of a stage ε of 2.38 at run ε = 4, 0.25 of 0.60 at ε = 1."""
-    from dpngram.config import stage_privacy_shapes
+    from dpngram.config.budget_plan import stage_privacy_shapes
     from dpngram.core.accounting import parallel_pure_epsilon
 
     shapes = stage_privacy_shapes(config.dpne.threshold_delta, config.dpne.vocabulary_method)

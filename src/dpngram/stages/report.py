@@ -19,6 +19,9 @@ stages under the same rule. Parts without a section of their own are carried int
 they are and rendered in the HTML as key/value tables, so the report needs no change when a stage
 is added.
 
+Why one module (over 600 lines): the report is one document; the JSON facts, the plots and the
+HTML rendering of the same sections change together, and no other module uses them.
+
 Owns: the ``report`` step: report.json, report.html, the plots.
 Imports: dpngram.release (context, layout), dpngram.core; pyarrow, matplotlib.
 """

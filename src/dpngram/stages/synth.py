@@ -9,7 +9,8 @@ generated from them (post-processing) as ``released/ngram_counts_noisy.parquet``
 :mod:`dpngram.mechanisms.synth` and ``docs/synth.md``.
 
 Owns: the ``synth`` step (its inputs from the release, the released files, the report part).
-Imports: dpngram.mechanisms.synth, dpngram.release, dpngram.engines, dpngram.core; pyarrow.
+Imports: dpngram.mechanisms (synth, synth_sequences), dpngram.release, dpngram.engines, dpngram.core;
+pyarrow.
 """
 
 from __future__ import annotations
@@ -28,18 +29,16 @@ from dpngram.engines.base import Engine
 from dpngram.mechanisms.synth import (
     END_ID,
     STAGE,
-    ConsistentTree,
     Key,
     SqlChildCounts,
     TreeParams,
     build_tree,
     drop_work_tables,
-    enforce_consistency,
     install_records,
     item_labels,
     key_text,
-    split_sequences,
 )
+from dpngram.mechanisms.synth_sequences import ConsistentTree, enforce_consistency, split_sequences
 from dpngram.release.context import RunContext, StageResult, released_summary
 from dpngram.release.layout import NGRAM_COUNTS_NOISY, SYNTHETIC_SEQUENCES, VOCABULARY
 from dpngram.release.spend import spend_once

@@ -4,7 +4,7 @@ With ``vocabulary_method`` 'dpsu' (default), S_1 is released by DPSU
 (:func:`dpngram.mechanisms.dpsu.release_vocabulary`) from the dpne share of the budget; with
 'triehh', S_1 is the words released by the ``triehh`` step plus the public known vocabulary (no
 spend here); with 'both', the union. The vocabulary is installed as the DPNE level-1 tables
-(:func:`dpngram.mechanisms.dpne.install_vocabulary`) and written to ``released/vocabulary.parquet``
+(:func:`dpngram.mechanisms.dpne_domain.install_vocabulary`) and written to ``released/vocabulary.parquet``
 through :func:`dpngram.release.spend.spend_once`.
 
 Owns: the ``dpne.k1`` step (choosing and releasing S_1).
@@ -98,7 +98,7 @@ def install_public_domain(wh: Engine, ctx: RunContext, log: list[dict[str, Any]]
 def install_seeds(wh: Engine, schema: str, public_only: list[pa.Array]) -> None:
     """The level-1 tables from the seeds: S_1 (``VOCABULARY_TABLE``) minus the words released by
     the public threshold only (also stored, as :data:`PUBLIC_ONLY_TABLE`, for the export)."""
-    from dpngram.mechanisms import dpne  # level tables derived from S_1
+    from dpngram.mechanisms.dpne_domain import install_vocabulary  # level tables derived from S_1
 
     words = pa.concat_arrays(public_only) if public_only else pa.array([], pa.string())
     with wh.registered(dpne_public_only_batch=pa.table({"item": words.cast(pa.string())})):
@@ -112,7 +112,7 @@ def install_seeds(wh: Engine, schema: str, public_only: list[pa.Array]) -> None:
                 seeds=SEEDS_TABLE,
             )
         )
-    dpne.install_vocabulary(wh, schema, SEEDS_TABLE)
+    install_vocabulary(wh, schema, SEEDS_TABLE)
 
 
 def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str, Any]:

@@ -5,7 +5,7 @@ Every input format is read here into batches of classified records: usable recor
 raw)`` with a reason from :data:`QUARANTINE_REASONS`, so no record is silently dropped.
 :func:`tokenize_batch` turns a batch into rows of the ingest tables ``raw_text``, ``sentences`` and
 ``quarantine`` (a document without any token is quarantined as ``no_tokens``). The DuckDB loader
-(:mod:`dpngram.engines.ingest`) and the Spark one (:func:`dpngram.engines.spark.ingest_spark`,
+(:mod:`dpngram.engines.ingest`) and the Spark one (:func:`dpngram.engines.spark_ingest.ingest_spark`,
 through :func:`classify_jsonl_line`, :func:`classify_frame` and :func:`tokenize_batch` in its
 workers) share this code, so both engines keep and quarantine the same records. :class:`IngestStats`
 holds one ingest's exact counts: PRIVATE, for the operator only (never a report or XCom); the
@@ -36,6 +36,10 @@ waiting, so memory is bounded by a few batches regardless of corpus size. Per fo
 Tokens come from :mod:`dpngram.text.tokenizer` (``docs/tokenizer.md``), the same polars
 expression (:func:`~dpngram.text.tokenizer.sentence_tokens_expr`) that tokenizes held-out text and
 public corpora, so all of them are tokenized identically.
+
+Why one module (over 600 lines): every reader must classify and quarantine records by the same
+rules with the same reasons, and both engines share the classification; one module keeps the
+reasons, the readers and the classifiers from drifting apart.
 
 Owns: input-format detection, the per-format readers and batching, record classification,
 :data:`QUARANTINE_REASONS`, :class:`IngestStats`.
@@ -504,7 +508,7 @@ def parquet_batches(path: Path, user_field: str, text_field: str) -> Iterator[Re
 
 def classify_frame(frame: pl.DataFrame, user_field: str, text_field: str) -> RecordBatch:
     """Quarantine rules for tabular rows (Parquet here, Spark's ``mapInArrow`` in
-    :mod:`dpngram.engines.spark`): ``frame`` has string columns ``user_id`` and ``text``, the
+    :mod:`dpngram.engines.spark_ingest`): ``frame`` has string columns ``user_id`` and ``text``, the
     record number ``doc_id`` and ``source``. Rows with an empty user id or a null/blank text go
     to quarantine (raw record re-encoded as JSON under the input's own field names)."""
     reason = (
@@ -705,8 +709,9 @@ def tokenize_batch(
     batch: RecordBatch, lowercase: bool, where: Callable[[int], tuple[str, int | None]]
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """One classified batch -> (raw_text rows, sentence rows, quarantine rows), on any engine
-    (DuckDB: :mod:`dpngram.engines.ingest`; Spark's ``mapInArrow`` in :mod:`dpngram.engines.spark`). Documents
-    without tokens go to quarantine as 'no_tokens'; ``where(doc_id)`` gives their (source, line)."""
+    (DuckDB: :mod:`dpngram.engines.ingest`; Spark's ``mapInArrow`` in
+    :mod:`dpngram.engines.spark_ingest`). Documents without tokens go to quarantine as 'no_tokens';
+    ``where(doc_id)`` gives their (source, line)."""
     raw = pl.DataFrame(
         {"user_id": batch.user_ids, "doc_id": batch.doc_ids, "text": batch.texts}, schema=_RAW_SCHEMA
     )

@@ -1,48 +1,24 @@
-"""Typed, validated run configuration.
+"""The sections of the run configuration: one pydantic model per stage's parameters.
 
-One model, :class:`RunConfig`, is the single source of truth for run parameters: the CLI builds it
-from flags, the Airflow DAG builds its Params (JSON schema, titles, descriptions) from
-:meth:`RunConfig.param_schema`, and every stage reads it. Errors name the field and the rule
-(:class:`ConfigError`), never a traceback.
+Each section has a ``TITLE`` (the trigger form's section and the ``--help`` group) and ``FLAGS``
+(field -> flat name: the CLI flag and the Airflow Param). :class:`dpngram.config.run.RunConfig`
+holds one of each (``SECTIONS``).
 
-Rules that void the privacy guarantee are refused here (epsilon <= 0, delta outside (0, 1),
-Delta < 1, eta outside (0, 1)); the data-dependent rule ``delta < 1/n_users`` is checked by
-:meth:`RunConfig.check_against_users` once ingest has counted users (the count itself is not
-released: only the pass/fail decision is used to stop the run).
+Why one module (over 600 lines): it is six declarative models whose fields are mostly
+descriptions (the trigger form's and ``--help``'s text), with no logic beyond per-field
+validators; split up, a reader would have no single place to look a parameter up.
 
-Owns: :class:`RunConfig` and its sections (``SECTIONS``), ``STAGES``, the flat flag names, the
-validation rules of every run parameter and their error messages.
-Imports: dpngram.core; pydantic.
+Owns: :class:`Section`, the six section models (``DpneConfig``, ``LmConfig``, ``BayesConfig``,
+``SynthConfig``, ``TriehhConfig``, ``EngineConfig``), ``SECTIONS``, ``MIN_MEMORY_LIMIT``.
+Imports: pydantic.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import re
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
-from dpngram.core.budget import Budget
-from dpngram.core.errors import BudgetError, ConfigError
-
-if TYPE_CHECKING:  # the accountant (numpy, scipy: ~1.5 s) is imported only when a budget is planned,
-    # not when the Airflow DAG file is parsed (docs/orchestration.md, "Task start-up cost")
-    from dpngram.core.accounting import BudgetPlan, StagePrivacy
-
-#: Stages that spend privacy budget, in run order. ``stage_budget`` splits (epsilon, delta) among
-#: the ones that are enabled.
-STAGES = ("dpne", "lm_counts", "bayes", "synth", "triehh")
-
-#: The default ``stage_budget``: every stage the product promises (vocabulary and k-grams, the
-#: language model's noisy counts, the Bayesian trigram distribution, synthetic text), so a run with
-#: every default publishes a language model. ``dpngram demo`` uses the same split. Chosen by measuring
-#: the model against the split (docs/lm.md, "Budget split: measured"): within 5% perplexity of the
-#: best split that delivers every artifact at ε 4 and 1, with as many DPNE k-grams as the previous
-#: default (dpne 0.4, lm_counts 0.3, bayes 0.15, synth 0.15, 5.1% worse at ε = 1).
-DEFAULT_STAGE_BUDGET: dict[str, float] = {"dpne": 0.4, "lm_counts": 0.4, "bayes": 0.1, "synth": 0.1}
-
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 _MEMORY_RE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|KiB|MB|MiB|GB|GiB|TB|TiB)\s*$", re.IGNORECASE)
 
@@ -65,15 +41,7 @@ _MEMORY_UNITS = {
 MIN_MEMORY_LIMIT = 1000**2
 
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
-#: Dataset names that are names of the output layout (dpngram.release.layout.RESERVED_NAMES):
-#: releases go to OUT/DATASET/runs and OUT/DATASET/latest, so a dataset is a directory name.
-RESERVED_DATASET_NAMES = ("runs", "latest")
-#: The same rule as a JSON-schema pattern (the trigger form refuses a bad name before a run exists).
-DATASET_PATTERN = r"^(?!(?:runs|latest)$)[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
-
-
-class _Section(BaseModel):
+class Section(BaseModel):
     """A group of parameters. ``FLAGS`` maps each field to its flat name: the CLI flag (with '-')
     and the Airflow Param, unchanged from the flat configuration users already write."""
 
@@ -83,7 +51,7 @@ class _Section(BaseModel):
     FLAGS: ClassVar[dict[str, str]] = {}
 
 
-class DpneConfig(_Section):
+class DpneConfig(Section):
     """DPSU vocabulary and DPNE k-gram levels."""
 
     TITLE: ClassVar[str] = "DPSU vocabulary and DPNE k-gram levels"
@@ -222,7 +190,7 @@ class DpneConfig(_Section):
     )
 
 
-class LmConfig(_Section):
+class LmConfig(Section):
     """Language model (noisy counts, mixture and model building)."""
 
     TITLE: ClassVar[str] = "Language model (noisy counts, mixture and model building)"
@@ -399,7 +367,7 @@ class LmConfig(_Section):
         return value.strip()
 
 
-class BayesConfig(_Section):
+class BayesConfig(Section):
     """Bayesian trigram distribution (Ramadan et al.)."""
 
     TITLE: ClassVar[str] = "Bayesian trigram distribution (Ramadan et al.)"
@@ -485,7 +453,7 @@ class BayesConfig(_Section):
         return value
 
 
-class SynthConfig(_Section):
+class SynthConfig(Section):
     """Synthetic sequences (Chen et al.)."""
 
     TITLE: ClassVar[str] = "Synthetic sequences (Chen et al.)"
@@ -543,7 +511,7 @@ class SynthConfig(_Section):
     )
 
 
-class TriehhConfig(_Section):
+class TriehhConfig(Section):
     """TrieHH word discovery (local DP)."""
 
     TITLE: ClassVar[str] = "TrieHH word discovery (local DP)"
@@ -632,7 +600,7 @@ class TriehhConfig(_Section):
     )
 
 
-class EngineConfig(_Section):
+class EngineConfig(Section):
     """Engine (DuckDB or Spark)."""
 
     TITLE: ClassVar[str] = "Engine (DuckDB or Spark)"
@@ -713,376 +681,8 @@ class EngineConfig(_Section):
         return value.replace(" ", "")
 
 
-class RunConfig(BaseModel):
-    """Everything a run needs. Field descriptions become the Airflow trigger-form help text."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    # -- data --------------------------------------------------------------------------------
-    dataset: str = Field(
-        "default",
-        title="Dataset name",
-        description="Key of the privacy ledger (runs on the same dataset share its lifetime budget) and "
-        "the release directory OUT/DATASET. Allowed: 1-64 letters, digits, '_', '.', '-' (not 'runs', "
-        "'latest').",
-        json_schema_extra={"pattern": DATASET_PATTERN},
-    )
-    input: str = Field(
-        ...,
-        title="Input path",
-        description=(
-            "JSONL, CSV or Parquet file (.gz accepted), or a directory of .txt files (one user per file)."
-        ),
-    )
-    input_format: Literal["auto", "jsonl", "csv", "parquet", "textdir"] = Field(
-        "auto",
-        title="Input format",
-        description="'auto' picks from the file name or directory.",
-    )
-    input_extensions: str = Field(
-        ".txt",
-        title="Text-directory extensions",
-        description="With a directory input: read only files with these extensions (comma-separated, "
-        "e.g. .txt,.md; a .gz after one is allowed); other files are quarantined, not read.",
-    )
-    follow_external_symlinks: bool = Field(
-        False,
-        title="Follow symlinks out of the input directory",
-        description="With a directory input: also read files whose symbolic link resolves outside the "
-        "directory (off: they are quarantined, not read). The report records the setting.",
-    )
-    max_quarantine_fraction: float = Field(
-        0.05,
-        ge=0,
-        le=1,
-        title="Max quarantined fraction",
-        description="Refuse the run at ingest, before any noise is drawn (its budget reservation is "
-        "released), when more than this fraction of the input's rows is quarantined as malformed; "
-        "1 never refuses.",
-    )
-    user_field: str = Field("user_id", title="User-id field", description="Column/key holding the user id.")
-    text_field: str = Field("text", title="Text field", description="Column/key holding the text.")
-    public: str | None = Field(
-        None,
-        title="Public corpus",
-        description="Plain-text public corpus (one sentence per line, .gz accepted) used as a prior.",
-    )
-    out: str = Field(
-        ...,
-        title="Output directory",
-        description="Releases go to OUT/DATASET/runs/RUN_ID; OUT/DATASET/latest points to the "
-        "dataset's newest.",
-    )
-    warehouse: str = Field(
-        ".dpngram/warehouse.duckdb",
-        title="Warehouse database",
-        description="DuckDB file holding private working tables (never published) and the privacy ledger.",
-    )
-    run_id: str | None = Field(None, title="Run id", description="Defaults to a timestamped id.")
-
-    # -- tokenizer ---------------------------------------------------------------------------
-    lowercase: bool = Field(
-        True, title="Lower-case tokens", description="Fold case after NFKC normalisation."
-    )
-
-    # -- privacy ------------------------------------------------------------------------------
-    epsilon: float = Field(
-        4.0, gt=0, le=100, title="Epsilon", description="Total privacy loss of the run (epsilon > 0)."
-    )
-    delta: float = Field(
-        1e-7,
-        gt=0,
-        lt=1,
-        title="Delta",
-        description="Total failure probability of the run; must also be below 1/number of users.",
-    )
-    stage_budget: dict[str, float] = Field(
-        default_factory=lambda: dict(DEFAULT_STAGE_BUDGET),
-        title="Budget split",
-        description="Fractions of (epsilon, delta) per stage, as JSON; a stage runs only with a share and "
-        "the fractions sum to at most 1. Stages: dpne (vocabulary and k-grams), lm_counts (noisy counts "
-        "for the language model), bayes (trigram distribution), synth (synthetic text), triehh (LDP "
-        "words). The default runs every stage the product releases, language model included.",
-        # the trigger form / REST API refuse unknown stages and fractions outside (0, 1] before a
-        # run is created (Airflow validates Params with this JSON schema); the sum is checked by
-        # _budget (privacy_precheck)
-        json_schema_extra={
-            "propertyNames": {"enum": list(STAGES)},
-            "additionalProperties": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        },
-    )
-    lifetime_epsilon: float | None = Field(
-        None,
-        gt=0,
-        title="Lifetime epsilon",
-        description="Refuse the run if the dataset's recorded spend plus this run would exceed it.",
-    )
-    lifetime_delta: float | None = Field(
-        None,
-        gt=0,
-        lt=1,
-        title="Lifetime delta",
-        description="Refuse the run if the dataset's recorded delta plus this run's would exceed it.",
-    )
-    budget_calibration: Literal["joint", "per-stage"] = Field(
-        "joint",
-        title="Budget calibration",
-        description="'joint': the stages' noise is scaled together so that their composed total is exactly "
-        "the run's epsilon; 'per-stage': each stage is calibrated to its share alone (composes to less).",
-    )
-
-    # -- one section per stage (flat names, as CLI flags and Params: ``SECTION.FLAGS``) ----------
-    dpne: DpneConfig = Field(default_factory=DpneConfig)
-    bayes: BayesConfig = Field(default_factory=BayesConfig)
-    lm: LmConfig = Field(default_factory=LmConfig)
-    synth: SynthConfig = Field(default_factory=SynthConfig)
-    triehh: TriehhConfig = Field(default_factory=TriehhConfig)
-    engine: EngineConfig = Field(default_factory=EngineConfig)
-
-    # -- validators ---------------------------------------------------------------------------
-    @field_validator("dataset")
-    @classmethod
-    def _dataset_name(cls, value: str) -> str:
-        if not _NAME_RE.match(value):
-            raise ValueError(
-                "must be 1-64 characters of letters, digits, '_', '.', '-', starting with a letter or digit"
-            )
-        if value in RESERVED_DATASET_NAMES:
-            raise ValueError(f"'{value}' is reserved (a name of the output layout, OUT/DATASET/{value})")
-        return value
-
-    @field_validator("input_extensions")
-    @classmethod
-    def _extensions(cls, value: str) -> str:
-        items = [p.strip() for p in value.split(",") if p.strip()]
-        if not items or any(not re.match(r"^\.[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*$", e) for e in items):
-            raise ValueError("must be extensions with their dot, separated by commas, e.g. '.txt,.md'")
-        if any(e.lower() == ".gz" for e in items):
-            raise ValueError("'.gz' is not an extension of its own: name the one before it (.txt.gz -> .txt)")
-        return ",".join(items)
-
-    @field_validator("run_id")
-    @classmethod
-    def _run_id(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.:+\-]{0,127}$", value):
-            raise ValueError("must be 1-128 characters of letters, digits, '_', '.', ':', '+', '-'")
-        return value
-
-    @field_validator("stage_budget")
-    @classmethod
-    def _budget(cls, value: dict[str, float]) -> dict[str, float]:
-        unknown = sorted(set(value) - set(STAGES))
-        if unknown:
-            raise ValueError(f"unknown stage(s) {unknown}; known: {list(STAGES)}")
-        if any(not (0 < f <= 1) for f in value.values()):
-            raise ValueError("every fraction must be in (0, 1]")
-        if sum(value.values()) > 1 + 1e-9:
-            raise ValueError(f"fractions sum to {sum(value.values()):.4g} > 1")
-        return value
-
-    @model_validator(mode="after")
-    def _triehh(self) -> RunConfig:
-        alphabet, end = self.triehh.alphabet, self.triehh.end_symbol
-        if len(set(alphabet)) != len(alphabet) or any(ch.isspace() for ch in alphabet):
-            raise ValueError("triehh_alphabet: must not repeat characters or contain whitespace")
-        if end in alphabet or end.isspace():
-            raise ValueError("triehh_end_symbol: must be a non-space character outside triehh_alphabet")
-        method = self.dpne.vocabulary_method
-        uses_triehh = method in ("triehh", "both")
-        if uses_triehh and self.stage_budget.get("triehh", 0) <= 0:
-            raise ValueError(f"vocabulary_method: '{method}' needs a budget share stage_budget.triehh")
-        if not uses_triehh and "triehh" in self.stage_budget:
-            raise ValueError("stage_budget: 'triehh' has a share but vocabulary_method is 'dpsu'")
-        if method == "triehh" and self.dpne.max_n == 1 and "dpne" in self.stage_budget:
-            raise ValueError(
-                "stage_budget: with vocabulary_method 'triehh' and max_n 1 no dpne level draws noise, so "
-                "the dpne share would buy nothing; drop it or raise max_n"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _lifetime(self) -> RunConfig:
-        if self.lifetime_epsilon is not None and self.lifetime_epsilon < self.epsilon:
-            raise ValueError(
-                f"lifetime_epsilon ({self.lifetime_epsilon}) is below this run's epsilon ({self.epsilon})"
-            )
-        if self.lifetime_delta is not None and self.lifetime_delta < self.delta:
-            raise ValueError(
-                f"lifetime_delta ({self.lifetime_delta}) is below this run's delta ({self.delta})"
-            )
-        return self
-
-    @model_validator(mode="before")
-    @classmethod
-    def _nest_flat_names(cls, values: Any) -> Any:
-        """Accept the flat names (``bayes_clip_count``, ``max_n``, ``engine`` ...) that the CLI flags,
-        Airflow Params and saved parameters use, and put each into its section."""
-        if not isinstance(values, dict):
-            return values
-        nested: dict[str, Any] = {}
-        for key, value in values.items():
-            where = FLAT_NAMES.get(key)
-            if where is None:
-                nested[key] = value
-            else:
-                section, field = where
-                current = nested.setdefault(section, {})
-                if isinstance(current, dict):
-                    current[field] = value
-        return nested
-
-    def text_extensions(self) -> tuple[str, ...]:
-        """``input_extensions`` as lower-case extensions with their dot."""
-        return tuple(e.strip().lower() for e in self.input_extensions.split(",") if e.strip())
-
-    # -- construction -------------------------------------------------------------------------
-    @classmethod
-    def build(cls, **values: Any) -> RunConfig:
-        """Validate ``values`` by flat name (None means 'use the default'), raising
-        :class:`ConfigError` with one line per problem."""
-        cleaned = {k: v for k, v in values.items() if v is not None}
-        try:
-            return cls(**cleaned)
-        except ValidationError as err:
-            raise ConfigError(format_errors(err)) from None
-
-    def with_values(self, **values: Any) -> RunConfig:
-        """A validated copy with ``values`` (flat names) changed."""
-        return RunConfig.build(**{**self.flat(), **values})
-
-    def flat(self) -> dict[str, Any]:
-        """Every parameter by its flat name (JSON types), in :func:`flat_fields` order."""
-        dumped = self.model_dump(mode="json")
-        out: dict[str, Any] = {}
-        for name, section, field, _ in flat_fields():
-            out[name] = dumped[field] if section is None else dumped[section][field]
-        return out
-
-    @property
-    def budget(self) -> Budget:
-        """The run's (epsilon, delta)."""
-        return Budget(self.epsilon, self.delta)
-
-    def nominal_share(self, stage: str) -> Budget:
-        """``stage``'s fraction of the run's (epsilon, delta), as ``stage_budget`` gives it."""
-        fraction = self.stage_budget.get(stage, 0.0)
-        if fraction <= 0:
-            raise ConfigError(f"stage_budget: stage '{stage}' has no budget (set stage_budget.{stage})")
-        return self.budget * fraction
-
-    def stage_share(self, stage: str) -> Budget:
-        """The (epsilon, delta) ``stage`` calibrates its noise to (unpacks as ``epsilon, delta``):
-        its nominal share with epsilon scaled by the joint calibration's factor, so that all the
-        stages together compose to exactly the run's budget (:meth:`budget_plan`)."""
-        self.nominal_share(stage)  # refuses a stage without a share
-        calibrated = self.budget_plan().calibrated
-        if stage not in calibrated:
-            raise ConfigError(f"stage_budget: stage '{stage}' does not run: {self.stage_skip_reason(stage)}")
-        return calibrated[stage]
-
-    def stage_skip_reason(self, stage: str) -> str | None:
-        """Why a budgeted stage will not run (None when it runs): no share, or a missing input it
-        needs (the Bayesian stage's prior is the public corpus). A stage that does not run gets no
-        budget: the running stages share the run's budget (:meth:`budget_plan`)."""
-        if stage not in self.stage_budget:
-            return f"stage_budget has no '{stage}' share"
-        if stage == "bayes" and self.public is None:
-            return "no public corpus (the prior of the bayes stage): set public to run it"
-        return None
-
-    def budget_plan(self) -> BudgetPlan:
-        """Every running budgeted stage's calibrated budget
-        (:func:`dpngram.core.accounting.joint_calibration`). Stages that will not run
-        (:meth:`stage_skip_reason`) get nothing: their fractions go to the running stages in
-        proportion, so no budget is reserved for work that does not run. Pure function of the
-        privacy parameters; computed once per distinct set of them."""
-        running = {s: f for s, f in self.stage_budget.items() if self.stage_skip_reason(s) is None}
-        if running:  # the shares of stages that do not run go to the others, proportionally
-            scale = sum(self.stage_budget.values()) / sum(running.values())
-            running = {s: min(1.0, f * scale) for s, f in running.items()}
-        return _budget_plan(
-            tuple(sorted(running.items())),
-            self.epsilon,
-            self.delta,
-            self.dpne.threshold_delta,
-            self.dpne.vocabulary_method,
-            self.budget_calibration,
-        )
-
-    def check_against_users(self, n_users: int) -> None:
-        """Refuse parameters that void the guarantee for a dataset of ``n_users`` users."""
-        if n_users > 0 and self.delta >= 1.0 / n_users:
-            raise ConfigError(
-                f"delta: must be < 1/number of users for a meaningful guarantee (got {self.delta:g}; "
-                f"the input has too few users for it — lower delta)"
-            )
-
-    def to_json(self) -> str:
-        """The parameters by flat name, as the report's ``parameters`` part records them."""
-        return json.dumps(self.flat(), sort_keys=True)
-
-    @classmethod
-    def param_schema(cls) -> dict[str, dict[str, Any]]:
-        """JSON-schema fragments per flat name (type, bounds, enum, title, description, default,
-        section), in the form Airflow ``Param(default, **schema)`` takes."""
-        out: dict[str, dict[str, Any]] = {}
-        schemas: dict[str | None, dict[str, Any]] = {None: cls.model_json_schema()}
-        for name, section, field, info in flat_fields():
-            if section not in schemas:
-                schemas[section] = SECTIONS[section].model_json_schema()
-            frag = _schema_fragment(schemas[section]["properties"][field], name)
-            if not info.is_required():
-                frag["default"] = info.get_default(call_default_factory=True)
-            if section is not None:
-                frag["section"] = SECTIONS[section].TITLE
-            out[name] = frag
-        return out
-
-
-def stage_privacy_shapes(threshold_delta: float, vocabulary_method: str) -> dict[str, StagePrivacy]:
-    """How each budgeted stage turns its (epsilon, delta) into privacy events: what the stages' own
-    calibrations do (tests/test_budget_plan.py checks each against them)."""
-    from dpngram.core.accounting import GAUSSIAN_DELTA_MARGIN, TRIEHH_DELTA_SHARE_USED, StagePrivacy
-
-    dpsu_vocabulary = vocabulary_method != "triehh"
-    gaussian = StagePrivacy("gaussian", gaussian_delta=1.0 - GAUSSIAN_DELTA_MARGIN)
-    return {
-        # Thm. 2.1: the levels compose to one Gaussian; with a TrieHH vocabulary no DPSU level runs,
-        # so no threshold delta is reserved and all of the dpne delta goes to the Gaussian.
-        "dpne": StagePrivacy(
-            "gaussian",
-            gaussian_delta=1.0 - threshold_delta if dpsu_vocabulary else 1.0,
-            threshold_delta=threshold_delta if dpsu_vocabulary else 0.0,
-        ),
-        "lm_counts": gaussian,
-        "bayes": gaussian,
-        "synth": StagePrivacy("laplace"),
-        "triehh": StagePrivacy("approx", approx_delta=TRIEHH_DELTA_SHARE_USED),
-    }
-
-
-@functools.lru_cache(maxsize=64)
-def _budget_plan(
-    fractions: tuple[tuple[str, float], ...],
-    epsilon: float,
-    delta: float,
-    threshold_delta: float,
-    vocabulary_method: str,
-    calibration: str,
-) -> BudgetPlan:
-    from dpngram.core.accounting import joint_calibration
-
-    shapes = stage_privacy_shapes(threshold_delta, vocabulary_method)
-    try:
-        return joint_calibration(
-            shapes, dict(fractions), Budget(epsilon, delta), joint=calibration == "joint"
-        )
-    except BudgetError as err:
-        raise ConfigError(f"stage_budget: {err}") from None
-
-
 #: The sections of :class:`RunConfig`, by attribute name.
-SECTIONS: dict[str, type[_Section]] = {
+SECTIONS: dict[str, type[Section]] = {
     "dpne": DpneConfig,
     "bayes": BayesConfig,
     "lm": LmConfig,
@@ -1090,59 +690,3 @@ SECTIONS: dict[str, type[_Section]] = {
     "triehh": TriehhConfig,
     "engine": EngineConfig,
 }
-
-#: flat name -> (section, field) for every sectioned parameter.
-FLAT_NAMES: dict[str, tuple[str, str]] = {
-    flat: (section, field) for section, model in SECTIONS.items() for field, flat in model.FLAGS.items()
-}
-
-
-def flat_fields() -> list[tuple[str, str | None, str, Any]]:
-    """(flat name, section or None, field, pydantic FieldInfo) for every parameter: the top-level
-    fields first, then each section's, in declaration order."""
-    out: list[tuple[str, str | None, str, Any]] = [
-        (name, None, name, info) for name, info in RunConfig.model_fields.items() if name not in SECTIONS
-    ]
-    for section, model in SECTIONS.items():
-        out += [(model.FLAGS[field], section, field, info) for field, info in model.model_fields.items()]
-    return out
-
-
-def _schema_fragment(prop: dict[str, Any], name: str) -> dict[str, Any]:
-    frag: dict[str, Any] = {}
-    if "anyOf" in prop:  # Optional[...]: allow null
-        frag["type"] = [p.get("type") for p in prop["anyOf"] if p.get("type")]
-        for p in prop["anyOf"]:
-            for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-                if key in p:
-                    frag[key] = p[key]
-    else:
-        for key in ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "pattern"):
-            if key in prop:
-                frag[key] = prop[key]
-        for key in ("additionalProperties", "propertyNames"):
-            if key in prop:
-                frag[key] = prop[key]
-    frag["title"] = prop.get("title", name)
-    if "description" in prop:
-        frag["description"] = prop["description"]
-    return frag
-
-
-def format_errors(err: ValidationError) -> str:
-    """One line per problem: ``name: rule (got value)``, with the flat name users type."""
-    lines = []
-    for problem in err.errors():
-        loc = [str(p) for p in problem["loc"]]
-        if len(loc) >= 2 and loc[0] in SECTIONS and loc[1] in SECTIONS[loc[0]].FLAGS:
-            loc = [SECTIONS[loc[0]].FLAGS[loc[1]], *loc[2:]]
-        where = ".".join(loc) or "config"
-        message = problem["msg"].removeprefix("Value error, ")
-        if problem["type"] == "extra_forbidden":
-            message = "unknown parameter"
-        elif problem["type"] == "missing":
-            message = "is required"
-        got = problem.get("input")
-        shown = "" if problem["type"] in ("missing",) or isinstance(got, dict) else f" (got {got!r})"
-        lines.append(f"{where}: {message}{shown}")
-    return "; ".join(lines)

@@ -1,0 +1,97 @@
+"""Flat parameter names: how the sectioned :class:`~dpngram.config.run.RunConfig` meets its users.
+
+CLI flags, Airflow Params and the report's ``parameters`` use flat names (``bayes_clip_count``,
+``max_n``, ``engine``); ``RunConfig.bayes.clip_count`` is the typed access. This module maps one to
+the other (``FLAT_NAMES``, :func:`flat_fields`), builds the Params' JSON schema
+(:func:`param_schema`) and words validation errors with the flat names users type
+(:func:`format_errors`).
+
+Owns: ``FLAT_NAMES``, :func:`flat_fields`, :func:`param_schema`, :func:`format_errors`.
+Imports: dpngram.config.sections (and dpngram.config.run inside the functions that list its
+fields); pydantic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from dpngram.config.sections import SECTIONS
+
+#: flat name -> (section, field) for every sectioned parameter.
+FLAT_NAMES: dict[str, tuple[str, str]] = {
+    flat: (section, field) for section, model in SECTIONS.items() for field, flat in model.FLAGS.items()
+}
+
+
+def flat_fields() -> list[tuple[str, str | None, str, Any]]:
+    """(flat name, section or None, field, pydantic FieldInfo) for every parameter: the top-level
+    fields first, then each section's, in declaration order."""
+    from dpngram.config.run import RunConfig
+
+    out: list[tuple[str, str | None, str, Any]] = [
+        (name, None, name, info) for name, info in RunConfig.model_fields.items() if name not in SECTIONS
+    ]
+    for section, model in SECTIONS.items():
+        out += [(model.FLAGS[field], section, field, info) for field, info in model.model_fields.items()]
+    return out
+
+
+def param_schema() -> dict[str, dict[str, Any]]:
+    """JSON-schema fragments per flat name (type, bounds, enum, title, description, default,
+    section), in the form Airflow ``Param(default, **schema)`` takes."""
+    from dpngram.config.run import RunConfig
+
+    out: dict[str, dict[str, Any]] = {}
+    schemas: dict[str | None, dict[str, Any]] = {None: RunConfig.model_json_schema()}
+    for name, section, field, info in flat_fields():
+        if section not in schemas:
+            schemas[section] = SECTIONS[section].model_json_schema()
+        frag = _schema_fragment(schemas[section]["properties"][field], name)
+        if not info.is_required():
+            frag["default"] = info.get_default(call_default_factory=True)
+        if section is not None:
+            frag["section"] = SECTIONS[section].TITLE
+        out[name] = frag
+    return out
+
+
+def _schema_fragment(prop: dict[str, Any], name: str) -> dict[str, Any]:
+    frag: dict[str, Any] = {}
+    if "anyOf" in prop:  # Optional[...]: allow null
+        frag["type"] = [p.get("type") for p in prop["anyOf"] if p.get("type")]
+        for p in prop["anyOf"]:
+            for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+                if key in p:
+                    frag[key] = p[key]
+    else:
+        for key in ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "pattern"):
+            if key in prop:
+                frag[key] = prop[key]
+        for key in ("additionalProperties", "propertyNames"):
+            if key in prop:
+                frag[key] = prop[key]
+    frag["title"] = prop.get("title", name)
+    if "description" in prop:
+        frag["description"] = prop["description"]
+    return frag
+
+
+def format_errors(err: ValidationError) -> str:
+    """One line per problem: ``name: rule (got value)``, with the flat name users type."""
+    lines = []
+    for problem in err.errors():
+        loc = [str(p) for p in problem["loc"]]
+        if len(loc) >= 2 and loc[0] in SECTIONS and loc[1] in SECTIONS[loc[0]].FLAGS:
+            loc = [SECTIONS[loc[0]].FLAGS[loc[1]], *loc[2:]]
+        where = ".".join(loc) or "config"
+        message = problem["msg"].removeprefix("Value error, ")
+        if problem["type"] == "extra_forbidden":
+            message = "unknown parameter"
+        elif problem["type"] == "missing":
+            message = "is required"
+        got = problem.get("input")
+        shown = "" if problem["type"] in ("missing",) or isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"{where}: {message}{shown}")
+    return "; ".join(lines)
