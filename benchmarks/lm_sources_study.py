@@ -71,37 +71,12 @@ GRID_STEP = {2: 0.05, 3: 0.05, 4: 0.05}  # simplex grid step by number of compon
 # ----------------------------------------------------------------------------------------------
 # Components (post-processing of released files)
 # ----------------------------------------------------------------------------------------------
-def backoff_weights(probs: dict[int, Any], order: int) -> dict[int, Any]:
-    """γ(h) = (1 − Σ listed p(w|h)) / (1 − Σ listed p(w|h')) for every context (as mix_models)."""
-    import polars as pl
-
-    from dpngram.lm.open_model import _context, _suffix
-
-    gammas = {}
-    for n in range(2, order + 1):
-        lower = probs[n - 1].rename({"ngram": "suf", "prob": "lower"})
-        ctx = (
-            probs[n]
-            .with_columns(ctx=_context(), suf=_suffix())
-            .join(lower, on="suf", how="left")
-            .group_by("ctx")
-            .agg(num=1.0 - pl.col("prob").sum(), den=1.0 - pl.col("lower").sum())
-            .with_columns(
-                gamma=pl.when(pl.col("den") > 1e-12)
-                .then(pl.col("num").clip(0.0, None) / pl.col("den"))
-                .otherwise(0.0)
-            )
-        )
-        gammas[n] = ctx.select(pl.col("ctx").alias("ngram"), "gamma")
-    return gammas
-
-
 def theta_component(base: Any, theta: Any) -> tuple[Any, dict[str, Any]]:
     """T: ``base`` (P′) with the continuations of each θ context redistributed by θ (module doc)."""
     import polars as pl
 
     from dpngram.lm.arpa import UNK, model_from_probabilities
-    from dpngram.lm.open_model import _suffix, model_probabilities
+    from dpngram.lm.open_model import _suffix, backoff_weights, model_probabilities
 
     order = base.order
     vocab = base.tables[1]["ngram"]

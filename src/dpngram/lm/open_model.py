@@ -522,11 +522,18 @@ def mix_models(
         mixed[n] = frame.select(
             "ngram", prob=(1.0 - pl.col("lam")) * pl.col("prob") + pl.col("lam") * pl.col("q").fill_null(0.0)
         )
+    return model_from_probabilities(mixed, backoff_weights(mixed, order), order)
+
+
+def backoff_weights(probs: dict[int, pl.DataFrame], order: int) -> dict[int, pl.DataFrame]:
+    """The backoff weight of every context of a closed set of listed probabilities (``ngram``,
+    ``prob`` per order): gamma(h) = (1 - sum of listed p(w|h)) / (1 - sum of listed p(w|h')), so
+    every context sums to one (0 where the lower order lists everything)."""
     gammas: dict[int, pl.DataFrame] = {}
     for n in range(2, order + 1):
-        lower = mixed[n - 1].rename({"ngram": "suf", "prob": "lower"})
+        lower = probs[n - 1].rename({"ngram": "suf", "prob": "lower"})
         ctx = (
-            mixed[n]
+            probs[n]
             .with_columns(ctx=_context(), suf=_suffix())
             .join(lower, on="suf", how="left")
             .group_by("ctx")
@@ -538,7 +545,7 @@ def mix_models(
             )
         )
         gammas[n] = ctx.select(pl.col("ctx").alias("ngram"), "gamma")
-    return model_from_probabilities(mixed, gammas, order)
+    return gammas
 
 
 def unigram_distribution(model: ArpaModel) -> pl.DataFrame:
