@@ -273,7 +273,8 @@ def test_sql_rounds_equal_the_numpy_reference(seed, per_user_lists):
     items, salts, max_contribution = user_items(rows), [11 + seed, 2**61 + 7, 123456789], 5
     seen: list[dict[str, float]] = []
 
-    def draw(histogram: str, released: str | None, count: int, rnd: SipsRound) -> pa.Array:
+    def draw(histogram: str, released: str | None, count: int, rnd: SipsRound, admitted) -> pa.Array:
+        assert admitted is None  # no admission floor in these rounds
         hist = dict(wh.con.sql(f"SELECT item, weight FROM {SCHEMA}.{histogram}").fetchall())
         seen.append(hist)
         return pa.array(sorted(i for i, w in hist.items() if w >= 2.0), type=pa.string())
@@ -702,7 +703,7 @@ def test_sips_sql_runs_on_spark_and_agrees_with_duckdb(spark, tmp_path):
         _sentences_on(engine, rows)
         seen[name] = []
 
-        def draw(histogram, done, count, rnd, engine=engine, name=name):
+        def draw(histogram, done, count, rnd, admitted, engine=engine, name=name):
             table = engine.fetch_arrow(load_sql("dpsu/histogram_scan", schema=SCHEMA, histogram=histogram))
             hist = dict(
                 zip(table.column("item").to_pylist(), table.column("weight").to_pylist(), strict=True)

@@ -69,6 +69,7 @@ class DpneConfig(Section):
         "policy_cap": "dpsu_policy_cap",
         "sips_rounds": "dpsu_sips_rounds",
         "sips_ratio": "dpsu_sips_ratio",
+        "sips_admission": "dpsu_sips_admission",
         "public_vocabulary": "dpne_public_vocabulary",
         "threshold_delta": "dpne_threshold_delta",
     }
@@ -159,6 +160,17 @@ class DpneConfig(Section):
         description="dp-sips only: f_r is proportional to ratio^(r-1) (above 1: more budget on the later "
         "rounds; default 16 with 2 rounds: 1/17 of the budget clears the most frequent items first, "
         "chosen on public text).",
+    )
+
+    sips_admission: float | None = Field(
+        None,
+        ge=-10,
+        le=10,
+        title="DP-SIPS admission z",
+        description="dp-sips with 2+ rounds only: rounds 2..R keep only the items whose round-1 noisy weight "
+        "reached z * sigma_1 (the rest are judged hopeless and their users' weight goes to the others), and "
+        "every user keeps its round-1 subset (one salt). Same epsilon and delta: the admission is a "
+        "function of round 1's Gaussian output. Empty: off (plain DP-SIPS).",
     )
 
     public_vocabulary: int = Field(

@@ -149,6 +149,17 @@ class NoiseSource:
         values = np.asarray(values, dtype=np.float64)
         return values + self.gaussian(sigma, values.shape) > threshold
 
+    def threshold_bands(
+        self, values: np.ndarray, sigma: float, threshold: float, floor: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One draw ``y = values + N(0, sigma^2)`` and two masks: released ``y > threshold`` and
+        admitted ``floor <= y <= threshold`` (DP-SIPS admission: the noisy value itself never
+        leaves this process; docs/dpne.md, "Admission by the first round")."""
+        values = np.asarray(values, dtype=np.float64)
+        noisy = values + self.gaussian(sigma, values.shape)
+        released = noisy > threshold
+        return released, (noisy >= floor) & ~released
+
     # -- exact integer samplers: released noisy values ----------------------------------------
     def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
         """Integers with P(x) proportional to exp(-|x|/scale) (difference of two geometrics)."""

@@ -84,6 +84,7 @@ from dpngram.mechanisms.dpsu import (
     sips_rounds_release,
     sips_sigmas,
     threshold_histogram,
+    with_admission,
 )
 
 BASELINES = ("dpsu-all", "dpsu-even", "dpsu-single")
@@ -278,16 +279,25 @@ def draw_level_keys(
 
 
 def sips_level_rounds(
-    sigma: float, eta: float, previous: int, valid: int, rounds: int, ratio: float
+    sigma: float,
+    eta: float,
+    previous: int,
+    valid: int,
+    rounds: int,
+    ratio: float,
+    admission: float | None = None,
 ) -> tuple[SipsRound, ...]:
     """The DP-SIPS rounds of level k: sigma_r = sigma_k / sqrt(f_r) and
     rho_r = sigma_r Phi^-1(1 - f_r eta min{1, |S_{k-1}|/|V_k|}): a valid k-gram nobody holds passes
     round r with probability f_r eta min{...} if not released before, so over all rounds with
     probability <= eta min{...} (union bound) and Prop. 2.2's bound on the expected number of
     spurious k-grams holds unchanged (docs/dpne.md, "DP-SIPS"). rounds = 1 is :func:`level_threshold`."""
-    return tuple(
-        SipsRound(sigma=s, threshold=level_threshold(s, eta * f, previous, valid))
-        for s, f in zip(sips_sigmas(sigma, rounds, ratio), sips_fractions(rounds, ratio), strict=True)
+    return with_admission(
+        tuple(
+            SipsRound(sigma=s, threshold=level_threshold(s, eta * f, previous, valid))
+            for s, f in zip(sips_sigmas(sigma, rounds, ratio), sips_fractions(rounds, ratio), strict=True)
+        ),
+        admission,
     )
 
 
@@ -307,6 +317,7 @@ def _release_level_sips(
     sampling_probability: float,
     rounds: int,
     ratio: float,
+    admission: float | None = None,
 ) -> LevelOutcome:
     """Level k by DP-SIPS (docs/dpne.md, "DP-SIPS"): the pruned candidates and V_k as for the other
     policies, then R rounds (:func:`dpngram.mechanisms.dpsu.sips_rounds_release`), each a weighted
@@ -328,13 +339,16 @@ def _release_level_sips(
         sampling_probability=sampling_probability,
         build_histogram=False,
     )
-    plan = sips_level_rounds(sigma, eta, inputs.previous, inputs.valid, rounds, ratio)
+    plan = sips_level_rounds(sigma, eta, inputs.previous, inputs.valid, rounds, ratio, admission)
     chosen = choose_variant(variant, inputs.valid, exact_max_valid)
     index: list[ValidKgramIndex] = []
 
-    def draw(histogram: str, released: str | None, count: int, rnd: SipsRound) -> pa.Array:
+    def draw(
+        histogram: str, released: str | None, count: int, rnd: SipsRound, admitted: list[pa.Array] | None
+    ) -> pa.Array:
         if rnd.threshold is None:  # V_k empty: nothing can be released
             return pa.array([], type=pa.int64())
+        admit = {"admit_floor": rnd.admit_floor, "admitted": admitted} if admitted is not None else {}
         if chosen == "exact":
             kept = threshold_histogram(
                 wh,
@@ -349,6 +363,7 @@ def _release_level_sips(
                 sigma=rnd.sigma,
                 threshold=rnd.threshold,
                 noise=noise,
+                **admit,
             )
             return pa.array(kept.column("item").to_numpy().astype(np.int64))
         kept = threshold_histogram(
@@ -357,6 +372,7 @@ def _release_level_sips(
             sigma=rnd.sigma,
             threshold=rnd.threshold,
             noise=noise,
+            **admit,
         )
         support = int(wh.fetch_scalar(load_sql("dpne/support_size", schema=schema, histogram=histogram)))
         if not index:
@@ -444,6 +460,7 @@ def release_level(
     policy_cap: float = 2.0,
     sips_rounds: int = 1,
     sips_ratio: float = 1.0,
+    sips_admission: float | None = None,
 ) -> LevelOutcome:
     """DPNE level k (Alg. 1 loop body; supplement Alg. 1 for the scalable variant).
 
@@ -471,6 +488,7 @@ def release_level(
             sampling_probability=sampling_probability,
             rounds=sips_rounds,
             ratio=sips_ratio,
+            admission=sips_admission,
         )
 
     def cap(previous: int, valid: int) -> float | None:

@@ -55,6 +55,7 @@ Imports: dpngram.mechanisms.policy_kernel (lazily), dpngram.engines, dpngram.cor
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
@@ -93,6 +94,9 @@ POLICIES: tuple[str, ...] = ("weighted", "policy-gaussian", "dp-sips")
 #: Bounds of the DP-SIPS parameters (also the configuration's): R rounds, geometric ratio.
 SIPS_MAX_ROUNDS = 10
 SIPS_MAX_RATIO = 1000.0
+#: Range of ``dpsu_sips_admission`` (z, in units of round 1's sigma).
+SIPS_MIN_ADMISSION = -10.0
+SIPS_MAX_ADMISSION = 10.0
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,9 @@ class SipsRound:
     sigma: float
     threshold: float | None
     threshold_delta: float | None = None
+    #: Round 1 of a release with admission: later rounds keep only the items whose round-1 noisy
+    #: weight reached this floor (z * sigma_1; None: plain DP-SIPS).
+    admit_floor: float | None = None
 
 
 def sips_fractions(rounds: int, ratio: float) -> list[float]:
@@ -130,8 +137,39 @@ def sips_sigmas(sigma: float, rounds: int, ratio: float) -> list[float]:
     return sigmas
 
 
+def check_admission(admission: float | None) -> None:
+    """``dpsu_sips_admission``: None (off) or a finite z in [SIPS_MIN_ADMISSION, SIPS_MAX_ADMISSION]."""
+    if admission is None:
+        return
+    if not (
+        isinstance(admission, (int, float))
+        and not isinstance(admission, bool)
+        and math.isfinite(admission)
+        and SIPS_MIN_ADMISSION <= admission <= SIPS_MAX_ADMISSION
+    ):
+        raise ConfigError(
+            f"dpsu_sips_admission: must be a number in [{SIPS_MIN_ADMISSION:g}, {SIPS_MAX_ADMISSION:g}] "
+            f"or empty for none (got {admission!r})"
+        )
+
+
+def with_admission(rounds: tuple[SipsRound, ...], admission: float | None) -> tuple[SipsRound, ...]:
+    """The rounds with round 1's admission floor z * sigma_1 set (``admission`` = z; docs/dpne.md,
+    "Admission by the first round"). One round, or ``admission`` None: unchanged."""
+    check_admission(admission)
+    if admission is None or len(rounds) < 2:
+        return rounds
+    first = rounds[0]
+    return (dataclasses.replace(first, admit_floor=float(admission) * first.sigma), *rounds[1:])
+
+
 def sips_vocabulary_rounds(
-    sigma: float, threshold_delta: float, max_contribution: int, rounds: int, ratio: float
+    sigma: float,
+    threshold_delta: float,
+    max_contribution: int,
+    rounds: int,
+    ratio: float,
+    admission: float | None = None,
 ) -> tuple[SipsRound, ...]:
     """The DPSU rounds of one DP-SIPS release: sigma_r = sigma / sqrt(f_r), delta_0r = f_r delta_0 (the
     last one takes the rest, so they add up to delta_0) and rho_r = dpsu_threshold(sigma_r, delta_0r,
@@ -141,9 +179,12 @@ def sips_vocabulary_rounds(
     fractions = sips_fractions(rounds, ratio)
     deltas = [threshold_delta * f for f in fractions[:-1]]
     deltas.append(threshold_delta - math.fsum(deltas) if deltas else threshold_delta)
-    return tuple(
-        SipsRound(sigma=s, threshold=dpsu_threshold(s, d, max_contribution), threshold_delta=d)
-        for s, d in zip(sips_sigmas(sigma, rounds, ratio), deltas, strict=True)
+    return with_admission(
+        tuple(
+            SipsRound(sigma=s, threshold=dpsu_threshold(s, d, max_contribution), threshold_delta=d)
+            for s, d in zip(sips_sigmas(sigma, rounds, ratio), deltas, strict=True)
+        ),
+        admission,
     )
 
 
@@ -204,6 +245,7 @@ def vocabulary_parameters(
     policy_cap: float = 2.0,
     sips_rounds: int = 1,
     sips_ratio: float = 1.0,
+    sips_admission: float | None = None,
 ) -> DpsuParameters:
     """sigma_1 from DPNE Thm. 2.1 (``dpne_sigmas`` over ``max_n`` levels at the dpne ``budget``, the
     Gaussian at ``(1 - threshold_delta) * delta``) and rho_1 at ``threshold_delta * delta`` (the
@@ -218,7 +260,7 @@ def vocabulary_parameters(
     rounds: tuple[SipsRound, ...] = ()
     if policy == "dp-sips":
         rounds = sips_vocabulary_rounds(
-            sigma_1, threshold_delta * delta, max_contribution, sips_rounds, sips_ratio
+            sigma_1, threshold_delta * delta, max_contribution, sips_rounds, sips_ratio, sips_admission
         )
     return DpsuParameters(
         sigma=sigma_1,
@@ -316,13 +358,19 @@ def threshold_histogram(
     noise: NoiseSource,
     params: dict[str, Any] | None = None,
     batch_rows: int = BATCH_ROWS,
+    admit_floor: float | None = None,
+    admitted: list[pa.Array] | None = None,
 ) -> pa.Table:
     """Stream ``scan_sql`` (columns ``item``, ``weight``) and keep the items with
     ``weight + N(0, sigma^2) > threshold`` (supplement Alg. 5 lines 7-10 / Alg. 1 thresholding).
 
     Noise is drawn per record batch (vectorised); only the kept keys are held in memory, so
     memory follows the size of the release, not of the histogram. Returns a table with column
-    ``item``."""
+    ``item``. With ``admit_floor`` (DP-SIPS admission), the same noisy values also decide the
+    items with ``admit_floor <= weight + noise <= threshold``, appended to ``admitted`` (keys only;
+    private: a run-internal table, never released)."""
+    if (admit_floor is None) != (admitted is None):
+        raise ValueError("admit_floor and admitted go together")
     kept: list[pa.RecordBatch] = []
     item_type = None
     for batch in wh.fetch_batches(scan_sql, params, batch_rows):
@@ -330,7 +378,13 @@ def threshold_histogram(
         if batch.num_rows == 0:
             continue
         weights = batch.column("weight").to_numpy(zero_copy_only=False)
-        mask = noise.above_threshold(weights, sigma, threshold)
+        if admit_floor is None:
+            mask = noise.above_threshold(weights, sigma, threshold)
+        else:
+            assert admitted is not None
+            mask, admit = noise.threshold_bands(weights, sigma, threshold, admit_floor)
+            if admit.any():
+                admitted.append(batch.column("item").filter(pa.array(admit)))
         if mask.any():
             kept.append(batch.select(["item"]).filter(pa.array(mask)))
     schema = pa.schema([pa.field("item", item_type or pa.int64())])
@@ -476,7 +530,7 @@ def dpsu_release(
 SIPS_TIMINGS: list[dict[str, Any]] = []
 
 
-SipsDraw = Callable[[str, "str | None", int, SipsRound], pa.Array]
+SipsDraw = Callable[[str, "str | None", int, SipsRound, "list[pa.Array] | None"], pa.Array]
 
 
 def sips_rounds_release(
@@ -491,15 +545,22 @@ def sips_rounds_release(
     draw: SipsDraw,
     label: str = "dpsu",
     per_user_lists: bool = False,
+    always_admitted: pa.Array | None = None,
 ) -> list[pa.Array]:
     """The rounds of one DP-SIPS release over ``{schema}.{source}(user_id, item)`` (docs/dpne.md,
     "DP-SIPS"). Round r: the source minus the items released in rounds < r (anti-join,
     ``sql/dpsu/sips_remaining.sql``; the released set is public), then the shared weighted
     histogram (``sql/dpsu/histogram.sql``: at most ``max_contribution`` of each user's remaining
     distinct items, weight 1/sqrt(#kept), a fresh secret subset salt each round), then
-    ``draw(histogram, released_table_or_None, released_count, round)``, which returns the round's
-    released items (the noisy step; never a per-user row). Returns the non-empty per-round
-    releases (disjoint). The private histogram and views are dropped.
+    ``draw(histogram, released_table_or_None, released_count, round, admitted)``, which returns
+    the round's released items (the noisy step; never a per-user row). Returns the non-empty
+    per-round releases (disjoint). The private histogram and views are dropped.
+
+    Admission (round 1's ``admit_floor`` set; docs/dpne.md, "Admission by the first round"): one
+    salt for every round, so each user's kept set is round 1's; round 1's draw also collects into
+    ``admitted`` the items whose noisy weight reached the floor without being released (plus
+    ``always_admitted``, public keys), and rounds r >= 2 keep only those of each user's kept items
+    not released yet (``sql/dpsu/histogram_admitted.sql``, ``histogram_lists_admitted.sql``).
 
     ``per_user_lists`` (with more than one round): each user's distinct items are collected once
     into a list table (``sql/dpsu/user_item_lists.sql``) that every round reads
@@ -512,7 +573,11 @@ def sips_rounds_release(
     done = safe_identifier(f"{work}_done")
     remaining = safe_identifier(f"{work}_remaining")
     histogram = safe_identifier(f"{work}_histogram")
+    admitted_table = safe_identifier(f"{work}_admitted")
     lists = safe_identifier(f"{work}_lists") if per_user_lists and len(rounds) > 1 else None
+    admission = len(rounds) > 1 and rounds[0].admit_floor is not None
+    shared_salt = int(noise.selection_salt()) if admission else None
+    admitted: pa.Array | None = None
     released: list[pa.Array] = []
     count = 0
     try:
@@ -522,7 +587,29 @@ def sips_rounds_release(
             started = time.perf_counter()
             if count:
                 _store_items(wh, schema, done, pa.table({"item": pa.concat_arrays(released)}))
-            if lists:
+            if admission and r >= 2:
+                assert admitted is not None
+                if count:  # admitted minus everything released so far (keys only)
+                    admitted = admitted.filter(pc.invert(pc.is_in(admitted, pa.concat_arrays(released))))
+                _store_items(wh, schema, admitted_table, pa.table({"item": admitted}))
+                statement = (
+                    load_sql(
+                        "dpsu/histogram_lists_admitted",
+                        schema=schema,
+                        lists=lists,
+                        admitted=admitted_table,
+                        histogram=histogram,
+                    )
+                    if lists
+                    else load_sql(
+                        "dpsu/histogram_admitted",
+                        schema=schema,
+                        source=source,
+                        admitted=admitted_table,
+                        histogram=histogram,
+                    )
+                )
+            elif lists:
                 statement = (
                     load_sql(
                         "dpsu/histogram_lists_remaining",
@@ -550,12 +637,14 @@ def sips_rounds_release(
                 statement = load_sql(
                     "dpsu/histogram", schema=schema, source=round_source, histogram=histogram
                 )
-            wh.execute(
-                statement, {"salt": int(noise.selection_salt()), "max_contribution": int(max_contribution)}
-            )
+            salt = shared_salt if shared_salt is not None else int(noise.selection_salt())
+            wh.execute(statement, {"salt": salt, "max_contribution": int(max_contribution)})
             built = time.perf_counter()
-            items = draw(histogram, done if count else None, count, rnd)
+            collect: list[pa.Array] | None = [] if admission and r == 1 else None
+            items = draw(histogram, done if count else None, count, rnd, collect)
             wh.drop(schema, histogram)
+            if collect is not None:
+                admitted = _admitted_keys(collect, always_admitted, items)
             if len(items):
                 released.append(items)
                 count += len(items)
@@ -568,8 +657,22 @@ def sips_rounds_release(
                 }
             )
     finally:
-        wh.drop(schema, histogram, remaining, done, *([lists] if lists else []))
+        wh.drop(schema, histogram, remaining, done, admitted_table, *([lists] if lists else []))
     return released
+
+
+def _admitted_keys(collected: list[pa.Array], always: pa.Array | None, released: pa.Array) -> pa.Array:
+    """Round 1's admitted keys (noisy weight in [floor, threshold]) plus the always-admitted public
+    keys, minus round 1's release, distinct, in the released keys' type."""
+    parts = [a.cast(released.type) for a in collected]
+    if always is not None and len(always):
+        parts.append(always.cast(released.type))
+    if not parts:
+        return pa.array([], type=released.type)
+    keys = pc.unique(pa.concat_arrays(parts))
+    if len(released):
+        keys = keys.filter(pc.invert(pc.is_in(keys, released)))
+    return keys
 
 
 def sips_release(
@@ -595,7 +698,9 @@ def sips_release(
     shares = public_round_shares(len(rounds))
     calls: list[int] = []
 
-    def draw(histogram: str, released: str | None, count: int, rnd: SipsRound) -> pa.Array:
+    def draw(
+        histogram: str, released: str | None, count: int, rnd: SipsRound, admitted: list[pa.Array] | None
+    ) -> pa.Array:
         assert rnd.threshold is not None
         calls.append(1)
         r = len(calls)
@@ -611,9 +716,17 @@ def sips_release(
             sigma=rnd.sigma,
             threshold=rnd.threshold,
             noise=noise,
+            admit_floor=rnd.admit_floor if admitted is not None else None,
+            admitted=admitted,
         )
         return kept.column("item").combine_chunks()
 
+    always = None
+    if public is not None and rounds and rounds[0].admit_floor is not None:
+        # Public words are admitted whatever their round-1 noise (a public set: admission stays a
+        # function of round 1's output and public data), so the public domain works as before.
+        always = wh.fetch_arrow(load_sql("dpsu/public_items", schema=schema, table=public.table))
+        always = always.column("item").combine_chunks()
     released = sips_rounds_release(
         wh,
         schema,
@@ -625,6 +738,7 @@ def sips_release(
         draw=draw,
         label=label,
         per_user_lists=per_user_lists,
+        always_admitted=always,
     )
     if released:
         items = pa.table({"item": pa.concat_arrays(released)})
