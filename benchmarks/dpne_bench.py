@@ -63,6 +63,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dpne import jobs  # noqa: E402
+from dpne.admission import mode_sips_admission  # noqa: E402
 from dpne.budget import mode_budget, mode_budget_speed  # noqa: E402
 from dpne.common import CACHE  # noqa: E402
 from dpne.jobs import job_main  # noqa: E402
@@ -94,6 +95,7 @@ def main() -> None:
             "sips",
             "sips-speed",
             "public-vocab",
+            "sips-admission",
             "all",
         ],
         help="default: all (what `make bench` runs)",
@@ -161,6 +163,9 @@ def main() -> None:
     if args.mode in ("public-vocab", "all"):
         args.users = users
         mode_public_vocab(args)
+    if args.mode == "sips-admission":
+        args.users = users
+        mode_sips_admission(args)
     if args.mode == "sips-speed":
         args.users = users
         mode_sips_speed(args)

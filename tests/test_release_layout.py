@@ -50,6 +50,8 @@ ADDED_PARAMS: dict[str, list[str] | None] = {
     "synth_max_nodes": None,
     "max_quarantine_fraction": None,  # issue 28: refuse a mostly malformed input
     "dpne_public_vocabulary": None,  # issue 24: the vocabulary's public domain
+    "dpsu_sips_admission": None,  # issue 24: DP-SIPS admission by the first round
+    "dpsu_sips_admission_floor": None,
 }
 
 
@@ -60,7 +62,7 @@ ADDED_COLUMNS: dict[str, list[list[str]]] = {
 
 
 #: Of those, the on/off ones (their flag also has a ``--no-`` form).
-ADDED_SWITCHES = {"follow_external_symlinks"}
+ADDED_SWITCHES = {"follow_external_symlinks", "dpsu_sips_admission"}
 
 
 def _renamed(path: str) -> str:

@@ -70,6 +70,7 @@ class DpneConfig(Section):
         "sips_rounds": "dpsu_sips_rounds",
         "sips_ratio": "dpsu_sips_ratio",
         "sips_admission": "dpsu_sips_admission",
+        "sips_admission_floor": "dpsu_sips_admission_floor",
         "public_vocabulary": "dpne_public_vocabulary",
         "threshold_delta": "dpne_threshold_delta",
     }
@@ -149,29 +150,42 @@ class DpneConfig(Section):
         title="DP-SIPS rounds R",
         description="dp-sips only: rounds per release (vocabulary and each level); round r gets the share "
         "f_r of the Gaussian budget (sigma_r = sigma / sqrt(f_r)), of the threshold delta and of eta. "
-        "1 equals 'weighted'. Default 2 (with ratio 16) chosen on public text.",
+        "1 equals 'weighted'. Default 2 (with ratio 2 and admission 1.5) chosen on public text.",
     )
 
     sips_ratio: float = Field(
-        16.0,
+        2.0,
         gt=0,
         le=1000,
         title="DP-SIPS budget ratio",
         description="dp-sips only: f_r is proportional to ratio^(r-1) (above 1: more budget on the later "
-        "rounds; default 16 with 2 rounds: 1/17 of the budget clears the most frequent items first, "
-        "chosen on public text).",
+        "rounds; default 2 with 2 rounds and admission 1.5: a third of the budget clears the frequent "
+        "items and tells round 2 which items are worth its budget; chosen on public text. Without "
+        "admission 16 was best).",
     )
 
-    sips_admission: float | None = Field(
-        None,
+    sips_admission: bool = Field(
+        True,
+        title="DP-SIPS admission",
+        description="dp-sips with 2+ rounds only: rounds 2..R keep only the items whose round-1 noisy weight "
+        "reached the admission floor (the rest are judged hopeless and their users' weight goes to the "
+        "others), and every user keeps its round-1 subset (one salt). Same epsilon and delta: the admission "
+        "is a function of round 1's Gaussian output. Off: plain DP-SIPS.",
+    )
+
+    sips_admission_floor: float = Field(
+        1.5,
         ge=-10,
         le=10,
-        title="DP-SIPS admission z",
-        description="dp-sips with 2+ rounds only: rounds 2..R keep only the items whose round-1 noisy weight "
-        "reached z * sigma_1 (the rest are judged hopeless and their users' weight goes to the others), and "
-        "every user keeps its round-1 subset (one salt). Same epsilon and delta: the admission is a "
-        "function of round 1's Gaussian output. Empty: off (plain DP-SIPS).",
+        title="DP-SIPS admission floor z",
+        description="dp-sips admission only: an item goes on to round 2 if its round-1 noisy weight is at "
+        "least z * sigma_1 (default 1.5, with ratio 2, chosen on public text; higher: fewer items, each "
+        "with more weight).",
     )
+
+    def admission(self) -> float | None:
+        """The admission floor z the DP-SIPS rounds use, or None (off)."""
+        return self.sips_admission_floor if self.sips_admission else None
 
     public_vocabulary: int = Field(
         100_000,

@@ -162,7 +162,7 @@ def run_level(
             policy_cap=config.dpne.policy_cap,
             sips_rounds=config.dpne.sips_rounds,
             sips_ratio=config.dpne.sips_ratio,
-            sips_admission=config.dpne.sips_admission,
+            sips_admission=config.dpne.admission(),
         )
         _export_level(wh, ctx, k)
         report = {

@@ -438,6 +438,7 @@ def _dpne_settings(ctx: RunContext, parts: dict[str, Any]) -> dict[str, Any] | N
         "policy_cap_alpha": dpne.policy_cap if dpne.policy == "policy-gaussian" else None,
         "sips_rounds": dpne.sips_rounds if dpne.policy == "dp-sips" else None,
         "sips_ratio": dpne.sips_ratio if dpne.policy == "dp-sips" else None,
+        "sips_admission": dpne.admission() if dpne.policy == "dp-sips" and dpne.sips_rounds > 1 else None,
         "sigma_decay": dpne.sigma_decay,
         "threshold_delta_fraction": dpne.threshold_delta if dpne.vocabulary_method != "triehh" else 0.0,
         "vocabulary_method": dpne.vocabulary_method,
@@ -487,6 +488,8 @@ def _privacy_html(report: dict[str, Any]) -> list[str]:
         )
         if dpne.get("sips_rounds") is not None:
             cap = f", {_esc(_fmt(dpne['sips_rounds']))} rounds, budget ratio {_esc(_fmt(dpne['sips_ratio']))}"
+            if dpne.get("sips_admission") is not None:
+                cap += f", admission z = {_esc(_fmt(dpne['sips_admission']))}"
         sections.append(
             f"<p>DPNE: DPSU policy <b>{_esc(dpne['policy'])}</b>{cap}; level schedule σ_k = "
             f"{_esc(_fmt(dpne['sigma_decay']))}·σ_(k−1); vocabulary threshold's share of the dpne δ: "

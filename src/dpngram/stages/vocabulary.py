@@ -64,7 +64,7 @@ def dpsu_parameters(config: RunConfig) -> DpsuParameters:
         policy_cap=dpne.policy_cap,
         sips_rounds=dpne.sips_rounds,
         sips_ratio=dpne.sips_ratio,
-        sips_admission=dpne.sips_admission,
+        sips_admission=dpne.admission(),
     )
 
 
