@@ -31,8 +31,8 @@ from dpngram.core.errors import ConfigError
 from dpngram.core.noise import simulation_rng
 from dpngram.engines.duckdb import Warehouse
 from dpngram.engines.sql import load_sql
-from dpngram.mechanisms import dpne, dpne_domain, dpsu
-from dpngram.mechanisms.dpsu import (
+from dpngram.mechanisms import dpne, dpne_domain, dpsu, dpsu_policy
+from dpngram.mechanisms.dpsu_policy import (
     policy_gaussian_update,
     policy_gaussian_weights,
     policy_histogram_from_stream,
@@ -151,8 +151,8 @@ def random_rows(seed: int, users: int, vocab: int, prefix: str = "user") -> list
 
 def _numpy_update_only(monkeypatch) -> None:
     """Make the SQL path use the numpy update (which a test replaces), never the compiled one."""
-    numpy_only = functools.partial(dpsu.policy_histogram_from_stream, compiled_after=10**12)
-    monkeypatch.setattr(dpsu, "policy_histogram_from_stream", numpy_only)
+    numpy_only = functools.partial(dpsu_policy.policy_histogram_from_stream, compiled_after=10**12)
+    monkeypatch.setattr(dpsu_policy, "policy_histogram_from_stream", numpy_only)
 
 
 def broken_update(weights: np.ndarray, items: np.ndarray, cap: float) -> None:
@@ -468,7 +468,7 @@ def test_unique_token_of_added_user_is_released_with_probability_at_most_delta0(
     lo, hi = clopper_pearson(hits, RUNS, FALSE_FAILURE)
     assert lo <= delta0 <= hi
 
-    monkeypatch.setattr(dpsu, "policy_gaussian_update", broken_update)
+    monkeypatch.setattr(dpsu_policy, "policy_gaussian_update", broken_update)
     _numpy_update_only(monkeypatch)
     broken = PolicyRun(warehouse(rows[:-1] + [("added", ["secret"])]), order_salt=order_salt, **kw)
     assert broken.histogram["secret"] == pytest.approx(cap)
@@ -516,7 +516,7 @@ def test_release_probability_ratio_is_bounded_and_broken_update_is_caught(secure
     assert not _dp_violated(freq_d, freq_d2, epsilon, delta)
     if holders < 12:
         assert freq_d2 > freq_d  # the neighbours differ in the tested event: the check is not vacuous
-        monkeypatch.setattr(dpsu, "policy_gaussian_update", broken_update)
+        monkeypatch.setattr(dpsu_policy, "policy_gaussian_update", broken_update)
         _numpy_update_only(monkeypatch)
         bad_d, bad_d2, bad_step = frequencies()
         assert bad_step > 1.5

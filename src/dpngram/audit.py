@@ -29,7 +29,7 @@ up, and small):
   :func:`~dpngram.mechanisms.dpsu.vocabulary_parameters`. Every run draws fresh secret salts
   (subset and visiting order) and rebuilds the histogram with
   :func:`~dpngram.mechanisms.dpsu.secret_histogram` (the SQL and the sequential update
-  :func:`~dpngram.mechanisms.dpsu.policy_histogram_from_stream`), then thresholds it with
+  :func:`~dpngram.mechanisms.dpsu_policy.policy_histogram_from_stream`), then thresholds it with
   :func:`~dpngram.mechanisms.dpsu.threshold_histogram`, as ``dpsu_release`` does. The canary holds
   the audited word, which ``m`` other users put near ρ₁ (``m`` chosen before any run by the
   expected bound, :func:`_best_holders`), plus two words that many other users fill to the cap, so

@@ -33,6 +33,10 @@ Privacy: each level is a Gaussian mechanism with sensitivity 1 and noise sigma_k
 The level tables and the valid k-gram domain (counting, indexing and sampling V_k) are in
 :mod:`dpngram.mechanisms.dpne_domain`; their names are imported here for the stage.
 
+Why one module (over 600 lines): a level's release is one algorithm (candidates, V_k, the exact
+and scalable variants, DP-SIPS rounds with admission) over shared level inputs; its domain
+helpers already live in :mod:`dpngram.mechanisms.dpne_domain`.
+
 Owns: the DPNE level algorithm (threshold, exact and scalable variants, DP-SIPS rounds), a level's
 restore from released files.
 Imports: dpngram.mechanisms (dpne_domain, dpsu), dpngram.engines, dpngram.core; numpy, scipy,

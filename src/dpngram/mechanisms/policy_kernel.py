@@ -22,7 +22,7 @@ def policy_gaussian_fill(
 ) -> None:  # pragma: no cover - compiled
     """In place, for users u = 0, 1, ... with distinct items ``items[offsets[u]:offsets[u+1]]``:
     ``weights[W] += P((cap - weights[W])_+)``, P the projection onto the unit l2 ball (the same
-    update as :func:`dpngram.mechanisms.dpsu.policy_gaussian_update`, which tests compare)."""
+    update as :func:`dpngram.mechanisms.dpsu_policy.policy_gaussian_update`, which tests compare)."""
     for u in range(offsets.size - 1):
         start, end = offsets[u], offsets[u + 1]
         norm2 = 0.0
