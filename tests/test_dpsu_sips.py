@@ -119,6 +119,56 @@ def sql_round(wh: Warehouse, released: set[str], max_contribution: int, salt: in
     return out
 
 
+def reference_admitted_round(
+    items: dict[str, set[str]],
+    admitted: set[str],
+    released: set[str],
+    max_contribution: int,
+    keys: dict[str, int] | None = None,
+) -> dict[str, float]:
+    """A round r >= 2 with admission (docs/dpne.md, "Admission by the first round") in numpy terms:
+    each user keeps its ROUND-1 subset (the ``max_contribution`` smallest ``keys`` of all its items:
+    one salt for every round), then only the kept items that are ``admitted`` and not ``released``,
+    each with weight 1/sqrt(#such items)."""
+    hist: dict[str, float] = defaultdict(float)
+    for own in items.values():
+        kept = sorted(own, key=lambda i: ((keys or {}).get(i, 0), i))[:max_contribution]
+        live = [i for i in kept if i in admitted and i not in released]
+        for item in live:
+            hist[item] += 1.0 / math.sqrt(len(live))
+    return dict(hist)
+
+
+def sql_admitted_round(
+    wh: Warehouse,
+    admitted: set[str],
+    max_contribution: int,
+    salt: int,
+    per_user_lists: bool = False,
+) -> dict[str, float]:
+    """The admitted round's histogram through the mechanism's SQL (sql/dpsu/histogram_admitted.sql,
+    or histogram_lists_admitted.sql over the per-user lists) for a given admitted set (already
+    minus the released items, as sips_rounds_release stores it)."""
+    dpsu._store_items(wh, SCHEMA, "t_adm", pa.table({"item": pa.array(sorted(admitted), pa.string())}))
+    if per_user_lists:
+        wh.execute(load_sql("dpsu/user_item_lists", schema=SCHEMA, target="t_lists", source="src"))
+        statement = load_sql(
+            "dpsu/histogram_lists_admitted",
+            schema=SCHEMA,
+            lists="t_lists",
+            admitted="t_adm",
+            histogram="t_hist",
+        )
+    else:
+        statement = load_sql(
+            "dpsu/histogram_admitted", schema=SCHEMA, source="src", admitted="t_adm", histogram="t_hist"
+        )
+    wh.execute(statement, {"salt": salt, "max_contribution": max_contribution})
+    out = dict(wh.con.sql(f"SELECT item, weight FROM {SCHEMA}.t_hist").fetchall())
+    wh.drop(SCHEMA, "t_hist", "t_adm", "t_lists")
+    return out
+
+
 class Salts:
     """A stand-in noise source for deterministic tests: ``salt()`` and ``selection_salt()`` return
     the given salts in turn."""
@@ -128,6 +178,20 @@ class Salts:
 
     def salt(self) -> int:
         return self.salts.pop(0)
+
+    selection_salt = salt
+
+
+class RecordingSalts(Salts):
+    """:class:`Salts` that also records the salts handed out (admission: one for every round)."""
+
+    def __init__(self, salts: list[int]) -> None:
+        super().__init__(salts)
+        self.drawn: list[int] = []
+
+    def salt(self) -> int:
+        self.drawn.append(super().salt())
+        return self.drawn[-1]
 
     selection_salt = salt
 
@@ -345,6 +409,64 @@ def test_rounds_one_equals_the_weighted_policy():
                 r[0] for r in wl.con.sql(f"SELECT ngram FROM {SCHEMA}.dpne_s2").fetchall()
             )
         assert released["weighted"] == released["dp-sips"] and released["weighted"]
+
+
+@pytest.mark.parametrize("per_user_lists", [False, True])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_sql_rounds_with_admission_equal_the_numpy_reference(seed, per_user_lists):
+    """Admission (round 1's admit_floor set), three rounds, a deterministic stand-in for the noisy
+    step: round 1 releases the items with weight >= 2 and admits those in [0.6, 2) (appended to
+    ``admitted`` in two arrays, plus one released item, which must be dropped); rounds 2 and 3
+    release weight >= 2 too. Only one selection salt is drawn (every user keeps its round-1 subset);
+    round 1's histogram is the plain reference, rounds 2 and 3 equal the admitted reference (round-1
+    subset, minus the released items, restricted to the admitted items plus the public
+    ``always_admitted`` keys, weight 1/sqrt(#left)) to 1e-12, and the reference with another salt
+    differs (the same-salt check is sharp). Both ways of building the rounds."""
+    rows = random_rows(seed, users=60, vocab=80)
+    wh = warehouse(rows)
+    items, max_contribution = user_items(rows), 5
+    noise = RecordingSalts([101 + seed, 2**60 + 3, 99])
+    always = {f"tok{j}" for j in range(40, 80, 4)} | {"nobody-holds-this"}
+    seen: list[dict[str, float]] = []
+    chosen: set[str] = set()
+
+    def draw(histogram: str, released: str | None, count: int, rnd: SipsRound, admitted) -> pa.Array:
+        hist = dict(wh.con.sql(f"SELECT item, weight FROM {SCHEMA}.{histogram}").fetchall())
+        seen.append(hist)
+        if len(seen) == 1:
+            assert admitted == [] and rnd.admit_floor == 0.6 and released is None
+            band = sorted(i for i, w in hist.items() if 0.6 <= w < 2.0)
+            chosen.update(band)
+            out = sorted(i for i, w in hist.items() if w >= 2.0)
+            admitted.append(pa.array(band[: len(band) // 2], type=pa.string()))
+            admitted.append(pa.array(band[len(band) // 2 :] + out[:1], type=pa.string()))
+            return pa.array(out, type=pa.string())
+        assert admitted is None and rnd.admit_floor is None
+        return pa.array(sorted(i for i, w in hist.items() if w >= 2.0), type=pa.string())
+
+    rounds = [SipsRound(1.0, 1.0, admit_floor=0.6), SipsRound(1.0, 1.0), SipsRound(1.0, 1.0)]
+    out = dpsu.sips_rounds_release(
+        wh, SCHEMA, "src", "t", rounds=rounds, max_contribution=max_contribution, noise=noise, draw=draw,
+        per_user_lists=per_user_lists, always_admitted=pa.array(sorted(always), type=pa.string()),
+    )  # fmt: skip
+    (salt,) = noise.drawn
+    keys = subset_keys(wh, salt)
+    assert seen[0] == pytest.approx(reference_round(items, set(), max_contribution, keys), abs=1e-12)
+    released = {i for i, w in seen[0].items() if w >= 2.0}
+    admitted = (chosen | always) - released
+    by_public_only = admitted - chosen
+    for r in (1, 2):
+        ref = reference_admitted_round(items, admitted, released, max_contribution, keys)
+        assert set(seen[r]) == set(ref) and set(ref) <= admitted - released
+        assert all(seen[r][i] == pytest.approx(ref[i], abs=1e-12) for i in ref)
+        if r == 1:
+            other = reference_admitted_round(items, admitted, released, max_contribution, subset_keys(wh, 7))
+            assert other.keys() != ref.keys() or any(abs(other[i] - ref[i]) > 0.01 for i in ref)
+        released |= {i for i, w in ref.items() if w >= 2.0}
+    assert set().union(*[set(a.to_pylist()) for a in out]) == released
+    assert len(seen[1]) > 5 and len(seen[2]) > 0 and set(seen[1]) != set(seen[2])
+    assert by_public_only & set(seen[1])  # public keys below the band are admitted all the same
+    assert not any(wh.object_type(SCHEMA, n) for n in ("t_done", "t_admitted", "t_histogram", "t_lists"))
 
 
 # ----------------------------------------------------------------------------------------------
