@@ -509,6 +509,63 @@ def test_each_round_moves_the_histogram_by_at_most_one():
     assert worst_broken > 1.4  # up to 5^(1/4) = 1.495 with Delta <= 5
 
 
+def test_an_admitted_round_moves_the_histogram_by_exactly_the_added_users_vector():
+    """Admission, given round 1's output (a fixed admitted set A and released set R, random) and
+    salt: D vs D + u, the round-2 histograms (numpy reference, 3000 random datasets) differ by
+    exactly u's own vector (its round-1 subset minus R, within A, weight 1/sqrt(#)), so by l2 norm 1
+    (0 when none of u's kept items is admitted): no other user's weight moves. The SQL (30 of them,
+    both statements) equals the reference on D and D + u. Contrast: admission decided from the
+    EXACT round-1 weights (A_D = {H_1 >= c} on each dataset) moves the other users' weights too,
+    and the l2 difference exceeds 1 (so the check can fail)."""
+    rng = np.random.default_rng(405)
+    worst_broken = 0.0
+    norms = set()
+    for trial in range(3000):
+        m = int(rng.integers(2, 12))
+        n = int(rng.integers(0, 10))
+        delta_max = int(rng.integers(1, 6))
+        users = {f"u{i}": {f"i{j}" for j in rng.choice(m, size=int(rng.integers(1, m + 1)), replace=False)}
+                 for i in range(n)}  # fmt: skip
+        new = {f"i{j}" for j in rng.choice(m, size=int(rng.integers(1, m + 1)), replace=False)}
+        both = {**users, "added": new}
+        released = {f"i{j}" for j in range(m) if rng.random() < 0.2}
+        admitted = {f"i{j}" for j in range(m) if rng.random() < 0.6} - released
+        keys = {f"i{j}": int(rng.integers(0, 2**62)) for j in range(m)}
+        h = reference_admitted_round(users, admitted, released, delta_max, keys)
+        h2 = reference_admitted_round(both, admitted, released, delta_max, keys)
+        own = reference_admitted_round({"added": new}, admitted, released, delta_max, keys)
+        assert all(abs(h2.get(i, 0.0) - h.get(i, 0.0) - own.get(i, 0.0)) <= 1e-12 for i in set(h) | set(h2))
+        norm = float(np.sqrt(sum(w * w for w in own.values())))
+        assert norm == pytest.approx(1.0 if own else 0.0, abs=1e-12)
+        assert l2_diff(h, h2) <= 1 + 1e-9
+        norms.add(bool(own))
+        # broken: admission from the exact round-1 weights of each dataset
+        c = float(rng.uniform(0.3, 2.5))
+        exact = {
+            name: {i for i, w in reference_round(d, set(), delta_max, keys).items() if w >= c} - released
+            for name, d in (("D", users), ("D'", both))
+        }
+        bh = reference_admitted_round(users, exact["D"], released, delta_max, keys)
+        bh2 = reference_admitted_round(both, exact["D'"], released, delta_max, keys)
+        worst_broken = max(worst_broken, l2_diff(bh, bh2))
+        if trial < 30:
+            salt = int(rng.integers(0, 2**62))
+            rows = [(u, sorted(s)) for u, s in users.items()]
+            whs = {"D": warehouse(rows) if rows else warehouse([("nobody", [None])]),
+                   "D'": warehouse(rows + [("added", sorted(new))])}  # fmt: skip
+            keys = subset_keys(whs["D'"], salt)
+            for lists in (False, True):
+                a = sql_admitted_round(whs["D"], admitted, delta_max, salt, lists)
+                b = sql_admitted_round(whs["D'"], admitted, delta_max, salt, lists)
+                assert a == pytest.approx(
+                    reference_admitted_round(users, admitted, released, delta_max, keys)
+                )
+                assert b == pytest.approx(reference_admitted_round(both, admitted, released, delta_max, keys))
+                assert l2_diff(a, b) <= 1 + 1e-9
+    assert norms == {False, True}
+    assert worst_broken > 2.0  # 5.4 with this seed: one user flips many admissions
+
+
 # ----------------------------------------------------------------------------------------------
 # 4. privacy on neighbouring datasets
 # ----------------------------------------------------------------------------------------------
