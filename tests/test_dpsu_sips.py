@@ -676,6 +676,88 @@ def test_neighbouring_datasets_pass_and_a_broken_weighting_fails(secure_noise):
     assert max(broken) > 0
 
 
+def _simulate_admission(
+    users: dict[str, set[str]],
+    items: list[str],
+    rounds: list[SipsRound],
+    noise: NoiseSource,
+    exact_admission: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """RUNS releases of DP-SIPS with admission, vectorised over runs (every user keeps all its
+    items: at most Delta of them). Round 1: the weighted histogram H_1 drawn with
+    NoiseSource.threshold_bands (the rule of threshold_histogram with an admit floor): released
+    R_1, admitted A. Round r >= 2: per run, each user's items in A not released yet, weight
+    1/sqrt(#), thresholded at (sigma_r, rho_r) where the weight is positive. ``exact_admission``:
+    the deliberately BROKEN variant, A = {H_1 >= floor} minus R_1 (exact weights, not the noisy
+    ones). Returns (released, A, R_1, round 2's histograms), each (RUNS, len(items))."""
+    index = {item: j for j, item in enumerate(items)}
+    holds = np.zeros((len(users), len(items)))
+    for u, own in enumerate(users.values()):
+        holds[u, [index[i] for i in own]] = 1.0
+    h1 = (holds / np.sqrt(holds.sum(axis=1, keepdims=True))).sum(axis=0)
+    first, *later = rounds
+    assert first.admit_floor is not None and later
+    values = np.broadcast_to(h1, (RUNS, len(items)))
+    released, admitted = noise.threshold_bands(values, first.sigma, first.threshold, first.admit_floor)
+    if exact_admission:
+        admitted = np.broadcast_to(h1 >= first.admit_floor, released.shape) & ~released
+    first_released, second = released.copy(), None
+    for rnd in later:
+        live = (admitted & ~released).astype(np.float64)
+        counts = live @ holds.T  # (runs, users): each user's admitted, unreleased items
+        weights = np.where(counts > 0, 1.0 / np.sqrt(np.maximum(counts, 1.0)), 0.0)
+        hist = (weights @ holds) * live
+        second = hist if second is None else second
+        released = released | (noise.above_threshold(hist, rnd.sigma, rnd.threshold) & (hist > 0))
+    assert second is not None
+    return released, admitted, first_released, second
+
+
+@pytest.mark.statistical
+def test_neighbouring_datasets_with_admission_pass_and_exact_weight_admission_fails(secure_noise):
+    """Admission on neighbouring datasets. D: for each of 5 targets T_j, one user holding T_j only
+    and 4 "partners" holding T_j and 3 words X_j1..X_j3; D' adds a user holding the 15 X words
+    (Delta = 16). Two rounds (ratio 1), composed sigma 0.5, delta_0 = 1e-3, z = 3 (floor
+    3 sigma_1 = 2.12). Round 1: T_j at 1 + 4/2 = 3 (rho_1 = 3.33), X at 2 in D and 2.26 in D'.
+
+    The mechanism (admission by the noisy round-1 value) passes every (epsilon',
+    delta_G(epsilon') + delta_0) check of ``_violations`` on the events "at least j targets
+    released". The BROKEN variant admits by the exact round-1 weight: the X words are admitted in
+    D' only (2.26 >= 2.12 > 2), so in round 2 each partner puts 1/2 instead of 1 on T_j (T_j at 3
+    instead of 5): the targets are released far less often in D', through other users' weights,
+    and a check fails. Numpy simulation (``_simulate_admission``, its round-2 histograms checked
+    against ``reference_admitted_round`` on 40 runs each), round 1 through
+    NoiseSource.threshold_bands. Designed by simulation before the test was written, then measured
+    over 300 repetitions: correct largest check value <= -0.66 (never failed); broken 0.276 +- 0.004,
+    at least 0.264 (a violation every time: ~60 standard deviations above 0). False failure
+    <= 1e-4 (the correct check)."""
+    sigma, delta0, delta_max, k = 0.5, 1e-3, 16, 5
+    rounds = list(sips_vocabulary_rounds(sigma, delta0, delta_max, 2, 1.0, admission=3.0))
+    d: dict[str, set[str]] = {}
+    for j in range(k):
+        d[f"b{j}"] = {f"T{j}"}
+        d.update({f"p{j}_{i}": {f"T{j}", *(f"X{j}_{x}" for x in range(3))} for i in range(4)})
+    d2 = {**d, "added": {f"X{j}_{x}" for j in range(k) for x in range(3)}}
+    items = sorted(set().union(*d2.values()))
+    targets = [items.index(f"T{j}") for j in range(k)]
+    assert max(len(s) for s in d2.values()) <= delta_max
+
+    def run(users, exact):
+        released, admitted, first, hist = _simulate_admission(users, items, rounds, secure_noise, exact)
+        for i in range(40):
+            ref = reference_admitted_round(
+                users, {items[j] for j in np.flatnonzero(admitted[i])},
+                {items[j] for j in np.flatnonzero(first[i])}, delta_max,
+            )  # fmt: skip
+            assert {items[j]: hist[i, j] for j in np.flatnonzero(hist[i])} == pytest.approx(ref, abs=1e-12)
+        return released[:, targets]
+
+    good = _violations(run(d, False), run(d2, False), sigma, delta0, EPSILONS)
+    assert max(good) <= 0
+    broken = _violations(run(d, True), run(d2, True), sigma, delta0, EPSILONS)
+    assert max(broken) > 0
+
+
 @pytest.mark.statistical
 def test_unique_items_of_the_added_user_are_released_with_probability_at_most_delta0(secure_noise):
     """Items held only by the added user: over all rounds the probability that one of them is
