@@ -792,6 +792,69 @@ def test_unique_items_of_the_added_user_are_released_with_probability_at_most_de
     assert lo <= expected <= hi
 
 
+@pytest.mark.statistical
+def test_unique_items_of_the_added_user_with_admission_are_released_with_probability_at_most_delta0(
+    secure_noise,
+):
+    """Admission (z = 0), 3 rounds: items held only by the added user, which holds the worst t of
+    rho_1 (t = Delta = 8) and nothing else. Round 1 (NoiseSource.threshold_bands on the SQL
+    histogram) releases one with probability p_t(rho_1) = delta_01; if it does not, each is admitted
+    independently with probability a = P(0 <= Y <= rho_1 | Y <= rho_1), and rounds 2 and 3 (the
+    admitted rounds' SQL, one histogram per admitted set) give each of the m admitted items weight
+    1/sqrt(m), so round r releases one with probability p_m(rho_r) <= delta_0r whatever m. The
+    total, 1 - (1 - delta_01) sum_m Binomial(m; t, a) prod_r>=2 (1 - p_m(rho_r)), is at most delta_0
+    (and below plain DP-SIPS's here: admission concentrates the weight on fewer items, which rho_r
+    covers): checked two-sided (false failure 1e-4)."""
+    delta0, sigma, delta_max = 0.2, 0.8, 8
+    rounds = list(sips_vocabulary_rounds(sigma, delta0, delta_max, 3, 1.0, admission=0.0))
+    first = rounds[0]
+    assert first.admit_floor == 0.0 and all(r.admit_floor is None for r in rounds[1:])
+    ts = np.arange(1, delta_max + 1)
+
+    def p_release(rnd: SipsRound, t):
+        return 1 - stats.norm.cdf((rnd.threshold - 1 / np.sqrt(t)) / rnd.sigma) ** t
+
+    t = int(ts[np.argmax(p_release(first, ts))])
+    below = stats.norm.cdf((first.threshold - 1 / math.sqrt(t)) / first.sigma)
+    a = (below - stats.norm.cdf((first.admit_floor - 1 / math.sqrt(t)) / first.sigma)) / below
+    assert 0.3 < a < 0.9  # admission does sort the items
+    no_hit = (1 - first.threshold_delta) * math.fsum(
+        stats.binom.pmf(m, t, a) * math.prod(1 - (p_release(r, m) if m else 0.0) for r in rounds[1:])
+        for m in range(t + 1)
+    )
+    expected = 1 - no_hit
+    assert p_release(first, t) == pytest.approx(first.threshold_delta, rel=1e-6)
+    assert expected <= delta0 and expected < 1 - math.prod(1 - r.threshold_delta for r in rounds)
+    secret = [f"secret{j}" for j in range(t)]
+    rows = [(f"u{i}", ["common", f"c{i % 3}"]) for i in range(10)] + [("added", secret)]
+    wh, salt = warehouse(rows), 3
+    h1 = sql_round(wh, set(), delta_max, salt)
+    released, admitted = secure_noise.threshold_bands(
+        np.broadcast_to([h1[s] for s in secret], (RUNS, t)), first.sigma, first.threshold, first.admit_floor
+    )
+    cache: dict[frozenset, dict[str, float]] = {}
+    for rnd in rounds[1:]:
+        live = admitted & ~released
+        patterns, inverse = np.unique(live, axis=0, return_inverse=True)
+        new = np.zeros_like(released)
+        for g, pattern in enumerate(patterns):
+            keep = frozenset(secret[j] for j in np.flatnonzero(pattern))
+            if not keep:
+                continue
+            if keep not in cache:
+                hist = sql_admitted_round(wh, set(keep) | {"common"}, delta_max, salt)
+                cache[keep] = {i: w for i, w in hist.items() if i in secret}
+                assert cache[keep] == pytest.approx({i: 1 / math.sqrt(len(keep)) for i in keep}, rel=1e-12)
+            runs = np.flatnonzero(inverse.ravel() == g)
+            cols = [secret.index(i) for i in cache[keep]]
+            values = np.broadcast_to([cache[keep][i] for i in cache[keep]], (runs.size, len(cols)))
+            new[np.ix_(runs, cols)] = secure_noise.above_threshold(values, rnd.sigma, rnd.threshold)
+        released |= new
+    hits = int(released.any(axis=1).sum())
+    lo, hi = clopper_pearson(hits, RUNS, FALSE_FAILURE)
+    assert lo <= expected <= hi, (hits / RUNS, expected)
+
+
 # ----------------------------------------------------------------------------------------------
 # 5. DPNE levels
 # ----------------------------------------------------------------------------------------------
