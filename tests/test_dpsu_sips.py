@@ -888,8 +888,22 @@ def grams(rows, k: int) -> set[str]:
     return {" ".join(toks[i : i + k]) for _, toks in rows for i in range(len(toks) - k + 1)}
 
 
+def _spy_admission(monkeypatch) -> list[tuple[float | None, bool]]:
+    """Record (admit_floor, collects admitted keys) of every threshold_histogram call of a level."""
+    calls: list[tuple[float | None, bool]] = []
+    real = dpne.threshold_histogram
+
+    def spy(*args, **kwargs):
+        calls.append((kwargs.get("admit_floor"), kwargs.get("admitted") is not None))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dpne, "threshold_histogram", spy)
+    return calls
+
+
 @pytest.mark.statistical
-def test_level_spurious_rate_matches_the_split_eta_in_both_variants(secure_noise):
+@pytest.mark.parametrize("admission", [None, 0.0])
+def test_level_spurious_rate_matches_the_split_eta_in_both_variants(secure_noise, admission, monkeypatch):
     """Level 2 on a sparse Markov corpus (S_1 = all tokens, V_2 = S_1^2), 3 rounds, ratio 0.5, a
     large sigma so held bigrams rarely pass. A valid bigram nobody holds has weight 0 in every
     round; round r releases it with probability q_r = f_r eta min(1, |S_1|/|V_2|) if not released
@@ -897,10 +911,13 @@ def test_level_spurious_rate_matches_the_split_eta_in_both_variants(secure_noise
     Over 60 runs per variant the number of released unheld bigrams is Binomial(60 * N_unheld, that
     probability) (independent across bigrams and runs): two-sided check at false failure 1e-4 for
     each variant; every release is inside V_2 and has no duplicate (the scalable sampler rejects the
-    earlier rounds' releases)."""
+    earlier rounds' releases). With admission (z = 0: about half of V_2 admitted after round 1) the
+    unheld bigrams' rate is the same: rounds 2 and 3 still threshold every unreleased valid bigram
+    (weight 0 unless some user's admitted kept bigram), and round 1 did draw with the floor."""
     rows = markov_rows(31, users=25)
     runs, eta, sigma = 60, 0.4, 50.0
     counts = {}
+    calls = _spy_admission(monkeypatch)
     for variant in ("exact", "scalable"):
         total, n_unheld = 0, None
         for _ in range(runs):
@@ -908,7 +925,11 @@ def test_level_spurious_rate_matches_the_split_eta_in_both_variants(secure_noise
             out = dpne.release_level(
                 wh, SCHEMA, 2, sigma=sigma, eta=eta, max_contribution=100, pruning="both", variant=variant,
                 exact_max_valid=10**6, noise=secure_noise, policy="dp-sips", sips_rounds=3, sips_ratio=0.5,
+                sips_admission=admission,
             )  # fmt: skip
+            floor = None if admission is None else admission * out.rounds[0].sigma
+            assert calls == [(floor, admission is not None), (None, False), (None, False)]
+            calls.clear()
             released = [r[0] for r in wh.con.sql(f"SELECT ngram FROM {SCHEMA}.dpne_s2").fetchall()]
             assert len(released) == len(set(released)) == out.released
             valid = {f"{a} {b}" for a in s1 for b in s1}
@@ -927,11 +948,13 @@ def test_level_spurious_rate_matches_the_split_eta_in_both_variants(secure_noise
     assert all(c > 0 for c in counts.values())
 
 
+@pytest.mark.parametrize("admission", [None, 1.5])
 @pytest.mark.parametrize("variant", ["exact", "scalable"])
-def test_levels_with_dp_sips_release_every_held_kgram_at_a_huge_epsilon(secure_noise, variant):
+def test_levels_with_dp_sips_release_every_held_kgram_at_a_huge_epsilon(secure_noise, variant, admission):
     """Levels 2 and 3 with dp-sips at a huge epsilon: releases are inside V_k, every held valid
     k-gram is released (its weight >= 1/sqrt(Delta) is many sigma_r above rho_r in round 1), the
-    stage's events are one Gaussian per round composing to sigma_k."""
+    stage's events are one Gaussian per round composing to sigma_k. With admission (z = 1.5) the
+    same, round 1 carries the floor z sigma_1 and the events are unchanged."""
     from dpngram.stages.dpne import level_events
 
     sigmas = dpne.level_sigmas(Budget(50_000.0, 1e-3), 3, 1.0)
@@ -942,8 +965,11 @@ def test_levels_with_dp_sips_release_every_held_kgram_at_a_huge_epsilon(secure_n
         out = dpne.release_level(
             wh, SCHEMA, k, sigma=sigmas[k], eta=0.5, max_contribution=100, pruning="both", variant=variant,
             exact_max_valid=10**6, noise=secure_noise, policy="dp-sips", sips_rounds=3, sips_ratio=1.0,
+            sips_admission=admission,
         )  # fmt: skip
         assert out.variant == variant and len(out.rounds) == 3
+        floor = None if admission is None else admission * out.rounds[0].sigma
+        assert [r.admit_floor for r in out.rounds] == [floor, None, None]
         released = {r[0] for r in wh.con.sql(f"SELECT ngram FROM {SCHEMA}.dpne_s{k}").fetchall()}
         assert grams(rows, k) & {g for g in grams(rows, k) if set(g.split()) <= s1} <= released | set()
         held_valid = {
