@@ -1039,7 +1039,10 @@ def test_sips_sql_runs_on_spark_and_agrees_with_duckdb(spark, tmp_path):
     user's items, so no subsetting (the engines' hashes differ) and the histograms are
     deterministic: with a deterministic stand-in for the noisy step the three rounds' histograms
     agree to 1e-9 and so do the released sets; a DP-SIPS level at a huge epsilon releases the same
-    held valid k-grams on both engines."""
+    held valid k-grams on both engines. Admission: the admitted statements (from the source and
+    from the per-user lists; a stand-in admitting weights in [0.5, 2) plus public keys) give the
+    same histograms and releases on both engines, a real vocabulary release and levels (both
+    variants) run with admission on Spark too."""
     from dpngram.engines.spark import SparkEngine
 
     rows = random_rows(7, users=50, vocab=60)
@@ -1066,19 +1069,47 @@ def test_sips_sql_runs_on_spark_and_agrees_with_duckdb(spark, tmp_path):
             noise=Salts([1, 2, 3]), draw=draw,
         )  # fmt: skip
         released[name] = set().union(*[set(a.to_pylist()) for a in out])
+        # admission: the admitted statements (from the source and from per-user lists)
+        admit_rounds = [SipsRound(1.0, 1.0, admit_floor=0.5), SipsRound(1.0, 1.0), SipsRound(1.0, 1.0)]
+        for lists in (False, True):
+
+            def admit_draw(histogram, done, count, rnd, admitted, engine=engine, name=name):
+                hist = dict(zip(*engine.fetch_arrow(load_sql(
+                    "dpsu/histogram_scan", schema=SCHEMA, histogram=histogram
+                )).to_pydict().values(), strict=True))  # fmt: skip
+                seen[name].append(hist)
+                if admitted is not None:
+                    band = sorted(i for i, w in hist.items() if 0.5 <= w < 2.0)
+                    admitted.append(pa.array(band, type=pa.string()))
+                return pa.array(sorted(i for i, w in hist.items() if w >= 2.0), type=pa.string())
+
+            out = dpsu.sips_rounds_release(
+                engine, SCHEMA, "src", "t", rounds=admit_rounds,
+                max_contribution=10_000, noise=Salts([4]), draw=admit_draw, per_user_lists=lists,
+                always_admitted=pa.array(["tok59", "tok58"], type=pa.string()),
+            )  # fmt: skip
+            released[f"{name} admission {lists}"] = set().union(*[set(a.to_pylist()) for a in out])
         n = dpsu.sips_release(
             engine, SCHEMA, "src", "real", rounds=sips_vocabulary_rounds(0.5, 1e-3, 10_000, 2, 2.0),
             max_contribution=10_000, noise=NoiseSource.secure(),
         )  # fmt: skip
         assert n == engine.fetch_scalar(f"SELECT count(*) FROM {SCHEMA}.real") and n > 0
+        n = dpsu.sips_release(
+            engine, SCHEMA, "src", "real", rounds=sips_vocabulary_rounds(0.5, 1e-3, 10_000, 2, 2.0, 1.5),
+            max_contribution=10_000, noise=NoiseSource.secure(), per_user_lists=True,
+        )  # fmt: skip
+        assert n == engine.fetch_scalar(f"SELECT count(*) FROM {SCHEMA}.real") and n > 0
     assert released["duckdb"] == released["spark"] and len(released["duckdb"]) > 5
+    for lists in (False, True):
+        assert released[f"duckdb admission {lists}"] == released[f"spark admission {lists}"]
+    assert len(seen["duckdb"]) == 9 and all(seen["duckdb"][r] for r in range(9))
     for a, b in zip(seen["duckdb"], seen["spark"], strict=True):
         assert set(a) == set(b) and all(abs(a[i] - b[i]) <= 1e-9 for i in a)
 
     level_rows = markov_rows(11, users=30)
     s1 = sorted({t for _, toks in level_rows for t in toks})
     sigma = dpne.level_sigmas(Budget(50_000.0, 1e-3), 3, 1.0)[2]
-    for variant in ("exact", "scalable"):
+    for variant, admission in (("exact", None), ("scalable", None), ("exact", 1.5), ("scalable", 0.0)):
         found = {}
         for name, engine in engines.items():
             _sentences_on(engine, level_rows)
@@ -1087,9 +1118,10 @@ def test_sips_sql_runs_on_spark_and_agrees_with_duckdb(spark, tmp_path):
             out = dpne.release_level(
                 engine, SCHEMA, 2, sigma=sigma, eta=1e-3, max_contribution=10_000, pruning="both",
                 variant=variant, exact_max_valid=10**6, noise=NoiseSource.secure(), policy="dp-sips",
-                sips_rounds=3, sips_ratio=2.0,
+                sips_rounds=3, sips_ratio=2.0, sips_admission=admission,
             )  # fmt: skip
             assert out.variant == variant and out.valid == len(s1) ** 2
+            assert (out.rounds[0].admit_floor is None) == (admission is None)
             ngrams = engine.fetch_arrow(f"SELECT ngram FROM {SCHEMA}.dpne_s2").column("ngram").to_pylist()
             found[name] = set(ngrams) & grams(level_rows, 2)
         assert found["duckdb"] == found["spark"] == grams(level_rows, 2)
