@@ -15,6 +15,7 @@ Statistical checks use Clopper-Pearson bounds; each test's false-failure rate is
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 
@@ -319,6 +320,54 @@ def test_configuration_accepts_the_policy_and_its_parameters():
     schema = RunConfig.param_schema()
     assert "dp-sips" in str(schema["dpsu_policy"]) and "dpsu_sips_rounds" in schema
     assert dpsu.policy_fill_level("dp-sips", 1.0, 1.0, 10.0) is None
+
+
+def test_configuration_accepts_the_admission_and_refuses_bad_values():
+    """dpsu_sips_admission: a number in [-10, 10] or None (off, the default; an emptied Airflow
+    field arrives as None); anything else is refused naming the parameter, non-finite values
+    included (config and check_admission). The floor z sigma_1 goes on round 1 only, one round is
+    unchanged, and the ledger events are those of plain DP-SIPS. The CLI flag takes a float
+    (negative too); the Airflow Param allows null and shows its bounds."""
+    from dpngram.cli.parser import build_parser
+    from dpngram.orchestration.form import form_params
+
+    base = {"input": "x", "out": "y", "dpsu_policy": "dp-sips"}
+    assert RunConfig.build(**base).dpne.sips_admission is None
+    for good in (1.5, -10, 10, 0, "2.5"):
+        assert RunConfig.build(**base, dpsu_sips_admission=good).dpne.sips_admission == float(good)
+    for bad in (10.5, -11, float("nan"), float("inf"), -float("inf"), "abc"):
+        with pytest.raises(ConfigError, match="dpsu_sips_admission"):
+            RunConfig.build(**base, dpsu_sips_admission=bad)
+    for bad in (10.5, -11, float("nan"), float("inf"), True, "1"):
+        with pytest.raises(ConfigError, match="dpsu_sips_admission"):
+            dpsu.check_admission(bad)
+    dpsu.check_admission(None)
+    dpsu.check_admission(-10)
+
+    budget = Budget(4.0, 1e-5)
+    plain = dpsu.vocabulary_parameters(budget, 5, 1.2, 100, policy="dp-sips", sips_rounds=3, sips_ratio=2.0)
+    admit = dpsu.vocabulary_parameters(
+        budget, 5, 1.2, 100, policy="dp-sips", sips_rounds=3, sips_ratio=2.0, sips_admission=1.5
+    )
+    assert admit.rounds[0].admit_floor == 1.5 * admit.rounds[0].sigma
+    assert [dataclasses.replace(r, admit_floor=None) for r in admit.rounds] == list(plain.rounds)
+    assert admit.events("dpne.k1") == plain.events("dpne.k1")
+    assert dpsu.with_admission(plain.rounds[:1], 1.5) == plain.rounds[:1]
+    assert dpsu.with_admission(plain.rounds, None) == plain.rounds
+    level = dpne.sips_level_rounds(2.0, 0.01, 30, 900, 2, 1.0, -0.5)
+    assert [r.admit_floor for r in level] == [-0.5 * level[0].sigma, None]
+    with pytest.raises(ConfigError, match="dpsu_sips_admission"):
+        dpsu.vocabulary_parameters(budget, 5, 1.2, 100, policy="dp-sips", sips_rounds=2, sips_admission=11.0)
+
+    parser = build_parser()
+    action = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    flag = next(a for a in action.choices["run"]._actions if "--dpsu-sips-admission" in a.option_strings)
+    assert flag.type is float and flag.default is None
+    args = action.choices["run"].parse_args(["--input", "x", "--out", "y", "--dpsu-sips-admission", "-1.5"])
+    assert args.dpsu_sips_admission == -1.5
+    param = form_params({})["dpsu_sips_admission"]
+    assert param["default"] is None and param["type"] == ["number", "null"] and "examples" not in param
+    assert (param["minimum"], param["maximum"]) == (-10, 10) and "10" in param["description"]
 
 
 # ----------------------------------------------------------------------------------------------
