@@ -39,6 +39,10 @@ up, and small):
 * ``dpsu_sips``: the same with ``dpsu_policy=dp-sips`` (the configured rounds R and ratio): every run
   is a complete :func:`~dpngram.mechanisms.dpsu.sips_release` (R rounds, fresh subset salts, the
   items released by earlier rounds dropped); the canary holds the audited word only.
+* ``dpsu_sips_admission``: ``dpsu_sips`` with admission by the first round
+  (``dpsu_sips_admission`` z = 1.5, ratio 2: rounds 2..R keep only the items whose round-1 noisy
+  weight reached z sigma_1, and every user keeps its round-1 subset); the canary holds the audited
+  word only.
 * ``dpsu_sips_public``: DP-SIPS with the vocabulary's public domain (``dpne_public_vocabulary``):
   4 public words that round 1 releases (so round 2 thresholds public words at rho_pub), 20 unheld
   public words, ``m`` other holders of the audited public word put near rho_pub; the canary holds
@@ -324,12 +328,15 @@ def audit_dpsu(
     policy: str | None = None,
     commons: int | None = None,
     miscalibrate: float = 1.0,
+    sips_ratio: float | None = None,
+    sips_admission: float | None = None,
 ) -> Scores:
     """DPNE level 1 (the DPSU vocabulary) with the run defaults (:func:`dpne_defaults`: the policy
     Gaussian, cap α = 10, threshold share 0.1 of δ, T = 5, c = 1.2, Δ0 = 100) at a dpne share
     (``epsilon``, ``delta``). ``policy='weighted'`` audits the other policy. ``miscalibrate`` < 1
     shrinks the noise σ without changing the claim, ρ or the cap (only to show the audit catches a
-    broken calibration).
+    broken calibration). ``sips_ratio`` (None: the configured one) and ``sips_admission`` (None:
+    off) set DP-SIPS's budget ratio and admission z.
 
     Canary (policy Gaussian): the audited word, which m other users put near ρ₁ (m chosen by
     :func:`_best_holders`), plus ``commons`` = 2 words that 15·⌈Γ⌉ other users fill up to the cap Γ
@@ -352,7 +359,8 @@ def audit_dpsu(
         policy=policy,  # type: ignore[arg-type]
         policy_cap=cfg.policy_cap,
         sips_rounds=cfg.sips_rounds,
-        sips_ratio=cfg.sips_ratio,
+        sips_ratio=cfg.sips_ratio if sips_ratio is None else sips_ratio,
+        sips_admission=sips_admission,
     )
     claimed = Accountant(params.events("dpne.k1")).total_epsilon(delta)
     sigma = params.sigma * miscalibrate
@@ -396,10 +404,16 @@ def audit_dpsu(
     }
     if params.rounds:
         setting["sips_rounds"] = [
-            {"sigma": r.sigma * miscalibrate, "rho": r.threshold, "threshold_delta": r.threshold_delta}
+            {
+                "sigma": r.sigma * miscalibrate,
+                "rho": r.threshold,
+                "threshold_delta": r.threshold_delta,
+                "admit_floor": r.admit_floor,
+            }
             for r in params.rounds
         ]
-        setting["sips_ratio"] = cfg.sips_ratio
+        setting["sips_ratio"] = cfg.sips_ratio if sips_ratio is None else sips_ratio
+        setting["sips_admission"] = sips_admission
         setting["canary"] = "one user holding the audited word only (in 3 sentences)"
         setting["expected_bound_at_design"] = None  # the design's one-round formula does not apply
     if miscalibrate != 1.0:
@@ -417,6 +431,15 @@ def audit_dpsu_sips(runs: int, noise: NoiseSource, **kwargs: Any) -> Scores:
     each run is a complete multi-round release; the canary holds the audited word only, so in every
     round in which the word is not yet released it moves the word's weight by 1."""
     return audit_dpsu(runs, noise, policy="dp-sips", **kwargs)
+
+
+def audit_dpsu_sips_admission(runs: int, noise: NoiseSource, **kwargs: Any) -> Scores:
+    """:func:`audit_dpsu_sips` with admission by the first round (z = 1.5, ratio 2; docs/dpne.md,
+    "Admission by the first round"): one salt per run, round 2 only over the items whose round-1
+    noisy weight reached 1.5 sigma_1. The canary holds the audited word only: it moves the word's
+    round-1 weight, hence its admission, and its round-2 weight when admitted, by 1 each; the claim
+    is plain DP-SIPS's (the same events)."""
+    return audit_dpsu(runs, noise, policy="dp-sips", sips_ratio=2.0, sips_admission=1.5, **kwargs)
 
 
 def audit_dpsu_sips_public(
@@ -673,6 +696,7 @@ AUDITS: dict[str, tuple[Callable[..., Scores], int, int]] = {
     "dpsu": (audit_dpsu, 6000, 100),
     "dpsu_weighted": (audit_dpsu_weighted, 6000, 100),
     "dpsu_sips": (audit_dpsu_sips, 6000, 100),
+    "dpsu_sips_admission": (audit_dpsu_sips_admission, 6000, 100),
     "dpsu_sips_public": (audit_dpsu_sips_public, 3000, 100),
     "dpne_level": (audit_dpne_level, 6000, 100),
     "bayes": (audit_bayes, 20000, 2000),
