@@ -1035,23 +1035,40 @@ def test_levels_with_dp_sips_release_every_held_kgram_at_a_huge_epsilon(secure_n
 # ----------------------------------------------------------------------------------------------
 # 6. the stages
 # ----------------------------------------------------------------------------------------------
-def test_a_run_with_dp_sips_charges_per_round_events_and_the_same_epsilon(tmp_path):
+def test_a_run_with_dp_sips_charges_per_round_events_and_the_same_epsilon(tmp_path, monkeypatch):
     """run_dpne with dpsu_policy=dp-sips on a small generated corpus: the vocabulary's part lists
     R Gaussian + R threshold events, each level R Gaussians, and every stage's composed epsilon
-    equals the weighted run's (same sigma_k, same delta split)."""
+    equals the weighted run's (same sigma_k, same delta split). With dpsu_sips_admission set the
+    stages do draw round 1 with the floor (the vocabulary and every level) and charge the same
+    events."""
     from conftest import run_through_dpne
 
     from dpngram.release.context import read_parts
     from dpngram.text.sample import write_sample
 
+    floors: list[float] = []
+    real = dpsu.threshold_histogram
+
+    def spy(*args, **kwargs):
+        if kwargs.get("admit_floor") is not None:
+            floors.append(kwargs["admit_floor"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dpsu, "threshold_histogram", spy)
+    monkeypatch.setattr(dpne, "threshold_histogram", spy)
     files = write_sample(tmp_path / "corpus", n_users=150, seed=4, public_sentences=50)
-    eps = {}
-    for policy in ("weighted", "dp-sips"):
+    eps, charged = {}, {}
+    for policy, admission in (("weighted", None), ("dp-sips", None), ("dp-sips", 1.0)):
+        name = policy if admission is None else "admission"
         ctx = run_through_dpne(
-            tmp_path / policy, files, public=False, dpsu_policy=policy, dpsu_sips_rounds=3, max_n=3
-        )
+            tmp_path / name, files, public=False, dpsu_policy=policy, dpsu_sips_rounds=3, max_n=3,
+            dpsu_sips_admission=admission,
+        )  # fmt: skip
         parts = read_parts(ctx)
-        eps[policy] = {s: parts[s]["privacy"]["epsilon"] for s in ("dpne.k1", "dpne.k2", "dpne.k3")}
+        eps[name] = {s: parts[s]["privacy"]["epsilon"] for s in ("dpne.k1", "dpne.k2", "dpne.k3")}
+        charged[name] = [parts[s]["privacy"]["events"] for s in ("dpne.k1", "dpne.k2", "dpne.k3")]
+        assert len(floors) == (3 if admission is not None else 0)
+        floors.clear()
         if policy == "dp-sips":
             events = parts["dpne.k1"]["privacy"]["events"]
             assert [e["mechanism"] for e in events] == ["gaussian", "approx"] * 3
@@ -1059,6 +1076,7 @@ def test_a_run_with_dp_sips_charges_per_round_events_and_the_same_epsilon(tmp_pa
             assert len(parts["dpne.k1"]["sips_rounds"]) == 3
     for stage, value in eps["weighted"].items():
         assert eps["dp-sips"][stage] == pytest.approx(value, rel=1e-12)
+    assert eps["admission"] == eps["dp-sips"] and charged["admission"] == charged["dp-sips"]
 
 
 # ----------------------------------------------------------------------------------------------
