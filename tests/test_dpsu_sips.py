@@ -330,51 +330,59 @@ def test_configuration_accepts_the_policy_and_its_parameters():
 
 
 def test_configuration_accepts_the_admission_and_refuses_bad_values():
-    """dpsu_sips_admission: a number in [-10, 10] or None (off, the default; an emptied Airflow
-    field arrives as None); anything else is refused naming the parameter, non-finite values
-    included (config and check_admission). The floor z sigma_1 goes on round 1 only, one round is
-    unchanged, and the ledger events are those of plain DP-SIPS. The CLI flag takes a float
-    (negative too); the Airflow Param allows null and shows its bounds."""
+    """Admission is on by default (dpsu_sips_admission, a switch) with the floor
+    dpsu_sips_admission_floor z = 1.5 (a number in [-10, 10]); out-of-range and non-finite floors are
+    refused naming the parameter (config and check_admission). The run's vocabulary parameters
+    carry the floor z sigma_1 on round 1 only (none when switched off), one round is unchanged, and
+    the ledger events are those of plain DP-SIPS. The CLI has --dpsu-sips-admission /
+    --no-dpsu-sips-admission and a float floor flag (negative too); the Airflow Params are a boolean
+    and a number, both allowing null (an emptied field: the default), the floor with its bounds."""
     from dpngram.cli.parser import build_parser
     from dpngram.orchestration.form import form_params
+    from dpngram.stages.vocabulary import dpsu_parameters
 
     base = {"input": "x", "out": "y", "dpsu_policy": "dp-sips"}
-    assert RunConfig.build(**base).dpne.sips_admission is None
-    for good in (1.5, -10, 10, 0, "2.5"):
-        assert RunConfig.build(**base, dpsu_sips_admission=good).dpne.sips_admission == float(good)
+    default = RunConfig.build(**base)
+    assert default.dpne.sips_admission is True and default.dpne.admission() == 1.5
+    off = RunConfig.build(**base, dpsu_sips_admission=False)
+    assert off.dpne.admission() is None
+    for good in (-10, 10, 0, "2.5"):
+        assert RunConfig.build(**base, dpsu_sips_admission_floor=good).dpne.admission() == float(good)
     for bad in (10.5, -11, float("nan"), float("inf"), -float("inf"), "abc"):
-        with pytest.raises(ConfigError, match="dpsu_sips_admission"):
-            RunConfig.build(**base, dpsu_sips_admission=bad)
+        with pytest.raises(ConfigError, match="dpsu_sips_admission_floor"):
+            RunConfig.build(**base, dpsu_sips_admission_floor=bad)
     for bad in (10.5, -11, float("nan"), float("inf"), True, "1"):
         with pytest.raises(ConfigError, match="dpsu_sips_admission"):
             dpsu.check_admission(bad)
     dpsu.check_admission(None)
     dpsu.check_admission(-10)
 
-    budget = Budget(4.0, 1e-5)
-    plain = dpsu.vocabulary_parameters(budget, 5, 1.2, 100, policy="dp-sips", sips_rounds=3, sips_ratio=2.0)
-    admit = dpsu.vocabulary_parameters(
-        budget, 5, 1.2, 100, policy="dp-sips", sips_rounds=3, sips_ratio=2.0, sips_admission=1.5
-    )
-    assert admit.rounds[0].admit_floor == 1.5 * admit.rounds[0].sigma
-    assert [dataclasses.replace(r, admit_floor=None) for r in admit.rounds] == list(plain.rounds)
-    assert admit.events("dpne.k1") == plain.events("dpne.k1")
+    on, plain = dpsu_parameters(default), dpsu_parameters(off)
+    assert on.rounds[0].admit_floor == 1.5 * on.rounds[0].sigma
+    assert [r.admit_floor for r in plain.rounds] == [None] * len(plain.rounds)
+    assert [dataclasses.replace(r, admit_floor=None) for r in on.rounds] == list(plain.rounds)
+    assert on.events("dpne.k1") == plain.events("dpne.k1")
     assert dpsu.with_admission(plain.rounds[:1], 1.5) == plain.rounds[:1]
     assert dpsu.with_admission(plain.rounds, None) == plain.rounds
     level = dpne.sips_level_rounds(2.0, 0.01, 30, 900, 2, 1.0, -0.5)
     assert [r.admit_floor for r in level] == [-0.5 * level[0].sigma, None]
     with pytest.raises(ConfigError, match="dpsu_sips_admission"):
-        dpsu.vocabulary_parameters(budget, 5, 1.2, 100, policy="dp-sips", sips_rounds=2, sips_admission=11.0)
+        dpsu.vocabulary_parameters(
+            Budget(4.0, 1e-5), 5, 1.2, 100, policy="dp-sips", sips_rounds=2, sips_admission=11.0
+        )
 
     parser = build_parser()
     action = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
-    flag = next(a for a in action.choices["run"]._actions if "--dpsu-sips-admission" in a.option_strings)
-    assert flag.type is float and flag.default is None
-    args = action.choices["run"].parse_args(["--input", "x", "--out", "y", "--dpsu-sips-admission", "-1.5"])
-    assert args.dpsu_sips_admission == -1.5
-    param = form_params({})["dpsu_sips_admission"]
-    assert param["default"] is None and param["type"] == ["number", "null"] and "examples" not in param
-    assert (param["minimum"], param["maximum"]) == (-10, 10) and "10" in param["description"]
+    run = action.choices["run"]
+    args = run.parse_args(["--input", "x", "--out", "y", "--dpsu-sips-admission-floor", "-1.5"])
+    assert args.dpsu_sips_admission_floor == -1.5 and args.dpsu_sips_admission is None
+    args = run.parse_args(["--input", "x", "--out", "y", "--no-dpsu-sips-admission"])
+    assert args.dpsu_sips_admission is False
+    params = form_params({})
+    switch, floor = params["dpsu_sips_admission"], params["dpsu_sips_admission_floor"]
+    assert switch["default"] is True and switch["type"] == ["boolean", "null"]
+    assert floor["default"] == 1.5 and floor["type"] == ["number", "null"] and "examples" not in floor
+    assert (floor["minimum"], floor["maximum"]) == (-10, 10) and "-10" in floor["description"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1069,14 +1077,21 @@ def test_a_run_with_dp_sips_charges_per_round_events_and_the_same_epsilon(tmp_pa
         name = policy if admission is None else "admission"
         ctx = run_through_dpne(
             tmp_path / name, files, public=False, dpsu_policy=policy, dpsu_sips_rounds=3, max_n=3,
-            dpsu_sips_admission=admission, noise=NoiseSource.seeded_for_tests(8),
+            dpsu_sips_admission=admission is not None, dpsu_sips_admission_floor=admission,
+            noise=NoiseSource.seeded_for_tests(8),
         )  # fmt: skip
         parts = read_parts(ctx)
         eps[name] = {s: parts[s]["privacy"]["epsilon"] for s in ("dpne.k1", "dpne.k2", "dpne.k3")}
         charged[name] = [parts[s]["privacy"]["events"] for s in ("dpne.k1", "dpne.k2", "dpne.k3")]
         # the vocabulary and each level whose V_k is not empty (seeded noise: the same every time)
-        drawn = 1 + sum(parts[f"dpne.k{k}"]["valid"] > 0 for k in (2, 3))
-        assert len(floors) == (drawn if admission is not None else 0) and drawn >= 2
+        drawing = ["dpne.k1", *(f"dpne.k{k}" for k in (2, 3) if parts[f"dpne.k{k}"]["valid"] > 0)]
+        assert len(drawing) >= 2
+        expected = (
+            [admission * parts[s]["sips_rounds"][0]["sigma"] for s in drawing]
+            if admission is not None
+            else []
+        )
+        assert floors == pytest.approx(expected, rel=1e-12)
         floors.clear()
         if policy == "dp-sips":
             events = parts["dpne.k1"]["privacy"]["events"]

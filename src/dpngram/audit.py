@@ -429,7 +429,8 @@ def audit_dpsu_weighted(runs: int, noise: NoiseSource, **kwargs: Any) -> Scores:
 def audit_dpsu_sips(runs: int, noise: NoiseSource, **kwargs: Any) -> Scores:
     """:func:`audit_dpsu` with DP-SIPS (``dpsu_policy=dp-sips``, the configured rounds and ratio):
     each run is a complete multi-round release; the canary holds the audited word only, so in every
-    round in which the word is not yet released it moves the word's weight by 1."""
+    round in which the word is not yet released it moves the word's weight by 1. Plain DP-SIPS
+    (admission off); ``dpsu_sips_admission`` audits the run default with admission."""
     return audit_dpsu(runs, noise, policy="dp-sips", **kwargs)
 
 
