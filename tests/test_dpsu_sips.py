@@ -343,11 +343,13 @@ def test_configuration_accepts_the_admission_and_refuses_bad_values():
 
     base = {"input": "x", "out": "y", "dpsu_policy": "dp-sips"}
     default = RunConfig.build(**base)
-    assert default.dpne.sips_admission is True and default.dpne.admission() == 1.5
+    assert default.dpne.sips_admission is True and default.dpne.sips_plan(1) == (2.0, 1.5)
+    # admission for the vocabulary and the levels k <= dpsu_sips_admission_max_n (2), plain beyond
+    assert default.dpne.sips_plan(2) == (2.0, 1.5) and default.dpne.sips_plan(3) == (16.0, None)
     off = RunConfig.build(**base, dpsu_sips_admission=False)
-    assert off.dpne.admission() is None
+    assert off.dpne.sips_plan(1) == (16.0, None)
     for good in (-10, 10, 0, "2.5"):
-        assert RunConfig.build(**base, dpsu_sips_admission_floor=good).dpne.admission() == float(good)
+        assert RunConfig.build(**base, dpsu_sips_admission_floor=good).dpne.sips_plan(1)[1] == float(good)
     for bad in (10.5, -11, float("nan"), float("inf"), -float("inf"), "abc"):
         with pytest.raises(ConfigError, match="dpsu_sips_admission_floor"):
             RunConfig.build(**base, dpsu_sips_admission_floor=bad)
@@ -357,7 +359,8 @@ def test_configuration_accepts_the_admission_and_refuses_bad_values():
     dpsu.check_admission(None)
     dpsu.check_admission(-10)
 
-    on, plain = dpsu_parameters(default), dpsu_parameters(off)
+    on = dpsu_parameters(default)
+    plain = dpsu_parameters(RunConfig.build(**base, dpsu_sips_admission=False, dpsu_sips_ratio=2.0))
     assert on.rounds[0].admit_floor == 1.5 * on.rounds[0].sigma
     assert [r.admit_floor for r in plain.rounds] == [None] * len(plain.rounds)
     assert [dataclasses.replace(r, admit_floor=None) for r in on.rounds] == list(plain.rounds)
@@ -1054,8 +1057,8 @@ def test_a_run_with_dp_sips_charges_per_round_events_and_the_same_epsilon(tmp_pa
     """run_dpne with dpsu_policy=dp-sips on a small generated corpus: the vocabulary's part lists
     R Gaussian + R threshold events, each level R Gaussians, and every stage's composed epsilon
     equals the weighted run's (same sigma_k, same delta split). With dpsu_sips_admission set the
-    stages do draw round 1 with the floor (the vocabulary and every level whose V_k is not empty)
-    and charge the same events."""
+    stages do draw round 1 with the floor (the vocabulary and every level whose V_k is not empty,
+    up to dpsu_sips_admission_max_n) and charge the same events (at the same budget ratio)."""
     from conftest import run_through_dpne
 
     from dpngram.release.context import read_parts
@@ -1078,6 +1081,7 @@ def test_a_run_with_dp_sips_charges_per_round_events_and_the_same_epsilon(tmp_pa
         ctx = run_through_dpne(
             tmp_path / name, files, public=False, dpsu_policy=policy, dpsu_sips_rounds=3, max_n=3,
             dpsu_sips_admission=admission is not None, dpsu_sips_admission_floor=admission,
+            dpsu_sips_ratio=2.0, dpsu_sips_admission_ratio=2.0, dpsu_sips_admission_max_n=3,
             noise=NoiseSource.seeded_for_tests(8),
         )  # fmt: skip
         parts = read_parts(ctx)

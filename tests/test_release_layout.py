@@ -52,6 +52,8 @@ ADDED_PARAMS: dict[str, list[str] | None] = {
     "dpne_public_vocabulary": None,  # issue 24: the vocabulary's public domain
     "dpsu_sips_admission": None,  # issue 24: DP-SIPS admission by the first round
     "dpsu_sips_admission_floor": None,
+    "dpsu_sips_admission_ratio": None,
+    "dpsu_sips_admission_max_n": None,
 }
 
 

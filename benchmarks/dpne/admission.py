@@ -17,19 +17,29 @@ from dpne.common import PAPER, REFERENCE, RESULTS, SOTU, SPEED_T, corpus, header
 ADMISSION_EPSILONS = (4.0, 1.0)
 #: The previous default: plain DP-SIPS, 2 rounds, ratio 16, no admission.
 PREVIOUS_DEFAULT: dict[str, Any] = {"dpsu_sips_ratio": 16.0, "dpsu_sips_admission": False}
-#: The public-text grid (Brown as pseudo-users): the budget ratio q and the admission floor z.
+#: Step 1 of the public-text tuning (Brown as pseudo-users): the budget ratio q and the admission
+#: floor z, with admission at every level.
 ADMISSION_GRID: dict[str, dict[str, Any]] = {
-    f"q{q:g}-z{z:g}": {"dpsu_sips_ratio": q, "dpsu_sips_admission": True, "dpsu_sips_admission_floor": z}
+    f"q{q:g}-z{z:g}": {
+        "dpsu_sips_ratio": 16.0,
+        "dpsu_sips_admission": True,
+        "dpsu_sips_admission_ratio": q,
+        "dpsu_sips_admission_floor": z,
+        "dpsu_sips_admission_max_n": SPEED_T,
+    }
     for q in (1.0, 2.0, 3.0, 4.0)
     for z in (1.0, 1.5, 2.0, 2.5)
 }
+#: Step 2: at step 1's (q, z), admission for the vocabulary and the levels k <= max_n only (plain
+#: DP-SIPS at ratio 16 beyond).
+MAX_N_GRID = tuple(range(1, SPEED_T + 1))
 
 
-def admission_choice(grid: dict[str, Any]) -> tuple[str, dict[str, float]]:
+def admission_choice(grid: dict[str, Any], names: Any) -> tuple[str, dict[str, float]]:
     """The grid entry with the largest geometric mean over the epsilons of its released total
     relative to the previous default's (on Brown: public text only)."""
     scores: dict[str, float] = {}
-    for name in ADMISSION_GRID:
+    for name in names:
         ratios = [
             grid["runs"][f"{name} eps={eps:g}"]["released_total"]["mean"]
             / grid["runs"][f"previous-default eps={eps:g}"]["released_total"]["mean"]
@@ -89,11 +99,29 @@ def mode_sips_admission(args: argparse.Namespace) -> None:
         args.tuning_repeat,
     )
     record["public_tuning_brown"] = grid
-    name, scores = admission_choice(grid)
+    name, scores = admission_choice(grid, ADMISSION_GRID)
     record["choice"] = {"name": name, "overrides": ADMISSION_GRID[name], "scores_vs_previous_default": scores}
     write_result("dpne_sips_admission.json", record)
-    print(f"chosen on Brown: {name} {ADMISSION_GRID[name]}", flush=True)
-    configs = {"previous-default": PREVIOUS_DEFAULT, "default": ADMISSION_GRID[name]}
+    print(f"chosen on Brown (step 1): {name} {ADMISSION_GRID[name]}", flush=True)
+    levels = {f"{name}-max{m}": {**ADMISSION_GRID[name], "dpsu_sips_admission_max_n": m} for m in MAX_N_GRID}
+    step2 = budget_runs(
+        workdir,
+        "brown",
+        brown_users(),
+        {"previous-default": PREVIOUS_DEFAULT, **levels},
+        ADMISSION_EPSILONS,
+        args.tuning_repeat,
+    )
+    record["public_tuning_brown_max_n"] = step2
+    best, level_scores = admission_choice(step2, levels)
+    record["choice_max_n"] = {
+        "name": best,
+        "overrides": levels[best],
+        "scores_vs_previous_default": level_scores,
+    }
+    write_result("dpne_sips_admission.json", record)
+    print(f"chosen on Brown (step 2): {best} {levels[best]}", flush=True)
+    configs = {"previous-default": PREVIOUS_DEFAULT, "default": levels[best]}
     corpora: dict[str, Path] = {}
     if SOTU.is_file():
         corpora["sotu"] = SOTU
@@ -116,11 +144,11 @@ def admission_figure(record: dict[str, Any]) -> None:
     import matplotlib.pyplot as plt
 
     panels = [(label, eps) for label in record["corpora"] for eps in ADMISSION_EPSILONS]
-    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(3.6 * (len(panels) + 1), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels) + 2, figsize=(3.6 * (len(panels) + 2), 4), squeeze=False)
     grid = record["public_tuning_brown"]["runs"]
     ax = axes[0][0]
-    ratios = sorted({v["dpsu_sips_ratio"] for v in ADMISSION_GRID.values()})
     zs = sorted({v["dpsu_sips_admission_floor"] for v in ADMISSION_GRID.values()})
+    ratios = sorted({v["dpsu_sips_admission_ratio"] for v in ADMISSION_GRID.values()})
     for eps, style in zip(ADMISSION_EPSILONS, ("-", "--"), strict=True):
         base = grid[f"previous-default eps={eps:g}"]["released_total"]["mean"]
         for z in zs:
@@ -131,7 +159,19 @@ def admission_figure(record: dict[str, Any]) -> None:
     ax.set_ylabel("released / previous default")
     ax.set_title("Brown (public) tuning", fontsize=9)
     ax.legend(fontsize=6, ncol=2)
-    for ax, (label, eps) in zip(axes[0][1:], panels, strict=True):
+    ax = axes[0][1]
+    step2 = record["public_tuning_brown_max_n"]["runs"]
+    first = record["choice"]["name"]
+    for eps in ADMISSION_EPSILONS:
+        base = step2[f"previous-default eps={eps:g}"]["released_total"]["mean"]
+        ys = [step2[f"{first}-max{m} eps={eps:g}"]["released_total"]["mean"] / base for m in MAX_N_GRID]
+        ax.plot(MAX_N_GRID, ys, marker="o", label=f"eps={eps:g}")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel("admission for levels k <= max_n")
+    ax.set_ylabel("released / previous default")
+    ax.set_title(f"Brown: at {first}, the levels with admission", fontsize=9)
+    ax.legend(fontsize=7)
+    for ax, (label, eps) in zip(axes[0][2:], panels, strict=True):
         runs = record["corpora"][label]["runs"]
         names = ["previous-default", "default"]
         means = [runs[f"{c} eps={eps:g}"]["released_total"]["mean"] for c in names]

@@ -71,6 +71,8 @@ class DpneConfig(Section):
         "sips_ratio": "dpsu_sips_ratio",
         "sips_admission": "dpsu_sips_admission",
         "sips_admission_floor": "dpsu_sips_admission_floor",
+        "sips_admission_ratio": "dpsu_sips_admission_ratio",
+        "sips_admission_max_n": "dpsu_sips_admission_max_n",
         "public_vocabulary": "dpne_public_vocabulary",
         "threshold_delta": "dpne_threshold_delta",
     }
@@ -150,18 +152,17 @@ class DpneConfig(Section):
         title="DP-SIPS rounds R",
         description="dp-sips only: rounds per release (vocabulary and each level); round r gets the share "
         "f_r of the Gaussian budget (sigma_r = sigma / sqrt(f_r)), of the threshold delta and of eta. "
-        "1 equals 'weighted'. Default 2 (with ratio 2 and admission 1.5) chosen on public text.",
+        "1 equals 'weighted'. Default 2, chosen on public text.",
     )
 
     sips_ratio: float = Field(
-        2.0,
+        16.0,
         gt=0,
         le=1000,
         title="DP-SIPS budget ratio",
         description="dp-sips only: f_r is proportional to ratio^(r-1) (above 1: more budget on the later "
-        "rounds; default 2 with 2 rounds and admission 1.5: a third of the budget clears the frequent "
-        "items and tells round 2 which items are worth its budget; chosen on public text. Without "
-        "admission 16 was best).",
+        "rounds; default 16 with 2 rounds: 1/17 of the budget clears the most frequent items first, "
+        "chosen on public text). Releases with admission use dpsu_sips_admission_ratio instead.",
     )
 
     sips_admission: bool = Field(
@@ -179,13 +180,37 @@ class DpneConfig(Section):
         le=10,
         title="DP-SIPS admission floor z",
         description="dp-sips admission only: an item goes on to round 2 if its round-1 noisy weight is at "
-        "least z * sigma_1 (default 1.5, with ratio 2, chosen on public text; higher: fewer items, each "
-        "with more weight).",
+        "least z * sigma_1 (default 1.5, chosen on public text; higher: fewer items, each with more "
+        "weight).",
     )
 
-    def admission(self) -> float | None:
-        """The admission floor z the DP-SIPS rounds use, or None (off)."""
-        return self.sips_admission_floor if self.sips_admission else None
+    sips_admission_ratio: float = Field(
+        2.0,
+        gt=0,
+        le=1000,
+        title="DP-SIPS admission budget ratio",
+        description="dp-sips admission only: the budget ratio of the releases with admission (default 2: a "
+        "third of the budget in round 1, which must measure well enough to tell close items from hopeless "
+        "ones; chosen on public text).",
+    )
+
+    sips_admission_max_n: int = Field(
+        2,
+        ge=1,
+        le=12,
+        title="DP-SIPS admission: longest level",
+        description="dp-sips admission only: the vocabulary (k = 1) and the levels k <= this use admission; "
+        "longer levels run plain DP-SIPS (their candidates are already pruned by released sub-grams, so few "
+        "are hopeless and a weaker round 2 costs more than admission saves; default 2, chosen on public "
+        "text).",
+    )
+
+    def sips_plan(self, k: int) -> tuple[float, float | None]:
+        """DP-SIPS's (budget ratio, admission floor z or None) for the release of level ``k``
+        (1: the vocabulary)."""
+        if self.sips_admission and k <= self.sips_admission_max_n:
+            return self.sips_admission_ratio, self.sips_admission_floor
+        return self.sips_ratio, None
 
     public_vocabulary: int = Field(
         100_000,

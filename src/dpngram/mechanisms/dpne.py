@@ -414,6 +414,9 @@ def _release_level_sips(
         noise=noise,
         draw=draw,
         label=f"level {k}",
+        # With admission, round 2 reads each user's round-1 list (one GROUP BY over the level's
+        # candidates instead of two; the same histograms, tests/test_dpsu_sips.py).
+        per_user_lists=admission is not None,
     )
     keys = (
         np.concatenate([a.to_numpy(zero_copy_only=False) for a in released])

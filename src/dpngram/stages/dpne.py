@@ -161,8 +161,8 @@ def run_level(
             policy=config.dpne.policy,
             policy_cap=config.dpne.policy_cap,
             sips_rounds=config.dpne.sips_rounds,
-            sips_ratio=config.dpne.sips_ratio,
-            sips_admission=config.dpne.admission(),
+            sips_ratio=config.dpne.sips_plan(k)[0],
+            sips_admission=config.dpne.sips_plan(k)[1],
         )
         _export_level(wh, ctx, k)
         report = {

@@ -438,7 +438,15 @@ def _dpne_settings(ctx: RunContext, parts: dict[str, Any]) -> dict[str, Any] | N
         "policy_cap_alpha": dpne.policy_cap if dpne.policy == "policy-gaussian" else None,
         "sips_rounds": dpne.sips_rounds if dpne.policy == "dp-sips" else None,
         "sips_ratio": dpne.sips_ratio if dpne.policy == "dp-sips" else None,
-        "sips_admission": dpne.admission() if dpne.policy == "dp-sips" and dpne.sips_rounds > 1 else None,
+        "sips_admission": (
+            {
+                "floor": dpne.sips_admission_floor,
+                "ratio": dpne.sips_admission_ratio,
+                "max_n": dpne.sips_admission_max_n,
+            }
+            if dpne.policy == "dp-sips" and dpne.sips_rounds > 1 and dpne.sips_admission
+            else None
+        ),
         "sigma_decay": dpne.sigma_decay,
         "threshold_delta_fraction": dpne.threshold_delta if dpne.vocabulary_method != "triehh" else 0.0,
         "vocabulary_method": dpne.vocabulary_method,
@@ -489,7 +497,11 @@ def _privacy_html(report: dict[str, Any]) -> list[str]:
         if dpne.get("sips_rounds") is not None:
             cap = f", {_esc(_fmt(dpne['sips_rounds']))} rounds, budget ratio {_esc(_fmt(dpne['sips_ratio']))}"
             if dpne.get("sips_admission") is not None:
-                cap += f", admission z = {_esc(_fmt(dpne['sips_admission']))}"
+                adm = dpne["sips_admission"]
+                cap += (
+                    f", admission z = {_esc(_fmt(adm['floor']))} (ratio {_esc(_fmt(adm['ratio']))}, "
+                    f"levels k ≤ {_esc(_fmt(adm['max_n']))})"
+                )
         sections.append(
             f"<p>DPNE: DPSU policy <b>{_esc(dpne['policy'])}</b>{cap}; level schedule σ_k = "
             f"{_esc(_fmt(dpne['sigma_decay']))}·σ_(k−1); vocabulary threshold's share of the dpne δ: "

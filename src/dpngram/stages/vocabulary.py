@@ -63,8 +63,8 @@ def dpsu_parameters(config: RunConfig) -> DpsuParameters:
         policy=dpne.policy,
         policy_cap=dpne.policy_cap,
         sips_rounds=dpne.sips_rounds,
-        sips_ratio=dpne.sips_ratio,
-        sips_admission=dpne.admission(),
+        sips_ratio=dpne.sips_plan(1)[0],
+        sips_admission=dpne.sips_plan(1)[1],
     )
 
 
