@@ -303,17 +303,30 @@ def finish(out: dict[str, Any], out_json: Path) -> None:
 
 
 def combine(paths: list[Path], out_json: Path) -> None:
-    """One output from several runs of this script (their size blocks; later files win)."""
+    """One output from several runs of this script: every size block, tagged with the run it came
+    from; when two runs hold the same size the later file's block is used and the earlier one's
+    compact rows are kept under ``replaced_runs`` (another noise draw, not discarded silently)."""
     runs = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
     out = copy.deepcopy(runs[0])
     out["combined_from"] = [
         {"file": p.name, "date": r["date"], "git_commit": r["git_commit"], "machine": r["machine"]}
         for p, r in zip(paths, runs, strict=True)
     ]
-    for r in runs[1:]:
-        out["results"].update(r["results"])
+    out["results"], out["scoring"], replaced = {}, {}, []
+    for path, r in zip(paths, runs, strict=True):
+        for n, block in r["results"].items():
+            block["run"] = {"file": path.name, "date": r["date"], "git_commit": r["git_commit"]}
+            if n in out["results"]:
+                old = out["results"][n]
+                replaced.append(
+                    {"users": int(n), "run": old["run"], "oracle": old["oracle"], "summary": old["summary"]}
+                )
+            out["results"][n] = block
         out["scoring"].update(r["scoring"])
-        out["parameters"]["users"] = sorted(set(out["parameters"]["users"]) | set(r["parameters"]["users"]))
+    out["replaced_runs"] = replaced
+    out["parameters"]["users"] = sorted(int(n) for n in out["results"])
+    out["parameters"]["oracle_max_users"] = "per run: see oracle_by_size"
+    out["parameters"]["oracle_by_size"] = {n: b["oracle"] for n, b in out["results"].items()}
     finish(out, out_json)
     print(f"wrote {out_json} and {out_json.with_suffix('.png').name}")
 
