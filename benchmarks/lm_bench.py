@@ -132,6 +132,9 @@ class Corpus:
     public: Path
     score_every: int  # among held-out users, (h // 10) % score_every == 0 are scored
     info: dict[str, Any]
+    # if given, the held-out users scored are exactly those whose id is in it (score_every unused);
+    # benchmarks/lm_growth_bench.py scores the same users at every corpus size this way
+    scored_ids: frozenset[str] | None = None
 
 
 def user_hash(user_id: str) -> int:
@@ -184,7 +187,11 @@ def split_users(corpus: Corpus, work: Path) -> dict[str, Any]:
                 docs["train"] += 1
                 continue
             users["held_out"].add(uid)
-            if (h // HOLDOUT_MOD) % corpus.score_every == 0:
+            if (
+                uid in corpus.scored_ids
+                if corpus.scored_ids is not None
+                else (h // HOLDOUT_MOD) % corpus.score_every == 0
+            ):
                 ev.write(row["text"].replace("\n", " ").replace("\r", " ") + "\n")
                 users["scored"].add(uid)
                 docs["scored"] += 1
@@ -241,13 +248,14 @@ def eval_sentences(path: Path) -> list[list[str]]:
 # ----------------------------------------------------------------------------------------------
 # Models
 # ----------------------------------------------------------------------------------------------
-def lmplz_model(text: Path, binary: Path, tmp: Path) -> float:
-    """lmplz (order 3) on ``text`` -> ``binary`` with the ARPA file beside it; returns seconds."""
+def lmplz_model(text: Path, binary: Path, tmp: Path, memory: str = LMPLZ_MEMORY) -> float:
+    """lmplz (order 3, ``-S memory``) on ``text`` -> ``binary`` with the ARPA file beside it;
+    returns seconds."""
     from dpngram.lm.build import compile_binary, run_lmplz
 
     started = time.perf_counter()
     arpa = binary.with_suffix(".arpa")
-    run_lmplz(text, arpa, ORDER, LMPLZ_MEMORY, tmp)
+    run_lmplz(text, arpa, ORDER, memory, tmp)
     compile_binary(arpa, binary)
     return time.perf_counter() - started
 
@@ -326,7 +334,9 @@ def placeholder_to_unk(src: Path, dst: Path) -> None:
                 out.write(line)
 
 
-def at_vocab_model(text: Path, vocabulary: set[str], binary: Path, tmp: Path) -> dict[str, Any]:
+def at_vocab_model(
+    text: Path, vocabulary: set[str], binary: Path, tmp: Path, memory: str = LMPLZ_MEMORY
+) -> dict[str, Any]:
     """lmplz on ``text`` with tokens outside ``vocabulary`` as the placeholder, renamed <unk>."""
     from dpngram.lm.build import compile_binary, run_lmplz
 
@@ -334,7 +344,7 @@ def at_vocab_model(text: Path, vocabulary: set[str], binary: Path, tmp: Path) ->
     mapped = tmp / f"{binary.stem}.txt"
     n_mapped = mapped_text(text, mapped, vocabulary)
     raw = tmp / f"{binary.stem}.raw.arpa"
-    run_lmplz(mapped, raw, ORDER, LMPLZ_MEMORY, tmp)
+    run_lmplz(mapped, raw, ORDER, memory, tmp)
     mapped.unlink()
     arpa = binary.with_suffix(".arpa")
     placeholder_to_unk(raw, arpa)
@@ -641,11 +651,11 @@ def headline(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     dp = rows["dp"]["open_vocab_perplexity"]
     pub = rows["public_only"]["open_vocab_perplexity"]
     npv = rows["non_private"]["open_vocab_perplexity"]
-    orc = rows["oracle"]["open_vocab_perplexity"]
+    orc = (rows.get("oracle") or {}).get("open_vocab_perplexity")  # None: the oracle was skipped
     gap = math.log(pub / npv)
     return {
         "gap_closed": round(math.log(pub / dp) / gap, 4) if gap > 0 else None,
-        "oracle_gap_closed": round(math.log(pub / orc) / gap, 4) if gap > 0 else None,
+        "oracle_gap_closed": round(math.log(pub / orc) / gap, 4) if gap > 0 and orc else None,
         "top3_gain_points": round(
             100 * (rows["dp"]["top3_accuracy"] - rows["public_only"]["top3_accuracy"]), 2
         ),
@@ -654,11 +664,22 @@ def headline(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
         ),
         "dp_vs_public": round(dp / pub, 4),
         "dp_over_nonprivate": round(dp / npv, 4),
-        "dp_over_oracle": round(dp / orc, 4),
+        "dp_over_oracle": round(dp / orc, 4) if orc else None,
     }
 
 
-def run_corpus(corpus: Corpus, epsilons: list[float], args: argparse.Namespace) -> dict[str, Any]:
+def run_corpus(
+    corpus: Corpus,
+    epsilons: list[float],
+    args: argparse.Namespace,
+    *,
+    oracle: bool = True,
+    at_dp_vocab: bool = True,
+    lmplz_memory: str = LMPLZ_MEMORY,
+) -> dict[str, Any]:
+    """Every row of the module docstring for one corpus and each ε. ``oracle=False`` skips the oracle
+    row and ``at_dp_vocab=False`` the two ``*_at_dp_vocab`` rows (both absent from ``rows``; the
+    headline's oracle fields are then None); ``lmplz_memory``: lmplz's ``-S`` for every baseline."""
     work = Path(args.work) / corpus.name
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -677,16 +698,17 @@ def run_corpus(corpus: Corpus, epsilons: list[float], args: argparse.Namespace) 
 
     baselines: dict[str, dict[str, Any]] = {}
     for name, text in (("public_only", work / "public.txt"), ("non_private", work / "train.txt")):
-        seconds = lmplz_model(text, work / f"{name}.binary", work)
+        seconds = lmplz_model(text, work / f"{name}.binary", work, lmplz_memory)
         baselines[name] = {**evaluate(work / f"{name}.binary", eval_text), "build_seconds": round(seconds, 2)}
         log(
             f"{corpus.name}: {name} {baselines[name]['open_vocab_perplexity']:.1f} (built in {seconds:.1f} s)"
         )
-    oracle = oracle_model(work / "train.txt", work / "public_only.binary", sentences, eval_text, work)
-    binary = oracle.pop("binary")
-    baselines["oracle"] = {**evaluate(binary, eval_text), **oracle}
-    ppl = baselines["oracle"]["open_vocab_perplexity"]
-    log(f"{corpus.name}: oracle {ppl:.1f} at λ={oracle['mix_weight']:g}")
+    if oracle:
+        built = oracle_model(work / "train.txt", work / "public_only.binary", sentences, eval_text, work)
+        binary = built.pop("binary")
+        baselines["oracle"] = {**evaluate(binary, eval_text), **built}
+        ppl = baselines["oracle"]["open_vocab_perplexity"]
+        log(f"{corpus.name}: oracle {ppl:.1f} at λ={built['mix_weight']:g}")
     for name in ("non_private", "oracle"):  # large; the public-only model is not needed any more either
         for suffix in (".arpa", ".binary"):
             (work / f"{name}{suffix}").unlink(missing_ok=True)
@@ -703,11 +725,12 @@ def run_corpus(corpus: Corpus, epsilons: list[float], args: argparse.Namespace) 
         rows: dict[str, dict[str, Any]] = {}
         rows["dp"] = {**evaluate(model, eval_text), "build_seconds": run["lm_seconds"]}
         v_lm = arpa_unigrams(model.with_suffix(".arpa")) - {"<s>", "</s>", "<unk>"}
-        for name, text in (("public_only", work / "public.txt"), ("non_private", work / "train.txt")):
+        texts = (("public_only", work / "public.txt"), ("non_private", work / "train.txt"))
+        for name, text in texts if at_dp_vocab else ():
             b = eps_dir / f"{name}_at_dp_vocab.binary"
-            info = at_vocab_model(text, v_lm, b, eps_dir)
+            info = at_vocab_model(text, v_lm, b, eps_dir, lmplz_memory)
             rows[f"{name}_at_dp_vocab"] = {**evaluate(b, eval_text), **info}
-        for name in ("public_only", "non_private", "oracle"):
+        for name in baselines:
             rows[name] = baselines[name]
         counts = run["lm_counts"]
         result = {
