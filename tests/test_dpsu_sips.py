@@ -331,7 +331,7 @@ def test_configuration_accepts_the_policy_and_its_parameters():
 
 def test_configuration_accepts_the_admission_and_refuses_bad_values():
     """Admission is on by default (dpsu_sips_admission, a switch) with the floor
-    dpsu_sips_admission_floor z = 1.5 (a number in [-10, 10]); out-of-range and non-finite floors are
+    dpsu_sips_admission_floor z = 1 (a number in [-10, 10]); out-of-range and non-finite floors are
     refused naming the parameter (config and check_admission). The run's vocabulary parameters
     carry the floor z sigma_1 on round 1 only (none when switched off), one round is unchanged, and
     the ledger events are those of plain DP-SIPS. The CLI has --dpsu-sips-admission /
@@ -343,9 +343,9 @@ def test_configuration_accepts_the_admission_and_refuses_bad_values():
 
     base = {"input": "x", "out": "y", "dpsu_policy": "dp-sips"}
     default = RunConfig.build(**base)
-    assert default.dpne.sips_admission is True and default.dpne.sips_plan(1) == (2.0, 1.5)
+    assert default.dpne.sips_admission is True and default.dpne.sips_plan(1) == (3.0, 1.0)
     # admission for the vocabulary and the levels k <= dpsu_sips_admission_max_n (2), plain beyond
-    assert default.dpne.sips_plan(2) == (2.0, 1.5) and default.dpne.sips_plan(3) == (16.0, None)
+    assert default.dpne.sips_plan(2) == (3.0, 1.0) and default.dpne.sips_plan(3) == (16.0, None)
     off = RunConfig.build(**base, dpsu_sips_admission=False)
     assert off.dpne.sips_plan(1) == (16.0, None)
     for good in (-10, 10, 0, "2.5"):
@@ -360,8 +360,8 @@ def test_configuration_accepts_the_admission_and_refuses_bad_values():
     dpsu.check_admission(-10)
 
     on = dpsu_parameters(default)
-    plain = dpsu_parameters(RunConfig.build(**base, dpsu_sips_admission=False, dpsu_sips_ratio=2.0))
-    assert on.rounds[0].admit_floor == 1.5 * on.rounds[0].sigma
+    plain = dpsu_parameters(RunConfig.build(**base, dpsu_sips_admission=False, dpsu_sips_ratio=3.0))
+    assert on.rounds[0].admit_floor == 1.0 * on.rounds[0].sigma
     assert [r.admit_floor for r in plain.rounds] == [None] * len(plain.rounds)
     assert [dataclasses.replace(r, admit_floor=None) for r in on.rounds] == list(plain.rounds)
     assert on.events("dpne.k1") == plain.events("dpne.k1")
@@ -384,7 +384,7 @@ def test_configuration_accepts_the_admission_and_refuses_bad_values():
     params = form_params({})
     switch, floor = params["dpsu_sips_admission"], params["dpsu_sips_admission_floor"]
     assert switch["default"] is True and switch["type"] == ["boolean", "null"]
-    assert floor["default"] == 1.5 and floor["type"] == ["number", "null"] and "examples" not in floor
+    assert floor["default"] == 1.0 and floor["type"] == ["number", "null"] and "examples" not in floor
     assert (floor["minimum"], floor["maximum"]) == (-10, 10) and "-10" in floor["description"]
 
 

@@ -162,7 +162,8 @@ def test_sips_audit_runs_complete_dp_sips_releases_with_fresh_salts(monkeypatch)
 
 def test_sips_admission_audit_runs_releases_with_admission_and_one_salt_a_run(monkeypatch):
     """The dpsu_sips_admission audit calls the pipeline's sips_release with round 1's admission
-    floor 1.5 sigma_1 (ratio 2, the configured rounds), once per run and dataset; with admission a
+    floor z sigma_1 (the run defaults' floor and admission ratio, the configured rounds), once per
+    run and dataset; with admission a
     run draws ONE subset salt (every user keeps its round-1 subset), a new one every run; its claim
     is the weighted policy's (admission changes no event)."""
     from dpngram.config.sections import DpneConfig
@@ -178,13 +179,20 @@ def test_sips_admission_audit_runs_releases_with_admission_and_one_salt_a_run(mo
     salts = record_selection_salts(monkeypatch)
     monkeypatch.setattr(dpsu, "sips_release", recording)
     result = run_audit("dpsu_sips_admission", runs=3)
-    rounds = DpneConfig().sips_rounds
-    assert rounds >= 2 and result.setting["sips_admission"] == 1.5 and result.setting["sips_ratio"] == 2.0
+    defaults = DpneConfig()
+    rounds, (ratio, floor) = defaults.sips_rounds, defaults.sips_plan(1)
+    assert floor is not None and (ratio, floor) == (
+        defaults.sips_admission_ratio,
+        defaults.sips_admission_floor,
+    )
+    assert rounds >= 2 and result.setting["sips_admission"] == floor and result.setting["sips_ratio"] == ratio
     assert len(calls) == 6 and all(len(c) == rounds for c in calls)
     first = calls[0][0]
-    assert first.admit_floor == pytest.approx(1.5 * first.sigma, rel=1e-15)
+    assert first.admit_floor == pytest.approx(floor * first.sigma, rel=1e-15)
     assert all(r.admit_floor is None for r in calls[0][1:])
-    assert first.sigma == pytest.approx(result.setting["sigma_1"] / math.sqrt(sips_fractions(rounds, 2.0)[0]))
+    assert first.sigma == pytest.approx(
+        result.setting["sigma_1"] / math.sqrt(sips_fractions(rounds, ratio)[0])
+    )
     assert len(salts) == 6 and len(set(salts)) == 6
     weighted = run_audit("dpsu_weighted", runs=2)
     assert result.claimed_epsilon == pytest.approx(weighted.claimed_epsilon, rel=1e-12)

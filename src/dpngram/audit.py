@@ -40,7 +40,7 @@ up, and small):
   is a complete :func:`~dpngram.mechanisms.dpsu.sips_release` (R rounds, fresh subset salts, the
   items released by earlier rounds dropped); the canary holds the audited word only.
 * ``dpsu_sips_admission``: ``dpsu_sips`` with admission by the first round
-  (``dpsu_sips_admission`` z = 1.5, ratio 2: rounds 2..R keep only the items whose round-1 noisy
+  (the run defaults' admission floor z and ratio: rounds 2..R keep only the items whose round-1 noisy
   weight reached z sigma_1, and every user keeps its round-1 subset); the canary holds the audited
   word only.
 * ``dpsu_sips_public``: DP-SIPS with the vocabulary's public domain (``dpne_public_vocabulary``):
@@ -435,12 +435,14 @@ def audit_dpsu_sips(runs: int, noise: NoiseSource, **kwargs: Any) -> Scores:
 
 
 def audit_dpsu_sips_admission(runs: int, noise: NoiseSource, **kwargs: Any) -> Scores:
-    """:func:`audit_dpsu_sips` with admission by the first round (z = 1.5, ratio 2; docs/dpne.md,
-    "Admission by the first round"): one salt per run, round 2 only over the items whose round-1
-    noisy weight reached 1.5 sigma_1. The canary holds the audited word only: it moves the word's
-    round-1 weight, hence its admission, and its round-2 weight when admitted, by 1 each; the claim
-    is plain DP-SIPS's (the same events)."""
-    return audit_dpsu(runs, noise, policy="dp-sips", sips_ratio=2.0, sips_admission=1.5, **kwargs)
+    """:func:`audit_dpsu_sips` with admission by the first round at the run defaults (the
+    vocabulary's admission ratio and floor z; docs/dpne.md, "Admission by the first round"): one
+    salt per run, round 2 only over the items whose round-1 noisy weight reached z sigma_1. The
+    canary holds the audited word only: it moves the word's round-1 weight, hence its admission,
+    and its round-2 weight when admitted, by 1 each; the claim is plain DP-SIPS's (the same
+    events)."""
+    ratio, floor = dpne_defaults().sips_plan(1)
+    return audit_dpsu(runs, noise, policy="dp-sips", sips_ratio=ratio, sips_admission=floor, **kwargs)
 
 
 def audit_dpsu_sips_public(

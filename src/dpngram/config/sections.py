@@ -175,23 +175,23 @@ class DpneConfig(Section):
     )
 
     sips_admission_floor: float = Field(
-        1.5,
+        1.0,
         ge=-10,
         le=10,
         title="DP-SIPS admission floor z",
         description="dp-sips admission only: an item goes on to round 2 if its round-1 noisy weight is at "
-        "least z * sigma_1 (default 1.5, chosen on public text; higher: fewer items, each with more "
+        "least z * sigma_1 (default 1, chosen on public text; higher: fewer items, each with more "
         "weight).",
     )
 
     sips_admission_ratio: float = Field(
-        2.0,
+        3.0,
         gt=0,
         le=1000,
         title="DP-SIPS admission budget ratio",
-        description="dp-sips admission only: the budget ratio of the releases with admission (default 2: a "
-        "third of the budget in round 1, which must measure well enough to tell close items from hopeless "
-        "ones; chosen on public text).",
+        description="dp-sips admission only: the budget ratio of the releases with admission (default 3: a "
+        "quarter of the budget in round 1, which must measure well enough to tell close items from "
+        "hopeless ones; chosen on public text).",
     )
 
     sips_admission_max_n: int = Field(
