@@ -536,6 +536,18 @@ def test_sql_rounds_with_admission_equal_the_numpy_reference(seed, per_user_list
     assert not any(wh.object_type(SCHEMA, n) for n in ("t_done", "t_admitted", "t_histogram", "t_lists"))
 
 
+def random_neighbours(rng) -> tuple[int, int, dict[str, set[str]], set[str]]:
+    """A random small dataset for the sensitivity checks: m items, the contribution bound Delta,
+    0..9 users' item sets, and the item set of the user added in the neighbouring dataset."""
+    m = int(rng.integers(2, 12))
+    n = int(rng.integers(0, 10))
+    delta_max = int(rng.integers(1, 6))
+    users = {f"u{i}": {f"i{j}" for j in rng.choice(m, size=int(rng.integers(1, m + 1)), replace=False)}
+             for i in range(n)}  # fmt: skip
+    new = {f"i{j}" for j in rng.choice(m, size=int(rng.integers(1, m + 1)), replace=False)}
+    return m, delta_max, users, new
+
+
 # ----------------------------------------------------------------------------------------------
 # 3. sensitivity
 # ----------------------------------------------------------------------------------------------
@@ -547,12 +559,7 @@ def test_each_round_moves_the_histogram_by_at_most_one():
     rng = np.random.default_rng(404)
     worst, worst_broken = 0.0, 0.0
     for trial in range(3000):
-        m = int(rng.integers(2, 12))
-        n = int(rng.integers(0, 10))
-        delta_max = int(rng.integers(1, 6))
-        users = {f"u{i}": {f"i{j}" for j in rng.choice(m, size=int(rng.integers(1, m + 1)), replace=False)}
-                 for i in range(n)}  # fmt: skip
-        new = {f"i{j}" for j in rng.choice(m, size=int(rng.integers(1, m + 1)), replace=False)}
+        m, delta_max, users, new = random_neighbours(rng)
         released = {f"i{j}" for j in range(m) if rng.random() < 0.3}
         keys = {f"i{j}": int(rng.integers(0, 2**62)) for j in range(m)}
         h = reference_round(users, released, delta_max, keys)
@@ -588,12 +595,7 @@ def test_an_admitted_round_moves_the_histogram_by_exactly_the_added_users_vector
     worst_broken = 0.0
     norms = set()
     for trial in range(3000):
-        m = int(rng.integers(2, 12))
-        n = int(rng.integers(0, 10))
-        delta_max = int(rng.integers(1, 6))
-        users = {f"u{i}": {f"i{j}" for j in rng.choice(m, size=int(rng.integers(1, m + 1)), replace=False)}
-                 for i in range(n)}  # fmt: skip
-        new = {f"i{j}" for j in rng.choice(m, size=int(rng.integers(1, m + 1)), replace=False)}
+        m, delta_max, users, new = random_neighbours(rng)
         both = {**users, "added": new}
         released = {f"i{j}" for j in range(m) if rng.random() < 0.2}
         admitted = {f"i{j}" for j in range(m) if rng.random() < 0.6} - released

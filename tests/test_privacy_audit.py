@@ -47,6 +47,19 @@ def test_the_audit_catches_a_miscalibrated_mechanism():
     assert broken.epsilon_lower_bound > broken.claimed_epsilon, broken.to_dict()
 
 
+def record_sips_release_rounds(monkeypatch) -> list:
+    """The ``rounds`` argument of every ``dpsu.sips_release`` call, recorded (the release runs)."""
+    calls: list = []
+    real = dpsu.sips_release
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs["rounds"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dpsu, "sips_release", recording)
+    return calls
+
+
 def record_selection_salts(monkeypatch) -> list[int]:
     """The selection salts the audit's noise sources draw, in order (the list fills as they do)."""
     salts: list[int] = []
@@ -139,15 +152,8 @@ def test_sips_audit_runs_complete_dp_sips_releases_with_fresh_salts(monkeypatch)
     from dpngram.config.sections import DpneConfig
     from dpngram.core.accounting import compose_gaussian_sigmas
 
-    calls = []
-    real = dpsu.sips_release
-
-    def recording(*args, **kwargs):
-        calls.append(kwargs["rounds"])
-        return real(*args, **kwargs)
-
+    calls = record_sips_release_rounds(monkeypatch)
     salts = record_selection_salts(monkeypatch)
-    monkeypatch.setattr(dpsu, "sips_release", recording)
     result = run_audit("dpsu_sips", runs=3)
     rounds = DpneConfig().sips_rounds
     assert result.setting["policy"] == "dp-sips" and len(result.setting["sips_rounds"]) == rounds
@@ -169,15 +175,8 @@ def test_sips_admission_audit_runs_releases_with_admission_and_one_salt_a_run(mo
     from dpngram.config.sections import DpneConfig
     from dpngram.mechanisms.dpsu import sips_fractions
 
-    calls = []
-    real = dpsu.sips_release
-
-    def recording(*args, **kwargs):
-        calls.append(kwargs["rounds"])
-        return real(*args, **kwargs)
-
+    calls = record_sips_release_rounds(monkeypatch)
     salts = record_selection_salts(monkeypatch)
-    monkeypatch.setattr(dpsu, "sips_release", recording)
     result = run_audit("dpsu_sips_admission", runs=3)
     defaults = DpneConfig()
     rounds, (ratio, floor) = defaults.sips_rounds, defaults.sips_plan(1)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dpne.budget import brown_users, budget_runs
-from dpne.common import PAPER, REFERENCE, RESULTS, SOTU, SPEED_T, corpus, header, write_result
+from dpne.common import PAPER, REFERENCE, RESULTS, SOTU, SPEED_T, corpus, header, released_bars, write_result
 
 ADMISSION_EPSILONS = (4.0, 1.0)
 #: The previous default: plain DP-SIPS, 2 rounds, ratio 16, no admission.
@@ -172,24 +172,15 @@ def admission_figure(record: dict[str, Any]) -> None:
     ax.set_title(f"Brown: at {first}, the levels with admission", fontsize=9)
     ax.legend(fontsize=7)
     for ax, (label, eps) in zip(axes[0][2:], panels, strict=True):
-        runs = record["corpora"][label]["runs"]
-        names = ["previous-default", "default"]
-        means = [runs[f"{c} eps={eps:g}"]["released_total"]["mean"] for c in names]
-        sds = [runs[f"{c} eps={eps:g}"]["released_total"]["sd"] for c in names]
-        ax.bar([0, 1], means, yerr=sds, color=["#999999", "#e6550d"])
-        ax.set_xticks([0, 1], ["plain DP-SIPS\n(previous)", "admission\n(default)"], fontsize=7)
-        if label == "sotu" and eps == 4.0:
-            ax.axhline(5450, color="red", linestyle=":", linewidth=1, label="target 5,450")
-            ax.axhline(
-                statistics.fmean(REFERENCE["released_total_runs"]),
-                color="black",
-                linestyle="--",
-                linewidth=1,
-                label="reference implementation",
-            )
-            ax.legend(fontsize=7, loc="lower right")
-        ax.set_title(f"{label}, eps = {eps:g}", fontsize=9)
-        ax.set_ylabel("released n-grams, k = 1..5")
+        released_bars(
+            ax,
+            record["corpora"][label]["runs"],
+            ["previous-default", "default"],
+            label,
+            eps,
+            ["#999999", "#e6550d"],
+            ["plain DP-SIPS\n(previous)", "admission\n(default)"],
+        )
     fig.suptitle(
         "DP-SIPS with admission by the first round (T = 5, delta 1e-7, eta 0.01, Delta0 100)", fontsize=10
     )

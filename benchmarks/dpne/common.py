@@ -101,3 +101,34 @@ def header(benchmark: str, parameters: dict[str, Any]) -> dict[str, Any]:
         "machine": machine(),
         "parameters": parameters,
     }
+
+
+def released_bars(
+    ax: Any,
+    runs: dict[str, Any],
+    names: list[str],
+    label: str,
+    eps: float,
+    colors: list[str],
+    ticks: list[str],
+) -> None:
+    """One panel of released n-grams (mean and sd of the runs) per configuration on one corpus and
+    epsilon; on SOTU at eps 4 with the issue's target and the public reference's mean."""
+    import statistics
+
+    means = [runs[f"{c} eps={eps:g}"]["released_total"]["mean"] for c in names]
+    sds = [runs[f"{c} eps={eps:g}"]["released_total"]["sd"] for c in names]
+    ax.bar(range(len(names)), means, yerr=sds, color=colors)
+    ax.set_xticks(range(len(names)), ticks, fontsize=7)
+    if label == "sotu" and eps == 4.0:
+        ax.axhline(5450, color="red", linestyle=":", linewidth=1, label="target 5,450")
+        ax.axhline(
+            statistics.fmean(REFERENCE["released_total_runs"]),
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            label="reference implementation",
+        )
+        ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(f"{label}, eps = {eps:g}", fontsize=9)
+    ax.set_ylabel("released n-grams, k = 1..5")

@@ -25,6 +25,7 @@ from dpne.common import (
     corpus,
     git_commit,
     header,
+    released_bars,
     write_result,
 )
 from dpne.jobs import (
@@ -214,23 +215,9 @@ def sips_figure(record: dict[str, Any]) -> None:
     fig, axes = plt.subplots(1, n, figsize=(3.8 * n, 4), squeeze=False)
     names = ["weighted", "policy-gaussian", "dp-sips"]
     for ax, (label, eps) in zip(axes[0], panels, strict=False):
-        runs = record["corpora"][label]["runs"]
-        means = [runs[f"{c} eps={eps:g}"]["released_total"]["mean"] for c in names]
-        sds = [runs[f"{c} eps={eps:g}"]["released_total"]["sd"] for c in names]
-        ax.bar(range(len(names)), means, yerr=sds, color=["#999999", "#6baed6", "#e6550d"])
-        ax.set_xticks(range(len(names)), names, fontsize=7)
-        if label == "sotu" and eps == 4.0:
-            ax.axhline(5450, color="red", linestyle=":", linewidth=1, label="target 5,450")
-            ax.axhline(
-                statistics.fmean(REFERENCE["released_total_runs"]),
-                color="black",
-                linestyle="--",
-                linewidth=1,
-                label="reference implementation",
-            )
-            ax.legend(fontsize=7, loc="lower right")
-        ax.set_title(f"{label}, eps = {eps:g}", fontsize=9)
-        ax.set_ylabel("released n-grams, k = 1..5")
+        released_bars(
+            ax, record["corpora"][label]["runs"], names, label, eps, ["#999999", "#6baed6", "#e6550d"], names
+        )
     if grid:
         ax = axes[0][-1]
         for eps, marker in zip(SIPS_EPSILONS, ("o", "s"), strict=True):
