@@ -6,13 +6,23 @@ previous default (plain DP-SIPS, ratio 16) on SOTU and the generated corpus.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 from pathlib import Path
 from typing import Any
 
 from dpne.budget import brown_users, budget_runs
-from dpne.common import PAPER, REFERENCE, RESULTS, SOTU, SPEED_T, corpus, header, released_bars, write_result
+from dpne.common import (
+    PAPER,
+    REFERENCE,
+    RESULTS,
+    SOTU,
+    SPEED_T,
+    best_by_gain,
+    corpus,
+    header,
+    released_bars,
+    write_result,
+)
 
 ADMISSION_EPSILONS = (4.0, 1.0)
 #: The previous default: plain DP-SIPS, 2 rounds, ratio 16, no admission.
@@ -38,15 +48,7 @@ MAX_N_GRID = tuple(range(1, SPEED_T + 1))
 def admission_choice(grid: dict[str, Any], names: Any) -> tuple[str, dict[str, float]]:
     """The grid entry with the largest geometric mean over the epsilons of its released total
     relative to the previous default's (on Brown: public text only)."""
-    scores: dict[str, float] = {}
-    for name in names:
-        ratios = [
-            grid["runs"][f"{name} eps={eps:g}"]["released_total"]["mean"]
-            / grid["runs"][f"previous-default eps={eps:g}"]["released_total"]["mean"]
-            for eps in ADMISSION_EPSILONS
-        ]
-        scores[name] = round(math.exp(statistics.fmean(math.log(r) for r in ratios)), 4)
-    return max(scores, key=lambda n: scores[n]), scores
+    return best_by_gain(grid, names, "previous-default", ADMISSION_EPSILONS)
 
 
 def admission_summary(record: dict[str, Any]) -> dict[str, Any]:

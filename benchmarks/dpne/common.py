@@ -132,3 +132,23 @@ def released_bars(
         ax.legend(fontsize=7, loc="lower right")
     ax.set_title(f"{label}, eps = {eps:g}", fontsize=9)
     ax.set_ylabel("released n-grams, k = 1..5")
+
+
+def best_by_gain(
+    grid: dict[str, Any], names: Any, baseline: str, epsilons: Any
+) -> tuple[str, dict[str, float]]:
+    """The entry of ``names`` with the largest geometric mean over ``epsilons`` of its released
+    total relative to ``baseline``'s in ``grid`` (a :func:`dpne.budget.budget_runs` result), and
+    every entry's score."""
+    import math
+    import statistics
+
+    scores: dict[str, float] = {}
+    for name in names:
+        ratios = [
+            grid["runs"][f"{name} eps={eps:g}"]["released_total"]["mean"]
+            / grid["runs"][f"{baseline} eps={eps:g}"]["released_total"]["mean"]
+            for eps in epsilons
+        ]
+        scores[name] = round(math.exp(statistics.fmean(math.log(r) for r in ratios)), 4)
+    return max(scores, key=lambda n: scores[n]), scores

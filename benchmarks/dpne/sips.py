@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from dpne.common import (
     RESULTS,
     SOTU,
     SPEED_T,
+    best_by_gain,
     corpus,
     git_commit,
     header,
@@ -58,15 +58,7 @@ SIPS_BASELINES: dict[str, dict[str, Any]] = {
 def sips_choice(grid: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, float]]:
     """The grid entry with the largest geometric mean over the epsilons of its released total
     relative to the weighted policy's (on Brown: public text only)."""
-    scores: dict[str, float] = {}
-    for name in SIPS_GRID:
-        ratios = [
-            grid["runs"][f"{name} eps={eps:g}"]["released_total"]["mean"]
-            / grid["runs"][f"weighted eps={eps:g}"]["released_total"]["mean"]
-            for eps in SIPS_EPSILONS
-        ]
-        scores[name] = round(math.exp(statistics.fmean(math.log(r) for r in ratios)), 4)
-    best = max(scores, key=lambda n: scores[n])
+    best, scores = best_by_gain(grid, SIPS_GRID, "weighted", SIPS_EPSILONS)
     return best, SIPS_GRID[best], scores
 
 
