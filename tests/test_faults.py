@@ -519,12 +519,12 @@ class WatchedSql:
         import duckdb
 
         from dpngram.engines.duckdb import Warehouse
-        from dpngram.mechanisms import dpne, dpne_domain, dpsu
+        from dpngram.mechanisms import dpne, dpne_domain, dpsu, dpsu_policy
 
         self.names: dict[str, str] = {}
         self.failed: list[tuple[str, str]] = []
         self.fail, self.error = set(fail), error or duckdb.OutOfMemoryException
-        for module in (dpsu, dpne, dpne_domain):
+        for module in (dpsu, dpsu_policy, dpne, dpne_domain):
             original = module.load_sql
 
             def naming(name, _original=original, **identifiers):
@@ -591,6 +591,7 @@ VOCABULARY_HEAVY_SQL = (
     "dpsu/user_item_lists",
     "dpsu/histogram_lists",
     "dpsu/histogram_lists_remaining",
+    "dpsu/histogram_lists_admitted",
     "dpsu/histogram",
     "dpsu/policy_items",
 )
@@ -636,10 +637,16 @@ def test_out_of_memory_in_a_dpne_level_histogram_charges_nothing_and_resumes(
 
     ctx = ingested(tmp_path, small_corpus)
     run_vocabulary(ctx)
-    sql = WatchedSql(monkeypatch, fail={"dpsu/histogram", "dpsu/policy_items"})
+    # the first heavy statement of the level: its per-user lists (DP-SIPS with admission, the
+    # default), the shared histogram (plain rounds) or the policy Gaussian's input
+    sql = WatchedSql(monkeypatch, fail={"dpsu/user_item_lists", "dpsu/histogram", "dpsu/policy_items"})
     with pytest.raises(ResourceExhausted) as err:
         run_level(ctx, 2)
-    assert [name for name, _ in sql.failed] in (["dpsu/histogram"], ["dpsu/policy_items"])
+    assert [name for name, _ in sql.failed] in (
+        ["dpsu/user_item_lists"],
+        ["dpsu/histogram"],
+        ["dpsu/policy_items"],
+    )
     assert err.value.charged is False and err.value.stage == "dpne.k2"
     assert ledger_rows(ctx) == [("dpne.k1", "final")]
     monkeypatch.undo()
@@ -779,8 +786,9 @@ def test_a_selection_salt_is_not_a_draw_but_a_salt_is():
 #: function), each reviewed against the rule in its docstring: the privacy proof holds for any
 #: value of the salt, and the selection reaches the release only through a later noise draw.
 SELECTION_SALT_CALLERS = {
-    ("mechanisms/dpsu.py", "secret_histogram"): "DPSU/DPNE per-user subset + policy visiting order",
-    ("mechanisms/dpsu.py", "sips_rounds_release"): "DP-SIPS round's per-user subset (each round)",
+    ("mechanisms/dpsu_policy.py", "secret_histogram"): "DPSU/DPNE per-user subset + policy visiting order",
+    ("mechanisms/dpsu.py", "sips_rounds_release"): "DP-SIPS round's per-user subset (each round; one "
+    "for all rounds with admission, drawn before round 1's SQL)",
     ("stages/bayes.py", "run_bayes"): "per-user W-trigram subset (contribution bound)",
     ("stages/bayes.py", "run_bayes_baseline"): "per-user W-trigram subset (contribution bound)",
     ("stages/lm_counts.py", "run_lm_counts"): "selection/counting partition of the users by id",
