@@ -100,7 +100,7 @@ from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryActi
 # Parse-time imports stay light (pydantic and the configuration, no numpy/scipy/duckdb/polars/GX/
 # kenlm): every task process parses this file first. tests/test_dag.py checks it.
 from dpngram.config import RunConfig
-from dpngram.config.flat import flat_fields
+from dpngram.config.run import flat_fields
 from dpngram.orchestration.form import form_params
 from dpngram.orchestration.plan import (
     GROUP_LABELS,

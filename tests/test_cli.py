@@ -14,7 +14,7 @@ from dpngram.cli import main
 from dpngram.cli.flags import config_from_args
 from dpngram.cli.parser import build_parser
 from dpngram.config import RunConfig
-from dpngram.config.flat import flat_fields
+from dpngram.config.run import flat_fields
 from dpngram.release.context import run_id_from
 
 ROOT = Path(__file__).resolve().parent.parent

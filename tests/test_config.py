@@ -8,7 +8,7 @@ import pytest
 
 from dpngram.config import RunConfig
 from dpngram.config.budget_plan import STAGES
-from dpngram.config.flat import flat_fields
+from dpngram.config.run import flat_fields
 from dpngram.config.sections import SECTIONS, DpneConfig
 from dpngram.core.errors import ConfigError
 

@@ -40,7 +40,7 @@ from scipy import stats
 from dpngram.config import RunConfig
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.duckdb import Warehouse
-from dpngram.engines.ingest import ingest_stats
+from dpngram.engines.ingest_stats import ingest_stats
 from dpngram.engines.spark import SparkEngine, java_available  # noqa: E402
 from dpngram.engines.sql import load_sql
 from dpngram.mechanisms import bayes, dpne, dpne_domain, dpsu, synth

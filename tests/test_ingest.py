@@ -17,7 +17,8 @@ import pytest
 from dpngram.config import RunConfig
 from dpngram.core.errors import ConfigError, IngestError
 from dpngram.engines.duckdb import Warehouse
-from dpngram.engines.ingest import ingest_file, ingest_stats
+from dpngram.engines.ingest import ingest_file
+from dpngram.engines.ingest_stats import ingest_stats
 from dpngram.release.context import RunContext, read_parts
 from dpngram.release.publish import prepare
 from dpngram.stages.ingest import run_ingest

@@ -63,7 +63,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from dpngram.engines.ingest import ingest_stats
+    from dpngram.engines.ingest_stats import ingest_stats
     from dpngram.release.context import RunContext
     from dpngram.release.publish import prepare
     from dpngram.stages.ingest import run_ingest

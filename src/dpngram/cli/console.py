@@ -174,7 +174,7 @@ def print_quarantine(console: Any, stats: dict[str, Any]) -> None:
 def print_run_quarantine(config: RunConfig, stderr: bool) -> None:
     """The quarantine summary of a run's ingest, if ingest got that far (never raises: it runs
     after a success or on the way out of a failure)."""
-    from dpngram.engines.ingest import ingest_stats
+    from dpngram.engines.ingest_stats import ingest_stats
     from dpngram.release.context import RunContext
 
     try:

@@ -1,7 +1,7 @@
 """The ``dpngram`` flags of the run parameters, generated from the configuration.
 
 Every :class:`dpngram.config.RunConfig` parameter is a flag of ``run``, ``baseline`` and ``ingest``
-by its flat name (:func:`dpngram.config.flat.flat_fields`), grouped by section in ``--help``, so
+by its flat name (:func:`dpngram.config.run.flat_fields`), grouped by section in ``--help``, so
 flags never drift from the configuration.
 
 Owns: :func:`add_config_flags`, :func:`config_from_args`, the ``--stage-budget`` syntax.
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Literal, Union, get_args, get_origin
 
 from dpngram.config import RunConfig
-from dpngram.config.flat import flat_fields
+from dpngram.config.run import flat_fields
 from dpngram.config.sections import SECTIONS
 
 #: Short metavars for the paper's symbols.

@@ -11,8 +11,7 @@ dpngram.config.budget_plan.
 """
 
 from dpngram.config.budget_plan import DEFAULT_STAGE_BUDGET, STAGES
-from dpngram.config.flat import flat_fields
-from dpngram.config.run import RunConfig
+from dpngram.config.run import RunConfig, flat_fields
 from dpngram.config.sections import SECTIONS, BayesConfig, DpneConfig, LmConfig
 
 __all__ = [

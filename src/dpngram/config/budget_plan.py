@@ -21,15 +21,31 @@ Imports: dpngram.core (the accountant lazily: numpy and scipy only when a budget
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dpngram.core.budget import Budget
 from dpngram.core.errors import BudgetError, ConfigError
 
 if TYPE_CHECKING:  # the accountant (numpy, scipy: ~1.5 s) is imported only when a budget is planned,
     # not when the Airflow DAG file is parsed (docs/orchestration.md, "Task start-up cost")
-    from dpngram.config.run import RunConfig
     from dpngram.core.accounting import BudgetPlan, StagePrivacy
+
+
+class RunConfig(Protocol):
+    """What the budget plan reads of a :class:`dpngram.config.run.RunConfig` (which imports this
+    module: imports flow one way, so the plan names the parameters it needs instead)."""
+
+    epsilon: float
+    delta: float
+    stage_budget: dict[str, float]
+    budget_calibration: str
+    public: Any
+    follow_external_symlinks: bool
+    dpne: Any
+    lm: Any
+
+    @property
+    def budget(self) -> Budget: ...
 
 #: Stages that spend privacy budget, in run order. ``stage_budget`` splits (epsilon, delta) among
 #: the ones that are enabled.

@@ -2,13 +2,13 @@
 
 CLI flags, Airflow Params and the report's ``parameters`` use flat names (``bayes_clip_count``,
 ``max_n``, ``engine``); ``RunConfig.bayes.clip_count`` is the typed access. This module maps one to
-the other (``FLAT_NAMES``, :func:`flat_fields`), builds the Params' JSON schema
-(:func:`param_schema`) and words validation errors with the flat names users type
-(:func:`format_errors`).
+the other (``FLAT_NAMES``; the list of every field with the top-level ones,
+:func:`dpngram.config.run.flat_fields`, lives next to ``RunConfig``), turns a field's schema into
+an Airflow Param's (:func:`schema_fragment`) and words validation errors with the flat names users
+type (:func:`format_errors`).
 
-Owns: ``FLAT_NAMES``, :func:`flat_fields`, :func:`param_schema`, :func:`format_errors`.
-Imports: dpngram.config.sections (and dpngram.config.run inside the functions that list its
-fields); pydantic.
+Owns: ``FLAT_NAMES``, :func:`schema_fragment`, :func:`format_errors`.
+Imports: dpngram.config.sections; pydantic (never dpngram.config.run: imports flow one way).
 """
 
 from __future__ import annotations
@@ -25,39 +25,7 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
 }
 
 
-def flat_fields() -> list[tuple[str, str | None, str, Any]]:
-    """(flat name, section or None, field, pydantic FieldInfo) for every parameter: the top-level
-    fields first, then each section's, in declaration order."""
-    from dpngram.config.run import RunConfig
-
-    out: list[tuple[str, str | None, str, Any]] = [
-        (name, None, name, info) for name, info in RunConfig.model_fields.items() if name not in SECTIONS
-    ]
-    for section, model in SECTIONS.items():
-        out += [(model.FLAGS[field], section, field, info) for field, info in model.model_fields.items()]
-    return out
-
-
-def param_schema() -> dict[str, dict[str, Any]]:
-    """JSON-schema fragments per flat name (type, bounds, enum, title, description, default,
-    section), in the form Airflow ``Param(default, **schema)`` takes."""
-    from dpngram.config.run import RunConfig
-
-    out: dict[str, dict[str, Any]] = {}
-    schemas: dict[str | None, dict[str, Any]] = {None: RunConfig.model_json_schema()}
-    for name, section, field, info in flat_fields():
-        if section not in schemas:
-            schemas[section] = SECTIONS[section].model_json_schema()
-        frag = _schema_fragment(schemas[section]["properties"][field], name)
-        if not info.is_required():
-            frag["default"] = info.get_default(call_default_factory=True)
-        if section is not None:
-            frag["section"] = SECTIONS[section].TITLE
-        out[name] = frag
-    return out
-
-
-def _schema_fragment(prop: dict[str, Any], name: str) -> dict[str, Any]:
+def schema_fragment(prop: dict[str, Any], name: str) -> dict[str, Any]:
     frag: dict[str, Any] = {}
     if "anyOf" in prop:  # Optional[...]: allow null
         frag["type"] = [p.get("type") for p in prop["anyOf"] if p.get("type")]

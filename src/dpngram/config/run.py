@@ -26,8 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from dpngram.config import budget_plan
 from dpngram.config.budget_plan import DEFAULT_STAGE_BUDGET, STAGES
-from dpngram.config.flat import FLAT_NAMES, flat_fields, format_errors, param_schema
+from dpngram.config.flat import FLAT_NAMES, format_errors, schema_fragment
 from dpngram.config.sections import (
+    SECTIONS,
     BayesConfig,
     DpneConfig,
     EngineConfig,
@@ -331,5 +332,33 @@ class RunConfig(BaseModel):
     @classmethod
     def param_schema(cls) -> dict[str, dict[str, Any]]:
         """JSON-schema fragments per flat name, in the form Airflow ``Param(default, **schema)``
-        takes (:func:`dpngram.config.flat.param_schema`)."""
+        takes (:func:`dpngram.config.run.param_schema`)."""
         return param_schema()
+
+
+def flat_fields() -> list[tuple[str, str | None, str, Any]]:
+    """(flat name, section or None, field, pydantic FieldInfo) for every parameter: the top-level
+    fields first, then each section's, in declaration order."""
+    out: list[tuple[str, str | None, str, Any]] = [
+        (name, None, name, info) for name, info in RunConfig.model_fields.items() if name not in SECTIONS
+    ]
+    for section, model in SECTIONS.items():
+        out += [(model.FLAGS[field], section, field, info) for field, info in model.model_fields.items()]
+    return out
+
+
+def param_schema() -> dict[str, dict[str, Any]]:
+    """JSON-schema fragments per flat name (type, bounds, enum, title, description, default,
+    section), in the form Airflow ``Param(default, **schema)`` takes."""
+    out: dict[str, dict[str, Any]] = {}
+    schemas: dict[str | None, dict[str, Any]] = {None: RunConfig.model_json_schema()}
+    for name, section, field, info in flat_fields():
+        if section not in schemas:
+            schemas[section] = SECTIONS[section].model_json_schema()
+        frag = schema_fragment(schemas[section]["properties"][field], name)
+        if not info.is_required():
+            frag["default"] = info.get_default(call_default_factory=True)
+        if section is not None:
+            frag["section"] = SECTIONS[section].TITLE
+        out[name] = frag
+    return out

@@ -6,7 +6,7 @@ classified and tokenized in Python workers with ``mapInArrow`` by the same code 
 (:mod:`dpngram.text.records`, :func:`dpngram.text.tokenizer.sentence_tokens_expr`), so the tables,
 the quarantine reasons and the tokens are identical. The bookkeeping after loading (the row-identity
 check, ``ingest_stats``) is the DuckDB path's own, through the :class:`~dpngram.engines.base.Engine`
-protocol (:func:`dpngram.engines.ingest.count_ingested`, :func:`~dpngram.engines.ingest.write_stats`).
+protocol (:mod:`dpngram.engines.ingest_stats`).
 :func:`dpngram.engines.ingest.ingest_input` is the one place that picks this loader or the DuckDB one.
 
 Owns: :func:`ingest_spark`, :func:`spark_input_format`.
@@ -176,7 +176,7 @@ def ingest_spark(engine: SparkEngine, schema: str, config: RunConfig) -> Any:
     :func:`dpngram.engines.ingest.ingest_file`. Returns the (PRIVATE) :class:`IngestStats`."""
     import time
 
-    from dpngram.engines.ingest import count_ingested, write_stats
+    from dpngram.engines.ingest_stats import count_ingested, write_stats
     from dpngram.text.records import IngestStats
 
     started = time.perf_counter()

@@ -109,7 +109,7 @@ def form_params(defaults: dict[str, Any], skip: tuple[str, ...] = ("run_id",)) -
     """``{name: {"default": ..., **schema}}`` for ``airflow.sdk.Param(default, **schema)``, ordered
     essentials first, then section by section; ``defaults`` override RunConfig's defaults (a
     deployment's paths and DPNGRAM_PARAMS)."""
-    from dpngram.config.flat import flat_fields
+    from dpngram.config.run import flat_fields
 
     sections = {name: section for name, section, *_ in flat_fields()}
     required = {name for name, _, _, info in flat_fields() if info.is_required()}

@@ -13,7 +13,7 @@ XCom, so neither holds any count: the report part holds only facts fixed before 
 (it always does when ingest returns: a violation raises), plus ``max_quarantine_fraction`` and
 that the quarantine check passed (a release exists only if it did). The exact counts stay in the
 private ``ingest_stats`` table, read back for the operator only
-(:func:`dpngram.engines.ingest.ingest_stats`); of them, the quarantine summary is logged (the
+(:func:`dpngram.engines.ingest_stats.ingest_stats`); of them, the quarantine summary is logged (the
 Airflow task log is the operator's console there) and named in a refusal: the one deliberate
 exception to "no exact statistics in logs" (docs/faults.md, "Quarantine").
 

@@ -151,7 +151,7 @@ def _quarantine_counts(ctx: RunContext) -> dict[str, Any] | None:
     """The ingest's exact quarantine counts (rows read, quarantined, per reason) for the operator
     file; None when the run has no finished ingest."""
     from dpngram.core.errors import IngestError
-    from dpngram.engines.ingest import ingest_stats
+    from dpngram.engines.ingest_stats import ingest_stats
 
     try:
         with ctx.engine() as engine:
