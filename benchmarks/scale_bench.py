@@ -102,10 +102,13 @@ class Sampler(PeriodicSampler):
         self.proc, self.folder = psutil.Process(pid), folder
         self.peak_rss = 0
         self.peak_spill = 0
+        self.series: list[tuple[float, int, int]] = []  # (unix time, rss, spill)
 
     def tick(self) -> None:
-        self.peak_rss = max(self.peak_rss, tree_rss(self.proc))
-        self.peak_spill = max(self.peak_spill, self._spill())
+        rss, spill = tree_rss(self.proc), self._spill()
+        self.peak_rss = max(self.peak_rss, rss)
+        self.peak_spill = max(self.peak_spill, spill)
+        self.series.append((time.time(), rss, spill))
 
     def _spill(self) -> int:
         total = 0
@@ -118,8 +121,43 @@ class Sampler(PeriodicSampler):
         return total
 
 
-def run_point(users: int, policy: str, *, full_split: bool = False) -> dict[str, Any]:
-    """One ``dpngram run`` on ``users`` generated users; returns its measured row."""
+def statement_profile(
+    path: Path, series: list[tuple[float, int, int]], top: int = 25
+) -> list[dict[str, Any]]:
+    """Per SQL statement (``DPNGRAM_SQL_PROFILE`` lines, dpngram.engines.duckdb): calls, total
+    seconds, the longest call, and the peak RSS and spill sampled while one of its calls ran; the
+    ``top`` statements by total seconds plus every statement that spilled."""
+    stats: dict[str, dict[str, Any]] = {}
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        s = stats.setdefault(
+            rec["statement"],
+            {
+                "statement": rec["statement"],
+                "calls": 0,
+                "seconds": 0.0,
+                "longest": 0.0,
+                "peak_rss_bytes": 0,
+                "peak_spill_bytes": 0,
+            },
+        )
+        s["calls"] += 1
+        s["seconds"] += rec["seconds"]
+        s["longest"] = max(s["longest"], rec["seconds"])
+        end = rec["start"] + rec["seconds"]
+        during = [(rss, spill) for t, rss, spill in series if rec["start"] <= t <= end]
+        if during:
+            s["peak_rss_bytes"] = max(s["peak_rss_bytes"], max(r for r, _ in during))
+            s["peak_spill_bytes"] = max(s["peak_spill_bytes"], max(sp for _, sp in during))
+    ranked = sorted(stats.values(), key=lambda s: -s["seconds"])
+    keep = ranked[:top] + [s for s in ranked[top:] if s["peak_spill_bytes"]]
+    return [{**s, "seconds": round(s["seconds"], 2), "longest": round(s["longest"], 2)} for s in keep]
+
+
+def run_point(users: int, policy: str, *, full_split: bool = False, profile: bool = False) -> dict[str, Any]:
+    """One ``dpngram run`` on ``users`` generated users; returns its measured row. ``profile``:
+    also the per-statement profile (:func:`statement_profile`); it appends a line per statement,
+    which costs well under 1% of the run (a few thousand statements)."""
     paths = corpus(users)
     work = DATA / "scale_work" / f"u{users}_{policy}{'_full' if full_split else ''}"
     shutil.rmtree(work, ignore_errors=True)
@@ -139,9 +177,14 @@ def run_point(users: int, policy: str, *, full_split: bool = False) -> dict[str,
         args += DPNE_ARGS
     if policy != "default":
         args += ["--dpsu-policy", policy]
+    env = dict(os.environ)
+    profile_path = work / "statements.jsonl"
+    if profile:
+        work.mkdir(parents=True, exist_ok=True)
+        env["DPNGRAM_SQL_PROFILE"] = str(profile_path)
     load_before = load_average()
     started = time.perf_counter()
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     warehouse.parent.mkdir(parents=True, exist_ok=True)
     with Sampler(proc.pid, warehouse.with_name(warehouse.name + ".tmp")) as sampler:
         stdout, stderr = proc.communicate()
@@ -178,6 +221,8 @@ def run_point(users: int, policy: str, *, full_split: bool = False) -> dict[str,
     }
     row["released"] = released
     row["ngrams"] = sum(v for v in released.values() if v)
+    if profile and profile_path.exists():
+        row["statement_profile"] = statement_profile(profile_path, sampler.series)
     shutil.rmtree(work, ignore_errors=True)  # warehouses of 1M+ users are GBs
     return row
 
@@ -321,6 +366,9 @@ def main() -> None:
     parser.add_argument("--full-split", action="store_true", help="also one run at 1M users with every stage")
     parser.add_argument("--plot-only", action="store_true", help="re-plot the committed results/scale.json")
     parser.add_argument(
+        "--profile", action="store_true", help="record each run's per-statement SQL profile in its row"
+    )
+    parser.add_argument(
         "--merge", action="store_true", help="keep rows of results/scale.json not re-measured"
     )
     args = parser.parse_args()
@@ -332,12 +380,12 @@ def main() -> None:
     for policy in args.policy:
         for users in args.users:
             print(f"== {users:,} users, policy {policy}", flush=True)
-            row = run_point(users, policy)
+            row = run_point(users, policy, profile=args.profile)
             print(json.dumps(row), flush=True)
             rows.append(row)
     if args.full_split:
         print("== 1,000,000 users, default split (every stage)", flush=True)
-        rows.append(run_point(1_000_000, "default", full_split=True))
+        rows.append(run_point(1_000_000, "default", full_split=True, profile=args.profile))
         print(json.dumps(rows[-1]), flush=True)
     if args.merge and out.exists():
         measured = {(r["engine"], r["users"], r["policy"], r["split"]) for r in rows}

@@ -9,14 +9,22 @@ bounded memory (``memory_limit``, ``temp_directory`` for spilling,
 DuckDB locks the file for a read-write connection, so Airflow tasks that open it run in a one-slot
 pool.
 
+Statement profile: with ``DPNGRAM_SQL_PROFILE=PATH`` in the environment, every statement the
+warehouse runs appends one JSON line to PATH: the ``stage/statement`` it was loaded from
+(:func:`dpngram.engines.sql.statement_name`), the operation, its start (Unix time) and its seconds
+(a streamed fetch: until its last batch). Names and times only, never a value: the profile is how
+the 1M-user plans were checked statement by statement (docs/engines.md, "Scale").
+
 Owns: :class:`Warehouse` (the DuckDB connection and its resource settings, run schemas).
 Imports: dpngram.engines.sql, dpngram.core.errors; duckdb, pyarrow.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +34,9 @@ import duckdb
 import pyarrow as pa
 
 from dpngram.core.errors import WarehouseBusy
-from dpngram.engines.sql import load_sql, run_schema_name, safe_identifier
+from dpngram.engines.sql import load_sql, run_schema_name, safe_identifier, statement_name
+
+PROFILE_ENV = "DPNGRAM_SQL_PROFILE"
 
 _UNITS = {
     "b": 1,
@@ -107,17 +117,42 @@ class Warehouse:
             raise RuntimeError(f"cannot open the warehouse {path}: {first}") from None
         # DuckDB's progress bar writes to stdout (a session-level option); stages report their own.
         self.con.execute("SET enable_progress_bar = false")
+        self._profile = os.environ.get(PROFILE_ENV) or None
+
+    @contextmanager
+    def _timed(self, sql: str, op: str) -> Iterator[None]:
+        """Append the statement's name and seconds to the profile (module docstring), if any."""
+        if self._profile is None:
+            yield
+            return
+        started = time.time()
+        clock = time.perf_counter()
+        try:
+            yield
+        finally:
+            line = {
+                "statement": statement_name(sql),
+                "op": op,
+                "start": round(started, 3),
+                "seconds": round(time.perf_counter() - clock, 4),
+            }
+            with open(self._profile, "a", encoding="utf-8") as out:
+                out.write(json.dumps(line) + "\n")
 
     # -- SQL ----------------------------------------------------------------------------------
     def run_sql(self, name: str, params: dict[str, Any] | None = None, **identifiers: str) -> None:
         """Execute every statement of ``sql/NAME.sql``."""
-        self.con.execute(load_sql(name, **identifiers), params or {})
+        sql = load_sql(name, **identifiers)
+        with self._timed(sql, "execute"):
+            self.con.execute(sql, params or {})
 
     def query(
         self, name: str, params: dict[str, Any] | None = None, **identifiers: str
     ) -> duckdb.DuckDBPyConnection:
         """Execute ``sql/NAME.sql`` (one statement) and return the cursor to fetch from."""
-        return self.con.execute(load_sql(name, **identifiers), params or {})
+        sql = load_sql(name, **identifiers)
+        with self._timed(sql, "query"):
+            return self.con.execute(sql, params or {})
 
     def scalar(self, sql: str, params: dict[str, Any] | list[Any] | None = None) -> Any:
         rows = self.con.execute(sql, params or []).fetchall()  # fetchall: leave no result open
@@ -148,30 +183,35 @@ class Warehouse:
 
     def execute(self, sql: str, params: dict[str, Any] | None = None) -> None:
         """Run every statement of ``sql``."""
-        self.con.execute(sql, params or {})
+        with self._timed(sql, "execute"):
+            self.con.execute(sql, params or {})
 
     def fetch_arrow(self, sql: str, params: dict[str, Any] | None = None) -> pa.Table:
-        return self.con.sql(sql, params=params or None).to_arrow_table()
+        with self._timed(sql, "fetch_arrow"):
+            return self.con.sql(sql, params=params or None).to_arrow_table()
 
     def fetch_batches(
         self, sql: str, params: dict[str, Any] | None = None, batch_rows: int = 1 << 20
     ) -> Iterator[pa.RecordBatch]:
         """Record batches of the result; at least one (empty if no row), so the schema is known."""
-        reader = self.con.sql(sql, params=params or None).to_arrow_reader(batch_rows)
-        empty = True
-        for batch in reader:
-            empty = False
-            yield batch
-        if empty:
-            yield pa.RecordBatch.from_pylist([], schema=reader.schema)
+        with self._timed(sql, "fetch_batches"):
+            reader = self.con.sql(sql, params=params or None).to_arrow_reader(batch_rows)
+            empty = True
+            for batch in reader:
+                empty = False
+                yield batch
+            if empty:
+                yield pa.RecordBatch.from_pylist([], schema=reader.schema)
 
     def fetch_numpy(self, sql: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        return self.con.sql(sql, params=params or None).fetchnumpy()
+        with self._timed(sql, "fetch_numpy"):
+            return self.con.sql(sql, params=params or None).fetchnumpy()
 
     def fetch_scalar(self, sql: str, params: dict[str, Any] | None = None) -> Any:
         """First value of a one-row query, fully consumed (an open DuckDB 2 result would block
         the next ``con.sql`` on the connection)."""
-        rows = self.con.sql(sql, params=params or None).fetchall()
+        with self._timed(sql, "fetch_scalar"):
+            rows = self.con.sql(sql, params=params or None).fetchall()
         return rows[0][0] if rows else None
 
     def object_type(self, schema: str, name: str) -> str | None:
@@ -191,7 +231,8 @@ class Warehouse:
         self.con.execute(f"CREATE SCHEMA IF NOT EXISTS {safe_identifier(schema)}")
 
     def write_parquet(self, sql: str, path: str, params: dict[str, Any] | None = None) -> None:
-        self.con.sql(sql, params=params or None).write_parquet(str(path))
+        with self._timed(sql, "write_parquet"):
+            self.con.sql(sql, params=params or None).write_parquet(str(path))
 
     def load_table(self, schema: str, table: str, batches: Iterable[pa.Table], columns: pa.Schema) -> None:
         target = f"{safe_identifier(schema)}.{safe_identifier(table)}"

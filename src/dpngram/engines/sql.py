@@ -9,8 +9,10 @@ bound as ``$name`` parameters by the engine, never formatted in. A line ``-- inc
 is replaced by the fragment ``sql/stage/_name.sql`` (fragments start with ``_`` and are not
 statements on their own), so SQL that several statements share is written once.
 :func:`run_schema_name` names the schema that holds one run's private working tables.
+:func:`statement_name` maps a loaded text back to its ``stage/statement`` name, so that an engine's
+statement profile (``DPNGRAM_SQL_PROFILE``, :mod:`dpngram.engines.duckdb`) can say which file ran.
 
-Owns: :func:`load_sql`, identifier validation, the run-schema name.
+Owns: :func:`load_sql`, :func:`statement_name`, identifier validation, the run-schema name.
 Imports: nothing from dpngram; the standard library only.
 """
 
@@ -36,7 +38,24 @@ def safe_identifier(name: str) -> str:
 def load_sql(name: str, **identifiers: str) -> str:
     """Text of ``sql/NAME.sql`` with ``{identifier}`` placeholders filled (validated names only)."""
     text = _sql_text(name)
-    return text.format(**{k: safe_identifier(v) for k, v in identifiers.items()}) if identifiers else text
+    if identifiers:
+        text = text.format(**{k: safe_identifier(v) for k, v in identifiers.items()})
+    if len(_STATEMENT_NAMES) < _STATEMENT_NAMES_MAX:
+        _STATEMENT_NAMES[text] = name
+    return text
+
+
+#: Loaded text -> ``stage/statement``: a run loads a few hundred distinct texts (one per statement
+#: and identifier set); the bound keeps a long-lived process (a test session) from growing it.
+_STATEMENT_NAMES: dict[str, str] = {}
+_STATEMENT_NAMES_MAX = 20_000
+
+
+def statement_name(sql: str) -> str:
+    """The ``stage/statement`` a text was loaded from, or ``inline:`` and its first words (SQL that
+    an engine builds itself, e.g. a DROP)."""
+    name = _STATEMENT_NAMES.get(sql)
+    return name if name is not None else "inline: " + " ".join(sql.split()[:4])
 
 
 _INCLUDE_RE = re.compile(r"^-- include: ([a-z_]+/_[a-z_]+)[ \t]*$", re.MULTILINE)
