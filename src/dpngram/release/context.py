@@ -81,10 +81,6 @@ class RunContext:
         """The engine the configuration selects (:func:`dpngram.engines.select.open_engine`): the DuckDB
         warehouse, or a Spark engine (whose ``.con`` is the DuckDB warehouse, for the ledger).
         The run schema exists in it."""
-        if self.config.engine.name == "duckdb":
-            with self.warehouse() as wh:
-                yield wh
-            return
         from dpngram.engines.select import open_engine
 
         engine = open_engine(self.config)
