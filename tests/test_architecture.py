@@ -4,6 +4,7 @@ says what it owns and what it may import, and the SQL ships inside the package."
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from importlib import resources
@@ -131,3 +132,46 @@ def test_no_module_imports_another_modules_private_names(tmp_path) -> None:
         "planted.py:1: dpngram.mechanisms.dpne._scalar",
         "planted.py:2: arpa._context",
     ]
+
+
+def diagram_modules(text: str) -> dict[str, set[str]]:
+    """The modules docs/architecture.md's diagram names, by layer: ``{"cli": {"main", ...}, ...}``;
+    a top-level module (``demo.py``) under ``""``. Read from the boxed lines of the first code
+    block; notes in parentheses and the ``|`` between siblings are not names."""
+    block = text.split("```", 2)[1]
+    boxed = [line.strip() for line in block.splitlines()]
+    inner = "\n".join(line[1:-1] for line in boxed if line.startswith("|") and line.endswith("|"))
+    inner = re.sub(r"\([^)]*\)", " ", inner)
+    named: dict[str, set[str]] = {"": set()}
+    layer = ""
+    for token in inner.split():
+        if token == "|":
+            continue
+        if token.endswith("/"):
+            layer = token.removesuffix("/")
+            named.setdefault(layer, set())
+        elif token.endswith(".py"):
+            named[""].add(token.removesuffix(".py"))
+        else:
+            named[layer].add(token)
+    return named
+
+
+def test_the_architecture_diagram_lists_every_module() -> None:
+    """docs/architecture.md's diagram names every module under src/dpngram in its layer, and no
+    module that is gone: a new or moved module updates the diagram."""
+    present: dict[str, set[str]] = {"": set()}
+    for path in MODULES:
+        parts = path.relative_to(PACKAGE).parts
+        if len(parts) == 1:
+            if path.stem != "__init__":
+                present[""].add(path.stem)
+        elif path.stem != "__init__":
+            present.setdefault(parts[0], set()).add(path.stem)
+    documented = diagram_modules((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    assert documented == present
+
+
+def test_the_diagram_check_notices_a_missing_module() -> None:
+    text = "```\n |  lm/  arpa build  (a note)  |\n |  demo.py  |  validation.py |\n```\n"
+    assert diagram_modules(text) == {"": {"demo", "validation"}, "lm": {"arpa", "build"}}
