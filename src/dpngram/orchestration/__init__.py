@@ -5,6 +5,6 @@ one task per step; the CLI's ``run_release`` runs them in one process) and ``rel
 ``form.py``: the Airflow trigger form.
 
 Owns: the steps of a release, their order and skip rules.
-Imports: dpngram.stages (inside a function per stage, when a step runs), dpngram.mechanisms, dpngram.validation,
-dpngram.lm, dpngram.release, dpngram.engines, dpngram.text, dpngram.config, dpngram.core.
+Imports: dpngram.stages (inside a function per stage, when a step runs), dpngram.mechanisms,
+dpngram.validation, dpngram.lm, dpngram.release, dpngram.engines, dpngram.text, dpngram.config, dpngram.core.
 """
