@@ -103,34 +103,70 @@ def test_no_module_is_too_long_to_find_ones_way_in() -> None:
     assert not unexplained, f"say in the docstring why it is one module: {unexplained}"
 
 
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _is_package_module(dotted: str) -> bool:
+    relative = PACKAGE.joinpath(*dotted.split(".")[1:])
+    return relative.with_suffix(".py").is_file() or (relative / "__init__.py").is_file()
+
+
 def private_reach_ins(modules: list[Path]) -> list[str]:
-    """``from dpngram.x import _name`` (or a relative ``from .x import _name``) lines: a module
-    importing another module's private name."""
+    """A module reaching for another module's private name: ``from dpngram.x import _name`` (or a
+    relative ``from .x import _name``), or ``x._name`` on a module bound by ``import dpngram.x``,
+    ``import dpngram.x as x`` or ``from dpngram import x``."""
     found = []
     for path in modules:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        module_names: dict[str, str] = {}  # local name -> the dpngram module it is bound to
+        for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("dpngram")):
                 for alias in node.names:
-                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    if _is_private(alias.name):
                         found.append(f"{path.name}:{node.lineno}: {node.module}.{alias.name}")
+                    elif not node.level and _is_package_module(f"{node.module}.{alias.name}"):
+                        module_names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("dpngram"):
+                        module_names[alias.asname or "dpngram"] = alias.name if alias.asname else "dpngram"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _is_private(node.attr):
+                root = node.value
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(root, ast.Name) and root.id in module_names:
+                    found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
     return found
 
 
 def test_no_module_imports_another_modules_private_names(tmp_path) -> None:
     """What modules share has a public name: no module under src/dpngram imports an ``_``-prefixed
-    name from another one (issue 27). The check catches planted reach-ins, absolute and relative,
-    and lets public names and dunders through."""
+    name from another one, nor reads one off an imported module (issue 27). The check catches
+    planted reach-ins, absolute, relative and by attribute, and lets public names, dunders and a
+    private attribute of anything but a module through."""
     assert private_reach_ins(MODULES) == []
     planted = tmp_path / "planted.py"
     planted.write_text(
         "from dpngram.mechanisms.dpne import level_size, _scalar\n"
         "from .arpa import _context\n"
-        "from dpngram import __version__\n",
+        "from dpngram import __version__\n"
+        "import dpngram.lm.arpa\n"
+        "import dpngram.mechanisms.dpne as dpne_module\n"
+        "from dpngram.lm import build\n"
+        "dpngram.lm.arpa._context(1)\n"
+        "dpne_module._scalar(2)\n"
+        "build.build_route(build._seed)\n"
+        "dpne_module.level_size(self._private)\n",
         encoding="utf-8",
     )
     assert private_reach_ins([planted]) == [
         "planted.py:1: dpngram.mechanisms.dpne._scalar",
         "planted.py:2: arpa._context",
+        "planted.py:7: dpngram.lm.arpa._context",
+        "planted.py:8: dpne_module._scalar",
+        "planted.py:9: build._seed",
     ]
 
 
