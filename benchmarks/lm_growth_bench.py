@@ -49,7 +49,6 @@ import copy
 import datetime as dt
 import gzip
 import json
-import os
 import shutil
 import sys
 import time
@@ -59,6 +58,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import lm_bench  # noqa: E402  (benchmarks/ is not a package)
 from _common import git_commit, machine  # noqa: E402
+from _common import load_average as load_1min  # noqa: E402
 from lm_bench import CACHE, RESULTS, ROOT, Corpus, log  # noqa: E402
 
 USERS = (100_000, 300_000, 1_000_000)
@@ -127,10 +127,6 @@ def corpora(sizes: list[int], base_users: int | None = None) -> tuple[list[Corpu
         }
         out.append(Corpus("generated", c.private, base.public, k, info, ids if prefix else None))
     return out, checks
-
-
-def load_1min() -> float:
-    return round(os.getloadavg()[0], 2)
 
 
 def ppl(rows: dict[str, Any], name: str) -> float | None:
