@@ -341,7 +341,7 @@ def combine(paths: list[Path], out_json: Path) -> None:
     print(f"wrote {out_json} and {out_json.with_suffix('.png').name}")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--users", default=",".join(str(n) for n in USERS))
     ap.add_argument("--epsilons", default=",".join(f"{e:g}" for e in EPSILONS))
@@ -362,10 +362,11 @@ def main() -> None:
     ap.add_argument("--keep-work", action="store_true")
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/lm_growth.json)")
     ap.add_argument("--combine", nargs="+", default=None, metavar="JSON", help="merge earlier outputs")
-    args = ap.parse_args()
-    if args.combine:
-        combine([Path(p) for p in args.combine], Path(args.out) if args.out else RESULTS / "lm_growth.json")
-        return
+    return ap.parse_args()
+
+
+def grid(args: argparse.Namespace) -> tuple[list[int], list[float], Path]:
+    """The user counts, the ε and the output path: ``--quick``'s unless given explicitly."""
     explicit = {a.split("=")[0] for a in sys.argv[1:]}
     sizes = (
         list(QUICK_USERS)
@@ -382,9 +383,14 @@ def main() -> None:
         if args.out
         else (CACHE if args.quick else RESULTS) / ("lm_growth_quick.json" if args.quick else "lm_growth.json")
     )
-    started = time.perf_counter()
-    corpus_list, scoring = corpora(sizes, args.base_users)
-    out: dict[str, Any] = {
+    return sizes, epsilons, out_json
+
+
+def growth_header(
+    args: argparse.Namespace, sizes: list[int], epsilons: list[float], scoring: dict[str, Any]
+) -> dict[str, Any]:
+    """The result file before its first size: what is measured, with what, on what machine."""
+    return {
         "benchmark": "lm_growth",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
@@ -412,6 +418,25 @@ def main() -> None:
         "scoring": scoring,
         "results": {},
     }
+
+
+def log_size(n: int, block: dict[str, Any]) -> None:
+    """One line per ε of a finished size: the perplexities and the gap closed."""
+    for s in block["summary"]:
+        p = s["perplexity"]
+        log(
+            f"u{n} ε={s['epsilon']:g}: dp {p['dp']:.2f} public {p['public_only']:.2f} non-private "
+            f"{p['non_private']:.2f} gap_closed {s['gap_closed']} "
+            f"dp/non-private {s['dp_over_nonprivate']}"
+        )
+
+
+def run_sizes(args: argparse.Namespace) -> None:
+    """Every user count at every ε (:func:`run_size`), the result file rewritten after each size."""
+    sizes, epsilons, out_json = grid(args)
+    started = time.perf_counter()
+    corpus_list, scoring = corpora(sizes, args.base_users)
+    out = growth_header(args, sizes, epsilons, scoring)
     for corpus in corpus_list:
         n = corpus.info["n_users"]
         block = run_size(corpus, epsilons, args)
@@ -423,16 +448,18 @@ def main() -> None:
         out["results"][str(n)] = block
         out["seconds"] = round(time.perf_counter() - started, 1)
         finish(out, out_json)
-        for s in block["summary"]:
-            p = s["perplexity"]
-            log(
-                f"u{n} ε={s['epsilon']:g}: dp {p['dp']:.2f} public {p['public_only']:.2f} non-private "
-                f"{p['non_private']:.2f} gap_closed {s['gap_closed']} "
-                f"dp/non-private {s['dp_over_nonprivate']}"
-            )
+        log_size(n, block)
     t = out["target"]
     print(f"target {t['target']}: {t['value']} -> {t['met']}")
     print(f"wrote {out_json} and {out_json.with_suffix('.png').name}; total {out['seconds']:.0f} s")
+
+
+def main() -> None:
+    args = parse_args()
+    if args.combine:
+        combine([Path(p) for p in args.combine], Path(args.out) if args.out else RESULTS / "lm_growth.json")
+        return
+    run_sizes(args)
 
 
 if __name__ == "__main__":
