@@ -2,7 +2,8 @@
 
 Every benchmark imports these instead of writing them again (``benchmarks/`` is on its
 ``sys.path``; it is not a package). A large benchmark is a folder of scenario modules with one
-entry point ``benchmarks/NAME_bench.py``, which ``make bench`` runs (e.g. ``benchmarks/dpne/``).
+entry point ``benchmarks/NAME_bench.py``, which ``make bench`` runs (``benchmarks/dpne/``,
+``benchmarks/lm/``).
 """
 
 from __future__ import annotations

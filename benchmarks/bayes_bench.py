@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import git_commit, machine  # noqa: E402
+from _common import RESULTS, git_commit, machine, write_result  # noqa: E402
 
 from dpngram.config import RunConfig  # noqa: E402
 from dpngram.core.noise import NoiseSource  # noqa: E402
@@ -43,9 +43,17 @@ from dpngram.stages.ingest import run_ingest  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 EPSILONS = (0.1, 0.2, 0.5, 1.0, 2.0, 4.0)
+#: The methods drawn ``reps`` times per ε (``public-only`` is one number per run).
+METHODS = (
+    "bayesian",
+    "bayesian-oracle-NOT-DP",
+    "bayesian-bruteforce-NOT-DP",
+    "laplace",
+    "laplace-public",
+)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--private", default=str(DATA / "sotu_users.jsonl.gz"))
     ap.add_argument("--public", default=str(DATA / "brown_public.txt.gz"))
@@ -56,10 +64,74 @@ def main() -> None:
     ap.add_argument("--log-clip", type=float, default=4.0)
     ap.add_argument("--delta", type=float, default=1e-6)
     ap.add_argument("--epsilons", default=",".join(str(e) for e in EPSILONS))
-    args = ap.parse_args()
-    epsilons = [float(e) for e in args.epsilons.split(",")]
-    started = time.perf_counter()
+    return ap.parse_args()
 
+
+def epsilon_row(
+    wh: Any,
+    inputs: Any,
+    exact: Any,
+    public_kl: float,
+    eps: float,
+    args: argparse.Namespace,
+    noise: NoiseSource,
+) -> dict:
+    """Every method's KL at one ε: ``args.reps`` fresh draws each, the tuned and oracle (S, ρ)."""
+    hp = {"C": args.C, "log_clip": args.log_clip}
+    tuned = bayes.tune_on_public(
+        wh, inputs, epsilon=eps, delta=args.delta, C=args.C, W=args.W, log_clip=args.log_clip
+    )
+    res: dict[str, list[float]] = {m: [] for m in METHODS}
+
+    def draw(S: float, rho: float, sensitivity: float | None = None) -> float:
+        bound = sensitivity or bayes.sensitivity_bound(W=args.W, S=S, rho=rho, vocab_size=inputs.size, **hp)
+        cal = bayes.calibrate(eps, args.delta, bound, inputs.size)
+        mu = bayes.posterior_mean(inputs.total_count, inputs.users, inputs.public, S=S, rho=rho, **hp)
+        return bayes.kl_divergence(exact, bayes.softmax(bayes.release_logits(mu, cal, noise)))
+
+    # oracle: best grid point by one private-KL draw each (NOT DP), then fresh draws
+    oracle = min(((S, r) for S in bayes.S_GRID for r in bayes.RHO_GRID), key=lambda p: draw(*p))
+    brute = bayes.bruteforce_sensitivity_not_dp(wh, inputs, S=tuned.S, rho=tuned.rho, **hp)
+    for _ in range(args.reps):
+        res["bayesian"].append(draw(tuned.S, tuned.rho))
+        res["bayesian-oracle-NOT-DP"].append(draw(*oracle))
+        res["bayesian-bruteforce-NOT-DP"].append(draw(tuned.S, tuned.rho, brute))
+        noisy, scale = bayes.laplace_noisy_counts(
+            inputs.total_count, epsilon=eps, C=args.C, W=args.W, noise=noise
+        )
+        res["laplace"].append(bayes.kl_divergence(exact, bayes.laplace_distribution(noisy)))
+        res["laplace-public"].append(
+            bayes.kl_divergence(exact, bayes.laplace_public_distribution(noisy, inputs.public, scale))
+        )
+    bound = bayes.sensitivity_bound(W=args.W, S=tuned.S, rho=tuned.rho, vocab_size=inputs.size, **hp)
+    return {
+        "epsilon": eps,
+        "S": tuned.S,
+        "rho": tuned.rho,
+        "oracle_S": oracle[0],
+        "oracle_rho": oracle[1],
+        "sensitivity_bound": bound,
+        "bruteforce_sensitivity_NOT_DP": brute,
+        "sigma": bayes.calibrate(eps, args.delta, bound, inputs.size).sigma,
+        "public-only": public_kl,
+        **{m: {"mean": float(np.mean(v)), "std": float(np.std(v)), "runs": v} for m, v in res.items()},
+    }
+
+
+def print_row(row: dict, public_kl: float) -> None:
+    print(
+        f"eps={row['epsilon']:<4} S={row['S']:<6} rho={row['rho']:<5} bayes={row['bayesian']['mean']:.4f} "
+        f"oracle={row['bayesian-oracle-NOT-DP']['mean']:.4f} "
+        f"brute={row['bayesian-bruteforce-NOT-DP']['mean']:.4f} "
+        f"laplace={row['laplace']['mean']:.4f} lap+pub={row['laplace-public']['mean']:.4f} "
+        f"public={public_kl:.4f}",
+        flush=True,
+    )
+
+
+def run_epsilons(args: argparse.Namespace, epsilons: list[float], started: float) -> dict:
+    """Ingest the private corpus into a temporary run, then one row per ε. Returns the rows, the
+    vocabulary size, the preparation time and the evaluation-only private facts."""
     with tempfile.TemporaryDirectory(prefix="bayes-bench-") as tmp:
         config = RunConfig.build(
             input=args.private,
@@ -88,81 +160,23 @@ def main() -> None:
             )
             exact = bayes.exact_counts_for_evaluation(wh, ctx.schema, bayes.PRIVATE_OCCURRENCES, inputs.size)
             prep_seconds = time.perf_counter() - started
-            hp = {"C": args.C, "log_clip": args.log_clip}
             mu_p = bayes.prior_mean(inputs.public)
             public_kl = bayes.kl_divergence(exact, bayes.softmax(mu_p))
             rows = []
             for eps in epsilons:
-                tuned = bayes.tune_on_public(
-                    wh, inputs, epsilon=eps, delta=args.delta, C=args.C, W=args.W, log_clip=args.log_clip
-                )
-                res: dict[str, list[float]] = {
-                    m: []
-                    for m in (
-                        "bayesian",
-                        "bayesian-oracle-NOT-DP",
-                        "bayesian-bruteforce-NOT-DP",
-                        "laplace",
-                        "laplace-public",
-                    )
-                }
-
-                def draw(S: float, rho: float, sensitivity: float | None = None, eps: float = eps) -> float:
-                    bound = sensitivity or bayes.sensitivity_bound(
-                        W=args.W, S=S, rho=rho, vocab_size=inputs.size, **hp
-                    )
-                    cal = bayes.calibrate(eps, args.delta, bound, inputs.size)
-                    mu = bayes.posterior_mean(
-                        inputs.total_count, inputs.users, inputs.public, S=S, rho=rho, **hp
-                    )
-                    return bayes.kl_divergence(exact, bayes.softmax(bayes.release_logits(mu, cal, noise)))
-
-                # oracle: best grid point by one private-KL draw each (NOT DP), then fresh draws
-                oracle = min(((S, r) for S in bayes.S_GRID for r in bayes.RHO_GRID), key=lambda p: draw(*p))
-                brute = bayes.bruteforce_sensitivity_not_dp(wh, inputs, S=tuned.S, rho=tuned.rho, **hp)
-                for _ in range(args.reps):
-                    res["bayesian"].append(draw(tuned.S, tuned.rho))
-                    res["bayesian-oracle-NOT-DP"].append(draw(*oracle))
-                    res["bayesian-bruteforce-NOT-DP"].append(draw(tuned.S, tuned.rho, brute))
-                    noisy, scale = bayes.laplace_noisy_counts(
-                        inputs.total_count, epsilon=eps, C=args.C, W=args.W, noise=noise
-                    )
-                    res["laplace"].append(bayes.kl_divergence(exact, bayes.laplace_distribution(noisy)))
-                    res["laplace-public"].append(
-                        bayes.kl_divergence(
-                            exact, bayes.laplace_public_distribution(noisy, inputs.public, scale)
-                        )
-                    )
-                bound = bayes.sensitivity_bound(
-                    W=args.W, S=tuned.S, rho=tuned.rho, vocab_size=inputs.size, **hp
-                )
-                row = {
-                    "epsilon": eps,
-                    "S": tuned.S,
-                    "rho": tuned.rho,
-                    "oracle_S": oracle[0],
-                    "oracle_rho": oracle[1],
-                    "sensitivity_bound": bound,
-                    "bruteforce_sensitivity_NOT_DP": brute,
-                    "sigma": bayes.calibrate(eps, args.delta, bound, inputs.size).sigma,
-                    "public-only": public_kl,
-                    **{
-                        m: {"mean": float(np.mean(v)), "std": float(np.std(v)), "runs": v}
-                        for m, v in res.items()
-                    },
-                }
+                row = epsilon_row(wh, inputs, exact, public_kl, eps, args, noise)
                 rows.append(row)
-                print(
-                    f"eps={eps:<4} S={tuned.S:<6} rho={tuned.rho:<5} bayes={row['bayesian']['mean']:.4f} "
-                    f"oracle={row['bayesian-oracle-NOT-DP']['mean']:.4f} "
-                    f"brute={row['bayesian-bruteforce-NOT-DP']['mean']:.4f} "
-                    f"laplace={row['laplace']['mean']:.4f} lap+pub={row['laplace-public']['mean']:.4f} "
-                    f"public={public_kl:.4f}",
-                    flush=True,
-                )
-            private_mean_log = float(np.log1p(inputs.total_count).mean())  # evaluation only
-            covered = float(exact.sum())
+                print_row(row, public_kl)
+            return {
+                "rows": rows,
+                "vocab_size": inputs.size,
+                "prep_seconds": prep_seconds,
+                "private_mean_log": float(np.log1p(inputs.total_count).mean()),  # evaluation only
+                "covered": float(exact.sum()),
+            }
 
+
+def print_table(rows: list[dict]) -> None:
     print()
     names = ("Bayes", "oracle*", "brute*", "Laplace", "Lap+pub", "public")
     header = f"{'eps':>5} | " + " | ".join(f"{n:>8}" for n in names)
@@ -177,8 +191,9 @@ def main() -> None:
         )
     print("* NOT DP (comparison only)")
 
-    out_dir = ROOT / "benchmarks" / "results"
-    out_dir.mkdir(parents=True, exist_ok=True)
+
+def save_results(args: argparse.Namespace, run: dict, started: float) -> None:
+    """benchmarks/results/bayes_w<W>.json and its PNG."""
     payload = {
         "benchmark": "bayes_kl_vs_epsilon",
         "date": dt.datetime.now(dt.UTC).isoformat(),
@@ -188,7 +203,7 @@ def main() -> None:
             "private": Path(args.private).name,
             "public": Path(args.public).name,
             "vocab_cap": args.vocab,
-            "vocab_size": inputs.size,
+            "vocab_size": run["vocab_size"],
             "W": args.W,
             "C": args.C,
             "log_clip": args.log_clip,
@@ -198,17 +213,25 @@ def main() -> None:
             "rho_grid": bayes.RHO_GRID,
         },
         "evaluation_only_private_facts": {
-            "mean_log_count_on_V": private_mean_log,
-            "private_tokens_on_V": covered,
+            "mean_log_count_on_V": run["private_mean_log"],
+            "private_tokens_on_V": run["covered"],
         },
-        "prep_seconds": round(prep_seconds, 1),
+        "prep_seconds": round(run["prep_seconds"], 1),
         "seconds": round(time.perf_counter() - started, 1),
-        "results": rows,
+        "results": run["rows"],
     }
-    path = out_dir / f"bayes_w{args.W}.json"
-    path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    _plot(rows, out_dir / f"bayes_w{args.W}.png", inputs.size)
+    path = write_result(f"bayes_w{args.W}.json", payload)
+    _plot(run["rows"], RESULTS / f"bayes_w{args.W}.png", run["vocab_size"])
     print(f"results: {path}")
+
+
+def main() -> None:
+    args = parse_args()
+    epsilons = [float(e) for e in args.epsilons.split(",")]
+    started = time.perf_counter()
+    run = run_epsilons(args, epsilons, started)
+    print_table(run["rows"])
+    save_results(args, run, started)
 
 
 def _plot(rows: list[dict], path: Path, vocab: int) -> None:

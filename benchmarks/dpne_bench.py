@@ -71,11 +71,25 @@ from dpne.public_vocab import mode_public_vocab  # noqa: E402
 from dpne.sips import mode_sips, mode_sips_speed  # noqa: E402
 from dpne.table4 import mode_figure, mode_large_baselines, mode_scaling, mode_sotu, mode_speed, mode_synthetic  # noqa: E402
 
+#: The scenarios ``mode`` may name (:func:`run_modes` runs them; ``all`` is what `make bench` runs).
+MODES = [
+    "sotu",
+    "synthetic",
+    "speed",
+    "large-baselines",
+    "scaling",
+    "figure",
+    "budget",
+    "budget-speed",
+    "sips",
+    "sips-speed",
+    "public-vocab",
+    "sips-admission",
+    "all",
+]
 
-def main() -> None:
-    if len(sys.argv) >= 2 and sys.argv[1] == "_job":
-        job_main(sys.argv[2], sys.argv[3])
-        return
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -83,21 +97,7 @@ def main() -> None:
         "mode",
         nargs="?",
         default="all",
-        choices=[
-            "sotu",
-            "synthetic",
-            "speed",
-            "large-baselines",
-            "scaling",
-            "figure",
-            "budget",
-            "budget-speed",
-            "sips",
-            "sips-speed",
-            "public-vocab",
-            "sips-admission",
-            "all",
-        ],
+        choices=MODES,
         help="default: all (what `make bench` runs)",
     )
     parser.add_argument("--repeat", type=int, default=3, help="sotu: end-to-end runs at T=5 (>= 3)")
@@ -134,8 +134,12 @@ def main() -> None:
         default=str(CACHE / "dpne_work"),
         help="warehouses and releases of the runs (default benchmarks/.data/dpne_work)",
     )
-    args = parser.parse_args()
-    jobs.REUSE_JOBS = args.reuse_jobs
+    return parser.parse_args()
+
+
+def run_modes(args: argparse.Namespace) -> None:
+    """Run the scenario ``args.mode`` names (``all``: sotu, synthetic, scaling, figure, budget,
+    budget-speed, public-vocab), each with the ``--users`` default of its own."""
     users = args.users
     if args.mode in ("sotu", "all"):
         mode_sotu(args)
@@ -169,6 +173,15 @@ def main() -> None:
     if args.mode == "sips-speed":
         args.users = users
         mode_sips_speed(args)
+
+
+def main() -> None:
+    if len(sys.argv) >= 2 and sys.argv[1] == "_job":
+        job_main(sys.argv[2], sys.argv[3])
+        return
+    args = parse_args()
+    jobs.REUSE_JOBS = args.reuse_jobs
+    run_modes(args)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from dpngram.stages import vocabulary as vocabulary_stage
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import git_commit, machine  # noqa: E402
+from _common import git_commit, machine, now  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -136,7 +136,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -161,12 +161,42 @@ def main() -> None:
     parser.add_argument("--engine", help=argparse.SUPPRESS)
     parser.add_argument("--input", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        args.users = args.users[0]
-        print("RESULT " + json.dumps(worker(args)), flush=True)
-        return
+    return parser.parse_args()
 
+
+def run_cell(
+    args: argparse.Namespace, engine: str, users: int, corpus: Path, public: str, work: Path
+) -> dict[str, Any]:
+    """One (engine, users) cell in its own worker process: its result, or its error."""
+    cmd = [
+        sys.executable, __file__, "--worker", "--engine", engine, "--users", str(users),
+        "--input", str(corpus), "--workdir", str(work), "--max-n", str(args.max_n),
+        "--epsilon", str(args.epsilon), "--delta", str(args.delta),
+        "--memory-limit", args.memory_limit, "--spark-master", args.spark_master,
+        "--spark-conf", args.spark_conf, "--public", public,
+    ]  # fmt: skip
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False)
+    except subprocess.TimeoutExpired:
+        print(f"{engine:7s} {users:>9,d}  timeout", flush=True)
+        return {"engine": engine, "users": users, "error": f"timeout after {args.timeout:.0f}s"}
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if line is None:
+        err = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        print(f"{engine:7s} {users:>9,d}  failed: {err}", flush=True)
+        return {"engine": engine, "users": users, "error": err}
+    cell = json.loads(line.removeprefix("RESULT "))
+    cell["process_seconds"] = time.perf_counter() - t0
+    stage_text = "  ".join(
+        f"{k}={v['seconds']:.1f}s/{v['peak_mib']:.0f}MiB" for k, v in cell["stages"].items()
+    )
+    print(f"{engine:7s} {users:>9,d}  total {cell['total_seconds']:.1f}s  {stage_text}", flush=True)
+    return cell
+
+
+def run_cells(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every (users, engine) cell, on one generated corpus per user count."""
     from dpngram.text.sample import write_sample
 
     base = Path(tempfile.mkdtemp(prefix="engine-bench-"))
@@ -181,45 +211,17 @@ def main() -> None:
             for engine in args.engines:
                 work = base / f"{engine}{users}"
                 work.mkdir()
-                cmd = [
-                    sys.executable, __file__, "--worker", "--engine", engine, "--users", str(users),
-                    "--input", str(corpus["users"]), "--workdir", str(work), "--max-n", str(args.max_n),
-                    "--epsilon", str(args.epsilon), "--delta", str(args.delta),
-                    "--memory-limit", args.memory_limit, "--spark-master", args.spark_master,
-                    "--spark-conf", args.spark_conf, "--public", public,
-                ]  # fmt: skip
-                t0 = time.perf_counter()
-                try:
-                    proc = subprocess.run(
-                        cmd, capture_output=True, text=True, timeout=args.timeout, check=False
-                    )
-                except subprocess.TimeoutExpired:
-                    cells.append(
-                        {"engine": engine, "users": users, "error": f"timeout after {args.timeout:.0f}s"}
-                    )
-                    print(f"{engine:7s} {users:>9,d}  timeout", flush=True)
-                    continue
-                line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-                if line is None:
-                    err = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
-                    cells.append({"engine": engine, "users": users, "error": err})
-                    print(f"{engine:7s} {users:>9,d}  failed: {err}", flush=True)
-                    continue
-                cell = json.loads(line.removeprefix("RESULT "))
-                cell["process_seconds"] = time.perf_counter() - t0
+                cell = run_cell(args, engine, users, corpus["users"], public, work)
                 cells.append(cell)
-                stage_text = "  ".join(
-                    f"{k}={v['seconds']:.1f}s/{v['peak_mib']:.0f}MiB" for k, v in cell["stages"].items()
-                )
-                print(
-                    f"{engine:7s} {users:>9,d}  total {cell['total_seconds']:.1f}s  {stage_text}", flush=True
-                )
-                if not args.keep:
+                if "error" not in cell and not args.keep:
                     shutil.rmtree(work, ignore_errors=True)
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
+    return cells
 
+
+def print_table(cells: list[dict[str, Any]]) -> None:
     print()
     stage_names: list[str] = []
     for cell in cells:
@@ -242,11 +244,14 @@ def main() -> None:
             f"{cell['engine']:7s} {cell['users']:>9,d} " + " ".join(row) + f" {cell['total_seconds']:7.1f}s"
         )
 
+
+def save_results(args: argparse.Namespace, cells: list[dict[str, Any]]) -> None:
+    """``--out`` or benchmarks/results/engine_<date>.json."""
     from dpngram.text.sample import GENERATOR_VERSION
 
     payload = {
         "benchmark": "engine_bench",
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "date": now(),
         "git_commit": git_commit(),
         "machine": machine(),
         "parameters": {
@@ -275,6 +280,17 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     print(f"\nwrote {out}")
+
+
+def main() -> None:
+    args = parse_args()
+    if args.worker:
+        args.users = args.users[0]
+        print("RESULT " + json.dumps(worker(args)), flush=True)
+        return
+    cells = run_cells(args)
+    print_table(cells)
+    save_results(args, cells)
 
 
 if __name__ == "__main__":

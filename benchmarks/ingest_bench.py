@@ -20,7 +20,6 @@ machine may be shared: the 1-minute load average before/after each ingest is rec
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import gzip
 import json
 import os
@@ -36,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine  # noqa: E402
+from _common import load_average, machine, now  # noqa: E402
 
 DATA = ROOT / "benchmarks" / ".data"
 RESULTS = ROOT / "benchmarks" / "results" / "ingest.json"
@@ -182,7 +181,7 @@ def _halves(timeline: list[list[float]]) -> list[float]:
     return [max(first, default=0), max(second, default=0)]
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=int, nargs="+", default=[1_000_000, 100_000])
     parser.add_argument("--memory-limit", nargs="+", default=["2GB", "256MB"])
@@ -191,56 +190,56 @@ def main() -> None:
     parser.add_argument("--keep-warehouse", action="store_true")
     parser.add_argument("--worker", nargs=3, metavar=("INPUT", "MEMORY", "WAREHOUSE"), help=argparse.SUPPRESS)
     parser.add_argument("--tokenizer-worker", nargs=2, metavar=("INPUT", "DOCS"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        worker(*args.worker)
-        return
-    if args.tokenizer_worker:
-        tokenizer_worker(args.tokenizer_worker[0], int(args.tokenizer_worker[1]))
-        return
+    return parser.parse_args()
 
+
+def ingest_row(
+    n_users: int, path: Path, meta: dict[str, Any], memory_limit: str, keep_warehouse: bool
+) -> dict[str, Any]:
+    """One ingest of the corpus at ``path`` in a child process, into a fresh warehouse."""
+    wh_dir = DATA / f"warehouse_u{n_users}"
+    shutil.rmtree(wh_dir, ignore_errors=True)
+    wh_dir.mkdir(parents=True)
+    load_before = load_average()
+    run = run_child(["--worker", str(path), memory_limit, str(wh_dir / "bench.duckdb")])
+    load_after = load_average()
+    if not keep_warehouse:
+        shutil.rmtree(wh_dir, ignore_errors=True)
+    stats = run["stats"]
+    return {
+        "users": n_users,
+        "memory_limit": memory_limit,
+        "corpus": meta,
+        "ingest": {
+            "seconds": run["seconds"],
+            "rows_read": stats["rows_read"],
+            "rows_loaded": stats["rows_loaded"],
+            "rows_quarantined": stats["rows_quarantined"],
+            "users": stats["users"],
+            "sentences": stats["sentences"],
+            "tokens": stats["tokens"],
+            "rows_per_second": round(stats["rows_read"] / run["seconds"]),
+            "tokens_per_second": round(stats["tokens"] / run["seconds"]),
+            "input_mb_per_second": round(meta["users_uncompressed_bytes"] / run["seconds"] / 1e6, 2),
+            "peak_rss_bytes": run["peak_rss_bytes"],
+            "peak_rss_sampled_bytes": run["peak_rss_sampled_bytes"],
+            "peak_rss_mb_first_half_second_half": _halves(run["rss_timeline"]),
+            "rss_timeline_seconds_mb_records": run["rss_timeline"],
+            "warehouse_bytes": run["warehouse_bytes"],
+            "row_identity_held": stats["rows_read"] == stats["rows_loaded"] + stats["rows_quarantined"],
+            "load_average_1min_before_after": [load_before, load_after],
+        },
+    }
+
+
+def run_sizes(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every corpus size at every memory limit, and the tokenizer alone (1 and all polars threads)
+    on the largest corpus."""
     results, tokenizer = [], []
     for n_users in args.users:
         path, meta = corpus(n_users, args.public_sentences)
         for memory_limit in args.memory_limit:
-            wh_dir = DATA / f"warehouse_u{n_users}"
-            shutil.rmtree(wh_dir, ignore_errors=True)
-            wh_dir.mkdir(parents=True)
-            load_before = os.getloadavg()[0]
-            run = run_child(["--worker", str(path), memory_limit, str(wh_dir / "bench.duckdb")])
-            load_after = os.getloadavg()[0]
-            if not args.keep_warehouse:
-                shutil.rmtree(wh_dir, ignore_errors=True)
-            stats = run["stats"]
-            results.append(
-                {
-                    "users": n_users,
-                    "memory_limit": memory_limit,
-                    "corpus": meta,
-                    "ingest": {
-                        "seconds": run["seconds"],
-                        "rows_read": stats["rows_read"],
-                        "rows_loaded": stats["rows_loaded"],
-                        "rows_quarantined": stats["rows_quarantined"],
-                        "users": stats["users"],
-                        "sentences": stats["sentences"],
-                        "tokens": stats["tokens"],
-                        "rows_per_second": round(stats["rows_read"] / run["seconds"]),
-                        "tokens_per_second": round(stats["tokens"] / run["seconds"]),
-                        "input_mb_per_second": round(
-                            meta["users_uncompressed_bytes"] / run["seconds"] / 1e6, 2
-                        ),
-                        "peak_rss_bytes": run["peak_rss_bytes"],
-                        "peak_rss_sampled_bytes": run["peak_rss_sampled_bytes"],
-                        "peak_rss_mb_first_half_second_half": _halves(run["rss_timeline"]),
-                        "rss_timeline_seconds_mb_records": run["rss_timeline"],
-                        "warehouse_bytes": run["warehouse_bytes"],
-                        "row_identity_held": stats["rows_read"]
-                        == stats["rows_loaded"] + stats["rows_quarantined"],
-                        "load_average_1min_before_after": [round(load_before, 2), round(load_after, 2)],
-                    },
-                }
-            )
+            results.append(ingest_row(n_users, path, meta, memory_limit, args.keep_warehouse))
             print_ingest(results[-1])
         if n_users == max(args.users):
             for env in ({"POLARS_MAX_THREADS": "1"}, {}):
@@ -250,11 +249,16 @@ def main() -> None:
                         **run_child(["--tokenizer-worker", str(path), str(args.tokenizer_docs)], env),
                     }
                 )
-    print_tables(results, tokenizer)
+    return results, tokenizer
 
+
+def save_results(
+    args: argparse.Namespace, results: list[dict[str, Any]], tokenizer: list[dict[str, Any]]
+) -> None:
+    """benchmarks/results/ingest.json."""
     payload = {
         "benchmark": "ingest",
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "date": now(),
         "machine": machine(),
         "parameters": {
             "users": args.users,
@@ -271,6 +275,19 @@ def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(payload, indent=2) + "\n")
     print(f"\nresults written to {RESULTS.relative_to(ROOT)}")
+
+
+def main() -> None:
+    args = parse_args()
+    if args.worker:
+        worker(*args.worker)
+        return
+    if args.tokenizer_worker:
+        tokenizer_worker(args.tokenizer_worker[0], int(args.tokenizer_worker[1]))
+        return
+    results, tokenizer = run_sizes(args)
+    print_tables(results, tokenizer)
+    save_results(args, results, tokenizer)
 
 
 def _batch_bytes() -> int:

@@ -49,7 +49,6 @@ import copy
 import datetime as dt
 import gzip
 import json
-import os
 import shutil
 import sys
 import time
@@ -59,6 +58,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import lm_bench  # noqa: E402  (benchmarks/ is not a package)
 from _common import git_commit, machine  # noqa: E402
+from _common import load_average as load_1min  # noqa: E402
 from lm_bench import CACHE, RESULTS, ROOT, Corpus, log  # noqa: E402
 
 USERS = (100_000, 300_000, 1_000_000)
@@ -127,10 +127,6 @@ def corpora(sizes: list[int], base_users: int | None = None) -> tuple[list[Corpu
         }
         out.append(Corpus("generated", c.private, base.public, k, info, ids if prefix else None))
     return out, checks
-
-
-def load_1min() -> float:
-    return round(os.getloadavg()[0], 2)
 
 
 def ppl(rows: dict[str, Any], name: str) -> float | None:
@@ -345,7 +341,7 @@ def combine(paths: list[Path], out_json: Path) -> None:
     print(f"wrote {out_json} and {out_json.with_suffix('.png').name}")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--users", default=",".join(str(n) for n in USERS))
     ap.add_argument("--epsilons", default=",".join(f"{e:g}" for e in EPSILONS))
@@ -366,10 +362,11 @@ def main() -> None:
     ap.add_argument("--keep-work", action="store_true")
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/lm_growth.json)")
     ap.add_argument("--combine", nargs="+", default=None, metavar="JSON", help="merge earlier outputs")
-    args = ap.parse_args()
-    if args.combine:
-        combine([Path(p) for p in args.combine], Path(args.out) if args.out else RESULTS / "lm_growth.json")
-        return
+    return ap.parse_args()
+
+
+def grid(args: argparse.Namespace) -> tuple[list[int], list[float], Path]:
+    """The user counts, the ε and the output path: ``--quick``'s unless given explicitly."""
     explicit = {a.split("=")[0] for a in sys.argv[1:]}
     sizes = (
         list(QUICK_USERS)
@@ -386,9 +383,14 @@ def main() -> None:
         if args.out
         else (CACHE if args.quick else RESULTS) / ("lm_growth_quick.json" if args.quick else "lm_growth.json")
     )
-    started = time.perf_counter()
-    corpus_list, scoring = corpora(sizes, args.base_users)
-    out: dict[str, Any] = {
+    return sizes, epsilons, out_json
+
+
+def growth_header(
+    args: argparse.Namespace, sizes: list[int], epsilons: list[float], scoring: dict[str, Any]
+) -> dict[str, Any]:
+    """The result file before its first size: what is measured, with what, on what machine."""
+    return {
         "benchmark": "lm_growth",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
@@ -416,6 +418,25 @@ def main() -> None:
         "scoring": scoring,
         "results": {},
     }
+
+
+def log_size(n: int, block: dict[str, Any]) -> None:
+    """One line per ε of a finished size: the perplexities and the gap closed."""
+    for s in block["summary"]:
+        p = s["perplexity"]
+        log(
+            f"u{n} ε={s['epsilon']:g}: dp {p['dp']:.2f} public {p['public_only']:.2f} non-private "
+            f"{p['non_private']:.2f} gap_closed {s['gap_closed']} "
+            f"dp/non-private {s['dp_over_nonprivate']}"
+        )
+
+
+def run_sizes(args: argparse.Namespace) -> None:
+    """Every user count at every ε (:func:`run_size`), the result file rewritten after each size."""
+    sizes, epsilons, out_json = grid(args)
+    started = time.perf_counter()
+    corpus_list, scoring = corpora(sizes, args.base_users)
+    out = growth_header(args, sizes, epsilons, scoring)
     for corpus in corpus_list:
         n = corpus.info["n_users"]
         block = run_size(corpus, epsilons, args)
@@ -427,16 +448,18 @@ def main() -> None:
         out["results"][str(n)] = block
         out["seconds"] = round(time.perf_counter() - started, 1)
         finish(out, out_json)
-        for s in block["summary"]:
-            p = s["perplexity"]
-            log(
-                f"u{n} ε={s['epsilon']:g}: dp {p['dp']:.2f} public {p['public_only']:.2f} non-private "
-                f"{p['non_private']:.2f} gap_closed {s['gap_closed']} "
-                f"dp/non-private {s['dp_over_nonprivate']}"
-            )
+        log_size(n, block)
     t = out["target"]
     print(f"target {t['target']}: {t['value']} -> {t['met']}")
     print(f"wrote {out_json} and {out_json.with_suffix('.png').name}; total {out['seconds']:.0f} s")
+
+
+def main() -> None:
+    args = parse_args()
+    if args.combine:
+        combine([Path(p) for p in args.combine], Path(args.out) if args.out else RESULTS / "lm_growth.json")
+        return
+    run_sizes(args)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -30,6 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _common import load_average  # noqa: E402
 from dpne.common import CACHE, RESULTS, header, write_result  # noqa: E402  (one header for all benches)
 
 SRC = HERE.parent / "src"
@@ -95,7 +95,7 @@ def measure(src: Path, path: Path, vocab: Path, arpa: Path) -> dict:
     if proc.returncode != 0 or line is None:
         raise RuntimeError(f"job failed ({proc.returncode}): {proc.stderr[-2000:]}")
     arpa.unlink(missing_ok=True)
-    return {**json.loads(line[len("RESULT") :]), "load_average_1min_after": round(os.getloadavg()[0], 2)}
+    return {**json.loads(line[len("RESULT") :]), "load_average_1min_after": load_average()}
 
 
 def figure(record: dict) -> None:

@@ -401,7 +401,7 @@ def markdown_table(out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpora", default="sotu,generated")
     ap.add_argument("--epsilons", default="4,1")
@@ -423,45 +423,51 @@ def main() -> None:
         default=None,
         help="with --merge: further runs (e.g. other rules on fresh draws) stored under 'supplementary'",
     )
-    args = ap.parse_args()
-    out_json = Path(args.out)
-    if args.merge:
-        parts = [json.loads(Path(p).read_text(encoding="utf-8")) for p in args.merge]
-        out = {k: v for k, v in parts[0].items() if k not in ("results", "summary")}
-        out["results"] = {}
-        out["runs"] = [
-            {k: p.get(k) for k in ("date", "machine", "git_commit", "seconds", "corpora_run")} for p in parts
-        ]
-        for p in parts:
-            out["results"].update(p["results"])
-        out["summary"] = summarise(out["results"])
-        if args.supplement:
-            extra = [json.loads(Path(p).read_text(encoding="utf-8")) for p in args.supplement]
-            results = {k: v for e in extra for k, v in e["results"].items()}
-            out["supplementary"] = {
-                "runs": [
-                    {k: e.get(k) for k in ("date", "git_commit", "parameters", "seconds")} for e in extra
-                ],
-                "results": results,
-                "summary": summarise(results),
-            }
-            print_summary(out["supplementary"]["summary"])
-        if args.annotation:
-            out["annotation"] = args.annotation
-        write(out, out_json)
-        print_summary(out["summary"])
-        print("\n" + markdown_table(out))
-        return
-    args.epsilons = [float(e) for e in args.epsilons.split(",")]
-    args.rules = [r.strip() for r in args.rules.split(",")]
-    if BASELINE not in args.rules:
-        args.rules.insert(0, BASELINE)
-    unknown = [r for r in args.rules if r not in RULES]
+    return ap.parse_args()
+
+
+def merge(args: argparse.Namespace, out_json: Path) -> None:
+    """``--merge``: the per-corpus JSON files of separate runs as one, re-summarised (and the
+    ``--supplement`` runs under 'supplementary')."""
+    parts = [json.loads(Path(p).read_text(encoding="utf-8")) for p in args.merge]
+    out = {k: v for k, v in parts[0].items() if k not in ("results", "summary")}
+    out["results"] = {}
+    out["runs"] = [
+        {k: p.get(k) for k in ("date", "machine", "git_commit", "seconds", "corpora_run")} for p in parts
+    ]
+    for p in parts:
+        out["results"].update(p["results"])
+    out["summary"] = summarise(out["results"])
+    if args.supplement:
+        extra = [json.loads(Path(p).read_text(encoding="utf-8")) for p in args.supplement]
+        results = {k: v for e in extra for k, v in e["results"].items()}
+        out["supplementary"] = {
+            "runs": [{k: e.get(k) for k in ("date", "git_commit", "parameters", "seconds")} for e in extra],
+            "results": results,
+            "summary": summarise(results),
+        }
+        print_summary(out["supplementary"]["summary"])
+    if args.annotation:
+        out["annotation"] = args.annotation
+    write(out, out_json)
+    print_summary(out["summary"])
+    print("\n" + markdown_table(out))
+
+
+def study_rules(text: str) -> list[str]:
+    """``--rules`` as a list, the baseline first; an unknown rule is refused."""
+    rules = [r.strip() for r in text.split(",")]
+    if BASELINE not in rules:
+        rules.insert(0, BASELINE)
+    unknown = [r for r in rules if r not in RULES]
     if unknown:
         raise SystemExit(f"--rules: unknown {unknown} (known: {list(RULES)})")
-    started = time.perf_counter()
-    names = [c.strip() for c in args.corpora.split(",") if c.strip()]
-    out: dict[str, Any] = {
+    return rules
+
+
+def study_header(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
+    """The result file before its first corpus: what is compared, with what, on what machine."""
+    return {
         "benchmark": "lm_threshold",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": lm_bench.machine(),
@@ -484,19 +490,40 @@ def main() -> None:
         },
         "results": {},
     }
+
+
+def study_corpus(name: str, args: argparse.Namespace) -> Corpus:
+    """The corpus ``--corpora`` names: SOTU (with Brown as public text) or a generated one."""
+    if name == "sotu":
+        return Corpus("sotu", Path(args.sotu), Path(args.brown), 1, {"users": 12_807})
+    if name == "generated":
+        return lm_bench.generated_corpus(args.users)
+    raise SystemExit(f"--corpora: unknown corpus {name!r} (sotu, generated)")
+
+
+def study(args: argparse.Namespace, out_json: Path) -> None:
+    """Every corpus of ``--corpora`` (:func:`run_corpus` writes after each), then the summary."""
+    args.epsilons = [float(e) for e in args.epsilons.split(",")]
+    args.rules = study_rules(args.rules)
+    started = time.perf_counter()
+    names = [c.strip() for c in args.corpora.split(",") if c.strip()]
+    out = study_header(args, names)
     for name in names:
-        if name == "sotu":
-            corpus = Corpus("sotu", Path(args.sotu), Path(args.brown), 1, {"users": 12_807})
-        elif name == "generated":
-            corpus = lm_bench.generated_corpus(args.users)
-        else:
-            raise SystemExit(f"--corpora: unknown corpus {name!r} (sotu, generated)")
-        run_corpus(corpus, args, out, out_json)
+        run_corpus(study_corpus(name, args), args, out, out_json)
     out["seconds"] = round(time.perf_counter() - started, 1)
     out["summary"] = summarise(out["results"])
     write(out, out_json)
     print_summary(out["summary"])
     print(f"\nwrote {out_json.relative_to(ROOT) if out_json.is_relative_to(ROOT) else out_json}")
+
+
+def main() -> None:
+    args = parse_args()
+    out_json = Path(args.out)
+    if args.merge:
+        merge(args, out_json)
+    else:
+        study(args, out_json)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import PeriodicSampler, tree_rss  # noqa: E402
+from _common import PeriodicSampler, now, tree_rss  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -362,7 +362,7 @@ def _released(summary: dict[str, Any]) -> dict[str, int]:
     return {str(k): int(v) for k, v in summary.get("ngrams_per_k", {}).items()}
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -382,10 +382,94 @@ def main() -> None:
     parser.add_argument("--workdir", default=str(ROOT / "benchmarks" / ".data" / "scale_work"))
     parser.add_argument("--out", default=str(RESULTS / "scale_spark.json"))
     parser.add_argument("--keep", action="store_true", help="keep each run's work directory")
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def head_commit() -> str:
+    """HEAD of the repository ('' when git cannot tell)."""
+    return subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+
+
+def measure(
+    args: argparse.Namespace, cluster: Cluster, users: int, work: Path, commit: str
+) -> dict[str, Any]:
+    """One run at ``users`` users (:func:`run_one`), with the load around it, the date and the
+    commit; prints its line."""
+    corpus(users)  # generation is not part of a run's time
+    load = [round(x, 2) for x in os.getloadavg()]
+    row = run_one(args, cluster, users, work / f"u{users}")
+    row["load_average_before"] = load
+    row["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    row["date"] = now()
+    row["git_commit"] = commit
+    if "error" in row:
+        print(f"{users:>9,d}  failed: {row['error']}", flush=True)
+    else:
+        print(
+            f"{users:>9,d}  {row['end_to_end_seconds']:7.1f} s  driver peak "
+            f"{row['driver_peak_mib']:6.0f} MiB (python {row['driver_python_peak_mib']:.0f}, "
+            f"JVM {row['driver_jvm_peak_mib']:.0f})  executors {row['executors_peak_mib']:6.0f} MiB  "
+            f"n-grams {row['ngrams_released']:,d}  "
+            + "  ".join(f"{k}={v['seconds']:.0f}s" for k, v in row["stages"].items()),
+            flush=True,
+        )
+    return row
+
+
+def results_payload(
+    args: argparse.Namespace, rows: list[dict[str, Any]], commit: str, load_before: tuple[float, ...]
+) -> dict[str, Any]:
+    """The JSON written after every run: the rows so far and what they were measured with."""
     import psutil
 
+    return {
+        "benchmark": "spark_scale_bench",
+        "date": now(),
+        "git_commit": commit,
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "shared": "2 cores shared with other jobs: times are upper bounds",
+        },
+        "load_average_before": [round(x, 2) for x in load_before],
+        "parameters": {
+            "engine": "spark",
+            "cluster": f"standalone on 127.0.0.1: master + {args.workers} workers x 1 core "
+            "(bin/spark-class from the pyspark wheel); memory settings per row",
+            "dpsu_policy": args.policy,
+            "max_n": args.max_n,
+            "stage_budget": "dpne=1",
+            "epsilon": args.epsilon,
+            "delta": args.delta,
+            "spark_conf": {
+                "spark.executor.cores": 1,
+                "spark.cores.max": args.workers,
+                "spark.sql.shuffle.partitions": args.shuffle_partitions,
+            },
+            "corpus": f"write_sample(n_users=N, seed={SEED}, vocab_size={VOCAB})",
+        },
+        "measured": {
+            "driver_peak_mib": "largest summed RSS of the dpngram CLI process and all its "
+            "descendants (the Python driver + the driver JVM it launches), sampled every "
+            "0.25 s from /proc (psutil); driver_python / driver_jvm: the same, apart",
+            "executors_peak_mib": "largest summed RSS of both workers' descendants (executor "
+            "JVMs + their Python workers; the master and worker JVMs not counted)",
+            "executor_max_peak_mib": "largest RSS of one worker's descendants",
+            "stages": "seconds from the run's operator_report.json; per-stage peaks over "
+            "the stage's wall-clock window",
+            "end_to_end_seconds": "wall time of the CLI process (session start-up included)",
+            "ngrams_released": "sum of |S_k| for k = 2..max_n (|S_1| under released['1'])",
+        },
+        "rows": rows,
+    }
+
+
+def main() -> None:
+    args = parse_args()
     from dpngram.engines.spark import java_available
 
     if not java_available():
@@ -394,77 +478,15 @@ def main() -> None:
     out = Path(args.out)
     previous = json.loads(out.read_text()) if out.is_file() else {}
     rows = [r for r in previous.get("rows", []) if r.get("users") not in args.users]
-    commit = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    commit = head_commit()
     work = Path(args.workdir)
     load_before = os.getloadavg()
     with Cluster(work / "cluster", args.workers, 1, args.worker_memory) as cluster:
         for users in args.users:
-            corpus(users)  # generation is not part of a run's time
-            load = [round(x, 2) for x in os.getloadavg()]
-            row = run_one(args, cluster, users, work / f"u{users}")
-            row["load_average_before"] = load
-            row["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
-            row["date"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-            row["git_commit"] = commit
-            rows.append(row)
-            if "error" in row:
-                print(f"{users:>9,d}  failed: {row['error']}", flush=True)
-            else:
-                print(
-                    f"{users:>9,d}  {row['end_to_end_seconds']:7.1f} s  driver peak "
-                    f"{row['driver_peak_mib']:6.0f} MiB (python {row['driver_python_peak_mib']:.0f}, "
-                    f"JVM {row['driver_jvm_peak_mib']:.0f})  executors {row['executors_peak_mib']:6.0f} MiB  "
-                    f"n-grams {row['ngrams_released']:,d}  "
-                    + "  ".join(f"{k}={v['seconds']:.0f}s" for k, v in row["stages"].items()),
-                    flush=True,
-                )
+            rows.append(measure(args, cluster, users, work, commit))
             rows.sort(key=lambda r: r["users"])
-            payload = {
-                "benchmark": "spark_scale_bench",
-                "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                "git_commit": commit,
-                "machine": {
-                    "platform": platform.platform(),
-                    "python": platform.python_version(),
-                    "cpus": os.cpu_count(),
-                    "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-                    "shared": "2 cores shared with other jobs: times are upper bounds",
-                },
-                "load_average_before": [round(x, 2) for x in load_before],
-                "parameters": {
-                    "engine": "spark",
-                    "cluster": f"standalone on 127.0.0.1: master + {args.workers} workers x 1 core "
-                    "(bin/spark-class from the pyspark wheel); memory settings per row",
-                    "dpsu_policy": args.policy,
-                    "max_n": args.max_n,
-                    "stage_budget": "dpne=1",
-                    "epsilon": args.epsilon,
-                    "delta": args.delta,
-                    "spark_conf": {
-                        "spark.executor.cores": 1,
-                        "spark.cores.max": args.workers,
-                        "spark.sql.shuffle.partitions": args.shuffle_partitions,
-                    },
-                    "corpus": f"write_sample(n_users=N, seed={SEED}, vocab_size={VOCAB})",
-                },
-                "measured": {
-                    "driver_peak_mib": "largest summed RSS of the dpngram CLI process and all its "
-                    "descendants (the Python driver + the driver JVM it launches), sampled every "
-                    "0.25 s from /proc (psutil); driver_python / driver_jvm: the same, apart",
-                    "executors_peak_mib": "largest summed RSS of both workers' descendants (executor "
-                    "JVMs + their Python workers; the master and worker JVMs not counted)",
-                    "executor_max_peak_mib": "largest RSS of one worker's descendants",
-                    "stages": "seconds from the run's operator_report.json; per-stage peaks over "
-                    "the stage's wall-clock window",
-                    "end_to_end_seconds": "wall time of the CLI process (session start-up included)",
-                    "ngrams_released": "sum of |S_k| for k = 2..max_n (|S_1| under released['1'])",
-                },
-                "rows": rows,
-            }
             RESULTS.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(payload, indent=2) + "\n")
+            out.write_text(json.dumps(results_payload(args, rows, commit, load_before), indent=2) + "\n")
             if not args.keep:
                 shutil.rmtree(work / f"u{users}", ignore_errors=True)
     print(f"wrote {out}")

@@ -12,8 +12,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from dpne_steps import run_dpne  # noqa: E402
+
 from dpngram.core.noise import TEST_SEED_ENV, TEST_SEED_VALUE, NoiseSource  # noqa: E402
-from dpngram.orchestration.plan import run_dpne  # noqa: E402
 from dpngram.stages import ingest as ingest_stage  # noqa: E402
 
 os.environ.setdefault(TEST_SEED_ENV, TEST_SEED_VALUE)

@@ -4,6 +4,7 @@ says what it owns and what it may import, and the SQL ships inside the package."
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from importlib import resources
@@ -102,32 +103,111 @@ def test_no_module_is_too_long_to_find_ones_way_in() -> None:
     assert not unexplained, f"say in the docstring why it is one module: {unexplained}"
 
 
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _is_package_module(dotted: str) -> bool:
+    relative = PACKAGE.joinpath(*dotted.split(".")[1:])
+    return relative.with_suffix(".py").is_file() or (relative / "__init__.py").is_file()
+
+
 def private_reach_ins(modules: list[Path]) -> list[str]:
-    """``from dpngram.x import _name`` (or a relative ``from .x import _name``) lines: a module
-    importing another module's private name."""
+    """A module reaching for another module's private name: ``from dpngram.x import _name`` (or a
+    relative ``from .x import _name``), or ``x._name`` on a module bound by ``import dpngram.x``,
+    ``import dpngram.x as x`` or ``from dpngram import x``."""
     found = []
     for path in modules:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        module_names: dict[str, str] = {}  # local name -> the dpngram module it is bound to
+        for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("dpngram")):
                 for alias in node.names:
-                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    if _is_private(alias.name):
                         found.append(f"{path.name}:{node.lineno}: {node.module}.{alias.name}")
+                    elif not node.level and _is_package_module(f"{node.module}.{alias.name}"):
+                        module_names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("dpngram"):
+                        module_names[alias.asname or "dpngram"] = alias.name if alias.asname else "dpngram"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _is_private(node.attr):
+                root = node.value
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(root, ast.Name) and root.id in module_names:
+                    found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
     return found
 
 
 def test_no_module_imports_another_modules_private_names(tmp_path) -> None:
     """What modules share has a public name: no module under src/dpngram imports an ``_``-prefixed
-    name from another one (issue 27). The check catches planted reach-ins, absolute and relative,
-    and lets public names and dunders through."""
+    name from another one, nor reads one off an imported module (issue 27). The check catches
+    planted reach-ins, absolute, relative and by attribute, and lets public names, dunders and a
+    private attribute of anything but a module through."""
     assert private_reach_ins(MODULES) == []
     planted = tmp_path / "planted.py"
     planted.write_text(
         "from dpngram.mechanisms.dpne import level_size, _scalar\n"
         "from .arpa import _context\n"
-        "from dpngram import __version__\n",
+        "from dpngram import __version__\n"
+        "import dpngram.lm.arpa\n"
+        "import dpngram.mechanisms.dpne as dpne_module\n"
+        "from dpngram.lm import build\n"
+        "dpngram.lm.arpa._context(1)\n"
+        "dpne_module._scalar(2)\n"
+        "build.build_route(build._seed)\n"
+        "dpne_module.level_size(self._private)\n",
         encoding="utf-8",
     )
     assert private_reach_ins([planted]) == [
         "planted.py:1: dpngram.mechanisms.dpne._scalar",
         "planted.py:2: arpa._context",
+        "planted.py:7: dpngram.lm.arpa._context",
+        "planted.py:8: dpne_module._scalar",
+        "planted.py:9: build._seed",
     ]
+
+
+def diagram_modules(text: str) -> dict[str, set[str]]:
+    """The modules docs/architecture.md's diagram names, by layer: ``{"cli": {"main", ...}, ...}``;
+    a top-level module (``demo.py``) under ``""``. Read from the boxed lines of the first code
+    block; notes in parentheses and the ``|`` between siblings are not names."""
+    block = text.split("```", 2)[1]
+    boxed = [line.strip() for line in block.splitlines()]
+    inner = "\n".join(line[1:-1] for line in boxed if line.startswith("|") and line.endswith("|"))
+    inner = re.sub(r"\([^)]*\)", " ", inner)
+    named: dict[str, set[str]] = {"": set()}
+    layer = ""
+    for token in inner.split():
+        if token == "|":
+            continue
+        if token.endswith("/"):
+            layer = token.removesuffix("/")
+            named.setdefault(layer, set())
+        elif token.endswith(".py"):
+            named[""].add(token.removesuffix(".py"))
+        else:
+            named[layer].add(token)
+    return named
+
+
+def test_the_architecture_diagram_lists_every_module() -> None:
+    """docs/architecture.md's diagram names every module under src/dpngram in its layer, and no
+    module that is gone: a new or moved module updates the diagram."""
+    present: dict[str, set[str]] = {"": set()}
+    for path in MODULES:
+        parts = path.relative_to(PACKAGE).parts
+        if len(parts) == 1:
+            if path.stem != "__init__":
+                present[""].add(path.stem)
+        elif path.stem != "__init__":
+            present.setdefault(parts[0], set()).add(path.stem)
+    documented = diagram_modules((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    assert documented == present
+
+
+def test_the_diagram_check_notices_a_missing_module() -> None:
+    text = "```\n |  lm/  arpa build  (a note)  |\n |  demo.py  |  validation.py |\n```\n"
+    assert diagram_modules(text) == {"": {"demo", "validation"}, "lm": {"arpa", "build"}}

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import create_sentences, sentences_warehouse
+from dpne_steps import run_dpne
 from scipy import stats
 
 from dpngram.config import RunConfig
@@ -21,7 +22,6 @@ from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource, simulation_rng
 from dpngram.engines.duckdb import Warehouse
 from dpngram.mechanisms import dpne, dpne_domain
-from dpngram.orchestration.plan import run_dpne
 from dpngram.release import layout
 from dpngram.release.context import RunContext, read_parts
 from dpngram.release.ledger import Ledger

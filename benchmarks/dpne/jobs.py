@@ -19,7 +19,7 @@ from dpne.common import (
     PAPER,
     peak_rss_mb,
 )
-from dpngram.orchestration.plan import run_dpne
+from dpngram.orchestration.plan import STEP_BY_NAME, release_steps
 from dpngram.stages import dpne as dpne_stage
 
 #: The benchmark's one entry point: each job runs in a fresh interpreter through it.
@@ -187,6 +187,15 @@ def corpus_stats(ctx: Any, cloned: dict[str, str] | None) -> dict[str, int]:
     return {"users": int(row[0]), "documents": int(row[1]), "sentences": int(row[2]), "tokens": int(row[3])}
 
 
+def run_dpne_steps(ctx: Any, progress: Any) -> None:
+    """The plan's DPNE steps in this process, as a release runs them: the vocabulary, the levels
+    2..T that apply, then the k-gram merge; ``progress(step_name)`` after each."""
+    steps = [s for s in release_steps(ctx.config) if s.name.startswith("dpne.k") and s.name != "dpne.kgrams"]
+    for step in [*steps, STEP_BY_NAME["dpne.kgrams"]]:
+        step.run(ctx)
+        progress(step.name)
+
+
 def timed_dpne(ctx: Any, name: str) -> dict[str, Any]:
     from dpngram.release.context import read_parts
 
@@ -201,7 +210,7 @@ def timed_dpne(ctx: Any, name: str) -> dict[str, Any]:
         last = now
         print(f"  [{name}] {stage} {stages[stage]:.1f} s", file=sys.stderr, flush=True)
 
-    run_dpne(ctx, progress=progress)
+    run_dpne_steps(ctx, progress)
     seconds = round(time.perf_counter() - started, 2)
     parts = read_parts(ctx)
     levels = []

@@ -103,12 +103,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def _release(args: argparse.Namespace, baseline: str | None = None, baseline_k: int | None = None) -> int:
     from dpngram.config.budget_plan import run_notices
     from dpngram.orchestration.plan import run_release
-    from dpngram.release.context import new_run_id
+    from dpngram.release.context import with_run_id
 
     config = config_from_args(args)
     check_input(config)
-    if not config.run_id:  # fixed here, so the quarantine of a failed run can be shown
-        config = config.with_values(run_id=new_run_id())
+    config = with_run_id(config)  # fixed here, so the quarantine of a failed run can be shown
     if not args.quiet:
         for notice in run_notices(config):
             # one line per note however narrow the terminal (log scrapers read them line by line)

@@ -19,8 +19,7 @@ Why one module (over 600 lines): the steps, their order, the DAG's task graph de
 the same list, and each piece is small.
 
 Owns: the steps (``STEPS``), their order and skip rules, the DAG's tasks (``TASKS``: the levels
-k = 2..T run in one task), :func:`release_steps`, :func:`run_release`, :func:`run_dpne`,
-:class:`TaskRefused`.
+k = 2..T run in one task), :func:`release_steps`, :func:`run_release`, :class:`TaskRefused`.
 Imports: dpngram.stages (inside the functions that call them, when a step runs), dpngram.release,
 dpngram.config, dpngram.core.
 """
@@ -36,7 +35,6 @@ from dpngram.config import RunConfig
 from dpngram.config.budget_plan import lm_skip_reason, triehh_skip_reason
 
 if TYPE_CHECKING:
-    from dpngram.core.noise import NoiseSource
     from dpngram.release.context import RunContext
 
 
@@ -603,24 +601,3 @@ def after_failure(ctx: RunContext, err: BaseException) -> str | None:
         f"run '{run_id}' keeps its budget reservation and any charges: resume it with the same command "
         f"and --run-id {run_id}, or release the reservation (its charges stay) with `{release}`"
     )
-
-
-def run_dpne(
-    ctx: RunContext, progress: Callable[[str], None] | None = None, *, noise: NoiseSource | None = None
-) -> dict[str, Any]:
-    """The DPNE steps in this process (vocabulary, levels 2..T, the k-gram merge), for tests and
-    benchmarks; ``progress(step_name)`` is called after each."""
-    dpne_steps = [
-        s for s in release_steps(ctx.config) if s.name.startswith("dpne.k") and s.name != "dpne.kgrams"
-    ]
-    results = []
-    for step in [*dpne_steps, STEP_BY_NAME["dpne.kgrams"]]:
-        results.append(step.run(ctx, **({"noise": noise} if step.name != "dpne.kgrams" else {})))
-        if progress:
-            progress(step.name)
-    vocabulary, kgrams = results[0], results[-1]
-    return {
-        "stages": [r["stage"] for r in results],
-        "released_rows": {"vocabulary": vocabulary["released_rows"], "kgrams": kgrams["released_rows"]},
-        "paths": vocabulary["paths"] + kgrams["paths"],
-    }

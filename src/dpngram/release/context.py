@@ -45,6 +45,14 @@ def new_run_id() -> str:
     return f"{stamp}-{secrets.token_hex(3)}"
 
 
+def with_run_id(config: RunConfig) -> RunConfig:
+    """``config`` with its run id fixed: the one it names, or a new one (:func:`new_run_id`). The
+    one place a run gets its id (the DAG names it from Airflow's run id,
+    :func:`run_id_from`); the CLI fixes it before the run starts, so that it can show a failed
+    run's quarantine, and :func:`dpngram.release.publish.prepare` for every other caller."""
+    return config if config.run_id else config.with_values(run_id=new_run_id())
+
+
 @dataclass
 class RunContext:
     """Where one run keeps its state."""
@@ -73,10 +81,6 @@ class RunContext:
         """The engine the configuration selects (:func:`dpngram.engines.select.open_engine`): the DuckDB
         warehouse, or a Spark engine (whose ``.con`` is the DuckDB warehouse, for the ledger).
         The run schema exists in it."""
-        if self.config.engine.name == "duckdb":
-            with self.warehouse() as wh:
-                yield wh
-            return
         from dpngram.engines.select import open_engine
 
         engine = open_engine(self.config)

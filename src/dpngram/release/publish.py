@@ -26,7 +26,7 @@ from dpngram.config import RunConfig
 from dpngram.config.budget_plan import reads_public_corpus
 from dpngram.core.errors import ConfigError
 from dpngram.engines.base import is_remote_path
-from dpngram.release.context import RunContext, new_run_id, read_parts, record_part
+from dpngram.release.context import RunContext, read_parts, record_part, with_run_id
 from dpngram.release.layout import LegacyLayoutError, Release, check_out_layout, write_json_atomic
 from dpngram.release.ledger import Ledger
 
@@ -108,8 +108,7 @@ def prepare(config: RunConfig, *, reserve: bool = True) -> RunConfig:
         write_staging_token,
     )
 
-    if not config.run_id:
-        config = config.with_values(run_id=new_run_id())
+    config = with_run_id(config)
     try:
         check_out_layout(config.out)  # an OUT of the old shared layout: refused, nothing reserved
     except LegacyLayoutError as err:

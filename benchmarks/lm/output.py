@@ -1,0 +1,250 @@
+"""The LM benchmark's output: the printed table, the plot, the parameters block, the previous run's
+headline, and ``lm.json`` itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import git_commit, load_average
+
+from lm.common import (
+    GENERATED_SCORE_EVERY,
+    LMPLZ_MEMORY,
+    MAX_N,
+    ORACLE_DISCOUNT,
+    ORACLE_GRID,
+    ORACLE_MIN_COUNT,
+    ORACLE_WORDS,
+    ORDER,
+    PUBLIC_SENTENCES,
+    ROW_NAMES,
+    SEED,
+    STAGE_BUDGET,
+)
+
+
+def print_table(name: str, block: dict[str, Any]) -> None:
+    print(f"\n== {name} ==")
+    head = f"{'ε':>4} {'row':<24} {'ppl_open':>9} {'top1':>6} {'top3':>6} {'oov':>6} {'build s':>8}"
+    print(head)
+    print("-" * len(head))
+    for r in block["results"]:
+        for row in ROW_NAMES:
+            m = r["rows"][row]
+            print(
+                f"{r['epsilon']:>4g} {row:<24} {m['open_vocab_perplexity']:>9.1f} {m['top1_accuracy']:>6.3f} "
+                f"{m['top3_accuracy']:>6.3f} {m['oov_rate']:>6.3f} {m['build_seconds']:>8.1f}"
+            )
+        h = r["headline"]
+        stage = r["lm_stage"]
+        print(
+            f"     λ={r['mix_weight']:g} released {r['released_by_order']} "
+            f"lm stage {stage['seconds']:.1f} s {stage['peak_rss_mb']:.0f} MB | "
+            f"gap_closed {h['gap_closed']} top3 +{h['top3_gain_points']} "
+            f"dp/public {h['dp_vs_public']} dp/nonprivate {h['dp_over_nonprivate']}"
+        )
+    for t in block["targets"]:
+        print(
+            f"  target {t['target']} (ε={t['epsilon']:g}): {t['value']} -> {'met' if t['met'] else 'NOT met'}"
+        )
+
+
+def plot(out: dict[str, Any], path: Path) -> None:
+    """Per corpus: open-vocabulary perplexity and top-3 accuracy vs ε, the DP model (each point
+    labelled with the run's λ and unigram-adaptation β) against flat baselines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import ScalarFormatter
+
+    corpora = list(out["results"])
+    fig, axes = plt.subplots(len(corpora), 2, figsize=(10, 3.8 * len(corpora) + 0.5), squeeze=False)
+    for i, name in enumerate(corpora):
+        results = out["results"][name]["results"]
+        base = out["results"][name]["baselines"]
+        eps = [r["epsilon"] for r in results]
+        for ax, key, label in (
+            (axes[i][0], "open_vocab_perplexity", "open-vocabulary perplexity"),
+            (axes[i][1], "top3_accuracy", "top-3 next-word accuracy"),
+        ):
+            ys = [r["rows"]["dp"][key] for r in results]
+            ax.plot(eps, ys, "o-", color="C0", label="DP model (mixture; λ, β chosen by the run)")
+            prev = ((out.get("previous_run") or {}).get("corpora") or {}).get(name)
+            if prev:
+                pk = "dp_open_vocab_perplexity" if key == "open_vocab_perplexity" else "dp_top3_accuracy"
+                pe = sorted(prev["results"], key=float)
+                commit = (out["previous_run"].get("commit") or "")[:7]
+                when = (out["previous_run"].get("date") or "")[:10]
+                ax.plot(
+                    [float(e) for e in pe],
+                    [prev["results"][e][pk] for e in pe],
+                    "s--",
+                    color="0.6",
+                    markersize=4,
+                    label=f"DP model, previous run ({commit}, {when})",
+                )
+            for r, y in zip(results, ys, strict=True):
+                beta = r.get("unigram_adaptation")
+                text = f"λ={r['mix_weight']:g}" + (f"\nβ={beta:g}" if isinstance(beta, int | float) else "")
+                ax.annotate(
+                    text, (r["epsilon"], y), textcoords="offset points", xytext=(4, 4), fontsize=7, color="C0"
+                )
+            for row, style, color, text in (
+                ("public_only", "--", "C2", "public-only (lmplz)"),
+                ("non_private", "--", "k", "non-private (lmplz)"),
+                ("oracle", ":", "C3", "oracle (public + restricted non-private, best λ)"),
+            ):
+                ax.axhline(base[row][key], linestyle=style, color=color, label=text)
+            ax.annotate(
+                f"oracle λ={base['oracle']['mix_weight']:g}",
+                (0.01, base["oracle"][key]),
+                xycoords=("axes fraction", "data"),
+                textcoords="offset points",
+                xytext=(2, 3),
+                fontsize=7,
+                color="C3",
+            )
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(eps, [f"{e:g}" for e in eps])
+            ax.set_xlabel("ε (whole run)")
+            ax.set_ylabel(label)
+            if key == "open_vocab_perplexity":
+                ax.set_yscale("log")
+                ax.yaxis.set_major_formatter(ScalarFormatter())
+                ax.yaxis.set_minor_formatter(ScalarFormatter())
+            sizes = out["results"][name]["sizes"]
+            ax.set_title(
+                f"{name}: {sizes['train_users']:,} training users, {sizes['scored_users']:,} scored",
+                fontsize=9,
+            )
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
+    fig.suptitle("DP language model vs baselines (order 3; held-out users)")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def parameters(args: argparse.Namespace, epsilons: list[float]) -> dict[str, Any]:
+    from dpngram.config import RunConfig
+    from dpngram.lm.evaluate import SPELL_ALPHABET, SPELL_MEAN_LENGTH
+    from dpngram.mechanisms.lm_counts import WEIGHT_GRID
+
+    lm_defaults = {k: v for k, v in RunConfig.build(input="x", out="y").flat().items() if k.startswith("lm_")}
+    return {
+        "epsilons": epsilons,
+        "delta": args.delta,
+        "max_n": MAX_N,
+        "order": ORDER,
+        "stage_budget": STAGE_BUDGET,
+        "memory_limit": args.memory_limit,
+        "lm_options": {**lm_defaults, "lm_route": "auto (-> mixture: the run has an lm_counts share)"},
+        "mix_weight_grid": list(WEIGHT_GRID),
+        "split": "sha256(user_id) % 10 == 0: held out (never trained on); all other users train",
+        "scored": {
+            "sotu": "every held-out user",
+            "generated": f"held-out users with (sha256(user_id) // 10) % {GENERATED_SCORE_EVERY} == 0",
+        },
+        "baselines": {
+            "public_only": f"lmplz -o {ORDER} (modified Kneser-Ney, --discount_fallback) on the public "
+            "corpus, own vocabulary",
+            "non_private": f"lmplz -o {ORDER} on the training users' text, own vocabulary",
+            "at_dp_vocab": "the same on text with tokens outside V_LM (released model's unigrams minus "
+            "markers) as one placeholder, renamed <unk> in the ARPA file (unigram mass merged with lmplz's "
+            "<unk>); scored on the raw evaluation text",
+            "oracle": {
+                "public": "the public_only lmplz model (its unigrams + the private words it lacks at p ~ 0)",
+                "private": "lm.open_model.noisy_count_model on EXACT training counts",
+                "private_words": ORACLE_WORDS,
+                "min_count": ORACLE_MIN_COUNT,
+                "discount": ORACLE_DISCOUNT,
+                "weight_grid": list(ORACLE_GRID),
+                "weight_choice": "lowest open-vocabulary perplexity on the evaluation text (oracle)",
+                "mixture": "lm.open_model.mix_models (static linear mixture merged into one backoff model)",
+            },
+        },
+        "tokenizer": "pipeline tokenizer, lower-cased (the evaluation's and the pipeline's)",
+        "evaluation": {
+            "function": "dpngram.lm.evaluate.evaluate_file",
+            "spelling_model": {"alphabet": SPELL_ALPHABET, "mean_length": SPELL_MEAN_LENGTH},
+        },
+        "generated": {"users": args.users, "public_sentences": PUBLIC_SENTENCES, "seed": SEED},
+        "noise": "secure (the pipeline's default NoiseSource): each run draws fresh noise; no seed",
+        "lmplz_memory": LMPLZ_MEMORY,
+        "quick": args.quick,
+    }
+
+
+def previous_summary(path: Path) -> dict[str, Any] | None:
+    """The headline of an earlier lm.json (read before this run overwrites it), for comparison:
+    its commit, date, baselines and, per corpus and ε, the DP row and the headline."""
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if old.get("benchmark") != "lm" or "results" not in old:
+        return None
+    corpora = {}
+    for name, block in old["results"].items():
+        corpora[name] = {
+            "baselines": {
+                row: {k: block["baselines"][row].get(k) for k in ("open_vocab_perplexity", "top3_accuracy")}
+                for row in ("public_only", "non_private", "oracle")
+            },
+            "results": {
+                f"{r['epsilon']:g}": {
+                    "dp_open_vocab_perplexity": r["rows"]["dp"]["open_vocab_perplexity"],
+                    "dp_top3_accuracy": r["rows"]["dp"]["top3_accuracy"],
+                    "mix_weight": r.get("mix_weight"),
+                    "unigram_adaptation": r.get("unigram_adaptation"),
+                    "sigma": r.get("sigma"),
+                    "released_by_order": r.get("released_by_order"),
+                    "headline": r["headline"],
+                }
+                for r in block["results"]
+            },
+        }
+    params = old.get("parameters", {})
+    run_config = next(iter(params.get("run_config", {}).values()), {})
+    return {
+        "note": f"the previous result of this benchmark ({path.name} before this run replaced it)",
+        "commit": (old.get("git_commit") or {}).get("head"),
+        "date": old.get("date"),
+        "seconds": old.get("seconds"),
+        "machine": old.get("machine"),
+        "parameters": {
+            k: params.get(k) for k in ("epsilons", "delta", "max_n", "order", "stage_budget", "quick")
+        },
+        "run_config": {  # None: the option did not exist then
+            k: run_config.get(k)
+            for k in ("sigma_decay", "budget_calibration", "dpsu_policy", "dpne_variant", "eta")
+        },
+        "corpora": corpora,
+    }
+
+
+def write_out(out: dict[str, Any], out_json: Path, started: float, partial: bool) -> None:
+    """Write the JSON and the plot (after each corpus, so a run cut short keeps what finished)."""
+    out["partial"] = partial
+    out["parameters"]["corpora"] = {
+        name: {**block["corpus"], "sizes": block["sizes"]} for name, block in out["results"].items()
+    }
+    out["parameters"]["run_config"] = {name: block["run_config"] for name, block in out["results"].items()}
+    out["baselines"] = {name: block["baselines"] for name, block in out["results"].items()}
+    out["headline"] = {
+        name: {f"{r['epsilon']:g}": r["headline"] for r in block["results"]}
+        for name, block in out["results"].items()
+    }
+    out["targets"] = {name: block["targets"] for name, block in out["results"].items()}
+    out["seconds"] = round(time.perf_counter() - started, 1)
+    out["git_commit_at_end"] = git_commit()  # stage lm re-imports dpngram in each child process
+    out["machine"]["load_average_1min_at_end"] = load_average()
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    out_json.write_text(json.dumps(out, indent=1, default=str), encoding="utf-8")
+    plot(out, out_json.with_suffix(".png"))
