@@ -13,6 +13,8 @@ scaling (issue 3; docs/dpne.md "Benchmark results").
     .venv/bin/python benchmarks/dpne_bench.py sips       [--users 200000] [--repeat 3] [--tuning-repeat 2]
     .venv/bin/python benchmarks/dpne_bench.py sips-speed [--users 200000] [--repeat 2]
     .venv/bin/python benchmarks/dpne_bench.py public-vocab [--users 200000] [--repeat 3]
+    .venv/bin/python benchmarks/dpne_bench.py sips-admission [--users 200000] [--repeat 3]
+    .venv/bin/python benchmarks/dpne_bench.py default-check [--users 200000] [--repeat 3]
     .venv/bin/python benchmarks/dpne_bench.py [all]      (sotu, synthetic, scaling, figure; ~35 min)
 
 Parameters are the paper's §3.1.2 setting: eps = 4, delta = 1e-7, Delta_0 = 100, eta = 0.01, both-side
@@ -41,6 +43,10 @@ pruning; T = 9 for Table 4, T = 5 for the reference comparison and the speed run
   then the chosen setting against the weighted policy and the policy Gaussian on SOTU and
   ``--users`` generated users (released n-grams, spurious fraction, per-round SQL seconds).
   Writes ``results/dpne_sips.json`` and ``results/dpne_sips.png``.
+* ``default-check`` — the current DPSU default, plain DP-SIPS, the policy Gaussian (the default when
+  issue "Scale" was filed) and the weighted policy side by side on SOTU and ``--users`` generated
+  users at eps 4 and 1 (``benchmarks/dpne/default_check.py``). Writes
+  ``results/dpne_default_check.json`` and ``.png``.
 * ``figure`` — ``results/dpne_figure1.png`` (n-grams per k, log y, one panel per corpus; like the
   paper's Figure 1) from the two JSON files.
 
@@ -66,6 +72,7 @@ from dpne import jobs  # noqa: E402
 from dpne.admission import mode_sips_admission  # noqa: E402
 from dpne.budget import mode_budget, mode_budget_speed  # noqa: E402
 from dpne.common import CACHE  # noqa: E402
+from dpne.default_check import mode_default_check  # noqa: E402
 from dpne.jobs import job_main  # noqa: E402
 from dpne.public_vocab import mode_public_vocab  # noqa: E402
 from dpne.sips import mode_sips, mode_sips_speed  # noqa: E402
@@ -85,6 +92,7 @@ MODES = [
     "sips-speed",
     "public-vocab",
     "sips-admission",
+    "default-check",
     "all",
 ]
 
@@ -170,6 +178,9 @@ def run_modes(args: argparse.Namespace) -> None:
     if args.mode == "sips-admission":
         args.users = users
         mode_sips_admission(args)
+    if args.mode == "default-check":
+        args.users = users
+        mode_default_check(args)
     if args.mode == "sips-speed":
         args.users = users
         mode_sips_speed(args)
