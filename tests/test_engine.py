@@ -60,6 +60,39 @@ def test_duckdb_engine_operations(wh, tmp_path) -> None:
     assert wh.object_type(SCHEMA, "t") is None and wh.object_type(SCHEMA, "v") is None
 
 
+def test_statement_profile_names_each_statement_and_holds_no_value(tmp_path, monkeypatch) -> None:
+    """DPNGRAM_SQL_PROFILE: one JSON line per statement with its sql/ name, the operation and its
+    seconds (a streamed fetch counted once, at its end); nothing of the data."""
+    import json
+
+    profile = tmp_path / "statements.jsonl"
+    monkeypatch.setenv("DPNGRAM_SQL_PROFILE", str(profile))
+    with Warehouse(tmp_path / "w.duckdb", memory_limit="512MB") as warehouse:
+        warehouse.create_schema(SCHEMA)
+        warehouse.execute(
+            f"CREATE TABLE {SCHEMA}.t AS SELECT 'secret-' || range AS item, 1.0 AS weight FROM range(5)"
+        )
+        scan = load_sql("dpsu/histogram_scan", schema=SCHEMA, histogram="t")
+        batches = list(warehouse.fetch_batches(scan, batch_rows=2))
+        assert sum(len(b) for b in batches) == 5
+        assert warehouse.fetch_scalar(load_sql("dpne/object_type"), {"schema": SCHEMA, "name": "t"})
+    lines = [json.loads(line) for line in profile.read_text().splitlines()]
+    assert [(r["statement"], r["op"]) for r in lines] == [
+        ("inline: CREATE TABLE run_engine_test.t AS", "execute"),
+        ("dpsu/histogram_scan", "fetch_batches"),
+        ("dpne/object_type", "fetch_scalar"),
+    ]
+    assert all(r["seconds"] >= 0 and r["start"] > 0 for r in lines)
+    assert "secret" not in profile.read_text()
+
+
+def test_no_statement_profile_without_the_variable(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("DPNGRAM_SQL_PROFILE", raising=False)
+    with Warehouse(tmp_path / "w.duckdb", memory_limit="512MB") as warehouse:
+        warehouse.execute("SELECT 1")
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".jsonl"] == []
+
+
 def test_open_engine_default_is_duckdb(tmp_path) -> None:
     config = RunConfig.build(input="x.jsonl", out=str(tmp_path / "out"), warehouse=str(tmp_path / "w.duckdb"))
     assert config.engine.name == "duckdb"
