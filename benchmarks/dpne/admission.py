@@ -10,15 +10,13 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from dpne.budget import brown_users, budget_runs
+from dpne.budget import brown_users, budget_runs, evaluate_on_corpora
 from dpne.common import (
     PAPER,
     REFERENCE,
     RESULTS,
-    SOTU,
     SPEED_T,
     best_by_gain,
-    corpus,
     header,
     released_bars,
     write_result,
@@ -124,14 +122,9 @@ def mode_sips_admission(args: argparse.Namespace) -> None:
     write_result("dpne_sips_admission.json", record)
     print(f"chosen on Brown (step 2): {best} {levels[best]}", flush=True)
     configs = {"previous-default": PREVIOUS_DEFAULT, "default": levels[best]}
-    corpora: dict[str, Path] = {}
-    if SOTU.is_file():
-        corpora["sotu"] = SOTU
-    corpora[f"generated-{users}"] = corpus(users)
-    record["corpora"] = {}
-    for label, path in corpora.items():
-        record["corpora"][label] = budget_runs(workdir, label, path, configs, ADMISSION_EPSILONS, args.repeat)
-        write_result("dpne_sips_admission.json", record)
+    evaluate_on_corpora(
+        workdir, users, configs, ADMISSION_EPSILONS, args.repeat, record, "dpne_sips_admission.json"
+    )
     record["summary"] = admission_summary(record)
     write_result("dpne_sips_admission.json", record)
     admission_figure(record)

@@ -169,6 +169,33 @@ def composed_epsilons() -> dict[str, Any]:
     return {"demo_splits": demo, "every_combination": combos, "max_relative_error": worst}
 
 
+def evaluation_corpora(users: int) -> dict[str, Path]:
+    """The evaluation corpora of the DPSU scenarios: SOTU (when ``../shared`` has it) and the
+    generated corpus of ``users`` users."""
+    corpora: dict[str, Path] = {}
+    if SOTU.is_file():
+        corpora["sotu"] = SOTU
+    corpora[f"generated-{users}"] = corpus(users)
+    return corpora
+
+
+def evaluate_on_corpora(
+    workdir: Path,
+    users: int,
+    configs: dict[str, dict[str, Any]],
+    epsilons,
+    repeat: int,
+    record: dict[str, Any],
+    result_name: str,
+) -> None:
+    """:func:`budget_runs` of ``configs`` on every evaluation corpus into ``record["corpora"]``,
+    writing ``results/result_name`` after each corpus (a long scenario keeps what it measured)."""
+    record["corpora"] = {}
+    for label, path in evaluation_corpora(users).items():
+        record["corpora"][label] = budget_runs(workdir, label, path, configs, epsilons, repeat)
+        write_result(result_name, record)
+
+
 def mode_budget(args: argparse.Namespace) -> None:
     workdir = Path(args.workdir) / "budget"
     users = (args.users or [200_000])[0]
@@ -190,13 +217,9 @@ def mode_budget(args: argparse.Namespace) -> None:
         record["public_tuning_brown"] = budget_runs(
             workdir, "brown", brown_users(), TUNING_GRID, (4.0,), args.repeat
         )
-    corpora: dict[str, Path] = {}
-    if SOTU.is_file():
-        corpora["sotu"] = SOTU
-    corpora[f"generated-{users}"] = corpus(users)
     record["corpora"] = {
         label: budget_runs(workdir, label, path, BUDGET_CONFIGS, BUDGET_EPSILONS, args.repeat)
-        for label, path in corpora.items()
+        for label, path in evaluation_corpora(users).items()
     }
     ref_mean = statistics.fmean(REFERENCE["released_total_runs"])
     targets: dict[str, Any] = {"reference_mean": ref_mean, "reference_target_1_25x": 1.25 * ref_mean}

@@ -23,8 +23,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from dpne.budget import budget_runs
-from dpne.common import PAPER, REFERENCE, RESULTS, SOTU, SPEED_T, corpus, header, released_bars, write_result
+from dpne.budget import evaluate_on_corpora
+from dpne.common import PAPER, REFERENCE, RESULTS, SPEED_T, header, released_bars, write_result
 
 CHECK_EPSILONS = (4.0, 1.0)
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -84,14 +84,9 @@ def mode_default_check(args: argparse.Namespace) -> None:
             "no public corpus, as the issue's SOTU figure is set",
         },
     )
-    corpora: dict[str, Path] = {}
-    if SOTU.is_file():
-        corpora["sotu"] = SOTU
-    corpora[f"generated-{users}"] = corpus(users)
-    record["corpora"] = {}
-    for label, path in corpora.items():
-        record["corpora"][label] = budget_runs(workdir, label, path, CONFIGS, CHECK_EPSILONS, args.repeat)
-        write_result("dpne_default_check.json", record)
+    evaluate_on_corpora(
+        workdir, users, CONFIGS, CHECK_EPSILONS, args.repeat, record, "dpne_default_check.json"
+    )
     record["summary"] = check_summary(record)
     write_result("dpne_default_check.json", record)
     check_figure(record)

@@ -14,12 +14,12 @@ from typing import Any
 from dpne.budget import (
     brown_users,
     budget_runs,
+    evaluate_on_corpora,
 )
 from dpne.common import (
     PAPER,
     REFERENCE,
     RESULTS,
-    SOTU,
     SPEED_T,
     best_by_gain,
     corpus,
@@ -114,14 +114,7 @@ def mode_sips(args: argparse.Namespace) -> None:
         write_result("dpne_sips.json", record)
     print(f"chosen on Brown: {name} {SIPS_GRID[name]}", flush=True)
     configs = {**SIPS_BASELINES, "dp-sips": SIPS_GRID[name]}
-    corpora: dict[str, Path] = {}
-    if SOTU.is_file():
-        corpora["sotu"] = SOTU
-    corpora[f"generated-{users}"] = corpus(users)
-    record["corpora"] = {}
-    for label, path in corpora.items():
-        record["corpora"][label] = budget_runs(workdir, label, path, configs, SIPS_EPSILONS, args.repeat)
-        write_result("dpne_sips.json", record)
+    evaluate_on_corpora(workdir, users, configs, SIPS_EPSILONS, args.repeat, record, "dpne_sips.json")
     summary: dict[str, Any] = {"reference_sotu_eps4_mean": statistics.fmean(REFERENCE["released_total_runs"])}
     for label, result in record["corpora"].items():
         for eps in SIPS_EPSILONS:
