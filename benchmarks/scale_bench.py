@@ -154,16 +154,51 @@ def statement_profile(
     return [{**s, "seconds": round(s["seconds"], 2), "longest": round(s["longest"], 2)} for s in keep]
 
 
-def run_point(users: int, policy: str, *, full_split: bool = False, profile: bool = False) -> dict[str, Any]:
+def baseline_tree(commit: str) -> Path:
+    """A checkout of ``commit`` under benchmarks/.data/ (a detached git worktree, made once), runnable
+    with this checkout's venv: its ``src`` goes first on PYTHONPATH, and ``src/dpngram/sql`` links
+    to its own ``sql/`` (the editable install would otherwise map ``dpngram.sql`` to this
+    checkout's SQL)."""
+    rev = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", commit], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    tree = DATA / f"baseline_{rev}"
+    if not (tree / "src" / "dpngram").is_dir():
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(tree), rev], check=True
+        )
+    link = tree / "src" / "dpngram" / "sql"
+    if not link.exists():
+        link.symlink_to(tree / "sql", target_is_directory=True)
+    return tree
+
+
+def run_point(
+    users: int,
+    policy: str,
+    *,
+    full_split: bool = False,
+    profile: bool = False,
+    code: Path | None = None,
+) -> dict[str, Any]:
     """One ``dpngram run`` on ``users`` generated users; returns its measured row. ``profile``:
     also the per-statement profile (:func:`statement_profile`); it appends a line per statement,
-    which costs well under 1% of the run (a few thousand statements)."""
+    which costs well under 1% of the run (a few thousand statements). ``code``: run the source tree
+    there (:func:`baseline_tree`) instead of this checkout, with the same venv and corpus."""
     paths = corpus(users)
-    work = DATA / "scale_work" / f"u{users}_{policy}{'_full' if full_split else ''}"
+    work = (
+        DATA
+        / "scale_work"
+        / f"u{users}_{policy}{'_full' if full_split else ''}{'_' + code.name if code else ''}"
+    )
     shutil.rmtree(work, ignore_errors=True)
     warehouse = work / "wh" / "warehouse.duckdb"
     args = [
-        str(ROOT / ".venv" / "bin" / "dpngram"),
+        *(
+            [str(ROOT / ".venv" / "bin" / "python"), "-m", "dpngram.cli"]
+            if code
+            else [str(ROOT / ".venv" / "bin" / "dpngram")]
+        ),
         "run",
         "--input",
         str(paths["users"]),
@@ -178,6 +213,8 @@ def run_point(users: int, policy: str, *, full_split: bool = False, profile: boo
     if policy != "default":
         args += ["--dpsu-policy", policy]
     env = dict(os.environ)
+    if code:
+        env["PYTHONPATH"] = str(code / "src")
     profile_path = work / "statements.jsonl"
     if profile:
         work.mkdir(parents=True, exist_ok=True)
@@ -191,6 +228,8 @@ def run_point(users: int, policy: str, *, full_split: bool = False, profile: boo
     wall = time.perf_counter() - started
     row: dict[str, Any] = {
         "engine": "duckdb",
+        "code": f"baseline {code.name.removeprefix('baseline_')}" if code else "this checkout",
+        "cpu_model": machine().get("cpu_model"),
         "users": users,
         "policy": policy,
         "split": "default (every stage)" if full_split else "dpne=1",
@@ -245,6 +284,45 @@ def spark_row(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def this_checkout(row: dict[str, Any]) -> bool:
+    """A row of the code measured (not a ``--baseline-commit`` row; rows before that flag are)."""
+    return row.get("code", "this checkout") == "this checkout"
+
+
+def baseline_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per point run with both codes in one session: wall and per-stage seconds of this checkout
+    divided by the baseline's (a machine-independent comparison)."""
+    out = []
+    for base in (r for r in rows if not this_checkout(r) and r.get("exit_code") == 0):
+        mine = [
+            r
+            for r in rows
+            if this_checkout(r)
+            and r.get("exit_code") == 0
+            and (r["engine"], r["users"], r["policy"], r["split"], r.get("cpu_model"))
+            == (base["engine"], base["users"], base["policy"], base["split"], base.get("cpu_model"))
+        ]
+        if not mine:
+            continue
+        r = mine[0]
+        out.append(
+            {
+                "users": r["users"],
+                "baseline": base["code"],
+                "cpu_model": base.get("cpu_model"),
+                "wall_seconds": [r["wall_seconds"], base["wall_seconds"]],
+                "wall_ratio": round(r["wall_seconds"] / base["wall_seconds"], 3),
+                "stage_ratio": {
+                    k: round(v / base["stage_seconds"][k], 3)
+                    for k, v in r.get("stage_seconds", {}).items()
+                    if base.get("stage_seconds", {}).get(k)
+                },
+                "ngrams": [r.get("ngrams"), base.get("ngrams")],
+            }
+        )
+    return out
+
+
 def fit_exponent(points: list[tuple[int, float]]) -> dict[str, float] | None:
     """Least-squares fit of log(seconds) = a + b log(users); None with fewer than 2 points."""
     pts = [(math.log(u), math.log(s)) for u, s in points if s > 0]
@@ -267,6 +345,7 @@ def projection(rows: list[dict[str, Any]]) -> dict[str, Any]:
         and r.get("exit_code") == 0
         and r["split"] == "dpne=1"
         and r["policy"] == "default"
+        and this_checkout(r)
     ]
     fit = fit_exponent(duck)
     if fit:
@@ -300,7 +379,7 @@ def plot(payload: dict[str, Any], path: Path) -> None:
 
     rows = [r for r in payload["rows"] if r.get("exit_code", 0) == 0 and r.get("stage_seconds")]
     duck = sorted(
-        (r for r in rows if r["engine"] == "duckdb" and r["split"] == "dpne=1"),
+        (r for r in rows if r["engine"] == "duckdb" and r["split"] == "dpne=1" and this_checkout(r)),
         key=lambda r: (r["policy"], r["users"]),
     )
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -369,13 +448,22 @@ def main() -> None:
         "--profile", action="store_true", help="record each run's per-statement SQL profile in its row"
     )
     parser.add_argument(
+        "--baseline-commit",
+        default=None,
+        help="also run each point with the code of this commit, in the same session (a ratio that does "
+        "not depend on the machine)",
+    )
+    parser.add_argument("--out", default="scale.json", help="result file under benchmarks/results/")
+    parser.add_argument(
         "--merge", action="store_true", help="keep rows of results/scale.json not re-measured"
     )
     args = parser.parse_args()
-    out = RESULTS / "scale.json"
+    out = RESULTS / args.out
+    png = out.with_suffix(".png")
     if args.plot_only:
-        plot(json.loads(out.read_text()), RESULTS / "scale.png")
+        plot(json.loads(out.read_text()), png)
         return
+    baseline = baseline_tree(args.baseline_commit) if args.baseline_commit else None
     rows: list[dict[str, Any]] = []
     for policy in args.policy:
         for users in args.users:
@@ -383,16 +471,24 @@ def main() -> None:
             row = run_point(users, policy, profile=args.profile)
             print(json.dumps(row), flush=True)
             rows.append(row)
+            if baseline:
+                print(f"== {users:,} users, policy {policy}, code of {baseline.name}", flush=True)
+                rows.append(run_point(users, policy, profile=args.profile, code=baseline))
+                print(json.dumps(rows[-1]), flush=True)
     if args.full_split:
         print("== 1,000,000 users, default split (every stage)", flush=True)
         rows.append(run_point(1_000_000, "default", full_split=True, profile=args.profile))
         print(json.dumps(rows[-1]), flush=True)
     if args.merge and out.exists():
-        measured = {(r["engine"], r["users"], r["policy"], r["split"]) for r in rows}
+
+        def key(r: dict[str, Any]) -> tuple[Any, ...]:
+            return (r["engine"], r["users"], r["policy"], r["split"], r.get("code", "this checkout"))
+
+        measured = {key(r) for r in rows}
         rows += [
             r
             for r in json.loads(out.read_text())["rows"]
-            if r["engine"] == "duckdb" and (r["engine"], r["users"], r["policy"], r["split"]) not in measured
+            if r["engine"] == "duckdb" and key(r) not in measured
         ]
     spark_file = RESULTS / "scale_spark.json"
     if spark_file.exists():
@@ -404,6 +500,7 @@ def main() -> None:
         and r["users"] == TARGETS["users"]
         and r["split"] == "dpne=1"
         and r.get("exit_code") == 0
+        and this_checkout(r)
     ]
     checks = {}
     for r in one_m:
@@ -435,10 +532,11 @@ def main() -> None:
         "targets": TARGETS,
         "checks_at_1M": checks,
         "rows": rows,
+        "baseline_ratios": baseline_ratios(rows),
         "projection": projection(rows),
     }
-    write_result("scale.json", payload)
-    plot(payload, RESULTS / "scale.png")
+    write_result(out.name, payload)
+    plot(payload, png)
     print(json.dumps({"checks_at_1M": checks, "projection": payload["projection"]}, indent=2))
 
 
