@@ -432,6 +432,7 @@ def plot(payload: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("GB")
     ax.set_title("memory and spill")
     ax.legend(fontsize=7)
+    fig.suptitle(f"machine: {payload.get('machine', {}).get('cpu_model', 'unknown')}, 2 cores", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
