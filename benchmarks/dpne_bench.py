@@ -15,6 +15,7 @@ scaling (issue 3; docs/dpne.md "Benchmark results").
     .venv/bin/python benchmarks/dpne_bench.py public-vocab [--users 200000] [--repeat 3]
     .venv/bin/python benchmarks/dpne_bench.py sips-admission [--users 200000] [--repeat 3]
     .venv/bin/python benchmarks/dpne_bench.py default-check [--users 200000] [--repeat 3]
+                                              [--generated-repeat N]
     .venv/bin/python benchmarks/dpne_bench.py [all]      (sotu, synthetic, scaling, figure; ~35 min)
 
 Parameters are the paper's §3.1.2 setting: eps = 4, delta = 1e-7, Delta_0 = 100, eta = 0.01, both-side
@@ -131,6 +132,12 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--rerun", action="store_true", help="scaling: re-measure the 1M point")
     parser.add_argument("--tuning-repeat", type=int, default=2, help="sips: runs per Brown grid point")
+    parser.add_argument(
+        "--generated-repeat",
+        type=int,
+        default=None,
+        help="default-check: runs per point on the generated corpus (default --repeat)",
+    )
     parser.add_argument(
         "--reuse-jobs", action="store_true", help="reuse the results of jobs already run with the same spec"
     )

@@ -12,8 +12,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dpne_steps import run_dpne  # noqa: E402
-
 from dpngram.core.noise import TEST_SEED_ENV, TEST_SEED_VALUE, NoiseSource  # noqa: E402
 from dpngram.stages import ingest as ingest_stage  # noqa: E402
 
@@ -80,6 +78,8 @@ def run_through_dpne(
     test can exercise a later stage. ``files`` is what ``dpngram.text.sample.write_sample`` returned;
     ``config_values`` are RunConfig fields (input/out/warehouse/public are filled in here); ``noise``
     (a seeded source) makes the DPNE releases, and so every later stage's input, reproducible."""
+    from dpne_steps import run_dpne  # tests/dpne_steps.py; here so a copied conftest imports alone
+
     from dpngram.config import RunConfig
     from dpngram.release.context import RunContext
     from dpngram.release.publish import prepare

@@ -187,12 +187,15 @@ def evaluate_on_corpora(
     repeat: int,
     record: dict[str, Any],
     result_name: str,
+    generated_repeat: int | None = None,
 ) -> None:
     """:func:`budget_runs` of ``configs`` on every evaluation corpus into ``record["corpora"]``,
-    writing ``results/result_name`` after each corpus (a long scenario keeps what it measured)."""
+    writing ``results/result_name`` after each corpus (a long scenario keeps what it measured).
+    ``generated_repeat``: runs per point on the generated corpus (default ``repeat``)."""
     record["corpora"] = {}
     for label, path in evaluation_corpora(users).items():
-        record["corpora"][label] = budget_runs(workdir, label, path, configs, epsilons, repeat)
+        reps = generated_repeat if generated_repeat and label.startswith("generated") else repeat
+        record["corpora"][label] = budget_runs(workdir, label, path, configs, epsilons, reps)
         write_result(result_name, record)
 
 

@@ -76,6 +76,7 @@ def mode_default_check(args: argparse.Namespace) -> None:
             "max_n": SPEED_T,
             "epsilons": list(CHECK_EPSILONS),
             "repeat": args.repeat,
+            "generated_repeat": args.generated_repeat or args.repeat,
             "generated_users": users,
             "configs": CONFIGS,
             "issue_default": ISSUE_DEFAULT,
@@ -85,7 +86,14 @@ def mode_default_check(args: argparse.Namespace) -> None:
         },
     )
     evaluate_on_corpora(
-        workdir, users, CONFIGS, CHECK_EPSILONS, args.repeat, record, "dpne_default_check.json"
+        workdir,
+        users,
+        CONFIGS,
+        CHECK_EPSILONS,
+        args.repeat,
+        record,
+        "dpne_default_check.json",
+        generated_repeat=args.generated_repeat,
     )
     record["summary"] = check_summary(record)
     write_result("dpne_default_check.json", record)
