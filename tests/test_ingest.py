@@ -543,3 +543,53 @@ def test_tokenize_texts_matches_ingest_on_sample_like_text(tmp_path: Path) -> No
     for _, doc, _, tokens in sentences:
         by_doc.setdefault(doc, []).append(tokens)
     assert [by_doc[i + 1] for i in range(len(texts))] == tokenize_texts(texts)
+
+
+_FAST_PATH_LINES = [
+    b'{"user_id": "a", "text": "plain"}',
+    b'{"user_id": "a", "text": "first", "text": "last wins"}\r\n',
+    b'  {"text": "tab\\tquote\\" slash\\/", "user_id": "b", "extra": {"n": [1, 2.5e999, null]}}  \n',
+    b'{"user_id": "c", "text": "x", "big": 123456789012345678901234567890}',
+    b'{"user_id": "c", "text": "x", "n": NaN}',  # json accepts NaN, msgspec does not
+    b'{"user_id": "d", "text": "caf\xc3\xa9 \xe2\x80\x99"}',
+    b'{"user_id": "d", "text": "bad \xff byte"}',
+    b'{"user_id": "e", "text": "esc \\u00e9"}',
+    b'{"user_id": "e", "text": "bad \\ud800"}',
+    b'{"user_id": 7, "text": "number id"}',
+    b'{"user_id": " ", "text": "x"}',
+    b'{"user_id": "f", "text": "  "}',
+    b'{"user_id": "f"}',
+    b'{"user_id": "a", "text": "x"} {"user_id": "b", "text": "y"}',
+    b'{"user_id": "a", "text": "x", "z": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+    b"",
+    b"[1]",
+]
+
+
+@pytest.mark.parametrize("fields", [("user_id", "text"), ("text", "user_id"), ("text", "text")])
+def test_jsonl_fast_path_classifies_like_the_checked_path(fields: tuple[str, str]) -> None:
+    user_field, text_field = fields
+    fast, checked = ingest.RecordBatch(), ingest.RecordBatch()
+    classify = ingest.jsonl_line_classifier(user_field, text_field)
+    decode = json.JSONDecoder().decode
+    for line_no, line in enumerate(_FAST_PATH_LINES, start=1):
+        classify(fast, "src", line_no, line)
+        ingest.classify_jsonl_line(checked, "src", line_no, line, user_field, text_field, decode)
+    assert fast == checked
+    if fields == ("user_id", "text"):
+        # the lines above do exercise both outcomes: records and quarantine reasons
+        assert fast.texts[:3] == ["plain", "last wins", 'tab\tquote" slash/']
+        assert len(fast.bad_reasons) >= 6
+
+
+def test_jsonl_fast_path_is_taken_for_plain_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain line never reaches the json-module path (else the speed-up is gone)."""
+    calls: list[int] = []
+    real = ingest.classify_jsonl_line
+    monkeypatch.setattr(ingest, "classify_jsonl_line", lambda *a: calls.append(a[2]) or real(*a))
+    batch = ingest.RecordBatch()
+    classify = ingest.jsonl_line_classifier("user_id", "text")
+    classify(batch, "src", 1, b'{"user_id": "a", "text": "plain"}')
+    classify(batch, "src", 2, b'{"user_id": 7, "text": "number id"}')
+    assert calls == [2]
+    assert batch.user_ids == ["a", "7"]

@@ -197,3 +197,15 @@ def test_public_corpus_replaces_undecodable_bytes(tmp_path: Path) -> None:
     path = tmp_path / "public.txt"
     path.write_bytes(b"ok line\nbad \xff byte\n")
     assert list(read_public_corpus(path)) == [["ok", "line"], ["bad", "\ufffd", "byte"]]
+
+
+def test_nfkc_only_of_non_ascii_texts_equals_nfkc_of_all() -> None:
+    """The ASCII pass-through (tokenizer.nfkc_expr) changes nothing: ASCII is NFKC-stable."""
+    from dpngram.text.tokenizer import nfkc_expr
+
+    texts = ["plain ascii", "\ufb01ne \u00bd", "\uff21\uff42c", None, "", "e\u0301", "x\u00a0y", "\u2126 ok"]
+    texts += [chr(c) for c in range(128)]  # every ASCII character alone
+    frame = pl.DataFrame({"t": texts}, schema={"t": pl.String})
+    got = frame.select(nfkc_expr(pl.col("t"))).to_series()
+    assert got.to_list() == frame.select(pl.col("t").str.normalize("NFKC")).to_series().to_list()
+    assert got[1] == "fine 1\u20442"  # the non-ASCII ones really are normalized

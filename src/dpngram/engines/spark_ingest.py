@@ -16,7 +16,6 @@ pyarrow, polars.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -110,11 +109,11 @@ def _numbered(df: Any) -> tuple[Any, int, int]:
 
 
 def _jsonl_records(batch: pa.RecordBatch, user_field: str, text_field: str, source_name: str) -> Any:
-    """Classify JSON lines with :func:`dpngram.text.records.classify_jsonl_line` (the DuckDB reader's
-    rules); returns an ingest ``RecordBatch``."""
-    from dpngram.text.records import RecordBatch, classify_jsonl_line
+    """Classify JSON lines with :func:`dpngram.text.records.jsonl_line_classifier` (the DuckDB
+    reader's rules); returns an ingest ``RecordBatch``."""
+    from dpngram.text.records import RecordBatch, jsonl_line_classifier
 
-    decode = json.JSONDecoder().decode
+    classify = jsonl_line_classifier(user_field, text_field)
     out = RecordBatch(read=batch.num_rows)
     lines = batch.column("line").to_pylist()
     doc_ids = batch.column("doc_id").to_pylist()
@@ -123,7 +122,7 @@ def _jsonl_records(batch: pa.RecordBatch, user_field: str, text_field: str, sour
         source = sources[i] if sources is not None else source_name
         if line_no & ((1 << _FILE_SHIFT) - 1) == 1:
             line = line.removeprefix(b"\xef\xbb\xbf")
-        classify_jsonl_line(out, source, line_no, line, user_field, text_field, decode)
+        classify(out, source, line_no, line)
     return out
 
 

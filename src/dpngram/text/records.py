@@ -61,8 +61,9 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
+import msgspec
 import polars as pl
 
 from dpngram.core.errors import IngestError
@@ -234,6 +235,9 @@ class RecordBatch:
         self.text_bytes += min(len(raw), QUARANTINE_RAW_MAX_CHARS)
 
 
+_Item = TypeVar("_Item")
+
+
 _RAW_SCHEMA = {"user_id": pl.String, "doc_id": pl.Int64, "text": pl.String}
 
 
@@ -293,7 +297,7 @@ def _jsonl_reason(text_line: str, obj: Any, user_field: str, text_field: str) ->
 def jsonl_batches(path: Path, user_field: str, text_field: str) -> Iterator[RecordBatch]:
     source = str(path)
     line_no = 0
-    decode = json.JSONDecoder().decode
+    classify = jsonl_line_classifier(user_field, text_field)
     with open_binary(path) as fh:
         first = True
         while True:
@@ -311,8 +315,46 @@ def jsonl_batches(path: Path, user_field: str, text_field: str) -> Iterator[Reco
             batch = RecordBatch(read=len(lines))
             for line in lines:
                 line_no += 1
-                classify_jsonl_line(batch, source, line_no, line, user_field, text_field, decode)
+                classify(batch, source, line_no, line)
             yield batch
+
+
+def jsonl_line_classifier(user_field: str, text_field: str) -> Callable[[RecordBatch, str, int, bytes], None]:
+    """``classify(batch, source, line_no, line)``: :func:`classify_jsonl_line` with a fast path.
+
+    Most lines are an object whose user id and text are non-blank JSON strings without a
+    ``\\u`` escape. msgspec decodes just those two fields of such a line, checking their types,
+    about 5x faster than ``json`` into a dict. Any line msgspec rejects (or that holds a ``\\u``
+    escape, or a blank field) goes to :func:`classify_jsonl_line`. So every line gets the same
+    record or quarantine reason as before. Where msgspec accepts, it agrees with ``json``: the same
+    UTF-8 and nesting-depth errors, and the last of duplicate keys wins (tests/test_ingest.py).
+    Used by both engines' JSONL readers."""
+    decode = json.JSONDecoder().decode
+    fast_errors = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
+
+    def checked(batch: RecordBatch, source: str, line_no: int, line: bytes) -> None:
+        classify_jsonl_line(batch, source, line_no, line, user_field, text_field, decode)
+
+    if user_field == text_field:  # one field as both: msgspec cannot map it twice
+        return checked
+    fields = msgspec.defstruct(
+        "JsonlRecord", [("user_id", str), ("text", str)], rename={"user_id": user_field, "text": text_field}
+    )
+    fast = msgspec.json.Decoder(fields).decode
+
+    def classify(batch: RecordBatch, source: str, line_no: int, line: bytes) -> None:
+        if b"\\u" not in line:
+            try:
+                record = fast(line)
+            except fast_errors:
+                pass
+            else:
+                if record.user_id.strip() and record.text.strip():
+                    batch.good(record.user_id, line_no, record.text)
+                    return
+        checked(batch, source, line_no, line)
+
+    return classify
 
 
 def classify_jsonl_line(
@@ -659,10 +701,11 @@ def textdir_batches(root: Path, files: list[TextFile] | None = None) -> Iterator
         yield batch
 
 
-def prefetch(batches: Iterator[RecordBatch], depth: int = 1) -> Iterator[RecordBatch]:
-    """Parse the next batch in a background thread while the current one is tokenized and loaded
-    (polars and DuckDB release the GIL). At most ``depth`` parsed batches wait in the queue, so
-    memory stays bounded; an exception in the reader is re-raised here."""
+def prefetch(batches: Iterator[_Item], depth: int = 1) -> Iterator[_Item]:
+    """Produce the next batch in a background thread while the caller works on the current one
+    (ingest: parse and tokenize there, load here; polars and DuckDB release the GIL). At most
+    ``depth`` produced batches wait in the queue, so memory stays bounded; an exception in the
+    producer is re-raised here."""
     handoff: queue.Queue[Any] = queue.Queue(maxsize=depth)
     stop = threading.Event()
     done = object()
