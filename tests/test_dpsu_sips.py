@@ -155,23 +155,25 @@ def sql_admitted_round(
     per_user_lists: bool = False,
 ) -> dict[str, float]:
     """The admitted round's histogram through the mechanism's SQL (sql/dpsu/histogram_admitted.sql,
-    or histogram_lists_admitted.sql over the per-user lists) for a given admitted set (already
+    or histogram_kept_admitted.sql over the kept lists of user_kept_lists.sql) for a given admitted set (already
     minus the released items, as sips_rounds_release stores it)."""
     dpsu._store_items(wh, SCHEMA, "t_adm", pa.table({"item": pa.array(sorted(admitted), pa.string())}))
+    params = {"salt": salt, "max_contribution": max_contribution}
     if per_user_lists:
-        wh.execute(load_sql("dpsu/user_item_lists", schema=SCHEMA, target="t_lists", source="src"))
+        wh.execute(load_sql("dpsu/user_kept_lists", schema=SCHEMA, target="t_lists", source="src"), params)
         statement = load_sql(
-            "dpsu/histogram_lists_admitted",
+            "dpsu/histogram_kept_admitted",
             schema=SCHEMA,
-            lists="t_lists",
+            kept_lists="t_lists",
             admitted="t_adm",
             histogram="t_hist",
         )
+        wh.execute(statement)
     else:
         statement = load_sql(
             "dpsu/histogram_admitted", schema=SCHEMA, source="src", admitted="t_adm", histogram="t_hist"
         )
-    wh.execute(statement, {"salt": salt, "max_contribution": max_contribution})
+        wh.execute(statement, params)
     out = dict(wh.con.sql(f"SELECT item, weight FROM {SCHEMA}.t_hist").fetchall())
     wh.drop(SCHEMA, "t_hist", "t_adm", "t_lists")
     return out

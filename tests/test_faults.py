@@ -591,7 +591,9 @@ VOCABULARY_HEAVY_SQL = (
     "dpsu/user_item_lists",
     "dpsu/histogram_lists",
     "dpsu/histogram_lists_remaining",
-    "dpsu/histogram_lists_admitted",
+    "dpsu/user_kept_lists",
+    "dpsu/histogram_kept",
+    "dpsu/histogram_kept_admitted",
     "dpsu/histogram",
     "dpsu/policy_items",
 )
@@ -637,12 +639,14 @@ def test_out_of_memory_in_a_dpne_level_histogram_charges_nothing_and_resumes(
 
     ctx = ingested(tmp_path, small_corpus)
     run_vocabulary(ctx)
-    # the first heavy statement of the level: its per-user lists (DP-SIPS with admission, the
+    # the first heavy statement of the level: its per-user kept lists (DP-SIPS with admission, the
     # default), the shared histogram (plain rounds) or the policy Gaussian's input
-    sql = WatchedSql(monkeypatch, fail={"dpsu/user_item_lists", "dpsu/histogram", "dpsu/policy_items"})
+    heavy = {"dpsu/user_kept_lists", "dpsu/user_item_lists", "dpsu/histogram", "dpsu/policy_items"}
+    sql = WatchedSql(monkeypatch, fail=heavy)
     with pytest.raises(ResourceExhausted) as err:
         run_level(ctx, 2)
     assert [name for name, _ in sql.failed] in (
+        ["dpsu/user_kept_lists"],
         ["dpsu/user_item_lists"],
         ["dpsu/histogram"],
         ["dpsu/policy_items"],

@@ -386,13 +386,16 @@ def sips_rounds_release(
     salt for every round, so each user's kept set is round 1's; round 1's draw also collects into
     ``admitted`` the items whose noisy weight reached the floor without being released (plus
     ``always_admitted``, public keys), and rounds r >= 2 keep only those of each user's kept items
-    not released yet (``sql/dpsu/histogram_admitted.sql``, ``histogram_lists_admitted.sql``).
+    not released yet (``sql/dpsu/histogram_admitted.sql``, ``histogram_kept_admitted.sql``).
 
     ``per_user_lists`` (with more than one round): each user's distinct items are collected once
     into a list table (``sql/dpsu/user_item_lists.sql``) that every round reads
     (``dpsu/histogram_lists.sql``; from round 2 minus the released items,
     ``dpsu/histogram_lists_remaining.sql``): the same histograms, without a GROUP BY over every
-    occurrence per round. Worth it where the source has many duplicates per user (the vocabulary:
+    occurrence per round. With admission the table holds each user's KEPT items instead
+    (``dpsu/user_kept_lists.sql``: one salt, so round 1's kept sets serve every round), read by
+    ``dpsu/histogram_kept.sql`` and ``histogram_kept_admitted.sql``: each user's items are ranked
+    once, not once per round. Worth it where the source has many duplicates per user (the vocabulary:
     ~100 token occurrences, ~70 distinct words a user); the DPNE levels' sources are not."""
     if max_contribution < 1:
         raise ValueError(f"max_contribution: must be >= 1 (got {max_contribution})")
@@ -407,7 +410,12 @@ def sips_rounds_release(
     released: list[pa.Array] = []
     count = 0
     try:
-        if lists:
+        if lists and admission:  # one salt: every round's kept sets are round 1's, ranked once
+            wh.execute(
+                load_sql("dpsu/user_kept_lists", schema=schema, target=lists, source=source),
+                {"salt": shared_salt, "max_contribution": int(max_contribution)},
+            )
+        elif lists:
             wh.execute(load_sql("dpsu/user_item_lists", schema=schema, target=lists, source=source))
         for r, rnd in enumerate(rounds, start=1):
             started = time.perf_counter()
@@ -420,9 +428,9 @@ def sips_rounds_release(
                 _store_items(wh, schema, admitted_table, pa.table({"item": admitted}))
                 statement = (
                     load_sql(
-                        "dpsu/histogram_lists_admitted",
+                        "dpsu/histogram_kept_admitted",
                         schema=schema,
-                        lists=lists,
+                        kept_lists=lists,
                         admitted=admitted_table,
                         histogram=histogram,
                     )
@@ -434,6 +442,10 @@ def sips_rounds_release(
                         admitted=admitted_table,
                         histogram=histogram,
                     )
+                )
+            elif lists and admission:  # round 1
+                statement = load_sql(
+                    "dpsu/histogram_kept", schema=schema, kept_lists=lists, histogram=histogram
                 )
             elif lists:
                 statement = (
@@ -463,8 +475,11 @@ def sips_rounds_release(
                 statement = load_sql(
                     "dpsu/histogram", schema=schema, source=round_source, histogram=histogram
                 )
-            salt = shared_salt if shared_salt is not None else int(noise.selection_salt())
-            wh.execute(statement, {"salt": salt, "max_contribution": int(max_contribution)})
+            if lists and admission:  # the kept lists already applied the salt and the cap
+                wh.execute(statement)
+            else:
+                salt = shared_salt if shared_salt is not None else int(noise.selection_salt())
+                wh.execute(statement, {"salt": salt, "max_contribution": int(max_contribution)})
             built = time.perf_counter()
             collect: list[pa.Array] | None = [] if admission and r == 1 else None
             items = draw(histogram, done if count else None, count, rnd, collect)
