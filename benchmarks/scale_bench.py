@@ -439,7 +439,13 @@ def plot(payload: dict[str, Any], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--users", type=int, nargs="+", default=[100_000, 300_000, 1_000_000, 3_000_000])
+    parser.add_argument(
+        "--users",
+        type=int,
+        nargs="*",
+        default=[100_000, 300_000, 1_000_000, 3_000_000],
+        help="users per dpne=1 point (none: only --full-split)",
+    )
     parser.add_argument(
         "--policy", nargs="+", default=["default"], help="DPSU policies ('default' = no flag)"
     )
