@@ -39,18 +39,47 @@ grams AS (
            ] END) AS e
     FROM occ
 ),
-counted AS (
-    SELECT g.user_id, d.gid, CAST(count(*) AS DOUBLE) AS c
+user_ids AS (
+    -- each user's domain ids as ONE sorted list: the counting and the clipping below work inside
+    -- the user's own row. Before, a GROUP BY (user_id, gid) over every pair did it; at 1M users
+    -- that hash aggregate outgrew 4 GB and spilled 2.8-3.9 GB (docs/engines.md, "Scale").
+    SELECT g.user_id, list_sort(list(d.gid)) AS s
     FROM grams AS g
     JOIN {schema}.{domain} AS d ON d.n = g.e.n AND d.ngram = g.e.ngram
-    GROUP BY g.user_id, d.gid
+    GROUP BY g.user_id
 ),
-norms AS (
-    SELECT user_id, sqrt(sum(c * c)) AS norm
-    FROM counted
-    GROUP BY user_id
+runs AS (
+    -- the positions where a run of equal ids starts in the sorted list
+    SELECT s,
+           list_filter(
+               generate_series(1, array_length(s)),
+               lambda i: i = 1 OR s[i] <> s[greatest(i - 1, 1)]
+           ) AS starts
+    FROM user_ids
+),
+user_counts AS (
+    -- (gid, c): each distinct id of the user and its count, the length of its run
+    SELECT list_transform(
+               generate_series(1, array_length(starts)),
+               lambda j: struct_pack(
+                   gid := s[starts[j]],
+                   c := CAST(
+                       CASE WHEN j < array_length(starts) THEN starts[least(j + 1, array_length(starts))]
+                            ELSE array_length(s) + 1 END
+                       - starts[j] AS DOUBLE)
+               )
+           ) AS counts
+    FROM runs
+),
+scaled AS (
+    -- min(1, clip / ||x_u||_2) for the user's count vector x_u
+    SELECT counts, least(1.0, $clip / sqrt(list_sum(list_transform(counts, lambda e: e.c * e.c)))) AS scale
+    FROM user_counts
+),
+entries AS (
+    SELECT unnest(counts) AS e, scale
+    FROM scaled
 )
-SELECT c.gid, sum(c.c * least(1.0, $clip / n.norm)) AS weighted
-FROM counted AS c
-JOIN norms AS n ON n.user_id = c.user_id
-GROUP BY c.gid
+SELECT e.gid AS gid, sum(e.c * scale) AS weighted
+FROM entries
+GROUP BY e.gid

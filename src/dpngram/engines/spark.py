@@ -4,7 +4,7 @@ Design (``docs/engines.md`` has the full argument):
 
 * **SQL**: every statement loaded by :func:`dpngram.engines.sql.load_sql` (DuckDB dialect) is parsed
   and rewritten once with ``sqlglot`` (read="duckdb", write="spark") and cached by text
-  (:func:`to_spark`). On top of sqlglot's translation, six rewrites are applied, each because
+  (:func:`to_spark`). On top of sqlglot's translation, seven rewrites are applied, each because
   the dialects disagree on meaning, not just spelling:
 
   - ``list[i]`` -> ``element_at(list, i)``: DuckDB lists are 1-based, Spark's ``[]`` is 0-based
@@ -18,6 +18,8 @@ Design (``docs/engines.md`` has the full argument):
   - ``list_slice(l, a, b)`` -> ``slice(l, a, b - a + 1)`` (Spark takes a length);
   - ``list(v ORDER BY k)`` -> ``transform(array_sort(collect_list(struct(k, v))), e -> e.v)``
     (sqlglot drops the ORDER BY, and Spark's collect_list keeps no order);
+  - ``list_sum(l)`` -> ``aggregate(l, CAST(0 AS DOUBLE), (acc, v) -> acc + v)`` (Spark has no
+    list sum; sqlglot leaves the name unchanged);
   - several aliased ``unnest(list) AS x`` in one SELECT (DuckDB unnests them in lockstep) ->
     one ``inline(arrays_zip(...)) AS (x, ...)`` (Spark allows one generator per SELECT).
 
@@ -95,6 +97,18 @@ def _rewrite(node: exp.Expression) -> exp.Expression:
             this=exp.Sub(this=stop.copy(), expression=start.copy()), expression=exp.Literal.number(1)
         )
         return exp.Anonymous(this="slice", expressions=[arr, start, exp.Paren(this=length)])
+    if (
+        isinstance(node, exp.Anonymous)
+        and str(node.this).lower() == "list_sum"
+        and len(node.expressions) == 1
+    ):
+        (values,) = node.expressions
+        total = sqlglot.parse_one(
+            "aggregate(list_sum_arg, CAST(0 AS DOUBLE), (acc, v) -> acc + v)", read="spark"
+        )
+        return total.transform(
+            lambda n: values.copy() if isinstance(n, exp.Column) and n.name == "list_sum_arg" else n
+        )
     if isinstance(node, exp.DataType) and node.this == exp.DataType.Type.UBIGINT:
         return exp.DataType.build("BIGINT")
     if isinstance(node, exp.ArrayAgg) and isinstance(node.this, exp.Order):
