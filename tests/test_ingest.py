@@ -370,14 +370,16 @@ def test_textdir_unreadable_files_are_quarantined(tmp_path: Path, monkeypatch: p
     (root / "a.txt").write_text("fine")
     (root / "b.txt").write_text("locked")
     (root / "c.txt.gz").write_bytes(b"\x1f\x8b" + b"not really gzip")
-    real_read = ingest._read_no_follow
+    from dpngram.text import textdir
+
+    real_read = textdir._read_no_follow
 
     def read_bytes(path: Path) -> bytes:
         if path.name == "b.txt":
             raise PermissionError(13, "Permission denied")
         return real_read(path)
 
-    monkeypatch.setattr(ingest, "_read_no_follow", read_bytes)
+    monkeypatch.setattr(textdir, "_read_no_follow", read_bytes)
     stats, quarantine, _ = _ingest(root)
     assert sorted((q[0], q[2]) for q in quarantine) == [
         ("b.txt", "unreadable_file"),

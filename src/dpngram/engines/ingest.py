@@ -44,10 +44,9 @@ from dpngram.text.records import (
     jsonl_batches,
     parquet_batches,
     prefetch,
-    text_files,
-    textdir_batches,
     tokenize_batch,
 )
+from dpngram.text.textdir import text_files, textdir_batches
 
 if TYPE_CHECKING:
     from dpngram.engines.base import Engine
