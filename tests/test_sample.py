@@ -128,8 +128,12 @@ def test_user_lengths_are_heavy_tailed(sample: tuple[dict[str, Path], dict[str, 
 def test_public_corpus_overlaps_but_differs(sample: tuple[dict[str, Path], dict[str, Any]]) -> None:
     # Public word ranks are jittered and half of its phrases are replaced. Over 60 seeds (20,000
     # public sentences): Spearman correlation of the 300 top private words' frequencies with their
-    # public ones 0.747 +- 0.045 (max 0.83); share of the public 6-grams seen >= 2 times that also
-    # occur in the private text 0.138 +- 0.022 (range 0.09..0.19). Both bands are >= 4.5 sd away.
+    # public ones 0.747 +- 0.045 (max 0.83), a band >= 4.5 sd away. Share of the public 6-grams
+    # seen >= 2 times that also occur in the private text, re-measured 2026-11-26 over seeds
+    # 100..159: 0.073 +- 0.023 (range 0.0245..0.131; 33..174 shared 6-grams of ~1,250). The old
+    # lower bound 0.03 (from a stale 0.138 +- 0.022) failed on about 1 seed in 30, so "overlaps"
+    # is now "shares at least one recurring 6-gram" (the fewest seen was 33) and "differs" is a
+    # share below 0.25 (7.6 sd above the mean).
     _, corpus = sample
     top = [w for w, _ in corpus["words"].most_common(300)]
     private = np.array([corpus["words"][w] for w in top], dtype=float)
@@ -139,7 +143,7 @@ def test_public_corpus_overlaps_but_differs(sample: tuple[dict[str, Path], dict[
     assert 0.3 < rho < 0.95
     recurring_public = [g for g, c in corpus["public_six"].items() if c >= 2]
     share = float(np.mean([g in corpus["six"] for g in recurring_public]))
-    assert 0.03 < share < 0.5
+    assert 0 < share < 0.25
 
 
 def test_same_seed_same_bytes(tmp_path: Path) -> None:
