@@ -416,7 +416,7 @@ def test_dags_test_on_the_spark_engine(airflow, sample):
         assert (release / name).is_file(), name
     schema = run_schema_name(release.name)
     tables = {p.name for p in (base / "tables" / schema).iterdir() if p.is_dir()}
-    assert {"sentences", "dpne_occ1"} <= tables
+    assert {"sentences", "dpne_users", "dpne_s1"} <= tables
     import duckdb
 
     with duckdb.connect(str(base / "wh.duckdb"), read_only=True) as db:

@@ -155,8 +155,8 @@ def sql_admitted_round(
     per_user_lists: bool = False,
 ) -> dict[str, float]:
     """The admitted round's histogram through the mechanism's SQL (sql/dpsu/histogram_admitted.sql,
-    or histogram_kept_admitted.sql over the kept lists of user_kept_lists.sql) for a given admitted set (already
-    minus the released items, as sips_rounds_release stores it)."""
+    or histogram_kept_admitted.sql over the kept lists of user_kept_lists.sql) for a given admitted
+    set (already minus the released items, as sips_rounds_release stores it)."""
     dpsu._store_items(wh, SCHEMA, "t_adm", pa.table({"item": pa.array(sorted(admitted), pa.string())}))
     params = {"salt": salt, "max_contribution": max_contribution}
     if per_user_lists:

@@ -663,13 +663,14 @@ def test_out_of_memory_in_a_dpne_level_histogram_charges_nothing_and_resumes(
 def test_out_of_memory_after_the_first_noise_draw_keeps_the_charge_and_is_not_resumed(
     tmp_path, small_corpus, monkeypatch
 ):
-    """The level-1 position table is built after the threshold's noise was drawn: a failure there
-    keeps the pending charge (an upper bound) and the resume is refused, never drawn again."""
+    """The level-1 tables (the user numbering first) are built after the threshold's noise was
+    drawn: a failure there keeps the pending charge (an upper bound) and the resume is refused,
+    never drawn again."""
     from dpngram.core.errors import ResourceExhausted
     from dpngram.stages.vocabulary import run_vocabulary
 
     ctx = ingested(tmp_path, small_corpus)
-    WatchedSql(monkeypatch, fail={"dpne/occurrences_level1"})
+    WatchedSql(monkeypatch, fail={"numbering/sentences"})
     with pytest.raises(ResourceExhausted) as err:
         run_vocabulary(ctx)
     assert err.value.charged is True

@@ -201,6 +201,8 @@ def test_install_vocabulary_and_triehh_use_the_shared_numbering(duck) -> None:
         f"SELECT count(*) FROM {SCHEMA}.numbering_released"
     )
     check_users(duck, "dpne_users")
+    assert duck.object_type(SCHEMA, "dpne_occ1") is None  # built only where a level needs it
+    assert dpne_domain.level1_occurrences(duck, SCHEMA) == "dpne_occ1"
     check_level1(duck, "dpne_users", "dpne_occ1")
     params = triehh.TrieParameters(epsilon0=1.0, users_per_layer=10, max_depth=6)
     triehh.prepare_user_words(duck, SCHEMA, [], params)
@@ -209,6 +211,60 @@ def test_install_vocabulary_and_triehh_use_the_shared_numbering(duck) -> None:
     assert sorted(uidx.values()) == list(range(len(dpne_uid)))
     assert uidx == {user: uid - 1 for user, uid in dpne_uid.items()}  # same numbering, 0-based
     assert duck.object_type(SCHEMA, "triehh_users_numbering") is None
+
+
+def check_level2_pairs(engine) -> None:
+    """sql/dpne/candidates_level2.sql (pairs read from the sentences) gives exactly the rows of
+    sql/dpne/candidates_both.sql over the level-1 positions, with an S_1 that lacks every third
+    position's token (so tokens outside S_1 break pairs) and sentences of 1..5 tokens (so a pair
+    never runs past a sentence's end)."""
+    engine.execute(
+        f"CREATE OR REPLACE TABLE {SCHEMA}.pairs_released AS "
+        f"SELECT item FROM {SCHEMA}.numbering_released WHERE item NOT LIKE '%\\_2' ESCAPE '\\'"
+    )
+    engine.execute(load_sql("dpne/level1_table", schema=SCHEMA, target="pairs_s1", released="pairs_released"))
+    number_users(engine, SCHEMA, "pairs_users")
+    params = {"sentence_stride": SENTENCE_STRIDE}
+    engine.execute(
+        load_sql(
+            "dpne/occurrences_level1",
+            schema=SCHEMA,
+            target="pairs_occ1",
+            users="pairs_users",
+            vocabulary="pairs_s1",
+        ),
+        params,
+    )
+    engine.execute(
+        load_sql("dpne/candidates_both", schema=SCHEMA, target="pairs_window", previous="pairs_occ1")
+    )
+    engine.execute(
+        load_sql(
+            "dpne/candidates_level2",
+            schema=SCHEMA,
+            target="pairs_direct",
+            users="pairs_users",
+            vocabulary="pairs_s1",
+        ),
+        params,
+    )
+    rows = {
+        name: sorted(engine.fetch_arrow(f"SELECT uid, loc, key FROM {SCHEMA}.{name}").to_pylist(), key=str)
+        for name in ("pairs_window", "pairs_direct")
+    }
+    expected = sum(
+        sum(1 for a, b in itertools.pairwise(t) if not a.endswith("_2") and not b.endswith("_2"))
+        for t in CORPUS.column("tokens").to_pylist()
+    )
+    assert len(rows["pairs_direct"]) == expected > 0
+    assert rows["pairs_direct"] == rows["pairs_window"]
+    engine.drop(
+        SCHEMA, "pairs_released", "pairs_s1", "pairs_users", "pairs_occ1", "pairs_window", "pairs_direct"
+    )
+
+
+def test_duckdb_level2_pairs_from_sentences(duck) -> None:
+    check_level2_pairs(duck)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -244,6 +300,11 @@ def test_spark_uid_dense_and_sentences_unique(spark_engine, buckets) -> None:
     check_users(spark_engine, "num_users")
     _level1(spark_engine, "num_users", "num_occ1")
     check_level1(spark_engine, "num_users", "num_occ1")
+
+
+@pytest.mark.spark
+def test_spark_level2_pairs_from_sentences(spark_engine) -> None:
+    check_level2_pairs(spark_engine)
 
 
 @pytest.mark.spark

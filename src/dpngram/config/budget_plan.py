@@ -47,6 +47,7 @@ class RunConfig(Protocol):
     @property
     def budget(self) -> Budget: ...
 
+
 #: Stages that spend privacy budget, in run order. ``stage_budget`` splits (epsilon, delta) among
 #: the ones that are enabled.
 STAGES = ("dpne", "lm_counts", "bayes", "synth", "triehh")

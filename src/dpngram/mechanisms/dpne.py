@@ -189,7 +189,8 @@ def prepare_level(
 ) -> LevelInputs:
     """Level k up to the noisy step: valid-gram sides, |V_k| (exact, or supplement Alg. 2),
     the pruned candidates and the bounded, weighted histogram H_k (Alg. 1 / supplement Alg. 1
-    before "Add noise"). Needs ``dpne_s{j}`` for j < k and ``dpne_occ{k-1}``/``dpne_occ1``.
+    before "Add noise"). Needs ``dpne_s{j}`` for j < k, ``dpne_users`` and, for k > 2,
+    ``dpne_occ{k-1}`` (``dpne_occ1`` is built on first use by single-side pruning).
     ``cap(|S_{k-1}|, |V_k|)`` gives the policy Gaussian's fill level (None: weighted policy); it
     sees released set sizes only. ``build_histogram=False`` stops before the histogram (DP-SIPS
     builds one per round from ``source``)."""

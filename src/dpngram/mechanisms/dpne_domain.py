@@ -11,9 +11,10 @@ outputs); only :func:`sample_spurious` reads the private histogram, to reject it
 A k-gram is keyed by ``left_id * 2^32 + right_id`` (:data:`KEY_SHIFT`).
 
 Owns: the level-table names and constants (``MAX_LEVEL``, ``KEY_SHIFT``, ``SENTENCE_STRIDE``,
-``USER_BUCKETS``), :func:`install_vocabulary`, :func:`number_users`, :class:`LevelInputs`, the
-valid k-gram domain (:func:`build_candidates`, :func:`valid_sides`, :func:`count_valid_kgrams`,
-:func:`estimate_valid_kgrams`, :class:`ValidKgramIndex`, :func:`sample_spurious`).
+``USER_BUCKETS``), :func:`install_vocabulary`, :func:`level1_occurrences`, :func:`number_users`,
+:class:`LevelInputs`, the valid k-gram domain (:func:`build_candidates`, :func:`valid_sides`,
+:func:`count_valid_kgrams`, :func:`estimate_valid_kgrams`, :class:`ValidKgramIndex`,
+:func:`sample_spurious`).
 Imports: dpngram.mechanisms.dpsu (the vocabulary table's name), dpngram.engines, dpngram.core;
 numpy, pyarrow.
 """
@@ -80,23 +81,34 @@ def check_k(k: int) -> None:
 # ----------------------------------------------------------------------------------------------
 def install_vocabulary(wh: Engine, schema: str, items_table: str = VOCABULARY_TABLE) -> int:
     """Build the level-1 tables from the released S_1 in ``{schema}.{items_table}(item)``:
-    ``dpne_users`` (integer user ids), ``dpne_s1`` (token ids) and ``dpne_occ1`` (positions of
-    tokens in S_1; other tokens break n-grams). Returns |S_1|."""
-    for k in range(2, MAX_LEVEL + 1):  # tables of an earlier attempt are stale now
+    ``dpne_users`` (integer user ids) and ``dpne_s1`` (token ids). Returns |S_1|. The positions of
+    S_1's tokens (``dpne_occ1``) are built only where a level needs them
+    (:func:`level1_occurrences`: single-side pruning); both-side level 2 reads its pairs from the
+    sentences (sql/dpne/candidates_level2.sql)."""
+    drop_tables(wh, schema, occurrence_table(1))  # tables of an earlier attempt are stale now
+    for k in range(2, MAX_LEVEL + 1):
         drop_tables(wh, schema, level_table(k), occurrence_table(k), f"dpne_cand{k}", f"dpne_hist{k}")
     number_users(wh, schema, "dpne_users")
     wh.execute(load_sql("dpne/level1_table", schema=schema, target=level_table(1), released=items_table))
-    wh.execute(
-        load_sql(
-            "dpne/occurrences_level1",
-            schema=schema,
-            target=occurrence_table(1),
-            users="dpne_users",
-            vocabulary=level_table(1),
-        ),
-        {"sentence_stride": SENTENCE_STRIDE},
-    )
     return level_size(wh, schema, 1)
+
+
+def level1_occurrences(wh: Engine, schema: str) -> str:
+    """``dpne_occ1(uid, loc, gid)``: every position whose token is in S_1 (other tokens have no
+    row, so they break n-grams), built once from ``dpne_users`` and ``dpne_s1``."""
+    target = occurrence_table(1)
+    if not table_exists(wh, schema, target):
+        wh.execute(
+            load_sql(
+                "dpne/occurrences_level1",
+                schema=schema,
+                target=target,
+                users="dpne_users",
+                vocabulary=level_table(1),
+            ),
+            {"sentence_stride": SENTENCE_STRIDE},
+        )
+    return target
 
 
 def number_users(wh: Engine, schema: str, target: str, buckets: int = USER_BUCKETS) -> None:
@@ -142,7 +154,18 @@ def drop_tables(wh: Engine, schema: str, *tables: str) -> None:
 def build_candidates(wh: Engine, schema: str, k: int, pruning: Pruning) -> str:
     """``dpne_cand{k}(uid, loc, key)``: occurrences of valid k-grams (Alg. 4 on positions)."""
     target = f"dpne_cand{k}"
-    if pruning == "both":
+    if pruning == "both" and k == 2:
+        wh.execute(
+            load_sql(
+                "dpne/candidates_level2",
+                schema=schema,
+                target=target,
+                users="dpne_users",
+                vocabulary=level_table(1),
+            ),
+            {"sentence_stride": SENTENCE_STRIDE},
+        )
+    elif pruning == "both":
         wh.execute(
             load_sql("dpne/candidates_both", schema=schema, target=target, previous=occurrence_table(k - 1))
         )
@@ -152,8 +175,8 @@ def build_candidates(wh: Engine, schema: str, k: int, pruning: Pruning) -> str:
                 "dpne/candidates_single",
                 schema=schema,
                 target=target,
-                previous=occurrence_table(k - 1),
-                unigrams=occurrence_table(1),
+                previous=occurrence_table(k - 1) if k > 2 else level1_occurrences(wh, schema),
+                unigrams=level1_occurrences(wh, schema),
             ),
             {"offset": k - 1},
         )

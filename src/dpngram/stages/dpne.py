@@ -91,8 +91,8 @@ def _ensure_level_state(wh: Engine, ctx: RunContext, upto: int) -> None:
         size = seeds.num_rows if j == 1 else file_rows(root / level_path(j))
         return (
             table_exists(wh, schema, level_table(j))
-            and table_exists(wh, schema, occurrence_table(j))
-            and table_exists(wh, schema, occurrence_table(1))
+            # level 1's positions are built where a level needs them (dpne_domain.level1_occurrences)
+            and table_exists(wh, schema, occurrence_table(j) if j > 1 else "dpne_users")
             and level_size(wh, schema, j) == size
         )
 
