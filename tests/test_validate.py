@@ -210,3 +210,25 @@ def test_ingest_suite_detects_broken_row_identity(tmp_path):
 def test_nothing_to_validate_is_a_failure(tmp_path):
     ctx = make_ctx(tmp_path)
     assert failures_of(ctx) == [f"no validation suite applies to run {ctx.run_id} (nothing was released?)"]
+
+
+def test_gx_is_imported_without_its_unloaded_integrations_which_stay_importable():
+    """validation._import_gx hides pyspark and SQLAlchemy from GX's import only when the process
+    has not loaded them, and leaves both importable afterwards (a fresh interpreter, so the test
+    does not depend on what other tests imported)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from dpngram.validation import _import_gx\n"
+        "gx = _import_gx()\n"
+        "hidden = [m for m in ('pyspark', 'sqlalchemy') if m in sys.modules]\n"
+        "import sqlalchemy, pyspark\n"
+        "assert sqlalchemy.__version__ and pyspark.__version__\n"
+        "assert _import_gx() is gx\n"
+        "print('hidden-ok' if not hidden else f'loaded: {hidden}')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "hidden-ok"
