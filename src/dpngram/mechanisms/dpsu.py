@@ -406,11 +406,12 @@ def sips_rounds_release(
     lists = safe_identifier(f"{work}_lists") if per_user_lists and len(rounds) > 1 else None
     admission = len(rounds) > 1 and rounds[0].admit_floor is not None
     shared_salt = int(noise.selection_salt()) if admission else None
+    from_kept_lists = lists is not None and admission  # one salt: every round keeps round 1's sets
     admitted: pa.Array | None = None
     released: list[pa.Array] = []
     count = 0
     try:
-        if lists and admission:  # one salt: every round's kept sets are round 1's, ranked once
+        if from_kept_lists:  # every round's kept sets are round 1's, ranked once
             wh.execute(
                 load_sql("dpsu/user_kept_lists", schema=schema, target=lists, source=source),
                 {"salt": shared_salt, "max_contribution": int(max_contribution)},
@@ -443,7 +444,7 @@ def sips_rounds_release(
                         histogram=histogram,
                     )
                 )
-            elif lists and admission:  # round 1
+            elif from_kept_lists:  # round 1
                 statement = load_sql(
                     "dpsu/histogram_kept", schema=schema, kept_lists=lists, histogram=histogram
                 )
@@ -475,7 +476,7 @@ def sips_rounds_release(
                 statement = load_sql(
                     "dpsu/histogram", schema=schema, source=round_source, histogram=histogram
                 )
-            if lists and admission:  # the kept lists already applied the salt and the cap
+            if from_kept_lists:  # the kept lists already applied the salt and the cap
                 wh.execute(statement)
             else:
                 salt = shared_salt if shared_salt is not None else int(noise.selection_salt())

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ import pyarrow as pa
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql
+from dpngram.mechanisms.heldout_scoring import held_out_user_sums
 from dpngram.release.layout import KGRAMS
 
 STAGE = "lm_counts"
@@ -209,54 +211,24 @@ def score_selection_users(
     """Summed :func:`user_scores` over the selection users (streamed; PRIVATE sums, in-process only):
     for each public model variant in ``public_arpas`` (one per adaptation strength β), the scores of
     every λ in ``weights``, concatenated in that order. Also returns the number of selection users
-    (PRIVATE: never reported)."""
-    from dpngram.lm.evaluate import load_model  # quiet: KenLM's loader writes to stderr otherwise
-
-    publics = [load_model(p) for p in public_arpas]
-    total = np.zeros(len(publics) * len(weights), dtype=np.float64)
-    users = 0
+    (PRIVATE: never reported). Scored by :func:`dpngram.mechanisms.heldout_scoring.held_out_user_sums`."""
     sql = load_sql("lm_counts/selection_sentences", schema=schema)
     params = {"salt": int(salt), "holdout_per_mille": int(holdout_per_mille)}
-    for p_scores, q in held_out_user_logprobs(wh, sql, params, [*publics, load_model(private_arpa)]):
-        total += np.concatenate([user_scores(pb, q, weights) for pb in p_scores])
-        users += 1
-    return total, users
+    return held_out_user_sums(
+        wh,
+        sql,
+        params,
+        [*public_arpas, private_arpa],
+        partial(selection_user_vector, weights=tuple(weights)),
+        len(public_arpas) * len(weights),
+    )
 
 
-def held_out_user_logprobs(wh: Engine, sql: str, params: dict[str, Any], models: list[Any]) -> Any:
-    """For each user of ``sql`` (rows (user_id, tokens) in user order), the log10 probabilities
-    of their events (every token and ``</s>``) under every KenLM model of ``models``: yields
-    (arrays of all but the last model, array of the last). PRIVATE values, in-process only."""
-    *publics, qm = models
-    current: Any = None
-    p_bufs: list[list[float]] = [[] for _ in publics]
-    q_buf: list[float] = []
-
-    def flush() -> Any:
-        out = ([np.array(pb) for pb in p_bufs], np.array(q_buf)) if q_buf else None
-        for pb in p_bufs:
-            pb.clear()
-        q_buf.clear()
-        return out
-
-    for batch in wh.fetch_batches(sql, params, batch_rows=50_000):
-        ids = batch.column(0).to_pylist()
-        toks = batch.column(1).to_pylist()
-        for uid, sentence in zip(ids, toks, strict=True):
-            if uid != current:
-                done = flush()
-                if done is not None:
-                    yield done
-                current = uid
-            if not sentence:
-                continue
-            text = " ".join(sentence)
-            for pm, pb in zip(publics, p_bufs, strict=True):
-                pb.extend(s[0] for s in pm.full_scores(text, bos=True, eos=True))
-            q_buf.extend(s[0] for s in qm.full_scores(text, bos=True, eos=True))
-    done = flush()
-    if done is not None:
-        yield done
+def selection_user_vector(
+    publics: list[np.ndarray], private: np.ndarray, weights: tuple[float, ...]
+) -> np.ndarray:
+    """One selection user's scores: :func:`user_scores` for every public variant, concatenated."""
+    return np.concatenate([user_scores(p, private, weights) for p in publics])
 
 
 def score_verdict_users(
@@ -275,32 +247,36 @@ def score_verdict_users(
     :func:`release_verdict` of them leaves): each user's mean natural log-loss under the released
     mixture weight·Q + (1 − weight)·P_β (``adapted_arpa``: the public model adapted at the chosen β)
     and under the public-only model P (``public_arpa``)."""
-    from dpngram.lm.evaluate import load_model
-
     same = adapted_arpa == public_arpa  # no adaptation (β = 0): score the public model once
-    models = [
-        load_model(public_arpa),
-        *([] if same else [load_model(adapted_arpa)]),
-        load_model(private_arpa),
-    ]
     sql = load_sql("lm_counts/verdict_sentences", schema=schema)
     params = {
         "salt": int(salt),
         "holdout_per_mille": int(holdout_per_mille),
         "verdict_per_mille": int(verdict_per_mille),
     }
-    total = np.zeros(4, dtype=np.float64)
-    for publics, q in held_out_user_logprobs(wh, sql, params, models):
-        public, adapted = publics[0], publics[-1]
-        mix = weight * np.power(10.0, q) + (1.0 - weight) * np.power(10.0, adapted)
-        released = np.log(np.maximum(mix, 1e-300))
-        total += verdict_user_vector(released, public * math.log(10.0))
+    total, _ = held_out_user_sums(
+        wh,
+        sql,
+        params,
+        [public_arpa, *([] if same else [adapted_arpa]), private_arpa],
+        partial(verdict_user_contribution, weight=float(weight)),
+        4,
+    )
     return VerdictSums(
         released_loss=float(total[0]),
         public_loss=float(total[1]),
         difference=float(total[2]),
         users=int(round(total[3] / VERDICT_LOSS_CLIP)),
     )
+
+
+def verdict_user_contribution(publics: list[np.ndarray], private: np.ndarray, weight: float) -> np.ndarray:
+    """One verdict user's :func:`verdict_user_vector` from their log10 probabilities under P, (P_β,)
+    and Q: the released mixture weight·Q + (1 − weight)·P_β against P."""
+    public, adapted = publics[0], publics[-1]
+    mix = weight * np.power(10.0, private) + (1.0 - weight) * np.power(10.0, adapted)
+    released = np.log(np.maximum(mix, 1e-300))
+    return verdict_user_vector(released, public * math.log(10.0))
 
 
 # ----------------------------------------------------------------------------------------------
