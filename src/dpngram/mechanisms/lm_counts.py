@@ -208,10 +208,11 @@ def score_selection_users(
     private_arpa: Path,
     weights: tuple[float, ...] = WEIGHT_GRID,
 ) -> tuple[np.ndarray, int]:
-    """Summed :func:`user_scores` over the selection users (streamed; PRIVATE sums, in-process only):
-    for each public model variant in ``public_arpas`` (one per adaptation strength β), the scores of
-    every λ in ``weights``, concatenated in that order. Also returns the number of selection users
-    (PRIVATE: never reported). Scored by :func:`dpngram.mechanisms.heldout_scoring.held_out_user_sums`."""
+    """Summed :func:`user_scores` over the selection users (streamed; PRIVATE sums, kept in the
+    run's process tree): for each public model variant in ``public_arpas`` (one per adaptation
+    strength β), the scores of every λ in ``weights``, concatenated in that order. Also returns
+    the number of selection users (PRIVATE: never reported). Scored by
+    :func:`dpngram.mechanisms.heldout_scoring.held_out_user_sums`."""
     sql = load_sql("lm_counts/selection_sentences", schema=schema)
     params = {"salt": int(salt), "holdout_per_mille": int(holdout_per_mille)}
     return held_out_user_sums(
@@ -243,10 +244,10 @@ def score_verdict_users(
     private_arpa: Path,
     weight: float,
 ) -> VerdictSums:
-    """The verdict users' clipped sums (:func:`verdict_user_vector`, PRIVATE: in-process only, only
-    :func:`release_verdict` of them leaves): each user's mean natural log-loss under the released
-    mixture weight·Q + (1 − weight)·P_β (``adapted_arpa``: the public model adapted at the chosen β)
-    and under the public-only model P (``public_arpa``)."""
+    """The verdict users' clipped sums (:func:`verdict_user_vector`; PRIVATE: kept in the run's
+    process tree, only :func:`release_verdict` of them leaves): each user's mean natural log-loss
+    under the released mixture weight·Q + (1 − weight)·P_β (``adapted_arpa``: the public model
+    adapted at the chosen β) and under the public-only model P (``public_arpa``)."""
     same = adapted_arpa == public_arpa  # no adaptation (β = 0): score the public model once
     sql = load_sql("lm_counts/verdict_sentences", schema=schema)
     params = {

@@ -344,7 +344,7 @@ def _selection_scores(
     holdout: int,
 ) -> np.ndarray:
     """Summed clipped scores of every (adaptation, weight) candidate over the selection users
-    (PRIVATE, in-process only), through the ARPA files of the private and public models."""
+    (PRIVATE, kept in the run's process tree), through the ARPA files of the private and public models."""
     scores, _ = score_selection_users(
         wh,
         schema,
