@@ -6,18 +6,8 @@
 -- unique (1..number of sentences) without a global window: the user's first_sentence offset
 -- from {users} (user_numbering.sql) plus the sentence's rank among the user's own sentences.
 CREATE OR REPLACE TABLE {schema}.{target} AS
-WITH numbered AS (
-    SELECT u.uid,
-           s.tokens,
-           CAST(u.first_sentence + row_number() OVER (PARTITION BY s.user_id ORDER BY s.doc_id, s.sent_id)
-                AS BIGINT) AS sentence_no
-    FROM {schema}.sentences AS s
-    JOIN {schema}.{users} AS u ON u.user_id = s.user_id
-),
-positions AS (
-    SELECT uid, sentence_no, tokens, unnest(generate_series(1, array_length(tokens))) AS pos
-    FROM numbered
-)
+WITH
+-- include: dpne/_sentence_positions
 SELECT p.uid, p.sentence_no * $sentence_stride + p.pos AS loc, v.gid
 FROM positions AS p
 JOIN {schema}.{vocabulary} AS v ON v.ngram = p.tokens[p.pos]

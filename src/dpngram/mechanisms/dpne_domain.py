@@ -98,17 +98,17 @@ def level1_occurrences(wh: Engine, schema: str) -> str:
     row, so they break n-grams), built once from ``dpne_users`` and ``dpne_s1``."""
     target = occurrence_table(1)
     if not table_exists(wh, schema, target):
-        wh.execute(
-            load_sql(
-                "dpne/occurrences_level1",
-                schema=schema,
-                target=target,
-                users="dpne_users",
-                vocabulary=level_table(1),
-            ),
-            {"sentence_stride": SENTENCE_STRIDE},
-        )
+        _from_sentences(wh, schema, "dpne/occurrences_level1", target)
     return target
+
+
+def _from_sentences(wh: Engine, schema: str, statement: str, target: str) -> None:
+    """Run a statement that reads the sentences' token positions (dpne/_sentence_positions.sql)
+    with ``dpne_users`` and S_1 (``dpne_s1``) into ``target``."""
+    wh.execute(
+        load_sql(statement, schema=schema, target=target, users="dpne_users", vocabulary=level_table(1)),
+        {"sentence_stride": SENTENCE_STRIDE},
+    )
 
 
 def number_users(wh: Engine, schema: str, target: str, buckets: int = USER_BUCKETS) -> None:
@@ -155,16 +155,7 @@ def build_candidates(wh: Engine, schema: str, k: int, pruning: Pruning) -> str:
     """``dpne_cand{k}(uid, loc, key)``: occurrences of valid k-grams (Alg. 4 on positions)."""
     target = f"dpne_cand{k}"
     if pruning == "both" and k == 2:
-        wh.execute(
-            load_sql(
-                "dpne/candidates_level2",
-                schema=schema,
-                target=target,
-                users="dpne_users",
-                vocabulary=level_table(1),
-            ),
-            {"sentence_stride": SENTENCE_STRIDE},
-        )
+        _from_sentences(wh, schema, "dpne/candidates_level2", target)
     elif pruning == "both":
         wh.execute(
             load_sql("dpne/candidates_both", schema=schema, target=target, previous=occurrence_table(k - 1))
