@@ -161,13 +161,14 @@ def build_candidates(wh: Engine, schema: str, k: int, pruning: Pruning) -> str:
             load_sql("dpne/candidates_both", schema=schema, target=target, previous=occurrence_table(k - 1))
         )
     else:
+        unigrams = level1_occurrences(wh, schema)  # also level 2's previous positions
         wh.execute(
             load_sql(
                 "dpne/candidates_single",
                 schema=schema,
                 target=target,
-                previous=occurrence_table(k - 1) if k > 2 else level1_occurrences(wh, schema),
-                unigrams=level1_occurrences(wh, schema),
+                previous=occurrence_table(k - 1),
+                unigrams=unigrams,
             ),
             {"offset": k - 1},
         )
