@@ -48,7 +48,7 @@ print-%:
 
 setup: $(STAMP) $(KENLM_TOOLS)
 
-$(STAMP): pyproject.toml $(CONSTRAINTS)
+$(STAMP): pyproject.toml $(CONSTRAINTS) scripts/make_venv.sh
 	bash scripts/make_venv.sh $(VENV) $(CONSTRAINTS)
 
 # No file prerequisites: the cache is shared by clones with different checkout times; only the

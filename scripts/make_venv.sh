@@ -75,7 +75,10 @@ uv)
         uv_args+=(--find-links /opt/wheels)
     fi
     log "installing dpngram[dev] with uv (-c $constraints)"
-    "$venv/bin/uv" pip install --python "$vpy" "${uv_args[@]}" "${install_args[@]}" \
+    # --compile-bytecode: uv writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE is set
+    # (this CI, most container images) nothing ever caches them, so every dpngram process (each
+    # CLI run, each Airflow task) recompiled its imports: ~7 s of a run (docs/engines.md, "Scale").
+    "$venv/bin/uv" pip install --python "$vpy" --compile-bytecode "${uv_args[@]}" "${install_args[@]}" \
         || die "uv pip install -e '.[dev]' -c $constraints failed (see above)"
     ;;
 pip)
@@ -88,5 +91,8 @@ pip)
     ;;
 esac
 
+# The editable install's own modules too (uv and pip compile site-packages only); stale ones are
+# recompiled in memory after an edit, so this only saves time.
+"$vpy" -m compileall -q -j 0 src >/dev/null || die "'python -m compileall src' failed"
 "$vpy" -c 'import kenlm, duckdb, dpngram' || die "the venv installed but 'import kenlm, duckdb, dpngram' fails"
 touch "$venv/.installed"

@@ -144,6 +144,23 @@ def test_second_setup_has_nothing_to_do():
     assert done.returncode == 0, "make -q setup: some set-up step would run again"
 
 
+def test_setup_leaves_bytecode_so_processes_do_not_recompile():
+    """`make setup` compiles the venv (uv writes no .pyc by default) and dpngram's own modules: with
+    PYTHONDONTWRITEBYTECODE set, as here and in most container images, nothing else would ever
+    cache them, and every CLI run or Airflow task recompiled ~7 s of imports."""
+    if not (ROOT / ".venv" / ".installed").exists():
+        pytest.skip("no .venv/.installed stamp: run through `make test`")
+    import importlib
+    import importlib.util
+
+    for name in ("great_expectations", "polars", "dpngram.cli.main", "dpngram.stages.lm"):
+        module = importlib.import_module(name)
+        cached = Path(importlib.util.cache_from_source(module.__file__))
+        assert cached.exists(), f"{module.__name__}: no bytecode at {cached}"
+    assert "--compile-bytecode" in (SCRIPTS / "make_venv.sh").read_text()
+    assert "scripts/make_venv.sh" in _rule("$(STAMP)")[0]
+
+
 # --------------------------------------------------------------------------- CI entry point
 
 
