@@ -35,9 +35,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from dpngram.core.errors import ArpaError
@@ -62,9 +63,11 @@ MIN_PROB = 1e-98
 @dataclass
 class ArpaModel:
     """One frame per order n = 1..N with columns ``ngram`` (space-joined tokens), ``logprob``
-    (log10) and ``backoff`` (log10; null at the top order)."""
+    (log10) and ``backoff`` (log10; null at the top order). The tables are not changed after
+    construction (:meth:`structure` caches what it derives from them)."""
 
     tables: dict[int, pl.DataFrame]
+    _structure: dict[int, NgramLinks] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def order(self) -> int:
@@ -72,6 +75,46 @@ class ArpaModel:
 
     def counts(self) -> dict[int, int]:
         return {n: self.tables[n].height for n in sorted(self.tables)}
+
+    def structure(self) -> dict[int, NgramLinks]:
+        """Per order n >= 2, each listed n-gram's links one order down (row numbers, computed once
+        per model): what lets arithmetic over the whole model (unigram adaptation) run on arrays
+        instead of joining n-gram strings per call. Raises :class:`ArpaError` if the model is not
+        closed (a context or suffix missing one order below)."""
+        if self._structure is None:
+            self._structure = {
+                n: _links(self.tables[n], self.tables[n - 1], self.tables[1], n)
+                for n in range(2, self.order + 1)
+            }
+        return self._structure
+
+
+@dataclass(frozen=True)
+class NgramLinks:
+    """Row numbers, for each row of an order-n table: ``context`` and ``suffix`` (its first and last
+    n − 1 words) in the order n − 1 table, ``word`` (its last word) in the unigram table."""
+
+    context: np.ndarray
+    suffix: np.ndarray
+    word: np.ndarray
+
+
+def _links(table: pl.DataFrame, lower: pl.DataFrame, unigrams: pl.DataFrame, n: int) -> NgramLinks:
+    parts = table.select(ctx=_context(), suf=_suffix(), w=pl.col("ngram").str.extract(r"([^ ]+)$", 1))
+
+    def rows(column: str, target: pl.DataFrame, name: str) -> np.ndarray:
+        index = target.select("ngram").with_row_index("row")
+        found = parts.select(column).join(
+            index, left_on=column, right_on="ngram", how="left", maintain_order="left"
+        )["row"]
+        if found.null_count():
+            missing = parts.filter(found.is_null())[column].n_unique()
+            raise ArpaError(f"order {n}: {missing} n-gram {name}(s) missing at order {n - 1}")
+        return found.to_numpy().astype(np.int64)
+
+    return NgramLinks(
+        rows("ctx", lower, "context"), rows("suf", lower, "suffix"), rows("w", unigrams, "word")
+    )
 
 
 def _context(col: str = "ngram") -> pl.Expr:
@@ -300,12 +343,7 @@ def check_model(model: ArpaModel) -> None:
             raise ArpaError(f"order {n}: log10 probabilities must be <= 0")
         if n == order and t["backoff"].null_count() != t.height:
             raise ArpaError(f"order {n}: the top order has no backoff")
-        if n > 1:
-            lower = model.tables[n - 1].select("ngram")
-            for name, expr in (("context", _context()), ("suffix", _suffix())):
-                missing = t.select(expr.alias("ngram")).unique().join(lower, on="ngram", how="anti")
-                if missing.height:
-                    raise ArpaError(f"order {n}: {missing.height} n-gram {name}(s) missing at order {n - 1}")
+    model.structure()  # closure: every context and suffix listed one order below
 
 
 def write_arpa(model: ArpaModel, path: str | os.PathLike[str]) -> dict[int, int]:
@@ -315,20 +353,22 @@ def write_arpa(model: ArpaModel, path: str | os.PathLike[str]) -> dict[int, int]
     target = Path(path)
     tmp = target.with_name(target.name + ".tmp")
     counts = model.counts()
-    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-        fh.write("\\data\\\n")
+    with open(tmp, "wb") as fh:
+        fh.write(b"\\data\\\n")
         for n, c in counts.items():
-            fh.write(f"ngram {n}={c}\n")
+            fh.write(f"ngram {n}={c}\n".encode())
         for n in counts:
-            fh.write(f"\n\\{n}-grams:\n")
+            fh.write(f"\n\\{n}-grams:\n".encode())
             t = model.tables[n]
             cols = [pl.col("logprob").round(7).cast(pl.String), pl.col("ngram")]
             if n < model.order:
                 cols.append(pl.col("backoff").round(7).cast(pl.String))
-            lines = t.select(pl.concat_str(cols, separator="\t").alias("line"))["line"]
-            fh.write("\n".join(lines.to_list()))
-            fh.write("\n")
-        fh.write("\n\\end\\\n")
+            # one line per n-gram, written by polars (no Python string per line)
+            lines = t.select(pl.concat_str(cols, separator="\t").alias("line"))
+            lines.write_csv(fh, include_header=False, quote_style="never")
+            if not t.height:
+                fh.write(b"\n")
+        fh.write(b"\n\\end\\\n")
     os.replace(tmp, target)
     return counts
 

@@ -33,12 +33,15 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from dpngram.core.errors import ArpaError
 from dpngram.lm.arpa import (
     BOS,
+    BOS_LOGPROB,
     EOS,
+    MIN_PROB,
     UNK,
     ArpaModel,
     kneser_ney,
@@ -454,75 +457,87 @@ def model_probabilities(model: ArpaModel, ngrams: dict[int, pl.DataFrame]) -> di
     return out
 
 
-def context_evidence(noisy: pl.DataFrame, order: int) -> dict[int, pl.DataFrame]:
-    """Private evidence per context, from the released noisy counts: order 0 is the total T (Σ of
-    the order-1 counts without ``<s>``, as ngram ''), order n ≥ 1 the released order-n counts
-    (negative values count as 0). A context that was not released has evidence 0."""
-    rows = noisy.select(
-        pl.col("n").cast(pl.Int64), pl.col("ngram").cast(pl.String), pl.col("noisy_count").cast(pl.Float64)
-    )
-    words = rows.filter((pl.col("n") == 1) & (pl.col("ngram") != BOS))
-    total = max(0.0, float(words["noisy_count"].sum())) if words.height else 0.0
-    out = {0: pl.DataFrame({"ngram": [""], "count": [total]})}
-    for n in range(1, order):
-        out[n] = rows.filter(pl.col("n") == n).select("ngram", count=pl.col("noisy_count").clip(0.0, None))
-    return out
-
-
-def mix_models(
-    public: ArpaModel,
-    private: ArpaModel,
-    weight: float,
-    *,
-    evidence: dict[int, pl.DataFrame] | None = None,
-    prior: float | None = None,
-) -> ArpaModel:
-    """λ(h)·private + (1 − λ(h))·public as one ARPA model over the union of the two models'
-    n-grams. With ``prior`` None, λ(h) = ``weight`` everywhere (a static mixture, SRILM's
-    ``-mix-lm``); with a prior β and the private ``evidence`` c(h) of each context
-    (:func:`context_evidence`), λ(h) = weight·c(h)/(c(h) + β): the private model counts in
-    proportion to how much private evidence its context has (a Dirichlet prior of strength β
-    centred on the public model), and not at all where it has none.
+def mix_models(public: ArpaModel, private: ArpaModel, weight: float) -> ArpaModel:
+    """λ·private + (1 − λ)·public (λ = ``weight``; a static mixture, SRILM's ``-mix-lm``) as one
+    ARPA model over the union of the two models' n-grams.
 
     Listed n-grams get the exact mixture; the backoff weight of a context h is
-    (1 − Σ listed p(w|h)) / (1 − Σ listed p(w|h')) so every context sums to one. Both models must
-    have the same order and the same unigrams."""
+    (1 − Σ listed p(w|h)) / (1 − Σ listed p(w|h')) so every context sums to one (1 for a context
+    with no listed continuation). Both models must have the same order and the same unigrams.
+    Array arithmetic over the union's rows (:meth:`ArpaModel.structure`); the result carries that
+    structure, so checking and writing it joins no strings again."""
     if not 0.0 <= weight <= 1.0:
         raise ArpaError(f"weight: must be in [0, 1] (got {weight})")
-    if prior is not None and (evidence is None or prior <= 0):
-        raise ArpaError("prior: needs the context evidence and a prior > 0")
     order = public.order
     if private.order != order:
         raise ArpaError(f"orders differ: public {order}, private {private.order}")
     uni_p, uni_q = set(public.tables[1]["ngram"].to_list()), set(private.tables[1]["ngram"].to_list())
     if uni_p != uni_q:
         raise ArpaError("the two models must have the same unigrams (vocabulary)")
-    union = {
-        n: pl.concat([public.tables[n].select("ngram"), private.tables[n].select("ngram")]).unique()
-        for n in range(1, order + 1)
-    }
-    pp = model_probabilities(public, union)
-    qq = model_probabilities(private, union)
-    mixed: dict[int, pl.DataFrame] = {}
+    union = ArpaModel(
+        {
+            n: pl.concat([public.tables[n].select("ngram"), private.tables[n].select("ngram")])
+            .unique()
+            .sort("ngram")
+            for n in range(1, order + 1)
+        }
+    )
+    links = union.structure()
+    pp, qq = _probabilities_on(public, union), _probabilities_on(private, union)
+    probs = {n: (1.0 - weight) * pp[n] + weight * qq[n] for n in range(1, order + 1)}
+    tables: dict[int, pl.DataFrame] = {}
     for n in range(1, order + 1):
-        frame = pp[n].join(qq[n].rename({"prob": "q"}), on="ngram", how="left")
-        if prior is None:
-            frame = frame.with_columns(lam=pl.lit(weight))
-        else:
-            assert evidence is not None
-            ctx_expr = _context() if n > 1 else pl.lit("")
-            ev = evidence.get(n - 1, pl.DataFrame(schema={"ngram": pl.String, "count": pl.Float64}))
-            frame = (
-                frame.with_columns(ctx=ctx_expr)
-                .join(ev.rename({"ngram": "ctx", "count": "ev"}), on="ctx", how="left")
-                .with_columns(
-                    lam=weight * pl.col("ev").fill_null(0.0) / (pl.col("ev").fill_null(0.0) + prior)
-                )
-            )
-        mixed[n] = frame.select(
-            "ngram", prob=(1.0 - pl.col("lam")) * pl.col("prob") + pl.col("lam") * pl.col("q").fill_null(0.0)
+        frame = union.tables[n].with_columns(
+            logprob=pl.when(pl.col("ngram") == BOS)
+            .then(BOS_LOGPROB)
+            .otherwise(pl.Series(np.log10(np.clip(probs[n], MIN_PROB, 1.0))))
         )
-    return model_from_probabilities(mixed, backoff_weights(mixed, order), order)
+        if n < order:
+            link = links[n + 1]
+            contexts = union.tables[n].height
+            listed = np.bincount(link.context, weights=probs[n + 1], minlength=contexts)
+            lower = np.bincount(link.context, weights=probs[n][link.suffix], minlength=contexts)
+            num, den = 1.0 - listed, 1.0 - lower
+            with np.errstate(divide="ignore", invalid="ignore"):
+                gamma = np.where(den > 1e-12, np.clip(num, 0.0, None) / den, 0.0)
+            gamma = np.where(np.bincount(link.context, minlength=contexts) > 0, gamma, 1.0)
+            frame = frame.with_columns(backoff=pl.Series(np.log10(np.clip(gamma, MIN_PROB, None))))
+        else:
+            frame = frame.with_columns(backoff=pl.lit(None, dtype=pl.Float64))
+        tables[n] = frame
+    mixed = ArpaModel(tables)
+    mixed._structure = links
+    return mixed
+
+
+def _probabilities_on(model: ArpaModel, closed: ArpaModel) -> dict[int, np.ndarray]:
+    """The model's probability p(w|h) (listed or backed off, ARPA semantics; ``<s>`` 0) of every
+    row of ``closed`` (a closed set of n-grams containing the model's, e.g. a union), as arrays in
+    ``closed``'s row order: :func:`model_probabilities` through ``closed``'s structure."""
+    links = closed.structure()
+    out: dict[int, np.ndarray] = {}
+    backoff_lower: np.ndarray | None = None
+    for n in range(1, model.order + 1):
+        own = closed.tables[n].join(
+            model.tables[n].select("ngram", "logprob", "backoff"),
+            on="ngram",
+            how="left",
+            maintain_order="left",
+        )
+        logprob = own["logprob"].to_numpy()
+        listed = ~np.isnan(logprob)
+        if n == 1:
+            prob = np.where(listed, np.power(10.0, np.nan_to_num(logprob)), 0.0)
+            prob = np.where(own["ngram"] == BOS, 0.0, prob)
+        else:
+            link = links[n]
+            assert backoff_lower is not None
+            backed = backoff_lower[link.context] * out[n - 1][link.suffix]
+            prob = np.where(listed, np.power(10.0, np.nan_to_num(logprob)), backed)
+        out[n] = prob
+        # a context the model does not list (or lists without a backoff) backs off with weight 1
+        backoff_lower = np.power(10.0, own["backoff"].fill_null(0.0).to_numpy())
+    return out
 
 
 def backoff_weights(probs: dict[int, pl.DataFrame], order: int) -> dict[int, pl.DataFrame]:
@@ -559,70 +574,55 @@ def adapt_to_unigrams(model: ArpaModel, target: pl.DataFrame, beta: float) -> Ar
     marginal adaptation"). ``target``: (``ngram``, ``prob``) unigram distribution over the model's
     vocabulary. In backoff form: listed n-grams are scaled by α(w)/Z(h) and the backoff weight of h
     becomes bo(h)·Z(h')/Z(h), with Z computed order by order from the listed n-grams:
-    Z(h) = Σ_listed α(w)p(w|h) + bo(h)·(Z(h') − Σ_listed α(w)p(w|h'))."""
+    Z(h) = Σ_listed α(w)p(w|h) + bo(h)·(Z(h') − Σ_listed α(w)p(w|h')) (Z(h) = Z(h') for a context
+    with no listed continuation).
+
+    Array arithmetic over the model's rows through :meth:`ArpaModel.structure` (each n-gram's
+    context, suffix and word as row numbers, derived once per model): the selection adapts the
+    same P at several β. The model must be closed (as every model built here is)."""
     order = model.order
-    p1 = _probs(model, 1)
-    alpha = (
-        p1.join(target.rename({"prob": "t"}), on="ngram", how="left")
-        .with_columns(
-            alpha=pl.when((pl.col("prob") > 0) & (pl.col("t").fill_null(0.0) > 0))
-            .then((pl.col("t") / pl.col("prob")).pow(beta))
-            .otherwise(1.0)
-        )
-        .select(pl.col("ngram").alias("w"), "alpha")
-    )
-    z0 = float(
-        p1.join(alpha.rename({"w": "ngram"}), on="ngram")
-        .select((pl.col("prob") * pl.col("alpha")).sum())
-        .item()
-    )
-    full = model_probabilities(model, {n: model.tables[n].select("ngram") for n in range(1, order + 1)})
-    probs: dict[int, pl.DataFrame] = {
-        1: p1.join(alpha.rename({"w": "ngram"}), on="ngram").select(
-            "ngram", prob=pl.col("prob") * pl.col("alpha") / z0
-        )
-    }
-    zs: dict[int, pl.DataFrame] = {0: pl.DataFrame({"ngram": [""], "z": [z0]})}
-    gammas: dict[int, pl.DataFrame] = {}
+    links = model.structure()
+    uni = model.tables[1]
+    p1 = np.where(uni["ngram"] == BOS, 0.0, np.power(10.0, uni["logprob"].to_numpy()))
+    t = uni.select("ngram").join(target, on="ngram", how="left", maintain_order="left")["prob"]
+    t = t.fill_null(0.0).to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        alpha = np.where((p1 > 0) & (t > 0), np.power(t / p1, beta), 1.0)
+    z0 = float(np.sum(p1 * alpha))
+    probs = {1: p1 * alpha / z0}
+    gammas: dict[int, np.ndarray] = {}
+    z_by_order = {0: np.array([z0])}  # Z of every listed context, by its order (0: the empty one)
+    prob_lower = p1
     for n in range(2, order + 1):
-        lower = full[n - 1].rename({"ngram": "suf", "prob": "lower"})
-        t = (
-            full[n]
-            .with_columns(ctx=_context(), suf=_suffix(), w=pl.col("ngram").str.extract(r"([^ ]+)$", 1))
-            .join(alpha, on="w", how="left")
-            .join(lower, on="suf", how="left")
+        link = links[n]
+        prob = np.power(10.0, model.tables[n]["logprob"].to_numpy())
+        contexts = model.tables[n - 1].height
+        bo = np.power(10.0, model.tables[n - 1]["backoff"].fill_null(0.0).to_numpy())
+        weighted = alpha[link.word]
+        a = np.bincount(link.context, weights=weighted * prob, minlength=contexts)
+        b = np.bincount(link.context, weights=weighted * prob_lower[link.suffix], minlength=contexts)
+        listed = np.bincount(link.context, minlength=contexts) > 0
+        # Z(h') of each context h: its suffix's Z one order down (the empty context's for n = 2)
+        z_suffix = np.full(contexts, z0) if n == 2 else z_by_order[n - 2][links[n - 1].suffix]
+        z = np.where(listed, a + bo * (z_suffix - b), z_suffix)
+        z_by_order[n - 1] = z
+        gammas[n - 1] = bo * z_suffix / z
+        probs[n] = weighted * prob / z[link.context]
+        prob_lower = prob
+    tables: dict[int, pl.DataFrame] = {}
+    for n in range(1, order + 1):
+        logprob = np.log10(np.clip(probs[n], MIN_PROB, 1.0))
+        frame = (
+            model.tables[n]
+            .select("ngram")
+            .with_columns(
+                logprob=pl.when(pl.col("ngram") == BOS).then(BOS_LOGPROB).otherwise(pl.Series(logprob))
+            )
         )
-        bo = model.tables[n - 1].select(
-            pl.col("ngram").alias("ctx"), bo=pl.lit(10.0).pow(pl.col("backoff").fill_null(0.0))
+        backoff = (
+            pl.Series(np.log10(np.clip(gammas[n], MIN_PROB, None)))
+            if n < order
+            else pl.lit(None, dtype=pl.Float64)
         )
-        zlow = zs[n - 2] if n > 2 else zs[0]
-        if n == 2:
-            t = t.with_columns(hsuf=pl.lit(""))
-        else:
-            t = t.with_columns(hsuf=pl.col("ctx").str.replace(r"^[^ ]+ ", ""))
-        ctx = (
-            t.group_by("ctx", "hsuf")
-            .agg(a=(pl.col("alpha") * pl.col("prob")).sum(), b=(pl.col("alpha") * pl.col("lower")).sum())
-            .join(bo, on="ctx", how="left")
-            .join(zlow.rename({"ngram": "hsuf", "z": "zl"}), on="hsuf", how="left")
-            .with_columns(z=pl.col("a") + pl.col("bo").fill_null(1.0) * (pl.col("zl") - pl.col("b")))
-        )
-        # contexts with no listed continuation keep Z(h) = Z(h') (pure backoff)
-        all_ctx = (
-            model.tables[n - 1]
-            .select(pl.col("ngram").alias("ctx"))
-            .with_columns(hsuf=pl.lit("") if n == 2 else pl.col("ctx").str.replace(r"^[^ ]+ ", ""))
-        )
-        zfull = (
-            all_ctx.join(ctx.select("ctx", "z"), on="ctx", how="left")
-            .join(zlow.rename({"ngram": "hsuf", "z": "zl"}), on="hsuf", how="left")
-            .with_columns(z=pl.coalesce(pl.col("z"), pl.col("zl")))
-        )
-        zs[n - 1] = zfull.select(pl.col("ctx").alias("ngram"), "z")
-        gammas[n] = zfull.join(bo, on="ctx", how="left").select(
-            pl.col("ctx").alias("ngram"), gamma=pl.col("bo").fill_null(1.0) * pl.col("zl") / pl.col("z")
-        )
-        probs[n] = t.join(ctx.select("ctx", "z"), on="ctx", how="left").select(
-            "ngram", prob=pl.col("alpha") * pl.col("prob") / pl.col("z")
-        )
-    return model_from_probabilities(probs, gammas, order)
+        tables[n] = frame.with_columns(backoff=backoff)
+    return ArpaModel(tables)
