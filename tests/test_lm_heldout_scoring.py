@@ -130,3 +130,32 @@ def test_verdict_sums_match_in_workers(warehouse, users, models):
     )
     assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
     assert math.isclose(got[3], lm_counts.VERDICT_LOSS_CLIP * want_count)
+
+
+def test_models_loaded_once_for_a_stage_and_released_before_workers(warehouse, users, models, monkeypatch):
+    """``loaded`` shares the KenLM models between the calls of one stage (selection then verdict score
+    the same files): a second in-process call loads nothing, with the same sums; a call that moves
+    to workers leaves the parent holding none."""
+    from dpngram.lm import evaluate
+
+    calls: list[str] = []
+    real = evaluate.load_model
+
+    def counting(path):
+        calls.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(evaluate, "load_model", counting)
+    reduce = partial(lm_counts.selection_user_vector, weights=(0.0, 0.5))
+    want, _ = expected(users, models, reduce)
+    loaded: dict = {}
+    for _ in range(2):
+        got, _ = held_out_user_sums(warehouse, SQL, {}, models, reduce, 4, workers=1, loaded=loaded)
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+    assert sorted(calls) == sorted(str(p) for p in models)  # each file once, not twice
+    assert set(loaded) == {str(p) for p in models}
+    got, _ = held_out_user_sums(
+        warehouse, SQL, {}, models, reduce, 4, workers=2, parallel_after=3, users_per_task=5, loaded=loaded
+    )
+    assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+    assert loaded == {}

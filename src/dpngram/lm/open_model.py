@@ -625,4 +625,6 @@ def adapt_to_unigrams(model: ArpaModel, target: pl.DataFrame, beta: float) -> Ar
             else pl.lit(None, dtype=pl.Float64)
         )
         tables[n] = frame.with_columns(backoff=backoff)
-    return ArpaModel(tables)
+    adapted = ArpaModel(tables)
+    adapted._structure = links  # the same n-grams in the same rows
+    return adapted

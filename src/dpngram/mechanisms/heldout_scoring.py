@@ -109,15 +109,21 @@ def held_out_user_sums(
     workers: int | None = None,
     parallel_after: int = PARALLEL_AFTER_USERS,
     users_per_task: int = USERS_PER_TASK,
+    loaded: dict[str, Any] | None = None,
 ) -> tuple[np.ndarray, int]:
     """(Σ over users of ``reduce``, number of users) for the users of ``sql`` (rows (user_id,
     tokens) in user order; a user without a non-empty sentence is skipped), scored under the
-    models at ``model_paths`` (the last one is ``reduce``'s second argument). PRIVATE sums."""
+    models at ``model_paths`` (the last one is ``reduce``'s second argument). PRIVATE sums.
+
+    ``loaded``: KenLM models by path, shared by the calls of one stage (the selection and the
+    verdict score the same files; loading an ARPA file of the public model takes ~0.5 s). Filled
+    here; emptied when the scoring moves to workers, so the parent holds no models meanwhile."""
     from dpngram.lm.evaluate import load_model
 
     workers = default_workers() if workers is None else workers
     paths = [str(p) for p in model_paths]
-    models = [load_model(p) for p in paths]
+    loaded = {} if loaded is None else loaded
+    models = [loaded[p] if p in loaded else loaded.setdefault(p, load_model(p)) for p in paths]
     total = np.zeros(width, dtype=np.float64)
     count = 0
     users = _users(wh, sql, params)
@@ -130,6 +136,7 @@ def held_out_user_sums(
     else:
         return total, count
     del models  # the rest is scored by the workers
+    loaded.clear()
     context = multiprocessing.get_context("spawn")
     pending: deque[Future[np.ndarray]] = deque()
     with ProcessPoolExecutor(

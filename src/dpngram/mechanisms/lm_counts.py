@@ -207,6 +207,7 @@ def score_selection_users(
     public_arpas: list[Path],
     private_arpa: Path,
     weights: tuple[float, ...] = WEIGHT_GRID,
+    loaded: dict[str, Any] | None = None,
 ) -> tuple[np.ndarray, int]:
     """Summed :func:`user_scores` over the selection users (streamed; PRIVATE sums, kept in the
     run's process tree): for each public model variant in ``public_arpas`` (one per adaptation
@@ -222,6 +223,7 @@ def score_selection_users(
         [*public_arpas, private_arpa],
         partial(selection_user_vector, weights=tuple(weights)),
         len(public_arpas) * len(weights),
+        loaded=loaded,
     )
 
 
@@ -243,6 +245,7 @@ def score_verdict_users(
     adapted_arpa: Path,
     private_arpa: Path,
     weight: float,
+    loaded: dict[str, Any] | None = None,
 ) -> VerdictSums:
     """The verdict users' clipped sums (:func:`verdict_user_vector`; PRIVATE: kept in the run's
     process tree, only :func:`release_verdict` of them leaves): each user's mean natural log-loss
@@ -262,6 +265,7 @@ def score_verdict_users(
         [public_arpa, *([] if same else [adapted_arpa]), private_arpa],
         partial(verdict_user_contribution, weight=float(weight)),
         4,
+        loaded=loaded,
     )
     return VerdictSums(
         released_loss=float(total[0]),

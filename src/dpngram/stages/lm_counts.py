@@ -247,6 +247,7 @@ class _ArpaFiles:
     def __init__(self, tmp: Path, public_model: Any, private_model: Any) -> None:
         self._tmp, self._public, self._private = tmp, public_model, private_model
         self._paths: dict[str, Path] = {}
+        self.loaded: dict[str, Any] = {}  # KenLM models of these files, loaded once for the stage
 
     def _file(self, name: str, build: Callable[[], Any]) -> Path:
         from dpngram.lm.arpa import write_arpa
@@ -353,6 +354,7 @@ def _selection_scores(
         public_arpas=[files.public(b) for b in betas],
         private_arpa=files.private(),
         weights=lams,
+        loaded=files.loaded,
     )
     return scores
 
@@ -385,6 +387,7 @@ def _private_domain_verdict(
         adapted_arpa=files.public(adaptation),  # the same file as public_arpa when β = 0
         private_arpa=files.private(),
         weight=weight,
+        loaded=files.loaded,
     )
     out = release_verdict(sums, epsilon=epsilon, delta=delta, noise=source)
     del sums
