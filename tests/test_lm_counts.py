@@ -1,8 +1,8 @@
 """Stage ``lm_counts`` (pipeline/lm_counts.py, docs/lm_privacy.md): the released noisy n-gram
 counts and the selected mixture weight.
 
-* The per-user l2 bounding of sql/lm_counts_weighted.sql (run for real on DuckDB, from sentences
-  through sql/bayes_occurrences.sql) equals an independent Python computation, and one user —
+* The per-user l2 bounding of sql/lm_counts/weighted.sql (run for real on DuckDB, from sentences
+  through sql/bayes/_trigrams.sql and the integer counting keys) equals an independent Python computation, and one user —
   however adversarial — moves the summed vector by at most C in l2 norm (exactly C when the user's
   own vector is longer than C).
 * Statistical privacy test of the Gaussian release on such neighbours, with a power check.
@@ -23,12 +23,14 @@ import math
 from collections import Counter
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import run_through_dpne
 from scipy import stats
 
+from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.duckdb import Warehouse
 from dpngram.engines.sql import load_sql
@@ -85,15 +87,11 @@ def weighted_sums(
     """The stage's exact weighted sums over ``domain`` (n-grams; gid = position + 1)."""
     wh = warehouse(users)
     try:
-        vocab = pa.table({"token": pa.array(vocabulary, pa.string())})
-        wh.load_table(SCHEMA, lm_counts.VOCABULARY_TABLE, [vocab], vocab.schema)
-        dom = pa.table(
-            {
-                "gid": pa.array(np.arange(1, len(domain) + 1, dtype=np.int64)),
-                "n": pa.array([len(g.split(" ")) for g in domain], pa.int64()),
-                "ngram": pa.array(domain, pa.string()),
-            }
+        frame = pl.DataFrame(
+            {"gid": range(1, len(domain) + 1), "n": [len(g.split(" ")) for g in domain], "ngram": domain}
         )
+        vocab, dom = lm_counts.counting_tables(vocabulary, frame)
+        wh.load_table(SCHEMA, lm_counts.VOCABULARY_TABLE, [vocab], vocab.schema)
         wh.load_table(SCHEMA, lm_counts.DOMAIN_TABLE, [dom], dom.schema)
         wh.execute(
             load_sql(
@@ -104,7 +102,7 @@ def weighted_sums(
                 vocabulary=lm_counts.VOCABULARY_TABLE,
                 domain=lm_counts.DOMAIN_TABLE,
             ),
-            {"map_unk": True, "salt": salt, "holdout_per_mille": holdout, "clip": float(clip)},
+            {"salt": salt, "holdout_per_mille": holdout, "clip": float(clip), **lm_counts.COUNTING_PARAMS},
         )
         out = np.zeros(len(domain))
         for gid, value in wh.con.execute(
@@ -170,6 +168,10 @@ DOMAIN = [
     "<s> x x",
     "x x </s>",
     "<s> a </s>",
+    # words outside the vocabulary: the text reads them as <unk>, so these are never counted
+    "q",
+    "a q",
+    "q <unk> </s>",
 ]
 BASE_USERS = {
     "u1": [["a", "b", "c"], ["d", "a"]],
@@ -215,6 +217,32 @@ def test_weighted_sql_is_the_l2_bounded_sum_and_one_user_moves_it_by_at_most_c(c
     x = user_vector(ADVERSARIAL["spread"], set(VOCAB), DOMAIN)
     orders = np.array([len(g.split(" ")) for g in DOMAIN])
     assert max(np.linalg.norm(x[orders == n]) for n in (1, 2, 3)) < 3.0 < np.linalg.norm(x)
+
+
+def test_counting_keys_are_the_word_ids_left_aligned_and_unknown_words_are_left_out(monkeypatch):
+    """counting_tables: vocabulary ids from 4 in order, markers 1-3; an n-gram's key packs its word
+    ids into 21-bit fields from the left (so orders never collide); an n-gram with a word outside
+    V_LM and the markers has no row (the SQL can never match it); too large a vocabulary is
+    refused with one line naming the setting."""
+    vocab, dom = lm_counts.counting_tables(
+        ["b", "a"],
+        pl.DataFrame(
+            {
+                "gid": [1, 2, 3, 4, 5],
+                "n": [1, 2, 3, 2, 1],
+                "ngram": ["a", "<s> b", "b a </s>", "a q", "<unk>"],
+            }
+        ),
+    )
+    assert vocab.to_pydict() == {"token": ["b", "a"], "tid": [4, 5]}
+    shift = 1 << lm_counts.WORD_ID_BITS
+    assert dom.to_pydict() == {
+        "gid": [1, 2, 3, 5],
+        "k": [5 * shift * shift, (1 * shift + 4) * shift, (4 * shift + 5) * shift + 2, 3 * shift * shift],
+    }
+    monkeypatch.setattr(lm_counts, "MAX_COUNTING_VOCABULARY", 1)
+    with pytest.raises(ConfigError, match="lm_public_vocab_size"):
+        lm_counts.counting_tables(["b", "a"], pl.DataFrame({"gid": [1], "n": [1], "ngram": ["a"]}))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -15,6 +15,17 @@
 -- private: stays in the run schema.
 CREATE OR REPLACE TABLE {schema}.{target} AS
 WITH
--- include: bayes/_occurrences
+-- include: bayes/_trigrams
+,
+occurrences AS (
+    SELECT t.user_id,
+           CASE WHEN t.w1 IS NULL THEN '<s>' WHEN $map_unk AND v1.token IS NULL THEN '<unk>' ELSE t.w1 END AS w1,
+           CASE WHEN $map_unk AND v2.token IS NULL THEN '<unk>' ELSE t.w2 END AS w2,
+           CASE WHEN t.w3 IS NULL THEN '</s>' WHEN $map_unk AND v3.token IS NULL THEN '<unk>' ELSE t.w3 END AS w3
+    FROM trigrams AS t
+    LEFT JOIN {schema}.{vocabulary} AS v1 ON v1.token = t.w1
+    LEFT JOIN {schema}.{vocabulary} AS v2 ON v2.token = t.w2
+    LEFT JOIN {schema}.{vocabulary} AS v3 ON v3.token = t.w3
+)
 SELECT user_id, w1, w2, w3
 FROM occurrences

@@ -2,41 +2,52 @@
 -- public domain, summed. PRIVATE (exact weighted sums): the result never leaves the process
 -- except with Gaussian noise added by pipeline/lm_counts.py.
 -- Input {source}(user_id, tokens), the run's sentences: their sentence-bounded trigram
--- occurrences are built inline by the fragment of sql/bayes/occurrences.sql (one <s> before and
--- one </s> after every sentence, tokens outside {vocabulary}, the model vocabulary, '<unk>' when
--- $map_unk). Every sentence's first row is (<s>, t1, t2 or </s>), so
--- the order-1 and order-2 occurrences are the last one / two tokens of every row plus, on first
--- rows, the leading <s> and (<s>, t1).
--- {domain}(gid, n, ngram) is public (public-corpus n-grams, released DP outputs).
+-- occurrences are built inline by the fragment bayes/_trigrams.sql (one <s> before and one </s>
+-- after every sentence), each word as its integer id in {vocabulary}(token, tid), the model
+-- vocabulary, with the ids $bos_id, $eos_id for the markers and $unk_id for a token outside it
+-- (dpngram.mechanisms.lm_counts.counting_tables). Every sentence's first row is (<s>, t1, t2 or
+-- </s>), so the order-1 and order-2 occurrences are the last one / two words of every row plus,
+-- on first rows, the leading <s> and (<s>, t1).
+-- {domain}(gid, k) is public (public-corpus n-grams, released DP outputs): k is the n-gram's key,
+-- its word ids (a, b, c) left-aligned as a * $word_shift^2 + b * $word_shift + c (0 where it has
+-- fewer words; ids start at 1, so the key also tells the order). Matching one integer instead of
+-- an n-gram string: no string is built per occurrence (~300M at 1M users) and the join hashes a
+-- BIGINT (docs/engines.md, "Scale").
 -- Users whose keyed hash falls below $holdout_per_mille are left out: they are the disjoint
 -- selection users of the mixture weight (parallel composition).
 -- Each user's count vector x_u over the domain (all orders together) is scaled by
 -- min(1, $clip / ||x_u||_2), so one user changes the summed vector by at most $clip in l2 norm.
 CREATE OR REPLACE TABLE {schema}.{target} AS
 WITH
--- include: bayes/_occurrences
+-- include: bayes/_trigrams
 ,
 occ AS (
-    SELECT user_id, w1, w2, w3
-    FROM occurrences
-    WHERE abs(hash(xor(hash(user_id), CAST($salt AS UBIGINT))) % 1000) >= $holdout_per_mille
+    SELECT t.user_id,
+           CAST(CASE WHEN t.w1 IS NULL THEN $bos_id ELSE coalesce(v1.tid, $unk_id) END AS BIGINT) AS i1,
+           CAST(coalesce(v2.tid, $unk_id) AS BIGINT) AS i2,
+           CAST(CASE WHEN t.w3 IS NULL THEN $eos_id ELSE coalesce(v3.tid, $unk_id) END AS BIGINT) AS i3
+    FROM trigrams AS t
+    LEFT JOIN {schema}.{vocabulary} AS v1 ON v1.token = t.w1
+    LEFT JOIN {schema}.{vocabulary} AS v2 ON v2.token = t.w2
+    LEFT JOIN {schema}.{vocabulary} AS v3 ON v3.token = t.w3
+    WHERE abs(hash(xor(hash(t.user_id), CAST($salt AS UBIGINT))) % 1000) >= $holdout_per_mille
 ),
 grams AS (
-    -- one scan: every occurrence row unnests its n-grams (n, ngram) as a list of structs (the
-    -- six-way UNION ALL re-read the occurrences six times; at 1M users 28 s against 9 s)
+    -- one scan: every occurrence row unnests the keys of its n-grams as one list (the six-way
+    -- UNION ALL re-read the occurrences six times; at 1M users 28 s against 9 s)
     SELECT user_id,
-           unnest(CASE WHEN w1 = '<s>' THEN [
-               struct_pack(n := 3, ngram := concat_ws(' ', w1, w2, w3)),
-               struct_pack(n := 2, ngram := concat_ws(' ', w2, w3)),
-               struct_pack(n := 1, ngram := w3),
-               struct_pack(n := 2, ngram := concat_ws(' ', w1, w2)),
-               struct_pack(n := 1, ngram := w2),
-               struct_pack(n := 1, ngram := w1)
+           unnest(CASE WHEN i1 = $bos_id THEN [
+               (i1 * $word_shift + i2) * $word_shift + i3,
+               (i2 * $word_shift + i3) * $word_shift,
+               i3 * $word_shift * $word_shift,
+               (i1 * $word_shift + i2) * $word_shift,
+               i2 * $word_shift * $word_shift,
+               i1 * $word_shift * $word_shift
            ] ELSE [
-               struct_pack(n := 3, ngram := concat_ws(' ', w1, w2, w3)),
-               struct_pack(n := 2, ngram := concat_ws(' ', w2, w3)),
-               struct_pack(n := 1, ngram := w3)
-           ] END) AS e
+               (i1 * $word_shift + i2) * $word_shift + i3,
+               (i2 * $word_shift + i3) * $word_shift,
+               i3 * $word_shift * $word_shift
+           ] END) AS k
     FROM occ
 ),
 user_ids AS (
@@ -45,7 +56,7 @@ user_ids AS (
     -- that hash aggregate outgrew 4 GB and spilled 2.8-3.9 GB (docs/engines.md, "Scale").
     SELECT g.user_id, list_sort(list(d.gid)) AS s
     FROM grams AS g
-    JOIN {schema}.{domain} AS d ON d.n = g.e.n AND d.ngram = g.e.ngram
+    JOIN {schema}.{domain} AS d ON d.k = g.k
     GROUP BY g.user_id
 ),
 runs AS (

@@ -49,6 +49,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql
@@ -80,6 +81,66 @@ WEIGHTED_TABLE = "lm_weighted"
 
 
 WORK_TABLES = (VOCABULARY_TABLE, DOMAIN_TABLE, WEIGHTED_TABLE)
+
+
+#: Word ids of the counting tables for the sentence markers and <unk>; V_LM's words follow from 4.
+MARKER_IDS = {"<s>": 1, "</s>": 2, "<unk>": 3}
+
+
+#: Bits per word id in an n-gram's counting key: key = a·2^42 + b·2^21 + c for the word ids
+#: (a, b, c), left-aligned, 0 where the n-gram has fewer than three words (ids start at 1, so the
+#: key also tells the order). 63 bits: a signed BIGINT on both engines.
+WORD_ID_BITS = 21
+
+
+#: The largest model vocabulary the keys hold (ids 4 .. 2^21 − 1).
+MAX_COUNTING_VOCABULARY = (1 << WORD_ID_BITS) - 1 - len(MARKER_IDS)
+
+
+#: The SQL parameters of sql/lm_counts/weighted.sql for the markers and the key layout.
+COUNTING_PARAMS = {
+    "bos_id": MARKER_IDS["<s>"],
+    "eos_id": MARKER_IDS["</s>"],
+    "unk_id": MARKER_IDS["<unk>"],
+    "word_shift": 1 << WORD_ID_BITS,
+}
+
+
+def counting_tables(vocabulary: list[str], domain: pl.DataFrame) -> tuple[pa.Table, pa.Table]:
+    """The two public tables ``sql/lm_counts/weighted.sql`` joins: the model vocabulary
+    ``(token, tid)`` (ids from 4, in the given order; the markers are never vocabulary words) and
+    the domain ``(gid, k)`` from ``domain`` (``gid``, ``n``, ``ngram``), k the n-gram's counting
+    key (:data:`WORD_ID_BITS`). An n-gram with a word outside V_LM and the markers is left out:
+    the SQL reads such a text token as ``<unk>``, so it is never counted (its sum stays 0).
+    Raises ConfigError past :data:`MAX_COUNTING_VOCABULARY` words."""
+    words = [w for w in vocabulary if w not in MARKER_IDS]
+    if len(words) > MAX_COUNTING_VOCABULARY:
+        raise ConfigError(
+            f"lm_counts: the model vocabulary has {len(words):,} words, more than the "
+            f"{MAX_COUNTING_VOCABULARY:,} its counting keys hold: lower lm_public_vocab_size"
+        )
+    ids = {**{w: i for i, w in enumerate(words, start=len(MARKER_IDS) + 1)}, **MARKER_IDS}
+    vocab = pa.table(
+        {"token": pa.array(words, pa.string()), "tid": pa.array(range(4, 4 + len(words)), pa.int32())}
+    )
+    parts = domain.select("gid", "n", w=pl.col("ngram").str.split_exact(" ", 2)).unnest("w")
+    order = parts["n"].to_numpy()
+    key = np.zeros(parts.height, dtype=np.int64)
+    known = np.ones(parts.height, dtype=bool)
+    for position, column in enumerate(("field_0", "field_1", "field_2")):
+        mapped = (
+            parts[column]
+            .fill_null("")
+            .replace_strict(list(ids), list(ids.values()), default=-1, return_dtype=pl.Int64)
+            .to_numpy()
+        )
+        used = order > position
+        known &= ~used | (mapped > 0)
+        key += np.where(used, mapped, 0) << (WORD_ID_BITS * (2 - position))
+    table = pa.table(
+        {"gid": pa.array(parts["gid"].to_numpy()[known].astype(np.int64)), "k": pa.array(key[known])}
+    )
+    return vocab, table
 
 
 COUNTS_SCHEMA = pa.schema([("n", pa.int8()), ("ngram", pa.string()), ("noisy_count", pa.float64())])

@@ -2,8 +2,8 @@
 
 :func:`run_lm_counts` builds the count domain from public data and DP outputs only (the released
 vocabulary and k-grams, the public corpus), counts the private n-grams per user in the engine
-(``sql/lm_counts/weighted.sql``, the trigram occurrences of ``sql/bayes/_occurrences.sql``
-inline), releases the noisy counts to
+(``sql/lm_counts/weighted.sql``, the trigrams of ``sql/bayes/_trigrams.sql`` inline, matched
+to the domain by integer keys), releases the noisy counts to
 ``released/lm_counts.parquet`` and, with ``lm_mix_weight='auto'``, selects λ on disjoint selection
 users; it spends the whole lm_counts share through :func:`dpngram.release.spend.spend_once`. The
 steps and their privacy argument are in :mod:`dpngram.mechanisms.lm_counts` and
@@ -33,6 +33,7 @@ from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql
 from dpngram.mechanisms.lm_counts import (
+    COUNTING_PARAMS,
     COUNTS_SCHEMA,
     DOMAIN_TABLE,
     SCORE_CLIP_NATS,
@@ -43,6 +44,7 @@ from dpngram.mechanisms.lm_counts import (
     CountDomain,
     build_domain,
     candidate_grid,
+    counting_tables,
     noisy_release,
     release_verdict,
     released_kgrams,
@@ -185,18 +187,10 @@ def _count_domain(config: RunConfig, root: Path, dp_vocab: list[str]) -> CountDo
 
 
 def _load_domain_tables(wh: Engine, schema: str, domain: CountDomain) -> None:
-    """Load the model vocabulary and the n-gram domain into the engine's work tables."""
-    vocab_table = pa.table({"token": pa.array(domain.vocabulary, pa.string())})
+    """Load the model vocabulary and the n-gram domain, as word ids, into the engine's work tables."""
+    vocab_table, domain_table = counting_tables(domain.vocabulary, domain.frame)
     wh.load_table(schema, VOCABULARY_TABLE, [vocab_table], vocab_table.schema)
-    dom = domain.frame.to_arrow()
-    dom = pa.table(
-        {
-            "gid": pa.array(dom["gid"].to_numpy().astype(np.int64)),
-            "n": pa.array(dom["n"].to_numpy().astype(np.int64)),
-            "ngram": dom["ngram"].cast(pa.string()),
-        }
-    )
-    wh.load_table(schema, DOMAIN_TABLE, [dom], dom.schema)
+    wh.load_table(schema, DOMAIN_TABLE, [domain_table], domain_table.schema)
 
 
 def _weighted_counts(
@@ -213,7 +207,7 @@ def _weighted_counts(
             vocabulary=VOCABULARY_TABLE,
             domain=DOMAIN_TABLE,
         ),
-        {"map_unk": True, "salt": int(salt), "holdout_per_mille": holdout, "clip": clip},
+        {"salt": int(salt), "holdout_per_mille": holdout, "clip": clip, **COUNTING_PARAMS},
     )
     cols = wh.fetch_numpy(f"SELECT gid, weighted FROM {schema}.{WEIGHTED_TABLE}")
     weighted = np.zeros(domain.size, dtype=np.float64)
