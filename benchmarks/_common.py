@@ -132,3 +132,22 @@ def tree_rss(proc) -> int:  # noqa: ANN001 - a psutil.Process
         except Exception:  # noqa: BLE001 - ended between listing and reading
             continue
     return total
+
+
+def baseline_tree(commit: str) -> Path:
+    """A checkout of ``commit`` under benchmarks/.data/ (a detached git worktree, made once), runnable
+    with this checkout's venv: its ``src`` goes first on PYTHONPATH, and ``src/dpngram/sql`` links
+    to its own ``sql/`` (the editable install would otherwise map ``dpngram.sql`` to this
+    checkout's SQL)."""
+    rev = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", commit], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    tree = DATA / f"baseline_{rev}"
+    if not (tree / "src" / "dpngram").is_dir():
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(tree), rev], check=True
+        )
+    link = tree / "src" / "dpngram" / "sql"
+    if not link.exists():
+        link.symlink_to(tree / "sql", target_is_directory=True)
+    return tree

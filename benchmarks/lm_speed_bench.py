@@ -10,11 +10,11 @@ corpus, ε = 4, δ = 1e-7, a fresh warehouse directory. Per code version, two ru
 * ``cold``: an empty public-model cache (the first run on a warehouse, or a new public corpus);
 * ``warm``: the same warehouse again (the weekly refresh: the public corpus is unchanged).
 
-``--baseline REV`` also runs git revision REV (checked out into a temporary worktree and put first
-on PYTHONPATH, with this checkout's virtualenv), alternating with this checkout, so the two share
-the machine's load (its Python code only: the SQL files are this checkout's, found through the
-editable install). The headline is the ratio (lm_counts + lm) / (ingest + DPNE) of each run, which
-a shared machine distorts less than seconds. Timings come from the run's operator directory.
+``--baseline REV`` also runs git revision REV (a worktree under benchmarks/.data/, its ``src`` first
+on PYTHONPATH with its own SQL, with this checkout's virtualenv: ``_common.baseline_tree``),
+alternating with this checkout, so the two share the machine's load. The headline is the ratio
+(lm_counts + lm) / (ingest + DPNE) of each run, which a shared machine distorts less than seconds.
+Timings come from the run's operator directory.
 Writes ``benchmarks/results/lm_speed.json``.
 """
 
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, git_commit, load_average, machine, now, write_result  # noqa: E402
+from _common import ROOT, baseline_tree, git_commit, load_average, machine, now, write_result  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 DPNE_STAGES = ("dpne.k1", "dpne.k2", "dpne.k3", "dpne.k4", "dpne.k5", "dpne.kgrams")
@@ -108,28 +108,14 @@ def main() -> None:
         tmp = Path(tmpdir)
         versions: list[tuple[str, Path | None]] = [("this", None)]
         if args.baseline:
-            tree = tmp / "baseline"
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), args.baseline],
-                check=True,
-                capture_output=True,
-            )
-            versions.insert(0, ("baseline", tree / "src"))
+            versions.insert(0, ("baseline", baseline_tree(args.baseline) / "src"))
         rows = []
-        try:
-            for r in range(args.repeats):
-                for label, src in versions:
-                    work = tmp / f"{label}-{r}"
-                    work.mkdir()
-                    for phase in ("cold", "warm"):
-                        rows.append(one_run(label, src, work, phase))
-        finally:
-            if args.baseline:
-                subprocess.run(
-                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "baseline")],
-                    check=False,
-                    capture_output=True,
-                )
+        for r in range(args.repeats):
+            for label, src in versions:
+                work = tmp / f"{label}-{r}"
+                work.mkdir()
+                for phase in ("cold", "warm"):
+                    rows.append(one_run(label, src, work, phase))
     payload = {
         "benchmark": "lm_speed",
         "date": now(),

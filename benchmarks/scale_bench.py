@@ -44,6 +44,7 @@ from _common import (  # noqa: E402
     RESULTS,
     ROOT,
     PeriodicSampler,
+    baseline_tree,
     git_commit,
     load_average,
     machine,
@@ -152,25 +153,6 @@ def statement_profile(
     ranked = sorted(stats.values(), key=lambda s: -s["seconds"])
     keep = ranked[:top] + [s for s in ranked[top:] if s["peak_spill_bytes"]]
     return [{**s, "seconds": round(s["seconds"], 2), "longest": round(s["longest"], 2)} for s in keep]
-
-
-def baseline_tree(commit: str) -> Path:
-    """A checkout of ``commit`` under benchmarks/.data/ (a detached git worktree, made once), runnable
-    with this checkout's venv: its ``src`` goes first on PYTHONPATH, and ``src/dpngram/sql`` links
-    to its own ``sql/`` (the editable install would otherwise map ``dpngram.sql`` to this
-    checkout's SQL)."""
-    rev = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", commit], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    tree = DATA / f"baseline_{rev}"
-    if not (tree / "src" / "dpngram").is_dir():
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(tree), rev], check=True
-        )
-    link = tree / "src" / "dpngram" / "sql"
-    if not link.exists():
-        link.symlink_to(tree / "sql", target_is_directory=True)
-    return tree
 
 
 def run_point(

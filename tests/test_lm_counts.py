@@ -2,9 +2,9 @@
 counts and the selected mixture weight.
 
 * The per-user l2 bounding of sql/lm_counts/weighted.sql (run for real on DuckDB, from sentences
-  through sql/bayes/_trigrams.sql and the integer counting keys) equals an independent Python computation, and one user —
-  however adversarial — moves the summed vector by at most C in l2 norm (exactly C when the user's
-  own vector is longer than C).
+  through sql/bayes/_trigrams.sql and the integer counting keys) equals an independent Python
+  computation, and one user — however adversarial — moves the summed vector by at most C in l2
+  norm (exactly C when the user's own vector is longer than C).
 * Statistical privacy test of the Gaussian release on such neighbours, with a power check.
 * Selection users and counting users partition the users by id and salt only.
 * Report-noisy-max (``select_weight``): accuracy, Laplace scale, and a DP sanity check with power.

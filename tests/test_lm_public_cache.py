@@ -1,6 +1,7 @@
 """The public-model cache (dpngram.lm.public_cache): cached raw counts mapped to a vocabulary equal
-counting with that mapping; a cached P equals a freshly fitted one; hits skip the work, a changed
-corpus misses, old entries are pruned, and an unusable cache directory changes nothing."""
+counting with that mapping; a cached P equals a freshly fitted one and the Kneser-Ney fit over the
+whole V_LM; hits skip the work (also for another DP vocabulary that keeps the same public words),
+a changed corpus misses, old entries are pruned, and an unusable cache directory changes nothing."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import polars as pl
 import pytest
 
 from dpngram.lm import open_model, public_cache
-from dpngram.lm.arpa import BOS, EOS, UNK
+from dpngram.lm.arpa import BOS, EOS, UNK, kneser_ney
 
 
 def _corpus(path: Path, seed: int, lines: int = 400) -> Path:
@@ -85,20 +86,28 @@ def test_cached_public_model_equals_a_fresh_one_and_hits_skip_the_work(tmp_path,
         assert _as_dict(first[1][n]) == _as_dict(fresh[1][n])
     assert len(list((cache / "counts").iterdir())) == 1 and len(list((cache / "models").iterdir())) == 1
 
-    fit = open_model.public_model
+    # P is the Kneser-Ney fit over all of V_LM, though its cached terms were fitted over the public
+    # words alone and completed with "private-only" (a DP word the corpus lacks)
+    assert "private-only" in first[0]
+    assert _same_model(first[2], kneser_ney(first[1][3], 3, first[0]))
 
     def refuse(*args, **kwargs):
         raise AssertionError("recomputed although cached")
 
     with monkeypatch.context() as m:  # a second use of the same corpus and vocabulary: no work
         m.setattr(open_model, "batch_ngram_counts", refuse)
-        m.setattr(open_model, "public_model", refuse)
+        m.setattr(open_model, "kneser_ney_terms", refuse)
         again = open_model.open_public_model(dp, str(corpus), order=3, public_cap=30, cache_dir=cache)
         assert _same_model(again[2], fresh[2])
-        # another run's DP vocabulary: the counts are reused, only P is fitted again
-        m.setattr(open_model, "public_model", fit)
-        other = open_model.open_public_model(["w9"], str(corpus), order=3, public_cap=30, cache_dir=cache)
-    assert other[0] == open_model.open_public_model(["w9"], str(corpus), order=3, public_cap=30)[0]
+        # another run whose DP vocabulary differs only in words the corpus lacks: no fit either
+        other_dp = ["w1", "w2", "w3", "another-private", "and-one-more"]
+        other = open_model.open_public_model(other_dp, str(corpus), order=3, public_cap=30, cache_dir=cache)
+    assert _same_model(other[2], kneser_ney(other[1][3], 3, other[0]))
+    assert len(list((cache / "models").iterdir())) == 1
+    # a DP vocabulary that keeps one more public word (beyond the cap): P is fitted again
+    beyond = next(f"w{i}" for i in range(60) if f"w{i}" not in first[0])
+    wider = open_model.open_public_model([*dp, beyond], str(corpus), order=3, public_cap=30, cache_dir=cache)
+    assert beyond in wider[0] and _same_model(wider[2], kneser_ney(wider[1][3], 3, wider[0]))
     assert len(list((cache / "models").iterdir())) == 2
 
     # the same path with other content: another digest, so a miss (never a stale model)

@@ -245,6 +245,24 @@ def kneser_ney(
     ``top``: columns ``ngram`` (``order`` space-joined tokens, with ``<s>`` only first and ``</s>``
     only last) and ``count`` (float >= 0). ``vocabulary``: words that must be unigrams even
     without counts. ``discounts``: fixed (D1, D2, D3+) per order (default: :func:`modified_discounts`)."""
+    return kneser_ney_model(kneser_ney_terms(top, order, vocabulary, discounts))
+
+
+def kneser_ney_terms(
+    top: pl.DataFrame,
+    order: int,
+    vocabulary: Iterable[str] = (),
+    discounts: dict[int, tuple[float, float, float]] | None = None,
+) -> dict[int, pl.DataFrame]:
+    """:func:`kneser_ney` before the uniform distribution's share is fixed: per order, ``ngram``,
+    ``a``, ``b`` with p(w|h) = a + b/H (H: the number of predictable unigrams, ``<s>`` excluded)
+    and, below the top order, ``gamma`` (the backoff weight of the n-gram as a context).
+
+    Interpolation bottoms out in γ₀/H for every word, and every higher order is affine in the order
+    below, so a word without counts added to the vocabulary only raises H:
+    :func:`kneser_ney_model` with ``extra_words`` equals :func:`kneser_ney` over the larger
+    vocabulary. That lets the public model be fitted once per public corpus and completed per run
+    with the run's DP-only words (:func:`dpngram.lm.open_model.open_public_model`)."""
     if order < 1:
         raise ArpaError(f"order: must be >= 1 (got {order})")
     top = top.select(pl.col("ngram").cast(pl.String), pl.col("count").cast(pl.Float64))
@@ -260,8 +278,7 @@ def kneser_ney(
         if n not in discounts:
             discounts[n] = modified_discounts(adjusted[n].filter(pl.col("count") > 0)["count"])
 
-    probs: dict[int, pl.DataFrame] = {}
-    gammas: dict[int, pl.DataFrame] = {}  # order n -> (context of order n-1, gamma)
+    terms: dict[int, pl.DataFrame] = {}
     for n in range(1, order + 1):
         d = discounts[n]
         table = adjusted[n]
@@ -269,10 +286,9 @@ def kneser_ney(
             table = table.filter(pl.col("ngram") != BOS)
             total = float(table["count"].sum())
             gamma0 = float(table.select(_discount("count", d).sum()).item()) / total if total > 0 else 1.0
-            uniform = 1.0 / table.height
             alpha = (pl.col("count") - _discount("count", d)) / total if total > 0 else pl.lit(0.0)
-            p = table.select("ngram", prob=alpha + gamma0 * uniform)
-            p = pl.concat([p, pl.DataFrame({"ngram": [BOS], "prob": [0.0]})])
+            t = table.select("ngram", a=alpha, b=pl.lit(gamma0))
+            t = pl.concat([t, pl.DataFrame({"ngram": [BOS], "a": [0.0], "b": [0.0]})])
         else:
             table = table.with_columns(ctx=_context(), suf=_suffix())
             ctx = (
@@ -282,24 +298,57 @@ def kneser_ney(
                     gamma=pl.when(pl.col("total") > 0).then(pl.col("seen") / pl.col("total")).otherwise(1.0)
                 )
             )
-            gammas[n] = ctx.select(pl.col("ctx").alias("ngram"), "gamma")
-            lower = probs[n - 1].rename({"ngram": "suf", "prob": "lower"})
-            p = (
+            terms[n - 1] = (
+                terms[n - 1]
+                .join(ctx.select(pl.col("ctx").alias("ngram"), "gamma"), on="ngram", how="left")
+                .with_columns(pl.col("gamma").fill_null(1.0))
+            )
+            lower = terms[n - 1].select(pl.col("ngram").alias("suf"), la="a", lb="b")
+            own = pl.when(pl.col("total") > 0).then(
+                (pl.col("count") - _discount("count", d)) / pl.col("total")
+            )
+            t = (
                 table.join(ctx, on="ctx", how="left")
                 .join(lower, on="suf", how="left")
                 .select(
                     "ngram",
-                    prob=pl.when(pl.col("total") > 0)
-                    .then((pl.col("count") - _discount("count", d)) / pl.col("total"))
-                    .otherwise(0.0)
-                    + pl.col("gamma") * pl.col("lower"),
+                    a=own.otherwise(0.0) + pl.col("gamma") * pl.col("la"),
+                    b=pl.col("gamma") * pl.col("lb"),
                 )
             )
-            if p["prob"].null_count():
+            if t["a"].null_count():
                 raise ArpaError(f"order {n}: a suffix is missing one order below (closure failed)")
-        probs[n] = p
+        terms[n] = t
+    return {n: t.sort("ngram") for n, t in terms.items()}
 
-    return model_from_probabilities(probs, gammas, order)
+
+def kneser_ney_model(terms: dict[int, pl.DataFrame], extra_words: Iterable[str] = ()) -> ArpaModel:
+    """The model of :func:`kneser_ney_terms`, its vocabulary grown by ``extra_words`` (words with
+    no counts and not yet unigrams): each gets p = γ₀/H, and H counts them."""
+    order = max(terms)
+    unigrams = terms[1]
+    present = set(unigrams["ngram"].to_list())
+    extra = sorted({w for w in extra_words if w not in present})
+    if extra:
+        gamma0 = float(unigrams.filter(pl.col("ngram") == EOS)["b"].item())
+        added = pl.DataFrame({"ngram": extra, "a": [0.0] * len(extra), "b": [gamma0] * len(extra)})
+        if order > 1:
+            added = added.with_columns(gamma=pl.lit(1.0))
+        unigrams = pl.concat([unigrams, added.select(unigrams.columns)]).sort("ngram")
+    uniform = 1.0 / (unigrams.height - 1)  # <s> is never predicted
+    tables: dict[int, pl.DataFrame] = {}
+    for n in range(1, order + 1):
+        t = unigrams if n == 1 else terms[n]
+        prob = (pl.col("a") + pl.col("b") * uniform).clip(MIN_PROB, 1.0).log10()
+        backoff = (
+            pl.col("gamma").clip(MIN_PROB, None).log10() if n < order else pl.lit(None, dtype=pl.Float64)
+        )
+        tables[n] = t.select(
+            "ngram",
+            logprob=pl.when(pl.col("ngram") == BOS).then(BOS_LOGPROB).otherwise(prob),
+            backoff=backoff,
+        )
+    return ArpaModel(tables)
 
 
 def model_from_probabilities(

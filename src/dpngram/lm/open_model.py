@@ -45,6 +45,8 @@ from dpngram.lm.arpa import (
     UNK,
     ArpaModel,
     kneser_ney,
+    kneser_ney_model,
+    kneser_ney_terms,
     model_from_probabilities,
     ngrams_of_sentences,
 )
@@ -260,10 +262,12 @@ def open_public_model(
     """(V_LM, public counts per order, P) from the DP vocabulary and the public corpus (or none).
     ``part='train'`` leaves out the held-out sentences (evaluation stand-ins for the model card).
     ``cache_dir``: the public-model cache (:mod:`dpngram.lm.public_cache`; None: no cache): the
-    corpus's raw counts are read from it (or counted once and stored), and P is fitted once per
-    (corpus, part, order, V_LM)."""
+    corpus's raw counts are read from it (or counted once and stored), and P's Kneser-Ney terms are
+    fitted once per (corpus, part, order, the public words V_LM keeps), then completed with the
+    run's DP-only words (:func:`dpngram.lm.arpa.kneser_ney_terms`: the same P as a fit over all of
+    V_LM)."""
     from dpngram.lm.public_cache import (
-        cached_model,
+        cached_tables,
         entry_key,
         file_digest,
         map_to_vocabulary,
@@ -281,10 +285,18 @@ def open_public_model(
     words = Counter(dict(zip(unigrams["ngram"].to_list(), unigrams["count"].to_list(), strict=True)))
     vocabulary = model_vocabulary(dp_vocabulary, words, public_cap)
     counts = map_to_vocabulary(raw, vocabulary)
+    # P is fitted over the public words V_LM keeps (what the counts depend on) and completed with
+    # the DP-only words, which have no public counts (kneser_ney_terms): the fit is cached per
+    # public corpus, not per run, whenever V_LM keeps the same public words.
+    public_words = [w for w in vocabulary if w in words]
+    dp_only = [w for w in vocabulary if w not in words]
     key = ""
     if cache_dir:
-        key = entry_key("public-model", digest, part, lowercase, order, vocabulary_digest(vocabulary))
-    return vocabulary, counts, cached_model(cache_dir, key, lambda: public_model(counts, order, vocabulary))
+        key = entry_key("public-kn-terms", digest, part, lowercase, order, vocabulary_digest(public_words))
+    terms = cached_tables(
+        cache_dir, "models", key, lambda: kneser_ney_terms(counts[order], order, public_words)
+    )
+    return vocabulary, counts, kneser_ney_model(terms, dp_only)
 
 
 def public_model(counts: dict[int, pl.DataFrame], order: int, vocabulary: Iterable[str]) -> ArpaModel:
