@@ -419,6 +419,77 @@ def plot(payload: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def kept_rows(measured_rows: list[dict[str, Any]], old_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The committed DuckDB rows a ``--merge`` keeps: those not re-measured now, except the
+    baseline rows of a point this session re-measured (their ratio against today's rows would mix
+    two sessions' hosts, which differ by ±20%: only same-session pairs are compared)."""
+
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        return (r["engine"], r["users"], r["policy"], r["split"], r.get("code", "this checkout"))
+
+    measured = {key(r) for r in measured_rows}
+    points = {key(r)[:4] for r in measured_rows}
+    return [
+        r
+        for r in old_rows
+        if r["engine"] == "duckdb"
+        and key(r) not in measured
+        and (this_checkout(r) or key(r)[:4] not in points)
+    ]
+
+
+def write_payload(rows: list[dict[str, Any]], out: Path, png: Path) -> None:
+    """Write ``out`` (rows, the 1M checks, same-session baseline ratios, the projection) and its plot."""
+    spark_file = RESULTS / "scale_spark.json"
+    if spark_file.exists():
+        rows += [spark_row(r) for r in json.loads(spark_file.read_text()).get("rows", [])]
+    one_m = [
+        r
+        for r in rows
+        if r["engine"] == "duckdb"
+        and r["users"] == TARGETS["users"]
+        and r["split"] == "dpne=1"
+        and r.get("exit_code") == 0
+        and this_checkout(r)
+    ]
+    checks = {}
+    for r in one_m:
+        limit = 4e9 * TARGETS["rss_over_limit"]
+        checks[r["policy"]] = {
+            "wall_seconds": [r["wall_seconds"], r["wall_seconds"] <= TARGETS["wall_seconds"]],
+            "ingest_seconds": [
+                r["stage_seconds"].get("ingest"),
+                (r["stage_seconds"].get("ingest") or 1e9) <= TARGETS["ingest_seconds"],
+            ],
+            "peak_rss_bytes": [r["peak_rss_bytes"], r["peak_rss_bytes"] <= limit],
+            "spill_over_input": [
+                round(r["peak_spill_bytes"] / r["input_bytes"], 3),
+                r["peak_spill_bytes"] <= TARGETS["spill_over_input"] * r["input_bytes"],
+            ],
+        }
+    payload = {
+        "benchmark": "scale",
+        "date": now(),
+        "machine": machine(),
+        "git_commit": git_commit(),
+        "parameters": {
+            "corpus": (
+                f"dpngram.text.sample.write_sample(n_users=N, seed={SEED}, vocab_size={VOCAB}, "
+                f"public_sentences={PUBLIC_SENTENCES})"
+            ),
+            "run": "dpngram run " + " ".join(DPNE_ARGS) + f" --memory-limit {MEMORY_LIMIT}",
+        },
+        "targets": TARGETS,
+        "checks_at_1M": checks,
+        "rows": rows,
+        "baseline_ratios": baseline_ratios(rows),
+        "projection": projection(rows),
+    }
+    write_result(out.name, payload)
+    plot(payload, png)
+    print(json.dumps({"checks_at_1M": checks, "projection": payload["projection"]}, indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -468,65 +539,13 @@ def main() -> None:
         print("== 1,000,000 users, default split (every stage)", flush=True)
         rows.append(run_point(1_000_000, "default", full_split=True, profile=args.profile))
         print(json.dumps(rows[-1]), flush=True)
+        if baseline:
+            print(f"== 1,000,000 users, default split, code of {baseline.name}", flush=True)
+            rows.append(run_point(1_000_000, "default", full_split=True, profile=args.profile, code=baseline))
+            print(json.dumps(rows[-1]), flush=True)
     if args.merge and out.exists():
-
-        def key(r: dict[str, Any]) -> tuple[Any, ...]:
-            return (r["engine"], r["users"], r["policy"], r["split"], r.get("code", "this checkout"))
-
-        measured = {key(r) for r in rows}
-        rows += [
-            r
-            for r in json.loads(out.read_text())["rows"]
-            if r["engine"] == "duckdb" and key(r) not in measured
-        ]
-    spark_file = RESULTS / "scale_spark.json"
-    if spark_file.exists():
-        rows += [spark_row(r) for r in json.loads(spark_file.read_text()).get("rows", [])]
-    one_m = [
-        r
-        for r in rows
-        if r["engine"] == "duckdb"
-        and r["users"] == TARGETS["users"]
-        and r["split"] == "dpne=1"
-        and r.get("exit_code") == 0
-        and this_checkout(r)
-    ]
-    checks = {}
-    for r in one_m:
-        limit = 4e9 * TARGETS["rss_over_limit"]
-        checks[r["policy"]] = {
-            "wall_seconds": [r["wall_seconds"], r["wall_seconds"] <= TARGETS["wall_seconds"]],
-            "ingest_seconds": [
-                r["stage_seconds"].get("ingest"),
-                (r["stage_seconds"].get("ingest") or 1e9) <= TARGETS["ingest_seconds"],
-            ],
-            "peak_rss_bytes": [r["peak_rss_bytes"], r["peak_rss_bytes"] <= limit],
-            "spill_over_input": [
-                round(r["peak_spill_bytes"] / r["input_bytes"], 3),
-                r["peak_spill_bytes"] <= TARGETS["spill_over_input"] * r["input_bytes"],
-            ],
-        }
-    payload = {
-        "benchmark": "scale",
-        "date": now(),
-        "machine": machine(),
-        "git_commit": git_commit(),
-        "parameters": {
-            "corpus": (
-                f"dpngram.text.sample.write_sample(n_users=N, seed={SEED}, vocab_size={VOCAB}, "
-                f"public_sentences={PUBLIC_SENTENCES})"
-            ),
-            "run": "dpngram run " + " ".join(DPNE_ARGS) + f" --memory-limit {MEMORY_LIMIT}",
-        },
-        "targets": TARGETS,
-        "checks_at_1M": checks,
-        "rows": rows,
-        "baseline_ratios": baseline_ratios(rows),
-        "projection": projection(rows),
-    }
-    write_result(out.name, payload)
-    plot(payload, png)
-    print(json.dumps({"checks_at_1M": checks, "projection": payload["projection"]}, indent=2))
+        rows += kept_rows(rows, json.loads(out.read_text())["rows"])
+    write_payload(rows, out, png)
 
 
 if __name__ == "__main__":
