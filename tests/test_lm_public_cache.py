@@ -29,15 +29,21 @@ def _as_dict(frame: pl.DataFrame) -> dict[str, float]:
     return dict(zip(frame["ngram"].to_list(), frame["count"].to_list(), strict=True))
 
 
+@pytest.mark.parametrize("every_word", [False, True])
 @pytest.mark.parametrize("part", ["all", "train", "heldout"])
-def test_mapped_raw_counts_equal_counting_with_the_vocabulary(tmp_path, part):
+def test_mapped_raw_counts_equal_counting_with_the_vocabulary(tmp_path, part, every_word):
+    """Also when the vocabulary holds every public word (nothing maps: the raw counts come back)."""
     corpus = _corpus(tmp_path / "public.txt", 3)
     rng = random.Random(5)
-    vocabulary = set(rng.sample([f"w{i}" for i in range(60)], 20)) | {"absent-word"}
+    words = [f"w{i}" for i in range(60)] + ["."]
+    vocabulary = set(words if every_word else rng.sample(words[:60], 20)) | {"absent-word"}
     direct = open_model.public_counts(corpus, 3, vocabulary, True, part)
-    mapped = public_cache.map_to_vocabulary(open_model.raw_public_counts(corpus, 3, True, part), vocabulary)
+    raw = open_model.raw_public_counts(corpus, 3, True, part)
+    mapped = public_cache.map_to_vocabulary(raw, vocabulary)
     for n in (1, 2, 3):
         assert _as_dict(mapped[n]) == _as_dict(direct[n]), (part, n)
+    # the shortcut is taken exactly when the vocabulary holds every word of the raw counts
+    assert (set(raw[1]["ngram"].to_list()) - {BOS, EOS, UNK} <= vocabulary) == every_word
 
 
 def test_literal_marker_tokens_read_as_unk_as_in_direct_counting(monkeypatch):

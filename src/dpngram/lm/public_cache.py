@@ -77,8 +77,12 @@ def entry_key(*parts: object) -> str:
 def map_to_vocabulary(raw: dict[int, pl.DataFrame], vocabulary: Iterable[str]) -> dict[int, pl.DataFrame]:
     """Counts with every token outside ``vocabulary`` read as ``<unk>`` (and re-summed), from raw
     counts whose marker tokens are padding only (:func:`dpngram.lm.open_model.raw_public_counts`).
-    Equal to counting with that mapping (tests/test_lm_public_cache.py)."""
+    Equal to counting with that mapping (tests/test_lm_public_cache.py). When the vocabulary holds
+    every public word (every token is an order-1 n-gram of the raw counts), nothing maps and the
+    raw counts are returned as they are: the usual case, V_LM keeping all of Brown's words."""
     keep = pl.Series("keep", sorted({*vocabulary, BOS, EOS, UNK}), dtype=pl.String)
+    if 1 in raw and bool(raw[1]["ngram"].is_in(keep.implode()).all()):
+        return {n: table.select("ngram", pl.col("count").cast(pl.Float64)) for n, table in raw.items()}
     out: dict[int, pl.DataFrame] = {}
     for n, table in raw.items():
         mapped = table.select(
