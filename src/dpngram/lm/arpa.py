@@ -76,6 +76,15 @@ class ArpaModel:
     def counts(self) -> dict[int, int]:
         return {n: self.tables[n].height for n in sorted(self.tables)}
 
+    @classmethod
+    def with_structure(cls, tables: dict[int, pl.DataFrame], structure: dict[int, NgramLinks]) -> ArpaModel:
+        """A model whose tables list the same n-grams, in the same rows, as those ``structure``
+        was derived from (a model computed row by row from another): its structure is not derived
+        again."""
+        model = cls(tables)
+        model._structure = structure
+        return model
+
     def structure(self) -> dict[int, NgramLinks]:
         """Per order n >= 2, each listed n-gram's links one order down (row numbers, computed once
         per model): what lets arithmetic over the whole model (unigram adaptation) run on arrays

@@ -517,9 +517,7 @@ def mix_models(public: ArpaModel, private: ArpaModel, weight: float) -> ArpaMode
         else:
             frame = frame.with_columns(backoff=pl.lit(None, dtype=pl.Float64))
         tables[n] = frame
-    mixed = ArpaModel(tables)
-    mixed._structure = links
-    return mixed
+    return ArpaModel.with_structure(tables, links)
 
 
 def _probabilities_on(model: ArpaModel, closed: ArpaModel) -> dict[int, np.ndarray]:
@@ -637,6 +635,4 @@ def adapt_to_unigrams(model: ArpaModel, target: pl.DataFrame, beta: float) -> Ar
             else pl.lit(None, dtype=pl.Float64)
         )
         tables[n] = frame.with_columns(backoff=backoff)
-    adapted = ArpaModel(tables)
-    adapted._structure = links  # the same n-grams in the same rows
-    return adapted
+    return ArpaModel.with_structure(tables, links)  # the same n-grams in the same rows

@@ -123,7 +123,10 @@ def held_out_user_sums(
     workers = default_workers() if workers is None else workers
     paths = [str(p) for p in model_paths]
     loaded = {} if loaded is None else loaded
-    models = [loaded[p] if p in loaded else loaded.setdefault(p, load_model(p)) for p in paths]
+    for p in paths:
+        if p not in loaded:
+            loaded[p] = load_model(p)
+    models = [loaded[p] for p in paths]
     total = np.zeros(width, dtype=np.float64)
     count = 0
     users = _users(wh, sql, params)

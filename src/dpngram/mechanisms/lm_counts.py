@@ -119,9 +119,10 @@ def counting_tables(vocabulary: list[str], domain: pl.DataFrame) -> tuple[pa.Tab
             f"lm_counts: the model vocabulary has {len(words):,} words, more than the "
             f"{MAX_COUNTING_VOCABULARY:,} its counting keys hold: lower lm_public_vocab_size"
         )
-    ids = {**{w: i for i, w in enumerate(words, start=len(MARKER_IDS) + 1)}, **MARKER_IDS}
+    first = len(MARKER_IDS) + 1
+    ids = {**{w: i for i, w in enumerate(words, start=first)}, **MARKER_IDS}
     vocab = pa.table(
-        {"token": pa.array(words, pa.string()), "tid": pa.array(range(4, 4 + len(words)), pa.int32())}
+        {"token": pa.array(words, pa.string()), "tid": pa.array(range(first, first + len(words)), pa.int32())}
     )
     parts = domain.select("gid", "n", w=pl.col("ngram").str.split_exact(" ", 2)).unnest("w")
     order = parts["n"].to_numpy()
