@@ -158,6 +158,9 @@ def run_epsilons(args: argparse.Namespace, epsilons: list[float], started: float
                 vocab_size=args.vocab,
                 salt=noise.salt(),
             )
+            # the run counts from the sentences directly; the exact counts read an occurrence table
+            occurrences = bayes.PRIVATE_OCCURRENCES
+            bayes.trigram_occurrences(wh, ctx.schema, "sentences", occurrences, inputs.unk_mapped)
             exact = bayes.exact_counts_for_evaluation(wh, ctx.schema, bayes.PRIVATE_OCCURRENCES, inputs.size)
             prep_seconds = time.perf_counter() - started
             mu_p = bayes.prior_mean(inputs.public)

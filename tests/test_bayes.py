@@ -143,6 +143,40 @@ def test_a_users_kept_set_does_not_depend_on_other_users():
     assert named(kept_base, space_base, "a") == named(kept_more, space_more, "a")
 
 
+@pytest.mark.parametrize("with_vocab", [True, False])
+def test_private_user_counts_equal_the_occurrence_path(with_vocab):
+    """The run's path (integer keys straight from the sentences) keeps exactly the trigrams and
+    counts of the occurrence-table path, with markers, '<unk>' and text that reads like either."""
+    rows = [("a", ["x", "y", "z", "q", "x", "y", "z"]), ("a", ["x"]), ("b", ["y", "q", "y", "q", "y"])]
+    rows += [("c", ["z", "z", "z", "z"]), ("d", ["<s>", "x", "</s>", "<unk>", "x"]), ("e", ["w"] * 9)]
+    rows += [("f", [f"t{i % 7}" for i in range(40)]), ("d", ["x", "<unk>", "x"]), ("g", ["x", "rare", "x"])]
+    vocab = {"x", "y", "z", "<s>", "t1", "t2", "t3"} if with_vocab else None
+    for salt in (3, 4, 5):
+        wh = warehouse_with(rows)
+        mapped = bayes.install_vocabulary(wh, SCHEMA, pa.table({"token": sorted(vocab)}) if vocab else None)
+        bayes.trigram_occurrences(wh, SCHEMA, "sents", "occ", mapped)
+        # V: every trigram some user has but (x y z) and those with 'rare' (a word outside V's
+        # words), plus one nobody has (a released-only trigram)
+        wh.con.execute(
+            f"CREATE TABLE {SCHEMA}.{bayes.PUBLIC_COUNTS} AS SELECT w1, w2, w3, count(*) AS public_count "
+            f"FROM {SCHEMA}.occ WHERE NOT (w1 = 'x' AND w2 = 'y' AND w3 = 'z') "
+            "AND 'rare' NOT IN (w1, w2, w3) GROUP BY ALL"
+        )
+        released = pa.table({"w1": ["never"], "w2": ["seen"], "w3": ["here"]})
+        bayes.build_space(wh, SCHEMA, released, 10_000)
+        bayes.bounded_user_counts(wh, SCHEMA, "occ", "uc_occ", C=2, W=4, salt=salt)
+        bayes.private_user_counts(wh, SCHEMA, "sents", "uc_run", map_unk=mapped, C=2, W=4, salt=salt)
+        expected = wh.con.execute(f"SELECT user_id, tid, user_count FROM {SCHEMA}.uc_occ").fetchall()
+        got = wh.con.execute(
+            f"SELECT u.user_id, r.tid, r.user_count FROM {SCHEMA}.uc_run AS r "
+            f"JOIN {SCHEMA}.{bayes.USERS} AS u ON u.uid = r.user_id"
+        ).fetchall()
+        assert sorted(got) == sorted(expected)
+        # g's trigrams all hold "rare": outside V unless the vocabulary maps it to <unk> (x <unk> x)
+        assert {u for u, _, _ in expected} == set("abcdefg" if with_vocab else "abcdef")
+        assert any(c == 2 for _, _, c in expected) and any(u == "f" for u, _, _ in expected)
+
+
 # ----------------------------------------------------------------------------------------------
 # Formulas
 # ----------------------------------------------------------------------------------------------

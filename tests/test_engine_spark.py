@@ -419,6 +419,8 @@ def test_bayes_aggregates_identical(runs, engines, corpus) -> None:
             S_grid=(1.0,),
             rho_grid=(0.5,),
         )
+        # the run counts from the sentences directly; the exact counts read an occurrence table
+        bayes.trigram_occurrences(engine, schema, "sentences", bayes.PRIVATE_OCCURRENCES, inputs.unk_mapped)
         exact = bayes.exact_counts_for_evaluation(engine, schema, bayes.PRIVATE_OCCURRENCES, inputs.size)
         found[name] = (inputs, keys, tuned, exact)
     (d, d_keys, d_tuned, d_exact), (s, s_keys, s_tuned, s_exact) = found["duckdb"], found["spark"]

@@ -311,7 +311,7 @@ def test_spark_level2_pairs_from_sentences(spark_engine) -> None:
 def test_spark_plans_have_no_single_partition(spark, spark_engine) -> None:
     """The users statement and the level-1 statement shuffle by bucket / user, never into one
     partition; the offsets statement (one row per bucket) is the only global window."""
-    per_user = load_sql("numbering/sentences", schema=SCHEMA, target="plan_per_user")
+    per_user = load_sql("numbering/sentences", schema=SCHEMA, target="plan_per_user", sentences="sentences")
     assert "SinglePartition" not in _plan(spark, per_user, {"buckets": USER_BUCKETS})["plan_per_user"]
     spark_engine.execute(per_user, {"buckets": USER_BUCKETS})
     numbering = load_sql("numbering/users", schema=SCHEMA, target="plan_users", per_user="plan_per_user")

@@ -14,6 +14,9 @@ Mechanism (Algorithm 1), heavy work in SQL (``sql/bayes/*.sql``), vectors over V
    ``bayes_vocab_size`` by public count (public data + DP outputs only); private trigrams outside
    V are dropped;
 3. per user: count per trigram clamped to C, at most W distinct trigrams (salted-hash subset);
+   for the run's private sentences straight from them with integer trigram keys and integer user
+   ids (:func:`private_user_counts`), for public tuning from an occurrence table
+   (:func:`bounded_user_counts`): the same rule, one SQL fragment (``sql/bayes/_bounded_counts.sql``);
 4. c (sum of bounded counts), N (users per trigram); x̂ = log(1 + c) − z (eq. 2) where the centring
    constant z = min(mean log(1 + c), L) is clipped at the public ``bayes_log_clip`` L;
    μ_p (eq. 1); w = min(1, S N / C) (eq. 5); μ_ps = ρ w⊙x̂ + (1 − ρ) μ_p;
@@ -37,7 +40,8 @@ be compared with the mechanism they sit next to.
 
 Owns: BayesianDP (prior, posterior mean, sensitivity bound, calibration, release), the Laplace
 baselines, public tuning of (S, ρ), the trigram space and bounded per-user counts.
-Imports: dpngram.engines, dpngram.text, dpngram.core; numpy, pyarrow.
+Imports: dpngram.engines, dpngram.text, dpngram.core, dpngram.mechanisms.dpne_domain (the user
+numbering); numpy, pyarrow.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource, simulation_rng
 from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql
+from dpngram.mechanisms.dpne_domain import number_users
 
 STAGE = "bayes"
 
@@ -298,6 +303,20 @@ PUBLIC_COUNTS = "bayes_public_counts"
 PRIVATE_OCCURRENCES = "bayes_private_occ"
 
 
+SPACE_WORDS = "bayes_space_words"
+
+
+USERS = "bayes_users"
+
+
+UID_SENTENCES = "bayes_uid_sentences"
+
+
+#: Bits per word id in V's integer trigram keys (sql/bayes/private_user_counts.sql): three ids of
+#: 21 bits fill a BIGINT. V has at most 3 × bayes_vocab_size (≤ 5,000,000) words, well within.
+WORD_ID_BITS = 21
+
+
 VOCABULARY_TABLE = "bayes_vocabulary"
 
 
@@ -315,6 +334,11 @@ WORK_TABLES = (
     PUBLIC_OCCURRENCES,
     PUBLIC_COUNTS,
     PRIVATE_OCCURRENCES,
+    SPACE_WORDS,
+    USERS,
+    f"{USERS}_per_user",
+    f"{USERS}_buckets",
+    UID_SENTENCES,
     VOCABULARY_TABLE,
     RELEASED_TABLE,
     SPACE,
@@ -431,6 +455,47 @@ def bounded_user_counts(
     )
 
 
+def private_user_counts(
+    wh: Engine, schema: str, sentences: str, target: str, *, map_unk: bool, C: int, W: int, salt: int
+) -> None:
+    """The same table :func:`bounded_user_counts` makes from :func:`trigram_occurrences` of
+    ``sentences``, straight from the sentences with integer keys (``sql/bayes/private_user_counts.sql``;
+    its ``user_id`` is the run-local integer id of ``{schema}.bayes_users``). Needs V
+    (:func:`build_space`) and the vocabulary table."""
+    wh.execute(load_sql("bayes/space_words", schema=schema, target=SPACE_WORDS, space=SPACE))
+    words = wh.fetch_numpy(
+        f"SELECT word, wid FROM {schema}.{SPACE_WORDS} WHERE word IN ('<s>', '</s>', '<unk>')"
+    )
+    ids = dict(zip(list(words["word"]), (int(w) for w in words["wid"]), strict=True))
+    if int(wh.fetch_scalar(f"SELECT count(*) FROM {schema}.{SPACE_WORDS}")) >= 1 << WORD_ID_BITS:
+        raise ConfigError("bayes_vocab_size: V has more words than its trigram keys hold; lower it")
+    number_users(wh, schema, USERS, sentences=sentences)
+    wh.execute(
+        load_sql("bayes/uid_sentences", schema=schema, target=UID_SENTENCES, source=sentences, users=USERS)
+    )
+    wh.execute(
+        load_sql(
+            "bayes/private_user_counts",
+            schema=schema,
+            target=target,
+            source=UID_SENTENCES,
+            vocabulary=VOCABULARY_TABLE,
+            words=SPACE_WORDS,
+            space=SPACE,
+        ),
+        {
+            "map_unk": bool(map_unk),
+            "word_shift": 1 << WORD_ID_BITS,
+            "bos_id": ids.get("<s>", 0),
+            "eos_id": ids.get("</s>", 0),
+            "unk_id": ids.get("<unk>", 0) if map_unk else 0,
+            "clip_count": int(C),
+            "max_trigrams": int(W),
+            "salt": int(salt),
+        },
+    )
+
+
 def aggregate_counts(wh: Engine, schema: str, user_counts: str, size: int) -> tuple[np.ndarray, np.ndarray]:
     """(c, N) as arrays over V (index tid − 1). PRIVATE: never logged or released."""
     cols = wh.fetch_numpy(load_sql("bayes/aggregate", schema=schema, user_counts=user_counts))
@@ -504,8 +569,7 @@ def prepare_inputs(
     size = build_space(wh, schema, released, vocab_size)
     if size == 0:
         raise ConfigError("public: the public corpus and the released k-grams give no trigram (V is empty)")
-    trigram_occurrences(wh, schema, private_sentences, PRIVATE_OCCURRENCES, map_unk)
-    bounded_user_counts(wh, schema, PRIVATE_OCCURRENCES, USER_COUNTS, C=C, W=W, salt=salt)
+    private_user_counts(wh, schema, private_sentences, USER_COUNTS, map_unk=map_unk, C=C, W=W, salt=salt)
     total, users = aggregate_counts(wh, schema, USER_COUNTS, size)
     return TrigramInputs(
         schema=schema,

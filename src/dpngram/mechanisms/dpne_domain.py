@@ -111,8 +111,10 @@ def _from_sentences(wh: Engine, schema: str, statement: str, target: str) -> Non
     )
 
 
-def number_users(wh: Engine, schema: str, target: str, buckets: int = USER_BUCKETS) -> None:
-    """``{schema}.{target}(user_id, uid, first_sentence)``: every user of ``{schema}.sentences``
+def number_users(
+    wh: Engine, schema: str, target: str, buckets: int = USER_BUCKETS, sentences: str = "sentences"
+) -> None:
+    """``{schema}.{target}(user_id, uid, first_sentence)``: every user of ``{schema}.{sentences}``
     with a dense integer id ``uid`` = 1..N and the number of sentences of the users numbered
     before it (so its sentences are numbered ``first_sentence + 1, ...``), computed without a
     global window, which Spark would run in one partition (docs/engines.md "Numbering without a
@@ -124,7 +126,8 @@ def number_users(wh: Engine, schema: str, target: str, buckets: int = USER_BUCKE
     if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 1:
         raise ValueError(f"buckets: must be a positive integer (got {buckets!r})")
     per_user = f"{target}_per_user"
-    wh.execute(load_sql("numbering/sentences", schema=schema, target=per_user), {"buckets": buckets})
+    sql = load_sql("numbering/sentences", schema=schema, target=per_user, sentences=sentences)
+    wh.execute(sql, {"buckets": buckets})
     wh.execute(load_sql("numbering/users", schema=schema, target=target, per_user=per_user))
     wh.drop(schema, per_user, f"{target}_buckets")
 
