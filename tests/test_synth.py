@@ -264,6 +264,10 @@ def test_sql_records_and_counts_match_the_in_memory_reference():
         ("u2", 0, 0, ["&", "b"]),
         ("u3", 2, 5, ["c"] * 30),
         ("u4", 0, 0, []),
+        # exactly l_max items in two sentences: the third starts past l_max
+        ("u5", 3, 1, ["b", "b", "b"]),
+        ("u5", 3, 0, ["a", "a", "a"]),
+        ("u5", 4, 0, ["c"]),
     ]
     wh.con.executemany(f"INSERT INTO {SCHEMA}.sentences VALUES (?, ?, ?, ?)", rows)
     wh.con.execute(
@@ -274,7 +278,12 @@ def test_sql_records_and_counts_match_the_in_memory_reference():
     assert labels == ["&", "<unk>", "a", "b", "c"]
     synth.install_records(wh, SCHEMA, labels, l_max=8)
     got = dict(wh.con.execute(f"SELECT user_id, items FROM {SCHEMA}.synth_records").fetchall())
-    assert got == {"u1": [2, 3, 1, 0, 3, 2, 0, 2], "u2": [1, 3, 0], "u3": [4] * 8}
+    assert got == {
+        "u1": [2, 3, 1, 0, 3, 2, 0, 2],
+        "u2": [1, 3, 0],
+        "u3": [4] * 8,
+        "u5": [2, 2, 2, 0, 3, 3, 3, 0],
+    }
     oracle_sql = synth.SqlChildCounts(wh, SCHEMA)
     oracle_mem = synth.MemoryChildCounts(list(got.values()))
     for n, parents in [(1, [()]), (2, [(2,), (3,), (4,)]), (3, [(2, 3), (4, 4), (1, 3)])]:
