@@ -177,6 +177,24 @@ def test_private_user_counts_equal_the_occurrence_path(with_vocab):
         assert any(c == 2 for _, _, c in expected) and any(u == "f" for u, _, _ in expected)
 
 
+def test_private_user_counts_refuse_more_words_than_the_keys_hold(monkeypatch):
+    rows = [("a", ["w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8"])]
+    wh = warehouse_with(rows)
+    bayes.install_vocabulary(wh, SCHEMA, None)
+    bayes.trigram_occurrences(wh, SCHEMA, "sents", "occ", False)
+    wh.con.execute(
+        f"CREATE TABLE {SCHEMA}.{bayes.PUBLIC_COUNTS} AS SELECT w1, w2, w3, count(*) AS public_count "
+        f"FROM {SCHEMA}.occ GROUP BY ALL"
+    )
+    bayes.build_space(wh, SCHEMA, bayes.released_trigrams(None), 100)
+    monkeypatch.setattr(bayes, "WORD_ID_BITS", 3)  # 7 ids; V has 10 words (w1..w8, <s>, </s>)
+    with pytest.raises(ConfigError, match="lower bayes_vocab_size"):
+        bayes.private_user_counts(wh, SCHEMA, "sents", "uc", map_unk=False, C=1, W=5, salt=1)
+    monkeypatch.setattr(bayes, "WORD_ID_BITS", 4)  # 15 ids: fits
+    bayes.private_user_counts(wh, SCHEMA, "sents", "uc", map_unk=False, C=1, W=5, salt=1)
+    assert wh.con.execute(f"SELECT count(*) FROM {SCHEMA}.uc").fetchone()[0] == 5
+
+
 # ----------------------------------------------------------------------------------------------
 # Formulas
 # ----------------------------------------------------------------------------------------------

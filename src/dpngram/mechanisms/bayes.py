@@ -313,7 +313,8 @@ UID_SENTENCES = "bayes_uid_sentences"
 
 
 #: Bits per word id in V's integer trigram keys (sql/bayes/private_user_counts.sql): three ids of
-#: 21 bits fill a BIGINT. V has at most 3 × bayes_vocab_size (≤ 5,000,000) words, well within.
+#: 21 bits fill a BIGINT, so V may hold up to 2^21 − 1 distinct words (checked: a ConfigError
+#: beyond). With the run's DP vocabulary V's words are that vocabulary's and the markers.
 WORD_ID_BITS = 21
 
 
@@ -468,7 +469,10 @@ def private_user_counts(
     )
     ids = dict(zip(list(words["word"]), (int(w) for w in words["wid"]), strict=True))
     if int(wh.fetch_scalar(f"SELECT count(*) FROM {schema}.{SPACE_WORDS}")) >= 1 << WORD_ID_BITS:
-        raise ConfigError("bayes_vocab_size: V has more words than its trigram keys hold; lower it")
+        raise ConfigError(
+            f"bayes_vocab_size: V's trigrams have more distinct words than the {(1 << WORD_ID_BITS) - 1:,} "
+            "its integer trigram keys hold; lower bayes_vocab_size"
+        )
     number_users(wh, schema, USERS, sentences=sentences)
     wh.execute(
         load_sql("bayes/uid_sentences", schema=schema, target=UID_SENTENCES, source=sentences, users=USERS)
