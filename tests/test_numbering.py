@@ -214,7 +214,7 @@ def test_install_vocabulary_and_triehh_use_the_shared_numbering(duck) -> None:
 
 
 def check_level2_pairs(engine) -> None:
-    """sql/dpne/candidates_level2.sql (pairs read from the sentences) gives exactly the rows of
+    """sql/dpne/candidates_level2.sql (a view: pairs read from the sentences) gives exactly the rows of
     sql/dpne/candidates_both.sql over the level-1 positions, with an S_1 that lacks every third
     position's token (so tokens outside S_1 break pairs) and sentences of 1..5 tokens (so a pair
     never runs past a sentence's end)."""
@@ -245,8 +245,7 @@ def check_level2_pairs(engine) -> None:
             target="pairs_direct",
             users="pairs_users",
             vocabulary="pairs_s1",
-        ),
-        params,
+        )  # a view: no parameters; its literal stride must be SENTENCE_STRIDE for the locs to agree
     )
     rows = {
         name: sorted(engine.fetch_arrow(f"SELECT uid, loc, key FROM {SCHEMA}.{name}").to_pylist(), key=str)

@@ -40,7 +40,9 @@ MAX_LEVEL = 12
 KEY_SHIFT = 32  # key = left_id * 2^32 + right_id; ids are positive INTEGERs (< 2^31)
 
 
-SENTENCE_STRIDE = 1 << 24  # loc = sentence_no * stride + position (sentences < 2^24 tokens)
+#: loc = sentence_no * stride + position (sentences < 2^24 tokens). A parameter of the SQL, except
+#: in the view sql/dpne/candidates_level2.sql, which takes none and spells it 16777216.
+SENTENCE_STRIDE = 1 << 24
 
 
 #: Hash buckets of the user/sentence numbering (:func:`number_users`). Users are ranked inside
@@ -155,10 +157,20 @@ def drop_tables(wh: Engine, schema: str, *tables: str) -> None:
 
 
 def build_candidates(wh: Engine, schema: str, k: int, pruning: Pruning) -> str:
-    """``dpne_cand{k}(uid, loc, key)``: occurrences of valid k-grams (Alg. 4 on positions)."""
+    """``dpne_cand{k}(uid, loc, key)``: occurrences of valid k-grams (Alg. 4 on positions); a view
+    over the sentences for both-side level 2 (sql/dpne/candidates_level2.sql), a table otherwise."""
     target = f"dpne_cand{k}"
     if pruning == "both" and k == 2:
-        _from_sentences(wh, schema, "dpne/candidates_level2", target)
+        # a view (no prepared parameters: it spells SENTENCE_STRIDE); its readers compute it
+        wh.execute(
+            load_sql(
+                "dpne/candidates_level2",
+                schema=schema,
+                target=target,
+                users="dpne_users",
+                vocabulary=level_table(1),
+            )
+        )
     elif pruning == "both":
         wh.execute(
             load_sql("dpne/candidates_both", schema=schema, target=target, previous=occurrence_table(k - 1))
