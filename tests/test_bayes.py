@@ -102,15 +102,21 @@ def test_released_trigrams_reads_only_k3(tmp_path):
     assert bayes.released_trigrams(None).num_rows == 0
 
 
-def _bounded(rows, C, W, salt):
+def with_space(rows, vocab=None, where="TRUE", released=None, size=10_000):
+    """A warehouse with ``rows``, their occurrences ``occ`` (tokens outside ``vocab`` as <unk>) and
+    V built from the occurrences that satisfy ``where`` (plus ``released``). Returns (wh, mapped, |V|)."""
     wh = warehouse_with(rows)
-    bayes.install_vocabulary(wh, SCHEMA, None)
-    bayes.trigram_occurrences(wh, SCHEMA, "sents", "occ", False)
+    mapped = bayes.install_vocabulary(wh, SCHEMA, pa.table({"token": sorted(vocab)}) if vocab else None)
+    bayes.trigram_occurrences(wh, SCHEMA, "sents", "occ", mapped)
     wh.con.execute(
         f"CREATE TABLE {SCHEMA}.{bayes.PUBLIC_COUNTS} AS SELECT w1, w2, w3, count(*) AS public_count "
-        f"FROM {SCHEMA}.occ WHERE user_id <> 'outside' GROUP BY ALL"
+        f"FROM {SCHEMA}.occ WHERE {where} GROUP BY ALL"
     )
-    size = bayes.build_space(wh, SCHEMA, bayes.released_trigrams(None), 10_000)
+    return wh, mapped, bayes.build_space(wh, SCHEMA, released or bayes.released_trigrams(None), size)
+
+
+def _bounded(rows, C, W, salt):
+    wh, _, size = with_space(rows, where="user_id <> 'outside'")
     bayes.bounded_user_counts(wh, SCHEMA, "occ", "uc", C=C, W=W, salt=salt)
     out = {}
     for user, tid, count in wh.con.execute(f"SELECT user_id, tid, user_count FROM {SCHEMA}.uc").fetchall():
@@ -152,18 +158,14 @@ def test_private_user_counts_equal_the_occurrence_path(with_vocab):
     rows += [("f", [f"t{i % 7}" for i in range(40)]), ("d", ["x", "<unk>", "x"]), ("g", ["x", "rare", "x"])]
     vocab = {"x", "y", "z", "<s>", "t1", "t2", "t3"} if with_vocab else None
     for salt in (3, 4, 5):
-        wh = warehouse_with(rows)
-        mapped = bayes.install_vocabulary(wh, SCHEMA, pa.table({"token": sorted(vocab)}) if vocab else None)
-        bayes.trigram_occurrences(wh, SCHEMA, "sents", "occ", mapped)
         # V: every trigram some user has but (x y z) and those with 'rare' (a word outside V's
         # words), plus one nobody has (a released-only trigram)
-        wh.con.execute(
-            f"CREATE TABLE {SCHEMA}.{bayes.PUBLIC_COUNTS} AS SELECT w1, w2, w3, count(*) AS public_count "
-            f"FROM {SCHEMA}.occ WHERE NOT (w1 = 'x' AND w2 = 'y' AND w3 = 'z') "
-            "AND 'rare' NOT IN (w1, w2, w3) GROUP BY ALL"
+        wh, mapped, _ = with_space(
+            rows,
+            vocab,
+            where="NOT (w1 = 'x' AND w2 = 'y' AND w3 = 'z') AND 'rare' NOT IN (w1, w2, w3)",
+            released=pa.table({"w1": ["never"], "w2": ["seen"], "w3": ["here"]}),
         )
-        released = pa.table({"w1": ["never"], "w2": ["seen"], "w3": ["here"]})
-        bayes.build_space(wh, SCHEMA, released, 10_000)
         bayes.bounded_user_counts(wh, SCHEMA, "occ", "uc_occ", C=2, W=4, salt=salt)
         bayes.private_user_counts(wh, SCHEMA, "sents", "uc_run", map_unk=mapped, C=2, W=4, salt=salt)
         expected = wh.con.execute(f"SELECT user_id, tid, user_count FROM {SCHEMA}.uc_occ").fetchall()
@@ -178,15 +180,7 @@ def test_private_user_counts_equal_the_occurrence_path(with_vocab):
 
 
 def test_private_user_counts_refuse_more_words_than_the_keys_hold(monkeypatch):
-    rows = [("a", ["w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8"])]
-    wh = warehouse_with(rows)
-    bayes.install_vocabulary(wh, SCHEMA, None)
-    bayes.trigram_occurrences(wh, SCHEMA, "sents", "occ", False)
-    wh.con.execute(
-        f"CREATE TABLE {SCHEMA}.{bayes.PUBLIC_COUNTS} AS SELECT w1, w2, w3, count(*) AS public_count "
-        f"FROM {SCHEMA}.occ GROUP BY ALL"
-    )
-    bayes.build_space(wh, SCHEMA, bayes.released_trigrams(None), 100)
+    wh, _, _ = with_space([("a", ["w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8"])])
     monkeypatch.setattr(bayes, "WORD_ID_BITS", 3)  # 7 ids; V has 10 words (w1..w8, <s>, </s>)
     with pytest.raises(ConfigError, match="lower bayes_vocab_size"):
         bayes.private_user_counts(wh, SCHEMA, "sents", "uc", map_unk=False, C=1, W=5, salt=1)
