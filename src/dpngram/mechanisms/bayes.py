@@ -464,11 +464,9 @@ def private_user_counts(
     its ``user_id`` is the run-local integer id of ``{schema}.bayes_users``). Needs V
     (:func:`build_space`) and the vocabulary table."""
     wh.execute(load_sql("bayes/space_words", schema=schema, target=SPACE_WORDS, space=SPACE))
-    words = wh.fetch_numpy(
-        f"SELECT word, wid FROM {schema}.{SPACE_WORDS} WHERE word IN ('<s>', '</s>', '<unk>')"
-    )
-    ids = dict(zip(list(words["word"]), (int(w) for w in words["wid"]), strict=True))
-    if int(wh.fetch_scalar(f"SELECT count(*) FROM {schema}.{SPACE_WORDS}")) >= 1 << WORD_ID_BITS:
+    words = wh.fetch_numpy(f"SELECT word, wid FROM {schema}.{SPACE_WORDS}")
+    ids = {w: int(i) for w, i in zip(words["word"], words["wid"], strict=True) if w in (BOS, EOS, UNK)}
+    if len(words["wid"]) >= 1 << WORD_ID_BITS:
         raise ConfigError(
             f"bayes_vocab_size: V's trigrams have more distinct words than the {(1 << WORD_ID_BITS) - 1:,} "
             "its integer trigram keys hold; lower bayes_vocab_size"
@@ -490,9 +488,9 @@ def private_user_counts(
         {
             "map_unk": bool(map_unk),
             "word_shift": 1 << WORD_ID_BITS,
-            "bos_id": ids.get("<s>", 0),
-            "eos_id": ids.get("</s>", 0),
-            "unk_id": ids.get("<unk>", 0) if map_unk else 0,
+            "bos_id": ids.get(BOS, 0),
+            "eos_id": ids.get(EOS, 0),
+            "unk_id": ids.get(UNK, 0) if map_unk else 0,
             "clip_count": int(C),
             "max_trigrams": int(W),
             "salt": int(salt),
