@@ -120,10 +120,10 @@ def test_sections_group_the_parameters_and_keep_the_flat_names():
     """Nested, typed sections (config.bayes.clip_count) behind the unchanged flat names of the CLI
     flags, Airflow Params and the report's parameters."""
     config = RunConfig.build(
-        **BASE, bayes_clip_count=3, max_n=4, engine="spark", lm_route="arpa", synth_l_max=7
+        **BASE, bayes_clip_count=3, max_n=4, engine="spark", lm_route="off", synth_l_max=7
     )
     assert (config.bayes.clip_count, config.dpne.max_n, config.engine.name) == (3, 4, "spark")
-    assert (config.lm.route, config.synth.l_max) == ("arpa", 7)
+    assert (config.lm.route, config.synth.l_max) == ("off", 7)
     flat = config.flat()
     assert flat["bayes_clip_count"] == 3 and flat["engine"] == "spark" and flat["dpne_variant"] == "auto"
     assert set(flat) == set(RunConfig.param_schema())

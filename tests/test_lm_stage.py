@@ -1,7 +1,8 @@
-"""Language-model stage (lm/build.py) end to end on the tiny sample corpus: route A with the
-run's private schema DROPPED (it reads released files only), route B (lmplz on θ samples), the
-binary loads and scores with kenlm, the GX suite on the ARPA passes, the model card and report
-part exist, and the stage sits between validate and report in the release plan."""
+"""Language-model stage (stages/lm.py, lm/build.py) end to end on the tiny sample corpus: the mixture
+with the run's private schema DROPPED (it reads released files only), the binary loads and scores
+with kenlm, the GX suite on the ARPA passes, the model card and report part exist, the stage sits
+between validation and report in the release plan, and the retired routes ('arpa', 'lmplz') and
+their parameters are refused with their reason."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from conftest import run_through_dpne
 
 from dpngram.config import RunConfig
 from dpngram.core.errors import ConfigError
+from dpngram.core.noise import NoiseSource
 from dpngram.lm import build
 from dpngram.lm.arpa import read_arpa
 from dpngram.orchestration.plan import release_steps
 from dpngram.release import layout
-from dpngram.release.context import RunContext, read_parts
-from dpngram.stages import bayes as bayes_stage
+from dpngram.release.context import read_parts
 from dpngram.stages import lm as lm_stage
+from dpngram.stages import lm_counts as lm_counts_stage
 from dpngram.text.sample import write_sample
 
 
@@ -32,21 +34,22 @@ def released_run(tmp_path_factory):
         epsilon=8.0,
         delta=1e-4,
         max_n=3,
-        stage_budget={"dpne": 0.5, "bayes": 0.5},
+        stage_budget={"dpne": 0.5, "lm_counts": 0.5},
         memory_limit="1GB",
-        bayes_vocab_size=4000,
-        lm_sample_sentences=3000,
+        lm_public_vocab_size=400,
+        lm_count_domain=800,
+        lm_eval_text=str(files["public"]),
     )
-    bayes_stage.run_bayes(ctx)
-    with ctx.warehouse() as wh:  # route A must not need any private table
+    lm_counts_stage.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(5))
+    with ctx.warehouse() as wh:  # the model must not need any private table
         wh.con.execute(f"DROP SCHEMA {ctx.schema} CASCADE")
     return ctx, files
 
 
-def test_route_a_from_released_files_only(released_run):
+def test_mixture_from_released_files_only(released_run):
     import kenlm
 
-    ctx, files = released_run
+    ctx, _ = released_run
     summary = lm_stage.run_lm(ctx)
     with ctx.warehouse() as wh:
         assert (
@@ -57,57 +60,35 @@ def test_route_a_from_released_files_only(released_run):
         )
     root = ctx.release.root
     assert summary["paths"] == [layout.MODEL_ARPA, layout.MODEL_BINARY, layout.MODEL_CARD]
+    assert summary["method"] == build.MIXTURE_ROUTE and summary["epsilon"] == 0.0
     assert json.dumps(summary)  # JSON-able for XCom
     model = kenlm.Model(str(root / layout.MODEL_BINARY))
     assert model.order == 3
-    score = model.score("the", bos=True, eos=True)
-    assert -20 < score < 0
+    assert -20 < model.score("the", bos=True, eos=True) < 0
     declared, tables = read_arpa(root / layout.MODEL_ARPA)
-    part = read_parts(ctx)["lm"]
-    assert part["route"] == "arpa" and part["validation"]["success"] is True
+    parts = read_parts(ctx)
+    part = parts["lm"]
+    assert part["route"] == "mixture" and part["validation"]["success"] is True
     assert part["counts"] == {str(n): c for n, c in declared.items()}
-    assert part["metrics"]["perplexity"] > 1 and 0 <= part["metrics"]["oov_rate"] <= 1
+    assert part["mix_weight"] == parts["lm_counts"]["mix_weight"]
+    assert part["private_domain"] == parts["lm_counts"].get("private_domain")
+    # the open vocabulary: every DP word and the public words V_LM keeps are unigrams of the model
     released_vocab = set(build.ReleasedInputs(root).vocabulary())
     unigrams = set(tables.tables[1]["ngram"].to_list())
-    assert released_vocab <= unigrams  # the DP vocabulary is the model's vocabulary
-    assert unigrams - released_vocab <= {"<s>", "</s>", "<unk>"} | set(
-        w for g in tables.tables[3]["ngram"].to_list() for w in g.split(" ")
-    )
+    assert released_vocab <= unigrams
+    assert len(unigrams - {"<s>", "</s>", "<unk>"}) == part["vocabulary"]["model"]
+    # both comparison rows (held-out public sentences, lm_eval_text), each with both models
+    comparison = part["comparison"]
+    assert len(comparison) == 2 and build.EVAL_TEXT_ROW in comparison
+    assert any(row.startswith(build.HELDOUT_PUBLIC_ROW) for row in comparison)
+    for row in comparison.values():
+        assert set(row) == {"released model", "public-only model"}
+        assert all(m["open_vocab_perplexity"] > 1 for m in row.values())
     card = (root / layout.MODEL_CARD).read_text()
     assert "user-level (" in card and "kenlm.Model" in card and "| 3 |" in card
-
-
-def test_route_b_lmplz_on_theta_samples(released_run, tmp_path):
-    import kenlm
-
-    ctx, _ = released_run
-    arpa = tmp_path / "b.arpa"
-    info = build.build_route_b(build.ReleasedInputs(ctx.release.root), ctx.config, arpa, seed=1)
-    assert info["route"] == "lmplz" and "samples_from_trigram_dist" in info["sources"]
-    build.compile_binary(arpa, tmp_path / "b.binary")
-    assert kenlm.Model(str(tmp_path / "b.binary")).order == 3
-
-
-def test_theta_samples_follow_the_chain(released_run):
-    ctx, _ = released_run
-    theta = build.ReleasedInputs(ctx.release.root).theta()
-    tri = set(zip(theta["w1"], theta["w2"], theta["w3"], strict=True))
-    bi = set(zip(theta["w2"], theta["w3"], strict=True))
-    tri_contexts, bi_contexts = {t[:2] for t in tri}, {b[0] for b in bi}
-    sentences = list(build.sample_from_theta(theta, 500, seed=3))
-    assert len(sentences) == 500
-    for s in sentences:
-        padded = ["<s>", *s, "</s>"]
-        assert "<s>" not in s and "</s>" not in s and len(s) <= build.MAX_SENTENCE_TOKENS + 2
-        assert tuple(padded[:3]) in tri if len(padded) >= 3 else True
-        for i in range(1, len(padded) - 2):  # every step is a trigram of θ or a back-off bigram
-            step = tuple(padded[i : i + 3])
-            if step in tri or step[1:] in bi:
-                continue
-            # ... except the end a sentence is given when the chain has nowhere to go (docstring of
-            # sample_from_theta): no trigram continues (w1, w2) and no bigram continues w2
-            assert step[2] == "</s>" and i == len(padded) - 3, step
-            assert step[:2] not in tri_contexts and step[1] not in bi_contexts, step
+    assert "route: **mixture**" in card and "lm_theta_tokens" not in card
+    leftovers = sorted(p.name for p in (root / "model").iterdir())
+    assert leftovers == ["MODEL_CARD.md", "model.arpa", "model.binary"]
 
 
 def test_plan_order_and_configuration(released_run):
@@ -116,24 +97,44 @@ def test_plan_order_and_configuration(released_run):
     assert names.index("validation") < names.index("lm") == names.index("report") - 1
     off = ctx.config.with_values(**{"lm_route": "off"})
     assert "lm" not in [step.name for step in release_steps(off)]
-    with pytest.raises(ConfigError, match="lm_order"):
-        build.route_a_counts(
-            build.ReleasedInputs(ctx.release.root), ctx.config.with_values(**{"lm_order": 4})
-        )
+    # 'auto' without an lm_counts share: no model (the routes that built one from bayes/synth are gone)
+    no_counts = ctx.config.with_values(**{"lm_route": "auto", "stage_budget": {"dpne": 0.5, "bayes": 0.5}})
+    assert "lm" not in [step.name for step in release_steps(no_counts)]
     with pytest.raises(ConfigError, match="lm_order"):
         RunConfig.build(input="x", out="y", lm_order=7)
 
 
-def test_auto_route_keeps_the_better_candidate(released_run):
-    ctx, files = released_run
-    auto = RunContext(ctx.config.with_values(**{"lm_route": "auto", "lm_eval_text": str(files["public"])}))
-    summary = lm_stage.run_lm(auto)
-    part = read_parts(auto)["lm"]
-    candidates = part["candidates"]
-    assert set(candidates) == {"arpa", "lmplz"}
-    best = min(candidates, key=lambda r: candidates[r]["perplexity"])
-    assert part["route"] == summary["method"] == best
-    assert part["metrics"]["text"] == "user-supplied"
-    assert part["metrics"]["perplexity"] == pytest.approx(candidates[best]["perplexity"], rel=1e-6)
-    leftovers = sorted(p.name for p in (auto.release.root / "model").iterdir())
-    assert leftovers == ["MODEL_CARD.md", "model.arpa", "model.binary"]
+@pytest.mark.parametrize("route", ["arpa", "lmplz"])
+def test_retired_routes_are_refused_with_their_reason(route):
+    with pytest.raises(ConfigError, match=f"lm_route: route '{route}' was retired"):
+        RunConfig.build(input="x", out="y", lm_route=route)
+
+
+@pytest.mark.parametrize(
+    "name", ["lm_theta_tokens", "lm_public_weight", "lm_kgram_count", "lm_sample_sentences", "lm_memory"]
+)
+def test_retired_parameters_are_refused_with_their_reason(name):
+    value = "1G" if name == "lm_memory" else 1
+    with pytest.raises(ConfigError, match=f"{name}: retired with lm_route 'arpa'/'lmplz'"):
+        RunConfig.build(input="x", out="y", **{name: value})
+    with pytest.raises(ConfigError, match="other_name: unknown parameter"):
+        RunConfig.build(input="x", out="y", other_name=1)
+
+
+def test_mixture_without_an_lm_counts_share_is_refused_before_the_run():
+    with pytest.raises(ConfigError, match="lm_route: 'mixture' is built from the noisy counts"):
+        RunConfig.build(input="x", out="y", lm_route="mixture", stage_budget={"dpne": 1.0})
+    assert RunConfig.build(input="x", out="y", lm_route="auto", stage_budget={"dpne": 1.0}).lm.route == "auto"
+
+
+def test_a_run_without_a_model_says_why_and_the_cli_gives_the_retirement_reason(capsys):
+    from dpngram.cli.parser import build_parser
+    from dpngram.config.budget_plan import run_notices
+
+    split = RunConfig.build(input="x", out="y", stage_budget={"dpne": 0.5, "bayes": 0.5})
+    assert "no language model: stage_budget has no 'lm_counts' share" in " ".join(run_notices(split))
+    off = split.with_values(lm_route="off")  # asked for no model: nothing to explain
+    assert not [n for n in run_notices(off) if "language model" in n]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--input", "x", "--out", "y", "--lm-route", "lmplz"])
+    assert "route 'lmplz' was retired" in capsys.readouterr().err

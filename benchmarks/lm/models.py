@@ -27,7 +27,8 @@ from lm.common import (
 def lmplz_model(text: Path, binary: Path, tmp: Path, memory: str = LMPLZ_MEMORY) -> float:
     """lmplz (order 3, ``-S memory``) on ``text`` -> ``binary`` with the ARPA file beside it;
     returns seconds."""
-    from dpngram.lm.build import compile_binary, run_lmplz
+    from dpngram.lm.build import compile_binary
+    from dpngram.lm.kenlm_bin import run_lmplz
 
     started = time.perf_counter()
     arpa = binary.with_suffix(".arpa")
@@ -114,7 +115,8 @@ def at_vocab_model(
     text: Path, vocabulary: set[str], binary: Path, tmp: Path, memory: str = LMPLZ_MEMORY
 ) -> dict[str, Any]:
     """lmplz on ``text`` with tokens outside ``vocabulary`` as the placeholder, renamed <unk>."""
-    from dpngram.lm.build import compile_binary, run_lmplz
+    from dpngram.lm.build import compile_binary
+    from dpngram.lm.kenlm_bin import run_lmplz
 
     started = time.perf_counter()
     mapped = tmp / f"{binary.stem}.txt"

@@ -18,7 +18,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from dpngram.config import RunConfig
 from dpngram.config.run import flat_fields
-from dpngram.config.sections import SECTIONS
+from dpngram.config.sections import RETIRED_CHOICES, SECTIONS
 
 #: Short metavars for the paper's symbols.
 _METAVARS = {
@@ -89,6 +89,18 @@ def _unwrap_optional(annotation: Any) -> Any:
     return annotation
 
 
+def _not_retired(retired: dict[str, str]) -> Any:
+    """A flag type that refuses a retired choice with its reason (argparse would only say "invalid
+    choice")."""
+
+    def check(value: str) -> str:
+        if value in retired:
+            raise argparse.ArgumentTypeError(retired[value])
+        return value
+
+    return check
+
+
 def add_config_flags(
     parser: argparse.ArgumentParser, *, optional: Sequence[str] = (), skip: Sequence[str] = ()
 ) -> None:
@@ -117,6 +129,8 @@ def add_config_flags(
             if get_origin(annotation) is Literal:
                 kwargs["choices"] = list(get_args(annotation))
                 kwargs.pop("metavar")
+                if name in RETIRED_CHOICES:
+                    kwargs["type"] = _not_retired(RETIRED_CHOICES[name])
             elif get_origin(annotation) is dict:
                 kwargs["type"] = _parse_budget
             elif annotation in (int, float):

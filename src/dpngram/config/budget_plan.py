@@ -11,7 +11,7 @@ Each stage's privacy shape (how its (epsilon, delta) becomes privacy events) is 
 below the stages (docs/architecture.md), and the DAG file computes skip rules at parse time without
 importing any stage; tests/test_budget_plan.py checks each shape against its stage's calibration.
 
-Owns: ``STAGES``, ``DEFAULT_STAGE_BUDGET``, ``LM_SOURCES``, :func:`stage_skip_reason`,
+Owns: ``STAGES``, ``DEFAULT_STAGE_BUDGET``, ``LM_SOURCE``, ``PUBLIC_READERS``, :func:`stage_skip_reason`,
 :func:`triehh_skip_reason`, :func:`lm_skip_reason`, :func:`reads_public_corpus`,
 :func:`run_notices`, :func:`nominal_share`, :func:`stage_share`, :func:`budget_plan`,
 :func:`stage_privacy_shapes`.
@@ -60,8 +60,14 @@ STAGES = ("dpne", "lm_counts", "bayes", "synth", "triehh")
 #: default (dpne 0.4, lm_counts 0.3, bayes 0.15, synth 0.15, 5.1% worse at ε = 1).
 DEFAULT_STAGE_BUDGET: dict[str, float] = {"dpne": 0.4, "lm_counts": 0.4, "bayes": 0.1, "synth": 0.1}
 
-#: Stages whose release a language model can be built from (``lm_route`` 'auto').
-LM_SOURCES = ("lm_counts", "bayes", "synth")
+#: The stage whose release the language model is built from (step ``lm``; the routes that built one
+#: from ``bayes`` or ``synth`` were retired on 2026-11-27, docs/lm.md).
+LM_SOURCE = "lm_counts"
+
+
+#: Stages that read the public corpus: ``bayes`` (its prior) and ``lm_counts`` (the public n-grams of
+#: its count domain and the public model the selection, the verdict and step ``lm`` build).
+PUBLIC_READERS = ("lm_counts", "bayes")
 
 
 def stage_skip_reason(config: RunConfig, stage: str) -> str | None:
@@ -87,15 +93,14 @@ def lm_skip_reason(config: RunConfig) -> str | None:
     """Why the run builds no language model, or None when it builds one."""
     if config.lm.route == "off":
         return "lm_route is 'off'"
-    if not any(s in config.stage_budget for s in LM_SOURCES):
-        return f"no stage the model is built from has a budget share ({', '.join(LM_SOURCES)})"
+    if LM_SOURCE not in config.stage_budget:
+        return f"stage_budget has no '{LM_SOURCE}' share (the model is built from its noisy counts)"
     return None
 
 
 def reads_public_corpus(config: RunConfig) -> bool:
-    """Whether a running stage reads the public corpus (bayes: its prior; lm_counts and the model
-    built from lm_counts or synth: the public n-grams): the stages of :data:`LM_SOURCES`."""
-    return any(stage in config.stage_budget for stage in LM_SOURCES)
+    """Whether a running stage reads the public corpus (:data:`PUBLIC_READERS`)."""
+    return any(stage in config.stage_budget for stage in PUBLIC_READERS)
 
 
 def run_notices(config: RunConfig) -> list[str]:
@@ -107,7 +112,10 @@ def run_notices(config: RunConfig) -> list[str]:
         for name in config.stage_budget
         if (reason := stage_skip_reason(config, name)) is not None
     ]
-    if config.public is None and lm_skip_reason(config) is None:
+    lm_reason = lm_skip_reason(config)
+    if lm_reason is not None and config.lm.route != "off":
+        notices.append(f"no language model: {lm_reason}")
+    if config.public is None and lm_reason is None:
         notices.append(
             "no public corpus: the language model's vocabulary is the DP vocabulary alone and its "
             "public part is uniform; set public to a text of the same language for a useful model"

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from dpngram.config.sections import SECTIONS
+from dpngram.config.sections import RETIRED_PARAMS, SECTIONS
 
 #: flat name -> (section, field) for every sectioned parameter.
 FLAT_NAMES: dict[str, tuple[str, str]] = {
@@ -56,7 +56,7 @@ def format_errors(err: ValidationError) -> str:
         where = ".".join(loc) or "config"
         message = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":
-            message = "unknown parameter"
+            message = RETIRED_PARAMS.get(where, "unknown parameter")
         elif problem["type"] == "missing":
             message = "is required"
         got = problem.get("input")

@@ -238,6 +238,15 @@ class RunConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _lm_route(self) -> RunConfig:
+        if self.lm.route == "mixture" and "lm_counts" not in self.stage_budget:
+            raise ValueError(
+                "lm_route: 'mixture' is built from the noisy counts of stage lm_counts, which has no "
+                "stage_budget share; add one, or use 'auto' (no model without it) or 'off'"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _lifetime(self) -> RunConfig:
         if self.lifetime_epsilon is not None and self.lifetime_epsilon < self.epsilon:
             raise ValueError(

@@ -16,7 +16,7 @@ Imports: pydantic.
 from __future__ import annotations
 
 import re
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -39,6 +39,24 @@ _MEMORY_UNITS = {
 
 #: The smallest ``memory_limit`` accepted (``0GB`` would leave DuckDB nothing to run in).
 MIN_MEMORY_LIMIT = 1000**2
+
+
+#: Choices retired on 2026-11-27, refused with their reason: flat name -> {value: why}.
+RETIRED_CHOICES: dict[str, dict[str, str]] = {
+    "lm_route": {
+        route: f"route '{route}' was retired (2026-11-27): it was no better than the public-only model "
+        "(docs/lm.md, 'Retired routes'); use 'auto' or 'mixture' with an lm_counts share, or 'off'"
+        for route in ("arpa", "lmplz")
+    }
+}
+
+
+#: Flat parameters retired with those routes -> why (a saved configuration or an Airflow trigger
+#: that still passes one is told this instead of "unknown parameter").
+RETIRED_PARAMS: dict[str, str] = {
+    name: "retired with lm_route 'arpa'/'lmplz' (2026-11-27, docs/lm.md, 'Retired routes'): remove it"
+    for name in ("lm_theta_tokens", "lm_public_weight", "lm_kgram_count", "lm_sample_sentences", "lm_memory")
+}
 
 
 class Section(BaseModel):
@@ -259,21 +277,16 @@ class LmConfig(Section):
         "holdout": "lm_holdout",
         "verdict_holdout": "lm_verdict_holdout",
         "order": "lm_order",
-        "theta_tokens": "lm_theta_tokens",
-        "public_weight": "lm_public_weight",
-        "kgram_count": "lm_kgram_count",
-        "sample_sentences": "lm_sample_sentences",
-        "memory": "lm_memory",
         "eval_text": "lm_eval_text",
     }
 
-    route: Literal["auto", "mixture", "arpa", "lmplz", "off"] = Field(
+    route: Literal["auto", "mixture", "off"] = Field(
         "auto",
         title="LM: route",
         description="'mixture': the public model mixed with the model of the noisy counts (stage "
-        "lm_counts); 'arpa': Kneser-Ney on pseudo-counts from the trigram distribution; 'lmplz': lmplz "
-        "on synthetic/sampled text; 'auto': 'mixture' when the run has an lm_counts share, else the "
-        "better of the others on lm_eval_text if given, else 'arpa'; 'off': no model.",
+        "lm_counts; an error without an lm_counts share); 'auto': 'mixture' when the run has an "
+        "lm_counts share, else no model; 'off': no model. The routes 'arpa' and 'lmplz' were retired "
+        "(no better than the public-only model; docs/lm.md).",
     )
 
     public_vocab_size: int = Field(
@@ -353,50 +366,22 @@ class LmConfig(Section):
         "measured on them (disjoint users: no extra privacy cost). 0 turns the verdict off.",
     )
 
-    order: int = Field(3, ge=1, le=6, title="LM: order", description="N-gram order (route arpa: at most 3).")
-
-    theta_tokens: float = Field(
-        30_000.0,
-        ge=0,
-        le=1e12,
-        title="LM: M (pseudo-occurrences of the trigram distribution)",
-        description="Route arpa: the trigram distribution counts as M trigram occurrences (M * prob).",
-    )
-
-    public_weight: float = Field(
-        1.0,
-        ge=0,
-        le=1e6,
-        title="LM: lambda (public-count weight)",
-        description="Route arpa: public-corpus n-gram counts are added with this weight (0: not used).",
-    )
-
-    kgram_count: float = Field(
-        1.0,
-        ge=0,
-        le=1e9,
-        title="LM: kappa (pseudo-count per released k-gram)",
-        description="Route arpa: each DPNE-released k-gram of the model's order adds this pseudo-count.",
-    )
-
-    sample_sentences: int = Field(
-        200_000,
-        ge=1,
-        le=100_000_000,
-        title="LM: sentences sampled from theta",
-        description="Route lmplz without a synthetic corpus: sentences sampled from the trigram "
-        "distribution.",
-    )
-
-    memory: str = Field("1G", title="LM: lmplz memory (-S)", description="e.g. 1G or 512M.")
+    order: int = Field(3, ge=1, le=6, title="LM: order", description="N-gram order of the model.")
 
     eval_text: str | None = Field(
         None,
         title="LM: evaluation text",
-        description="Plain-text file the model card's metrics (and lm_route='auto') use; default: the "
-        "public corpus. Treated as non-private: the metrics on it are published (report, model card), "
-        "so never pass private users' text.",
+        description="Plain-text file the model card also compares the model and the public-only model "
+        "on (beside the held-out public sentences). Treated as non-private: the metrics on it are "
+        "published (report, model card), so never pass private users' text.",
     )
+
+    @field_validator("route", mode="before")
+    @classmethod
+    def _lm_route(cls, value: Any) -> Any:
+        if value in RETIRED_CHOICES["lm_route"]:
+            raise ValueError(RETIRED_CHOICES["lm_route"][value])
+        return value
 
     @field_validator("mix_weight")
     @classmethod
@@ -411,13 +396,6 @@ class LmConfig(Section):
         if value != "auto" and not 0.0 <= float(value) <= 1.0:
             raise ValueError("must be 'auto' or a number in [0, 1]")
         return value
-
-    @field_validator("memory")
-    @classmethod
-    def _lm_memory(cls, value: str) -> str:
-        if not re.match(r"^\d+[KMGT%]?$", value.strip()):
-            raise ValueError("must look like '1G', '512M' or '10%' (lmplz -S)")
-        return value.strip()
 
 
 class BayesConfig(Section):

@@ -1,51 +1,41 @@
-"""Building a KenLM model ONLY from a run's released DP artifacts: the routes of step ``lm``.
+"""Building the run's KenLM model ONLY from its released DP artifacts: step ``lm``.
 
 Post-processing of DP outputs (no privacy spend, no access to the run's private schema): it reads
-``released/trigram_dist.parquet`` (θ, Ramadan et al. Algorithm 1), ``released/vocabulary.parquet``
-(DPSU), ``released/kgrams.parquet`` (DPNE), ``released/synthetic_sequences.parquet`` (Chen et al.,
-when present), ``released/lm_counts.parquet`` (noisy counts, when present) and optionally the
-public corpus (:class:`ReleasedInputs`). The routes (docs/lm.md):
+``released/vocabulary.parquet`` (DPSU), ``released/lm_counts.parquet`` (the noisy counts of step
+``lm_counts``) and the public corpus (:class:`ReleasedInputs`), and builds the open-vocabulary
+mixture λ·Q + (1 − λ)·P′: the public Kneser-Ney model P (adapted to Q's unigrams, P′) mixed with the
+model Q of the noisy counts (:mod:`dpngram.lm.open_model`; docs/lm.md, "Open-vocabulary model"),
+written as ``model/model.arpa``; :func:`compile_binary` compiles it with ``build_binary``. Step
+``lm`` (:mod:`dpngram.stages.lm`) checks and evaluates the model and writes the model card and its
+report part.
 
-* route A (``arpa``): top-order pseudo-counts M·θ + λ·public counts + κ per released k-gram of the
-  model's order, smoothed by interpolated modified Kneser-Ney on fractional counts
-  (:mod:`dpngram.lm.arpa`), written as ARPA;
-* route B (``lmplz``): ``lmplz`` on the synthetic sequences of step ``synth`` (Chen et al.) when
-  present, else on sentences sampled from θ (a trigram Markov chain; non-private randomness,
-  post-processing);
-* route ``mixture`` (open vocabulary): λ·Q + (1 − λ)·P, the public Kneser-Ney model P mixed with
-  the model Q of the noisy counts of step ``lm_counts`` (:mod:`dpngram.lm.open_model`).
+The two earlier routes, ``arpa`` (Kneser-Ney on pseudo-counts from the Bayesian trigram
+distribution θ) and ``lmplz`` (lmplz on Chen et al.'s synthetic text or on θ samples), were
+retired on 2026-11-27: built from the two sources the measured ablation found adding
+nothing (docs/lm.md, "Sources of the model: measured"), they were no better than the public-only
+model, and with an ``lm_counts`` share the mixture supersedes them.
 
-Every route writes ``model/model.arpa``; :func:`compile_binary` compiles it with ``build_binary``.
-Step ``lm`` (:mod:`dpngram.stages.lm`) chooses the route, checks and evaluates the model, and
-writes the model card and its report part.
-
-Owns: the model-building routes, the released inputs they read, the comparison with the
-public-only model.
-Imports: dpngram.lm, dpngram.release.layout, dpngram.text, dpngram.config, dpngram.core; numpy,
-polars, pyarrow.
+Owns: the model build, the released inputs it reads, the comparison with the public-only model.
+Imports: dpngram.lm, dpngram.release.layout, dpngram.config, dpngram.core; polars, pyarrow.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
 from dpngram.config import RunConfig
 from dpngram.core.errors import ConfigError
-from dpngram.core.noise import simulation_rng
-from dpngram.lm.arpa import BOS, EOS, kneser_ney, ngrams_of_sentences, read_arpa, write_arpa
+from dpngram.lm.arpa import write_arpa
 from dpngram.lm.kenlm_bin import kenlm_binary
-from dpngram.release.layout import KGRAMS, LM_COUNTS, SYNTHETIC_SEQUENCES, TRIGRAM_DIST, VOCABULARY
+from dpngram.release.layout import LM_COUNTS, TRIGRAM_DIST, VOCABULARY
 
 log = logging.getLogger(__name__)
 
@@ -53,23 +43,8 @@ log = logging.getLogger(__name__)
 STAGE = "lm"
 
 
-ROUTES = ("arpa", "lmplz")
-
-
-#: The open-vocabulary route (public model mixed with the noisy-count model); 'auto' picks it
-#: whenever the run released noisy counts (step lm_counts).
+#: The model's route (report part ``lm``, the model card): the one the product builds.
 MIXTURE_ROUTE = "mixture"
-
-
-#: Route used by lm_route='auto' when no evaluation text is given: the one that measured better in
-#: benchmarks/lm_bench.py (docs/lm.md, "Benchmark").
-DEFAULT_ROUTE = "arpa"
-
-
-MAX_SENTENCE_TOKENS = 200
-
-
-PUBLIC_BATCH_SENTENCES = 100_000
 
 
 class ReleasedInputs:
@@ -86,110 +61,14 @@ class ReleasedInputs:
         p = self._path(VOCABULARY)
         return [] if p is None else [t for t in pq.read_table(p, columns=["token"])["token"].to_pylist() if t]
 
-    def kgrams(self, k: int) -> pl.DataFrame:
-        p = self._path(KGRAMS)
-        if p is None:
-            return pl.DataFrame(schema={"ngram": pl.String})
-        return pl.read_parquet(p, columns=["k", "ngram"]).filter(pl.col("k") == k).select("ngram")
-
     def theta(self) -> pl.DataFrame | None:
+        """θ of step ``bayes`` (not a model input; benchmarks/lm_sources_study.py measures it as one)."""
         p = self._path(TRIGRAM_DIST)
         return None if p is None else pl.read_parquet(p, columns=["w1", "w2", "w3", "prob"])
 
-    def synthetic(self) -> Path | None:
-        return self._path(SYNTHETIC_SEQUENCES)
-
 
 # ----------------------------------------------------------------------------------------------
-# Route A
-# ----------------------------------------------------------------------------------------------
-def _sentence_batches(path: str | os.PathLike[str], lowercase: bool) -> Iterator[list[list[str]]]:
-    from dpngram.text.public import read_public_corpus
-
-    batch: list[list[str]] = []
-    for sentence in read_public_corpus(path, lowercase):
-        batch.append(sentence)
-        if len(batch) >= PUBLIC_BATCH_SENTENCES:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
-def public_ngram_counts(
-    path: str | os.PathLike[str], order: int, vocabulary: set[str], lowercase: bool
-) -> pl.DataFrame:
-    """Top-order counts of the public corpus (tokenised like private text, <unk> mapping with the DP
-    vocabulary). Streams the corpus in batches; only the aggregated counts are kept."""
-    total: pl.DataFrame | None = None
-    for batch in _sentence_batches(path, lowercase):
-        counts = ngrams_of_sentences(pl.Series("toks", batch, dtype=pl.List(pl.String)), order, vocabulary)
-        total = (
-            counts
-            if total is None
-            else pl.concat([total, counts]).group_by("ngram").agg(pl.col("count").sum())
-        )
-    return total if total is not None else pl.DataFrame(schema={"ngram": pl.String, "count": pl.Float64})
-
-
-def _theta_top(theta: pl.DataFrame, order: int) -> pl.DataFrame:
-    from dpngram.lm.arpa import raw_marginals
-
-    tri = theta.select(
-        ngram=pl.concat_str(["w1", "w2", "w3"], separator=" "), count=pl.col("prob").cast(pl.Float64)
-    )
-    return tri if order == 3 else raw_marginals(tri, 3)[order]
-
-
-def route_a_counts(inputs: ReleasedInputs, config: RunConfig) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """Top-order pseudo-counts for route A: M·θ (or its order-n marginal) + λ·public counts + κ per
-    released k-gram of the model's order. Returns (ngram, count) and a public description."""
-    order = config.lm.order
-    if order > 3:
-        raise ConfigError(
-            f"lm_order: route 'arpa' builds at most order 3 from the trigram distribution (got {order}); "
-            "use lm_route='lmplz' for higher orders"
-        )
-    vocabulary = set(inputs.vocabulary())
-    parts: list[pl.DataFrame] = []
-    sources: dict[str, Any] = {}
-    theta = inputs.theta()
-    if theta is not None and theta.height:
-        parts.append(_theta_top(theta, order).with_columns(pl.col("count") * config.lm.theta_tokens))
-        sources["trigram_dist"] = {"pseudo_occurrences_M": config.lm.theta_tokens}
-    if config.public and config.lm.public_weight > 0:
-        pub = public_ngram_counts(config.public, order, vocabulary, config.lowercase)
-        parts.append(pub.with_columns(pl.col("count") * config.lm.public_weight))
-        sources["public_corpus"] = {"weight_lambda": config.lm.public_weight}
-    if config.lm.kgram_count > 0 and order >= 2:
-        grams = inputs.kgrams(order)
-        if grams.height:
-            parts.append(grams.with_columns(count=pl.lit(float(config.lm.kgram_count))))
-            sources["kgrams"] = {"pseudo_count_kappa": config.lm.kgram_count}
-    if not parts:
-        raise ConfigError(
-            "lm_route: route 'arpa' needs released/trigram_dist.parquet, a public corpus or released k-grams"
-        )
-    top = pl.concat(parts).group_by("ngram").agg(pl.col("count").sum())
-    return top, sources
-
-
-def build_route_a(inputs: ReleasedInputs, config: RunConfig, arpa_path: Path) -> dict[str, Any]:
-    """Route A: pseudo-counts -> interpolated modified KN on fractional counts -> ARPA file."""
-    top, sources = route_a_counts(inputs, config)
-    vocabulary = inputs.vocabulary()
-    model = kneser_ney(top, config.lm.order, vocabulary)
-    counts = write_arpa(model, arpa_path)
-    return {
-        "route": "arpa",
-        "sources": sources,
-        "counts": counts,
-        "smoothing": "interpolated modified Kneser-Ney on fractional pseudo-counts",
-    }
-
-
-# ----------------------------------------------------------------------------------------------
-# Route mixture (open vocabulary; docs/lm.md, "Open-vocabulary model")
+# The mixture (open vocabulary; docs/lm.md, "Open-vocabulary model")
 # ----------------------------------------------------------------------------------------------
 def mixture_components(
     inputs: ReleasedInputs, config: RunConfig, part: dict[str, Any], public_part: str = "all"
@@ -237,7 +116,9 @@ def build_route_mixture(
 
     counts_path = inputs.root / LM_COUNTS
     if part is None or not counts_path.is_file():
-        raise ConfigError("lm_route: route 'mixture' needs the lm_counts stage (set stage_budget.lm_counts)")
+        raise ConfigError(
+            "lm: the model is built from the noisy counts of stage lm_counts (set stage_budget.lm_counts)"
+        )
     vocabulary, public, private = mixture_components(inputs, config, part)
     weight, adaptation = float(part["mix_weight"]), float(part.get("unigram_adaptation", 0.0))
     model = mix_models(adapted_public(public, private, adaptation), private, weight)
@@ -271,150 +152,6 @@ def build_route_mixture(
     }
 
 
-# ----------------------------------------------------------------------------------------------
-# Route B
-# ----------------------------------------------------------------------------------------------
-def sample_from_theta(theta: pl.DataFrame, n_sentences: int, seed: int) -> Iterator[list[str]]:
-    """Sentences from the trigram Markov chain of θ: the first trigram from θ(<s>, ·, ·), then
-    w3 ~ θ(w1, w2, ·); a context without continuation in V backs off to Σ_{w1} θ(w1, w2, ·); a
-    sentence ends at </s>, when neither exists, or after MAX_SENTENCE_TOKENS. Non-private
-    randomness (``simulation_rng``): θ is a DP output and sampling is post-processing."""
-    rng = simulation_rng(seed)
-    tokens = pl.concat([theta["w1"], theta["w2"], theta["w3"]]).unique().sort()
-    index = {t: i for i, t in enumerate(tokens.to_list())}
-    vocab = tokens.to_list()
-    size = len(vocab)
-    w1 = np.array([index[t] for t in theta["w1"].to_list()], dtype=np.int64)
-    w2 = np.array([index[t] for t in theta["w2"].to_list()], dtype=np.int64)
-    w3 = np.array([index[t] for t in theta["w3"].to_list()], dtype=np.int64)
-    prob = theta["prob"].to_numpy().astype(np.float64)
-
-    def table(keys: np.ndarray, nxt: np.ndarray, p: np.ndarray):
-        order = np.lexsort((nxt, keys))
-        keys, nxt, p = keys[order], nxt[order], p[order]
-        cum = np.cumsum(p)
-        uniq, start = np.unique(keys, return_index=True)
-        end = np.append(start[1:], keys.size)
-        before = np.where(start > 0, cum[start - 1], 0.0)
-        return uniq, start, end, before, cum, nxt, cum[end - 1] - before
-
-    tri = table(w1 * size + w2, w3, prob)
-    bi = table(w2, w3, prob)
-    bos, eos = index.get(BOS), index.get(EOS)
-    if bos is None:
-        return
-    starts = w1 == bos
-    if not starts.any():
-        return
-    first_p = prob[starts] / prob[starts].sum()
-    first_cum = np.cumsum(first_p)
-
-    def draw(tab, keys: np.ndarray):
-        uniq, start, end, before, cum, nxt, mass = tab
-        pos = np.searchsorted(uniq, keys)
-        pos_c = np.minimum(pos, uniq.size - 1)
-        found = (pos < uniq.size) & (uniq[pos_c] == keys) & (mass[pos_c] > 0)
-        u = rng.random(keys.size)
-        target = before[pos_c] + u * mass[pos_c]
-        idx = np.clip(np.searchsorted(cum, target, side="right"), start[pos_c], end[pos_c] - 1)
-        return np.where(found, nxt[idx], -1)
-
-    batch = 50_000
-    done = 0
-    while done < n_sentences:
-        m = min(batch, n_sentences - done)
-        pick = np.minimum(
-            np.searchsorted(first_cum, rng.random(m) * first_cum[-1], side="right"), first_cum.size - 1
-        )
-        a, b = w2[starts][pick], w3[starts][pick]
-        seqs = [[x] for x in a.tolist()]
-        active = b != eos
-        for i, y in enumerate(b.tolist()):
-            if y != eos:
-                seqs[i].append(y)
-        prev2, prev1 = a.copy(), b.copy()
-        for _ in range(MAX_SENTENCE_TOKENS):
-            ids = np.flatnonzero(active)
-            if ids.size == 0:
-                break
-            nxt = draw(tri, prev2[ids] * size + prev1[ids])
-            missing = nxt < 0
-            if missing.any():
-                nxt[missing] = draw(bi, prev1[ids][missing])
-            for i, w in zip(ids.tolist(), nxt.tolist(), strict=True):
-                if w < 0 or w == eos:
-                    active[i] = False
-                else:
-                    seqs[i].append(w)
-            prev2[ids], prev1[ids] = prev1[ids], np.where(nxt < 0, eos, nxt)
-        for s in seqs:
-            yield [vocab[i] for i in s]
-        done += m
-
-
-def run_lmplz(text: Path, arpa: Path, order: int, memory: str, tmp: Path) -> None:
-    """lmplz with explicit -S, --discount_fallback (small corpora) and --skip_symbols (a literal
-    <unk> in the text is whitespace; lmplz estimates <unk> itself)."""
-    cmd = [
-        str(kenlm_binary("lmplz")),
-        "-o",
-        str(order),
-        "-S",
-        memory,
-        "-T",
-        str(tmp),
-        "--discount_fallback",
-        "--skip_symbols",
-        "--text",
-        str(text),
-        "--arpa",
-        str(arpa),
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
-        raise RuntimeError(f"lmplz failed (exit {done.returncode}): {tail}")
-
-
-def build_route_b(inputs: ReleasedInputs, config: RunConfig, arpa_path: Path, seed: int) -> dict[str, Any]:
-    """Route B: lmplz on the released synthetic sequences (Chen et al.), else on θ samples."""
-    order = config.lm.order
-    with tempfile.TemporaryDirectory(prefix="dpngram-lm-") as tmpdir:
-        tmp = Path(tmpdir)
-        text = tmp / "corpus.txt"
-        synthetic = inputs.synthetic()
-        lines = 0
-        with open(text, "w", encoding="utf-8") as fh:
-            if synthetic is not None:
-                source = "synthetic_sequences"
-                for batch in pq.ParquetFile(synthetic).iter_batches(columns=["text"], batch_size=65_536):
-                    for value in batch.column(0).to_pylist():
-                        if value and value.strip():
-                            fh.write(value.replace("\n", " ").strip() + "\n")
-                            lines += 1
-            else:
-                theta = inputs.theta()
-                if theta is None:
-                    raise ConfigError(
-                        "lm_route: route 'lmplz' needs released/synthetic_sequences.parquet "
-                        "or released/trigram_dist.parquet"
-                    )
-                source = "samples_from_trigram_dist"
-                for sentence in sample_from_theta(theta, config.lm.sample_sentences, seed):
-                    fh.write(" ".join(sentence) + "\n")
-                    lines += 1
-        if lines == 0:
-            raise ConfigError("lm_route: route 'lmplz' has no text to train on (empty synthetic corpus)")
-        run_lmplz(text, arpa_path, order, config.lm.memory, tmp)
-    declared, _ = read_arpa(arpa_path)
-    return {
-        "route": "lmplz",
-        "sources": {source: {"sentences": lines}},
-        "counts": declared,
-        "smoothing": "lmplz modified Kneser-Ney (--discount_fallback)",
-    }
-
-
 def compile_binary(arpa: Path, binary: Path) -> None:
     """``build_binary`` (probing structure) into ``binary`` atomically."""
     tmp = binary.with_name(binary.name + ".tmp")
@@ -425,21 +162,6 @@ def compile_binary(arpa: Path, binary: Path) -> None:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
         raise RuntimeError(f"build_binary failed (exit {done.returncode}): {tail}")
     os.replace(tmp, binary)
-
-
-# ----------------------------------------------------------------------------------------------
-# Used by step lm (dpngram.stages.lm)
-# ----------------------------------------------------------------------------------------------
-def route_seed(run_id: str) -> int:
-    return int.from_bytes(hashlib.sha256(f"lm:{run_id}".encode()).digest()[:8], "big")
-
-
-def build_route(
-    route: str, inputs: ReleasedInputs, config: RunConfig, arpa: Path, seed: int
-) -> dict[str, Any]:
-    if route == "arpa":
-        return build_route_a(inputs, config, arpa)
-    return build_route_b(inputs, config, arpa, seed)
 
 
 COMPARED_METRICS = (

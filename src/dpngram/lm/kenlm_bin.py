@@ -1,4 +1,4 @@
-"""Locate KenLM's command-line tools (`lmplz`, `build_binary`).
+"""Locate KenLM's command-line tools (`lmplz`, `build_binary`), and run `lmplz`.
 
 `make setup` builds both from the same `kenlm==0.3.0` sdist as the Python module, with
 `-DKENLM_MAX_ORDER=6`, into a per-machine cache shared by every clone (see scripts/build_kenlm.sh).
@@ -9,7 +9,8 @@ The order limit is compiled in on both sides: the Python module's setup.py defau
 Search order for a tool: `$DPNGRAM_KENLM_BIN`, then the cache directory
 `${XDG_CACHE_HOME:-~/.cache}/dpngram/kenlm-0.3.0-order6/bin`, then `PATH`.
 
-Owns: locating KenLM's tools, ``KENLM_MAX_ORDER``.
+Owns: locating KenLM's tools, ``KENLM_MAX_ORDER``, :func:`run_lmplz` (the benchmarks' public-only and
+non-private baselines; the product's model is built by :mod:`dpngram.lm.build`).
 Imports: nothing from dpngram; the standard library only.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 KENLM_VERSION = "0.3.0"
@@ -68,3 +70,27 @@ def kenlm_binary(name: str) -> Path:
     raise FileNotFoundError(
         f"KenLM tool '{name}' not found (searched {', '.join(searched)}): run `make setup` to build it"
     )
+
+
+def run_lmplz(text: Path, arpa: Path, order: int, memory: str, tmp: Path) -> None:
+    """lmplz with explicit -S, --discount_fallback (small corpora) and --skip_symbols (a literal
+    <unk> in the text is whitespace; lmplz estimates <unk> itself)."""
+    cmd = [
+        str(kenlm_binary("lmplz")),
+        "-o",
+        str(order),
+        "-S",
+        memory,
+        "-T",
+        str(tmp),
+        "--discount_fallback",
+        "--skip_symbols",
+        "--text",
+        str(text),
+        "--arpa",
+        str(arpa),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        raise RuntimeError(f"lmplz failed (exit {done.returncode}): {tail}")

@@ -127,8 +127,7 @@ def _build_lines(config: RunConfig, part: dict[str, Any]) -> list[str]:
         f"- inputs: {', '.join(f'{k} {v}' for k, v in part['sources'].items())}",
         _vocabulary_line(part),
         f"- tokenizer: the pipeline's (NFKC, lower-case = {config.lowercase}; docs/tokenizer.md)",
-        "- parameters: "
-        + ", ".join(f"{k} = {flat[k]}" for k in _PARAMETERS.get(part["route"], _PARAMETERS["arpa"])),
+        "- parameters: " + ", ".join(f"{k} = {flat[k]}" for k in _PARAMETERS),
         "",
         "| order | n-grams |",
         "|---|---|",
@@ -137,36 +136,17 @@ def _build_lines(config: RunConfig, part: dict[str, Any]) -> list[str]:
 
 
 def _metrics_lines(part: dict[str, Any]) -> list[str]:
-    """Section "Metrics": the comparison with the public-only model, or the metrics on the
-    evaluation text, or why there are none."""
+    """Section "Metrics": the comparison with the public-only model, or why there is none."""
     lines = [
         "",
         "## Metrics",
         "",
     ]
-    metrics = part.get("metrics")
     comparison = part.get("comparison")
     if comparison:
         lines += _comparison_lines(comparison)
-    elif comparison == {}:
+    else:
         lines.append("No evaluation text was given (set `public` or `lm_eval_text`).")
-    if metrics:
-        lines += [
-            f"On {metrics['text']} text only ({metrics['sentences']} sentences, {metrics['tokens']} tokens; "
-            "never on the private data)"
-            + (
-                ". Caution: the public corpus is also a training input of route arpa, so this is an "
-                "in-sample, optimistic number; pass held-out text as lm_eval_text."
-                if metrics["text"] == "public corpus"
-                else ":"
-            ),
-            "",
-            f"- perplexity (OOVs scored as `<unk>`): {metrics['perplexity']:.2f}",
-            f"- perplexity without OOVs: {metrics['perplexity_without_oov']:.2f}",
-            f"- OOV rate: {metrics['oov_rate']:.4f}",
-        ]
-    elif comparison is None:
-        lines.append("No evaluation text was given (set `lm_eval_text` or `public`).")
     return lines
 
 
@@ -187,32 +167,25 @@ _LOADING_LINES = [
 ]
 
 
-_PARAMETERS = {
-    "mixture": (
-        "max_n",
-        "max_contribution",
-        "lm_public_vocab_size",
-        "lm_count_domain",
-        "lm_count_clip",
-        "lm_count_threshold",
-        "lm_count_discount",
-        "lm_mix_weight",
-        "lm_holdout",
-    ),
-    "arpa": ("max_n", "max_contribution", "lm_theta_tokens", "lm_public_weight", "lm_kgram_count"),
-}
+#: The parameters the card lists (the ones the model's build and the count release depend on).
+_PARAMETERS = (
+    "max_n",
+    "max_contribution",
+    "lm_public_vocab_size",
+    "lm_count_domain",
+    "lm_count_clip",
+    "lm_count_threshold",
+    "lm_count_discount",
+    "lm_mix_weight",
+    "lm_holdout",
+)
 
 
 def _vocabulary_line(part: dict[str, Any]) -> str:
-    vocab = part.get("vocabulary")
-    if vocab:
-        return (
-            f"- order: {part['order']}; vocabulary: {vocab['model']} words = {vocab['rule']} "
-            f"({vocab['dp']} DP words), plus `<s>`, `</s>`, `<unk>`; only words outside it are `<unk>`"
-        )
+    vocab = part["vocabulary"]
     return (
-        f"- order: {part['order']}; vocabulary: {part['vocabulary_size']} unigrams (DP vocabulary, markers "
-        "`<s>`, `</s>`, `<unk>`); tokens outside it are scored as `<unk>`"
+        f"- order: {part['order']}; vocabulary: {vocab['model']} words = {vocab['rule']} "
+        f"({vocab['dp']} DP words), plus `<s>`, `</s>`, `<unk>`; only words outside it are `<unk>`"
     )
 
 

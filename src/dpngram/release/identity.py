@@ -51,7 +51,7 @@ BLOCK_BYTES = 1 << 20
 #: ``max_quarantine_fraction`` is a go/no-go threshold checked before any draw: a run refused by
 #: it may be resumed with a higher one.
 RESOURCE_PARAMETERS = frozenset(
-    {"run_id", "memory_limit", "threads", "spark_conf", "lm_memory", "max_quarantine_fraction"}
+    {"run_id", "memory_limit", "threads", "spark_conf", "max_quarantine_fraction"}
 )
 
 
