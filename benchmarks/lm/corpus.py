@@ -173,8 +173,14 @@ def run_corpus(
     }
 
 
+#: SOTU's targets of the log gap closed, by ε (the issue's, since 2026-11-25).
+GAP_TARGETS = {4.0: 0.35, 1.0: 0.20}
+
+
 def targets(name: str, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The issue's targets, reported (nothing is tuned to meet them)."""
+    """The issue's targets, reported (nothing is tuned to meet them): never worse than public-only
+    at any ε (>= 0.5), SOTU's gap closed (:data:`GAP_TARGETS`), the generated corpus within 1.5x
+    of non-private at ε = 4 (the 1M-user target is lm_growth.json's)."""
     out = []
     for r in results:
         dp = r["rows"]["dp"]["open_vocab_perplexity"]
@@ -187,27 +193,19 @@ def targets(name: str, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "met": dp <= pub,
             }
         )
-    at4 = [r for r in results if r["epsilon"] == 4.0]
-    for r in at4:
-        h = r["headline"]
-        if name == "sotu":
+    for r in results:
+        h, eps = r["headline"], r["epsilon"]
+        if name == "sotu" and eps in GAP_TARGETS:
+            goal = GAP_TARGETS[eps]
             out.append(
                 {
-                    "target": "gap_closed >= 0.30 at ε = 4",
-                    "epsilon": 4.0,
+                    "target": f"gap_closed >= {goal:.2f} at ε = {eps:g}",
+                    "epsilon": eps,
                     "value": h["gap_closed"],
-                    "met": h["gap_closed"] is not None and h["gap_closed"] >= 0.30,
+                    "met": h["gap_closed"] is not None and h["gap_closed"] >= goal,
                 }
             )
-            out.append(
-                {
-                    "target": "top-3 >= public + 5 points at ε = 4",
-                    "epsilon": 4.0,
-                    "value": h["top3_gain_points"],
-                    "met": h["top3_gain_points"] >= 5.0,
-                }
-            )
-        if name == "generated":
+        if name == "generated" and eps == 4.0:
             out.append(
                 {
                     "target": "dp_over_nonprivate <= 1.5 at ε = 4",

@@ -22,6 +22,7 @@ from lm.common import (
     ORACLE_WORDS,
     ORDER,
     PUBLIC_SENTENCES,
+    RESULTS,
     ROW_NAMES,
     SEED,
     STAGE_BUDGET,
@@ -132,7 +133,7 @@ def plot(out: dict[str, Any], path: Path) -> None:
 
 
 def parameters(args: argparse.Namespace, epsilons: list[float]) -> dict[str, Any]:
-    from dpngram.config import RunConfig
+    from dpngram.config import DEFAULT_STAGE_BUDGET, RunConfig
     from dpngram.lm.evaluate import SPELL_ALPHABET, SPELL_MEAN_LENGTH
     from dpngram.mechanisms.lm_counts import WEIGHT_GRID
 
@@ -145,6 +146,7 @@ def parameters(args: argparse.Namespace, epsilons: list[float]) -> dict[str, Any
         "stage_budget": STAGE_BUDGET,
         "memory_limit": args.memory_limit,
         "lm_options": {**lm_defaults, "lm_route": "auto (-> mixture: the run has an lm_counts share)"},
+        "split_is_the_product_default": STAGE_BUDGET == DEFAULT_STAGE_BUDGET,
         "mix_weight_grid": list(WEIGHT_GRID),
         "split": "sha256(user_id) % 10 == 0: held out (never trained on); all other users train",
         "scored": {
@@ -229,6 +231,91 @@ def previous_summary(path: Path) -> dict[str, Any] | None:
     }
 
 
+def ablations() -> dict[str, Any]:
+    """The per-source and per-split ablations of the model, from their own studies' committed
+    results (benchmarks/lm_sources_study.py, benchmarks/lm_split_bench.py): what each released
+    artifact adds to the model, and how far the default split's model is from the best split's."""
+    out: dict[str, Any] = {}
+    try:
+        sources = json.loads((RESULTS / "lm_sources.json").read_text(encoding="utf-8"))
+        keep = ("M + T (θ)", "M + C (Chen)", "M + T + C", "M oracle λ, Q without DPNE-only n-grams")
+        out["sources"] = {
+            "from": "lm_sources.json",
+            "date": sources.get("date"),
+            "commit": (sources.get("git_commit") or {}).get("head"),
+            "reading": "perplexity change in % against M = λ·Q + (1 − λ)·P′ with its oracle λ (weights "
+            "chosen on the evaluation text: an upper bound on what a source could add); negative is "
+            "better. θ: stage bayes; C: stage synth (Chen et al.); Q without DPNE-only n-grams: the "
+            "DPNE keys removed from the count domain",
+            "runs": {
+                f"{r['corpus']} ε={r['epsilon']:g}": {
+                    "M_oracle_perplexity": round(r["rows"]["M oracle λ"]["perplexity"], 2),
+                    **{k: r["rows"][k]["vs_M_oracle_pct"] for k in keep if k in r["rows"]},
+                }
+                for r in sources["runs"]
+            },
+        }
+    except (OSError, ValueError, KeyError) as err:
+        out["sources"] = {"from": "lm_sources.json", "unavailable": str(err)}
+    try:
+        split = json.loads((RESULTS / "lm_split.json").read_text(encoding="utf-8"))
+        decision = split["decision"]
+        out["split"] = {
+            "from": "lm_split.json",
+            "date": split.get("date"),
+            "commit": (split.get("git_commit") or {}).get("head"),
+            "per_epsilon": decision["per_epsilon"],
+            "candidates": decision["candidates"],
+            "reading": "mean open-vocabulary perplexity on SOTU per split (3 runs each); relative_perplexity "
+            "is against the best split that delivers every artifact; the default chosen there is the "
+            "best one keeping DPNE's n-gram count within 10% of the previous default's",
+        }
+    except (OSError, ValueError, KeyError) as err:
+        out["split"] = {"from": "lm_split.json", "unavailable": str(err)}
+    return out
+
+
+def _gap(public: float, model: float, nonprivate: float) -> float:
+    import math
+
+    return round(math.log(public / model) / math.log(public / nonprivate), 4)
+
+
+def missed_targets(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every missed target with its measured gap and its cause (the oracle's value tells how much of
+    the gap even a noise-free model restricted like the DP one leaves; docs/lm.md)."""
+    missed = []
+    for name, block in out["results"].items():
+        rows = ("public_only", "non_private", "oracle")
+        base = {k: block["baselines"][k]["open_vocab_perplexity"] for k in rows}
+        oracle_gap = _gap(base["public_only"], base["oracle"], base["non_private"])
+        oracle_ratio = round(base["oracle"] / base["non_private"], 4)
+        for t in block["targets"]:
+            if t["met"]:
+                continue
+            row = {**t, "oracle_gap_closed": oracle_gap, "oracle_over_nonprivate": oracle_ratio}
+            if t["target"].startswith("gap_closed"):
+                row["cause"] = (
+                    "the count domain and the noise: the oracle (exact counts, 3,000 words, n-grams seen "
+                    f">= 20 times, weight chosen on the test text) closes {oracle_gap}; with nearly exact "
+                    "counts over the DP model's own domain the mixture closed about 0.32 at ε = 4 "
+                    "(docs/lm.md, 'Benchmark'), so about half the shortfall is the domain (public "
+                    "n-grams + DPNE keys: private n-grams outside it never reach the model) and half "
+                    "the noise of lm_counts"
+                )
+            elif t["target"].startswith("dp_over_nonprivate"):
+                row["cause"] = (
+                    f"out of reach for this model family: the noise-free oracle is {oracle_ratio}x "
+                    "non-private, so a model restricted like the DP one (frequent words and n-grams "
+                    "only, mixed with the public model) cannot reach 1.5x on this corpus; the rest is "
+                    "the noise of lm_counts"
+                )
+            else:
+                row["cause"] = "the DP model is worse than public-only here: see the row's λ and σ"
+            missed.append({"corpus": name, **row})
+    return missed
+
+
 def write_out(out: dict[str, Any], out_json: Path, started: float, partial: bool) -> None:
     """Write the JSON and the plot (after each corpus, so a run cut short keeps what finished)."""
     out["partial"] = partial
@@ -242,6 +329,8 @@ def write_out(out: dict[str, Any], out_json: Path, started: float, partial: bool
         for name, block in out["results"].items()
     }
     out["targets"] = {name: block["targets"] for name, block in out["results"].items()}
+    out["missed_targets"] = missed_targets(out)
+    out["ablations"] = ablations()
     out["seconds"] = round(time.perf_counter() - started, 1)
     out["git_commit_at_end"] = git_commit()  # stage lm re-imports dpngram in each child process
     out["machine"]["load_average_1min_at_end"] = load_average()
