@@ -160,15 +160,10 @@ def sql_admitted_round(
     dpsu._store_items(wh, SCHEMA, "t_adm", pa.table({"item": pa.array(sorted(admitted), pa.string())}))
     params = {"salt": salt, "max_contribution": max_contribution}
     if per_user_lists:
-        scratch = wh.scratch_schema(SCHEMA)  # where the mechanism keeps the lists
-        kept_lists = load_sql(
-            "dpsu/user_kept_lists", schema=SCHEMA, lists_schema=scratch, target="t_lists", source="src"
-        )
-        wh.execute(kept_lists, params)
+        wh.execute(load_sql("dpsu/user_kept_lists", schema=SCHEMA, target="t_lists", source="src"), params)
         statement = load_sql(
             "dpsu/histogram_kept_admitted",
             schema=SCHEMA,
-            lists_schema=scratch,
             kept_lists="t_lists",
             admitted="t_adm",
             histogram="t_hist",

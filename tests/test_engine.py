@@ -211,16 +211,7 @@ def test_sql_fragments_are_inlined_where_included() -> None:
     for name in names:
         raw = sql_dir.joinpath(f"{name}.sql").read_text(encoding="utf-8")
         assert "-- include: dpsu/_user_kept" in raw
-        text = load_sql(
-            name,
-            schema="s",
-            source="src",
-            histogram="h",
-            target="t",
-            lists="l",
-            lists_schema="ls",
-            released="r",
-        )
+        text = load_sql(name, schema="s", source="src", histogram="h", target="t", lists="l", released="r")
         assert "-- include:" not in text
         assert kept in text
         if name in ("dpsu/histogram", "dpsu/policy_items"):

@@ -1,10 +1,10 @@
--- DP-SIPS round r >= 2 with admission from the kept lists {lists_schema}.{kept_lists}(user_id, kept,
+-- DP-SIPS round r >= 2 with admission from the kept lists {schema}.{kept_lists}(user_id, kept,
 -- kept_count) (dpsu/user_kept_lists.sql, round 1's kept sets): the same histogram as
 -- dpsu/histogram_admitted.sql over the relation the lists were built from. Exact private
 -- statistics: never leaves the run schema.
 CREATE OR REPLACE TABLE {schema}.{histogram} AS
 WITH
 user_kept AS (
-    SELECT user_id, kept, kept_count FROM {lists_schema}.{kept_lists}
+    SELECT user_id, kept, kept_count FROM {schema}.{kept_lists}
 ),
 -- include: dpsu/_admitted_weights

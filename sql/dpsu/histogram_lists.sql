@@ -1,4 +1,4 @@
--- DPSU weighted-Gaussian histogram from per-user lists {lists_schema}.{lists}(user_id, items)
+-- DPSU weighted-Gaussian histogram from per-user lists {schema}.{lists}(user_id, items)
 -- (dpsu/user_item_lists.sql): the same histogram as dpsu/histogram.sql over the relation the
 -- lists were built from (each user keeps at most $max_contribution of its distinct items by the
 -- shared rule, weight 1/sqrt(|kept|); l2-sensitivity 1). Exact private statistics: this table
@@ -6,7 +6,7 @@
 CREATE OR REPLACE TABLE {schema}.{histogram} AS
 WITH
 user_items AS (
-    SELECT user_id, items FROM {lists_schema}.{lists}
+    SELECT user_id, items FROM {schema}.{lists}
 ),
 -- include: dpsu/_user_kept
 ,

@@ -1,4 +1,4 @@
--- DP-SIPS round r >= 2 from per-user lists {lists_schema}.{lists}(user_id, items) (docs/dpne.md,
+-- DP-SIPS round r >= 2 from per-user lists {schema}.{lists}(user_id, items) (docs/dpne.md,
 -- "DP-SIPS"): each user's list minus the items {released}(item) of the earlier rounds (public: DP
 -- outputs), then the weighted histogram exactly as dpsu/histogram.sql over dpsu/sips_remaining.sql
 -- (at most $max_contribution of the REMAINING distinct items, weight 1/sqrt(#kept)). A user with no
@@ -8,7 +8,7 @@ CREATE OR REPLACE TABLE {schema}.{histogram} AS
 WITH
 user_items AS (
     SELECT user_id, list(item) AS items
-    FROM (SELECT user_id, unnest(items) AS item FROM {lists_schema}.{lists}) AS pairs
+    FROM (SELECT user_id, unnest(items) AS item FROM {schema}.{lists}) AS pairs
     WHERE NOT EXISTS (
         SELECT 1 FROM {schema}.{released} AS r WHERE r.item = pairs.item
     )

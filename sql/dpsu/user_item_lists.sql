@@ -2,9 +2,8 @@
 -- its DISTINCT items of {schema}.{source}(user_id, item), built once and read by every round
 -- (dpsu/histogram_lists.sql, dpsu/histogram_lists_remaining.sql) instead of one GROUP BY over every
 -- token occurrence per round. The same lists as the CTE of dpsu/_user_items.sql.
--- Private working table in {lists_schema}: the engine's scratch schema (Engine.scratch_schema:
--- DuckDB an in-memory database of the connection, Spark the run schema); never released.
-CREATE OR REPLACE TABLE {lists_schema}.{target} AS
+-- Private working table: it never leaves the run schema.
+CREATE OR REPLACE TABLE {schema}.{target} AS
 SELECT user_id, list_distinct(list(item)) AS items
 FROM {schema}.{source}
 WHERE item IS NOT NULL AND user_id IS NOT NULL

@@ -4,10 +4,9 @@
 -- DISTINCT items of {schema}.{source}(user_id, item) (dpsu/_user_items.sql, dpsu/_user_kept.sql,
 -- the rule every DPSU histogram shares) and their number. Round 1 reads it through
 -- dpsu/histogram_kept.sql, later rounds through dpsu/histogram_kept_admitted.sql, instead of
--- collecting and re-ranking every user's items per round. Private working table in
--- {lists_schema}: the engine's scratch schema (Engine.scratch_schema: DuckDB an in-memory database
--- of the connection, not written to the warehouse file; Spark the run schema); never released.
-CREATE OR REPLACE TABLE {lists_schema}.{target} AS
+-- collecting and re-ranking every user's items per round. Private working table: it never
+-- leaves the run schema.
+CREATE OR REPLACE TABLE {schema}.{target} AS
 WITH
 -- include: dpsu/_user_items
 -- include: dpsu/_user_kept

@@ -119,13 +119,6 @@ class Engine(Protocol):
 
     def create_schema(self, schema: str) -> None: ...
 
-    def scratch_schema(self, schema: str) -> str:
-        """Where to keep a private working table that this engine object writes and reads within
-        one step and that need not outlive it (the DPSU per-user lists): DuckDB an in-memory
-        database attached to the connection, so the table is never written to the warehouse file
-        (it lives in the buffer pool and spills to the temp directory under ``memory_limit``);
-        Spark the run schema ``schema``. Drop such tables with ``drop(scratch_schema(...), ...)``."""
-
     def write_parquet(self, sql: str, path: str, params: dict[str, Any] | None = None) -> None:
         """Write a SELECT's result to Parquet at ``path`` (a file for DuckDB, a directory for Spark)."""
 

@@ -38,10 +38,6 @@ from dpngram.engines.sql import load_sql, run_schema_name, safe_identifier, stat
 
 PROFILE_ENV = "DPNGRAM_SQL_PROFILE"
 
-#: The in-memory database of :meth:`Warehouse.scratch_schema` (private working tables that never
-#: reach the warehouse file).
-SCRATCH_DATABASE = "dpngram_scratch"
-
 _UNITS = {
     "b": 1,
     "kb": 1000,
@@ -221,20 +217,8 @@ class Warehouse:
     def object_type(self, schema: str, name: str) -> str | None:
         return self.fetch_scalar(load_sql("dpne/object_type"), {"schema": schema, "name": name})
 
-    def scratch_schema(self, schema: str) -> str:
-        """The in-memory database :data:`SCRATCH_DATABASE`, attached to this connection on first use
-        (``Engine.scratch_schema``): a table there costs no write to the warehouse file (at 1M users
-        the vocabulary's kept lists, 60M strings, took about 5 s to write there; docs/engines.md)."""
-        del schema  # one per connection; the steps that use it drop their tables when they end
-        self.con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {SCRATCH_DATABASE}")
-        return SCRATCH_DATABASE
-
     def drop(self, schema: str, *names: str) -> None:
         """Drop private working tables or views (whichever each name is)."""
-        if schema == SCRATCH_DATABASE:
-            for table in names:
-                self.con.execute(f"DROP TABLE IF EXISTS {SCRATCH_DATABASE}.{safe_identifier(table)}")
-            return
         for table in names:
             kind = self.object_type(schema, table)
             if kind is not None:

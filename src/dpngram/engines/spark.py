@@ -562,11 +562,6 @@ class SparkEngine:
     def table_exists(self, schema: str, table: str) -> bool:
         return self.object_type(schema, table) is not None
 
-    def scratch_schema(self, schema: str) -> str:
-        """The run schema itself (``Engine.scratch_schema``): a table must be visible to the
-        executors, so it is written like every other working table."""
-        return schema
-
     def drop(self, schema: str, *names: str) -> None:
         for name in names:
             kind = self.object_type(schema, name)

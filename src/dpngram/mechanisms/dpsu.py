@@ -407,34 +407,17 @@ def sips_rounds_release(
     admission = len(rounds) > 1 and rounds[0].admit_floor is not None
     shared_salt = int(noise.selection_salt()) if admission else None
     from_kept_lists = lists is not None and admission  # one salt: every round keeps round 1's sets
-    # the lists are read only by this step's rounds: the engine's scratch schema (DuckDB: in memory,
-    # never written to the warehouse file)
-    lists_schema = wh.scratch_schema(schema) if lists else schema
     admitted: pa.Array | None = None
     released: list[pa.Array] = []
     count = 0
     try:
         if from_kept_lists:  # every round's kept sets are round 1's, ranked once
             wh.execute(
-                load_sql(
-                    "dpsu/user_kept_lists",
-                    schema=schema,
-                    lists_schema=lists_schema,
-                    target=lists,
-                    source=source,
-                ),
+                load_sql("dpsu/user_kept_lists", schema=schema, target=lists, source=source),
                 {"salt": shared_salt, "max_contribution": int(max_contribution)},
             )
         elif lists:
-            wh.execute(
-                load_sql(
-                    "dpsu/user_item_lists",
-                    schema=schema,
-                    lists_schema=lists_schema,
-                    target=lists,
-                    source=source,
-                )
-            )
+            wh.execute(load_sql("dpsu/user_item_lists", schema=schema, target=lists, source=source))
         for r, rnd in enumerate(rounds, start=1):
             started = time.perf_counter()
             if count:
@@ -448,7 +431,6 @@ def sips_rounds_release(
                     load_sql(
                         "dpsu/histogram_kept_admitted",
                         schema=schema,
-                        lists_schema=lists_schema,
                         kept_lists=lists,
                         admitted=admitted_table,
                         histogram=histogram,
@@ -464,30 +446,19 @@ def sips_rounds_release(
                 )
             elif from_kept_lists:  # round 1
                 statement = load_sql(
-                    "dpsu/histogram_kept",
-                    schema=schema,
-                    lists_schema=lists_schema,
-                    kept_lists=lists,
-                    histogram=histogram,
+                    "dpsu/histogram_kept", schema=schema, kept_lists=lists, histogram=histogram
                 )
             elif lists:
                 statement = (
                     load_sql(
                         "dpsu/histogram_lists_remaining",
                         schema=schema,
-                        lists_schema=lists_schema,
                         lists=lists,
                         released=done,
                         histogram=histogram,
                     )
                     if count
-                    else load_sql(
-                        "dpsu/histogram_lists",
-                        schema=schema,
-                        lists_schema=lists_schema,
-                        lists=lists,
-                        histogram=histogram,
-                    )
+                    else load_sql("dpsu/histogram_lists", schema=schema, lists=lists, histogram=histogram)
                 )
             else:
                 round_source = source
@@ -528,9 +499,7 @@ def sips_rounds_release(
                 }
             )
     finally:
-        wh.drop(schema, histogram, remaining, done, admitted_table)
-        if lists:
-            wh.drop(lists_schema, lists)
+        wh.drop(schema, histogram, remaining, done, admitted_table, *([lists] if lists else []))
     return released
 
 
