@@ -85,6 +85,11 @@ class ArpaModel:
         model._structure = structure
         return model
 
+    def derived_structure(self) -> dict[int, NgramLinks] | None:
+        """:meth:`structure` if it has been derived already (or was given), else None: for callers
+        that can use it but should not pay for deriving it (or fail on a model that is not closed)."""
+        return self._structure
+
     def structure(self) -> dict[int, NgramLinks]:
         """Per order n >= 2, each listed n-gram's links one order down (row numbers, computed once
         per model): what lets arithmetic over the whole model (unigram adaptation) run on arrays
