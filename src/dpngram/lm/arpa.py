@@ -26,9 +26,15 @@ ARPA validity rules enforced by :func:`write_arpa` (what KenLM's ``build_binary`
 ``</s>``, ``<unk>`` among the unigrams, log10 probabilities <= 0, no backoff column at the top
 order. Memory: the tables are polars frames (one row per n-gram), never per-user data.
 
-Owns: :class:`ArpaModel`, fractional-count modified Kneser-Ney, ARPA writing and reading, the
-sentence markers.
-Imports: dpngram.core; polars.
+Why one module (over 600 lines): the tables, their row structure (:class:`NgramLinks`: each
+n-gram's context, suffix and word as rows one order down), Kneser-Ney and the ARPA checks, writer
+and reader are one representation. Deriving the structure from the strings (``_links``) is what
+the checks, the union of two models (:func:`union_ngrams`) and the cached public model
+(:func:`terms_structure`) share; split, it would have to be public to each of them.
+
+Owns: :class:`ArpaModel`, its row structure and unions, fractional-count modified Kneser-Ney,
+ARPA writing and reading, the sentence markers.
+Imports: dpngram.core; numpy, polars.
 """
 
 from __future__ import annotations
