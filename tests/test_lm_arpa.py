@@ -150,6 +150,8 @@ def test_rule_violations_are_refused(tmp_path):
         ),
         "<unk> is missing": broken(1, lambda t: t.filter(pl.col("ngram") != UNK)),
         "duplicate": broken(3, lambda t: pl.concat([t, t.head(1)])),
+        # sorted, so the strictly-sorted shortcut does not hold and the count finds the duplicate
+        "duplicate n-grams": broken(2, lambda t: pl.concat([t, t.tail(1)]).sort("ngram")),
     }
     for message, model in cases.items():
         with pytest.raises(ArpaError, match=message):

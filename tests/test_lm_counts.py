@@ -20,6 +20,7 @@ with a Bonferroni split over the comparisons); the noise is seeded, so each run 
 from __future__ import annotations
 
 import math
+import random
 from collections import Counter
 
 import numpy as np
@@ -758,3 +759,17 @@ def test_without_a_public_corpus_the_model_says_its_public_part_is_uniform(tmp_p
         r for r in pq.read_table(ctx.release.root / layout.LM_COUNTS).to_pylist() if r["n"] == 1
     ]
     assert {r["ngram"] for r in released_unigrams} == dp_vocab | set(MARKERS)
+
+
+@pytest.mark.parametrize("cap", [0, 1, 7, 40, 200])
+def test_the_domain_keeps_the_most_frequent_ngrams_ties_by_string(cap):
+    """most_frequent is the first ``cap`` rows of the counts sorted by (count descending, n-gram),
+    with many ties at every boundary (counts 1-4 over 150 n-grams)."""
+    rng = random.Random(cap)
+    grams = sorted({" ".join(rng.choice("abcdefghij") for _ in range(3)) for _ in range(400)})
+    counts = pl.DataFrame({"ngram": grams, "count": [float(rng.randint(1, 4)) for _ in grams]}).sample(
+        fraction=1.0, shuffle=True, seed=cap
+    )
+    expected = counts.sort(["count", "ngram"], descending=[True, False]).head(cap)["ngram"].to_list()
+    got = lm_counts.most_frequent(counts, cap)["ngram"].to_list()
+    assert sorted(got) == sorted(expected) and len(got) == min(cap, counts.height)

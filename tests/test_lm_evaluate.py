@@ -17,6 +17,7 @@ import polars as pl
 import pytest
 
 from dpngram.cli import main
+from dpngram.lm import evaluate as evaluate_module
 from dpngram.lm.arpa import BOS, EOS, UNK, kneser_ney, read_arpa, write_arpa
 from dpngram.lm.evaluate import (
     SPELL_ALPHABET,
@@ -256,6 +257,42 @@ def test_top_k_equals_brute_force_over_the_vocabulary(models, order):
     # the model does not list at all.
     assert backed_off > 100 and (order == 2 or unlisted_contexts >= 5)
     assert predictor.log10prob([BOS], "gnu") is None and predictor.log10prob([BOS], EOS) is None
+
+
+@pytest.mark.parametrize("order", [2, 3, 4])
+def test_predictor_from_the_model_structure_equals_the_one_from_strings(models, order):
+    """A model whose structure was derived (one written or mixed) gives the predictor its context
+    rows; a model read from a file is indexed from its n-gram strings: the same rankings."""
+    arpa, _ = models[order]
+    read, derived = read_arpa(arpa)[1], read_arpa(arpa)[1]
+    derived.structure()
+    assert read.derived_structure() is None and derived.derived_structure() is not None
+    a, b = NextWordPredictor(read), NextWordPredictor(derived)
+    vocab = sorted(a.vocabulary)
+    for context in _contexts(vocab):
+        assert a.top(context, len(vocab) + 2) == b.top(context, len(vocab) + 2), context
+        assert [a.log10prob(context, w) for w in vocab] == [b.log10prob(context, w) for w in vocab]
+
+
+def test_accuracy_is_the_same_for_any_batch_of_events(models, monkeypatch):
+    """score_sentences resolves the events' contexts PREDICTION_BATCH at a time: one event at a
+    time, or all at once, gives the same sums (and the same as a fresh predictor's per-context
+    top-k)."""
+    arpa, binary = models[3]
+    sentences = [*CORPUS, ["a", "gnu", "ate", "the", "food"], ["the", "cat", "sat", "on", "a", "mat"]]
+    all_at_once = score_sentences(load_model(binary), sentences, NextWordPredictor.from_arpa(arpa))
+    monkeypatch.setattr(evaluate_module, "PREDICTION_BATCH", 1)
+    one_by_one = score_sentences(load_model(binary), sentences, NextWordPredictor.from_arpa(arpa))
+    assert one_by_one == all_at_once and all_at_once["accuracy_note"] is None
+    predictor, hits, events = NextWordPredictor.from_arpa(arpa), Counter(), 0
+    for s in sentences:
+        for i, word in enumerate(s):
+            events += 1
+            top = [w for w, _ in predictor.top([BOS, *s[:i]], 3)]
+            hits[1] += word in top[:1]
+            hits[3] += word in top[:3]
+    assert all_at_once["top1_accuracy"] == hits[1] / events
+    assert all_at_once["top3_accuracy"] == hits[3] / events
 
 
 def test_ties_are_broken_by_the_word_string(tmp_path):

@@ -22,7 +22,7 @@ from collections import Counter
 import polars as pl
 import pytest
 
-from dpngram.lm.arpa import BOS, EOS, UNK, ArpaModel, check_model, kneser_ney, write_arpa
+from dpngram.lm.arpa import BOS, EOS, UNK, ArpaModel, check_model, kneser_ney, union_ngrams, write_arpa
 from dpngram.lm.kenlm_bin import kenlm_binary
 from dpngram.lm.open_model import (
     MARKERS,
@@ -468,3 +468,25 @@ def test_public_counts_stream_in_batches_and_merge_to_the_exact_counts(tmp_path,
                 expected.update(g for g in grams if g != BOS)
             got = dict(zip(counts[n]["ngram"].to_list(), counts[n]["count"].to_list(), strict=True))
             assert got == dict(expected), (part, n)
+
+
+def test_mixture_through_the_public_structure_equals_the_one_from_strings(public, private):
+    """mix_models merges Q's extra n-grams into P's derived structure (``union_ngrams``); a P whose
+    structure is not derived goes through the n-gram strings: the same union, structure and mixture."""
+    other = kneser_ney(trigram_counts([["b", "a", "c"], ["c", "c", "a", "b"], ["d", "e"]]), ORDER, VOCAB)
+    fresh = ArpaModel(dict(public.tables))
+    assert public.derived_structure() is not None and fresh.derived_structure() is None
+    for q in (private, other):
+        fast, rows = union_ngrams(public, q)
+        slow, no_rows = union_ngrams(fresh, q)
+        assert rows is not None and no_rows is None
+        for n in range(1, ORDER + 1):
+            assert fast.tables[n].equals(slow.tables[n])
+            assert fast.tables[n]["ngram"].gather(rows[n]).equals(public.tables[n]["ngram"])
+        for n in range(2, ORDER + 1):
+            a, b = fast.structure()[n], slow.structure()[n]
+            assert all((getattr(a, f) == getattr(b, f)).all() for f in ("context", "suffix", "word"))
+        a, b = mix_models(public, q, 0.3), mix_models(fresh, q, 0.3)
+        assert all(a.tables[n].equals(b.tables[n]) for n in range(1, ORDER + 1))
+    # the toy's extra n-grams: Q lists some that P does not, so the merge path is exercised
+    assert any(fast.tables[n].height > public.tables[n].height for n in range(2, ORDER + 1))

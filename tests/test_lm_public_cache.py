@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from dpngram.lm import open_model, public_cache
-from dpngram.lm.arpa import BOS, EOS, UNK, kneser_ney
+from dpngram.lm.arpa import BOS, EOS, UNK, ArpaModel, kneser_ney
 
 
 def _corpus(path: Path, seed: int, lines: int = 400) -> Path:
@@ -150,3 +150,33 @@ def test_word_ranking_from_raw_unigrams_matches_the_word_counts(tmp_path):
     raw = open_model.raw_public_counts(corpus, 1)
     words = {w: c for w, c in _as_dict(raw[1]).items() if w not in (BOS, EOS, UNK)}
     assert words == dict(Counter(open_model.public_word_counts(corpus)))
+
+
+def _same_structure(a, b) -> bool:
+    return sorted(a) == sorted(b) and all(
+        (getattr(a[n], f) == getattr(b[n], f)).all() for n in a for f in ("context", "suffix", "word")
+    )
+
+
+def test_cached_structure_equals_the_one_derived_from_the_strings(tmp_path, monkeypatch):
+    """P carries the structure stored beside its terms, its DP-only unigram rows renumbered: the
+    same row links as deriving them from P's strings, cold and warm, for another DP vocabulary
+    too; without a cache P derives them when first needed."""
+    corpus = _corpus(tmp_path / "public.txt", 7)
+    cache = tmp_path / "cache"
+    plain = open_model.open_public_model(["w1", "private-only"], str(corpus), order=3, public_cap=30)[2]
+    assert plain.derived_structure() is None
+    for dp in (["w1", "w2", "private-only"], ["w1", "w2", "another", "zz-last", "0-first"]):
+        cold = open_model.open_public_model(dp, str(corpus), order=3, public_cap=30, cache_dir=cache)[2]
+        with monkeypatch.context() as m:
+            m.setattr(open_model, "terms_structure", _refuse)
+            warm = open_model.open_public_model(dp, str(corpus), order=3, public_cap=30, cache_dir=cache)[2]
+        for model in (cold, warm):
+            assert model.derived_structure() is not None
+            derived = ArpaModel(dict(model.tables)).structure()
+            assert _same_structure(model.derived_structure(), derived)
+    assert len(list((cache / "structure").iterdir())) == 1
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("recomputed although cached")

@@ -26,9 +26,15 @@ ARPA validity rules enforced by :func:`write_arpa` (what KenLM's ``build_binary`
 ``</s>``, ``<unk>`` among the unigrams, log10 probabilities <= 0, no backoff column at the top
 order. Memory: the tables are polars frames (one row per n-gram), never per-user data.
 
-Owns: :class:`ArpaModel`, fractional-count modified Kneser-Ney, ARPA writing and reading, the
-sentence markers.
-Imports: dpngram.core; polars.
+Why one module (over 600 lines): the tables, their row structure (:class:`NgramLinks`: each
+n-gram's context, suffix and word as rows one order down), Kneser-Ney and the ARPA checks, writer
+and reader are one representation. Deriving the structure from the strings (``_links``) is what
+the checks, the union of two models (:func:`union_ngrams`) and the cached public model
+(:func:`terms_structure`) share; split, it would have to be public to each of them.
+
+Owns: :class:`ArpaModel`, its row structure and unions, fractional-count modified Kneser-Ney,
+ARPA writing and reading, the sentence markers.
+Imports: dpngram.core; numpy, polars.
 """
 
 from __future__ import annotations
@@ -85,6 +91,11 @@ class ArpaModel:
         model._structure = structure
         return model
 
+    def derived_structure(self) -> dict[int, NgramLinks] | None:
+        """:meth:`structure` if it has been derived already (or was given), else None: for callers
+        that can use it but should not pay for deriving it (or fail on a model that is not closed)."""
+        return self._structure
+
     def structure(self) -> dict[int, NgramLinks]:
         """Per order n >= 2, each listed n-gram's links one order down (row numbers, computed once
         per model): what lets arithmetic over the whole model (unigram adaptation) run on arrays
@@ -124,6 +135,62 @@ def _links(table: pl.DataFrame, lower: pl.DataFrame, unigrams: pl.DataFrame, n: 
     return NgramLinks(
         rows("ctx", lower, "context"), rows("suf", lower, "suffix"), rows("w", unigrams, "word")
     )
+
+
+def union_ngrams(base: ArpaModel, other: ArpaModel) -> tuple[ArpaModel, dict[int, np.ndarray] | None]:
+    """The union of two models' n-grams: per order one ``ngram`` column, unique and sorted, with its
+    :meth:`ArpaModel.structure`; and, per order, the row in the union of each of ``base``'s rows
+    (None when the union was built from the strings alone).
+
+    When ``base``'s structure is derived and its tables are strictly sorted (a Kneser-Ney model,
+    or one adapted from it), the union is ``base``'s rows with ``other``'s few extra n-grams merged
+    in: its structure is ``base``'s, renumbered, plus the extra rows' links, instead of joining
+    every n-gram's strings again. Either way the same tables and structure (a closed union)."""
+    order = base.order
+    links = base.derived_structure()
+    tables = {n: base.tables[n].select("ngram") for n in range(1, order + 1)}
+    if links is None or not all(_strictly_sorted(t["ngram"]) for t in tables.values()):
+        union = ArpaModel(
+            {
+                n: pl.concat([tables[n], other.tables[n].select("ngram")]).unique().sort("ngram")
+                for n in range(1, order + 1)
+            }
+        )
+        union.structure()
+        return union, None
+    rows: dict[int, np.ndarray] = {}
+    inserted: dict[int, np.ndarray] = {}
+    extra: dict[int, pl.DataFrame] = {}
+    union_tables: dict[int, pl.DataFrame] = {}
+    for n in range(1, order + 1):
+        extra[n] = (
+            other.tables[n].select("ngram").join(tables[n], on="ngram", how="anti").unique().sort("ngram")
+        )
+        at = tables[n]["ngram"].search_sorted(extra[n]["ngram"], side="left").to_numpy().astype(np.int64)
+        inserted[n] = at + np.arange(at.size, dtype=np.int64)  # extra k goes before base row at[k]
+        height = tables[n].height
+        rows[n] = np.arange(height, dtype=np.int64) + np.searchsorted(at, np.arange(height), side="right")
+        place = np.argsort(np.concatenate([rows[n], inserted[n]]))
+        union_tables[n] = pl.concat([tables[n], extra[n]]).select(pl.col("ngram").gather(place))
+    structure: dict[int, NgramLinks] = {}
+    for n in range(2, order + 1):
+        size = union_tables[n].height
+        arrays = [np.empty(size, dtype=np.int64) for _ in range(3)]
+        lower = rows[n - 1]
+        for target, source, below in zip(
+            arrays, (links[n].context, links[n].suffix, links[n].word), (lower, lower, rows[1]), strict=True
+        ):
+            target[rows[n]] = below[source]
+        if extra[n].height:
+            new = _links(extra[n], union_tables[n - 1], union_tables[1], n)
+            for target, source in zip(arrays, (new.context, new.suffix, new.word), strict=True):
+                target[inserted[n]] = source
+        structure[n] = NgramLinks(*arrays)
+    return ArpaModel.with_structure(union_tables, structure), rows
+
+
+def _strictly_sorted(column: pl.Series) -> bool:
+    return column.len() < 2 or bool((column.slice(1) > column.slice(0, column.len() - 1)).all())
 
 
 def _context(col: str = "ngram") -> pl.Expr:
@@ -331,9 +398,28 @@ def kneser_ney_terms(
     return {n: t.sort("ngram") for n, t in terms.items()}
 
 
-def kneser_ney_model(terms: dict[int, pl.DataFrame], extra_words: Iterable[str] = ()) -> ArpaModel:
+def terms_structure(terms: dict[int, pl.DataFrame]) -> dict[int, pl.DataFrame]:
+    """The :meth:`ArpaModel.structure` of the model of :func:`kneser_ney_terms` (without extra
+    words), as one frame per order n >= 2 (``context``, ``suffix``, ``word``) that the public-model
+    cache can store; no frames when the terms are not closed (the model's checks say why)."""
+    try:
+        links = ArpaModel({n: t.select("ngram") for n, t in terms.items()}).structure()
+    except ArpaError:
+        return {}
+    return {
+        n: pl.DataFrame({"context": k.context, "suffix": k.suffix, "word": k.word}) for n, k in links.items()
+    }
+
+
+def kneser_ney_model(
+    terms: dict[int, pl.DataFrame],
+    extra_words: Iterable[str] = (),
+    structure: dict[int, pl.DataFrame] | None = None,
+) -> ArpaModel:
     """The model of :func:`kneser_ney_terms`, its vocabulary grown by ``extra_words`` (words with
-    no counts and not yet unigrams): each gets p = γ₀/H, and H counts them."""
+    no counts and not yet unigrams): each gets p = γ₀/H, and H counts them. ``structure``: the
+    terms' :func:`terms_structure`, when stored; the model then carries its structure (the extra
+    unigram rows renumbered) instead of deriving it from the strings when first needed."""
     order = max(terms)
     unigrams = terms[1]
     present = set(unigrams["ngram"].to_list())
@@ -357,7 +443,23 @@ def kneser_ney_model(terms: dict[int, pl.DataFrame], extra_words: Iterable[str] 
             logprob=pl.when(pl.col("ngram") == BOS).then(BOS_LOGPROB).otherwise(prob),
             backoff=backoff,
         )
-    return ArpaModel(tables)
+    if not structure or any(
+        structure.get(n, tables[1]).height != tables[n].height for n in range(2, order + 1)
+    ):
+        return ArpaModel(tables)  # none stored (or not the terms'): derived when first needed
+    # the terms' unigram rows in the grown unigram table (the higher orders keep their rows)
+    grown = tables[1].select("ngram").with_row_index("row")
+    row = terms[1].select("ngram").join(grown, on="ngram", how="left", maintain_order="left")["row"]
+    row = row.cast(pl.Int64).to_numpy()
+    links = {}
+    for n, frame in structure.items():
+        context, suffix, word = (frame[c].to_numpy().astype(np.int64) for c in ("context", "suffix", "word"))
+        links[n] = (
+            NgramLinks(row[context], row[suffix], row[word])
+            if n == 2
+            else NgramLinks(context, suffix, row[word])
+        )
+    return ArpaModel.with_structure(tables, links)
 
 
 def model_from_probabilities(
@@ -395,7 +497,8 @@ def check_model(model: ArpaModel) -> None:
         if marker not in unigrams:
             raise ArpaError(f"unigrams: {marker} is missing")
     for n, t in model.tables.items():
-        if t["ngram"].n_unique() != t.height:
+        # strictly sorted (every table this package builds) is unique, and cheaper to see than hashing
+        if not _strictly_sorted(t["ngram"]) and t["ngram"].n_unique() != t.height:
             raise ArpaError(f"order {n}: duplicate n-grams")
         if t.filter(pl.col("logprob") > 0).height or t["logprob"].null_count():
             raise ArpaError(f"order {n}: log10 probabilities must be <= 0")

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from dpngram.core.errors import ArpaError
@@ -127,26 +128,27 @@ def _stderr_silenced() -> Iterator[None]:
 # ----------------------------------------------------------------------------------------------
 class _Ranking:
     """The words of the vocabulary (specials excluded) in decreasing p(w | h) for one context h,
-    produced lazily and cached (``items``: (log10 p, word), best first; ties by word).
+    produced lazily and cached (``items``: (log10 p, word id), best first; ties by word). A word id
+    is the word's rank in string order (:class:`NextWordPredictor`), so comparing ids compares the
+    words.
 
     Backoff: p(w|h) = p listed for (h w) if listed, else bo(h) p(w|h'). The listed continuations
     of h come sorted; every other word keeps its order from h' (multiplied by the same bo(h)), so
     the ranking of h is a merge of the two streams, skipping the words of h' listed with h."""
 
-    __slots__ = ("words", "lps", "start", "end", "own", "bo", "lower", "items", "i", "j")
+    __slots__ = ("words", "lps", "own", "bo", "lower", "items", "i", "j", "top")
 
-    def __init__(
-        self, words: list[str], lps: list[float], start: int, end: int, bo: float, lower: _Ranking | None
-    ) -> None:
-        self.words, self.lps, self.start, self.end = words, lps, start, end
-        self.own = dict(zip(words[start:end], lps[start:end], strict=True))
+    def __init__(self, words: list[int], lps: list[float], bo: float, lower: _Ranking | None) -> None:
+        self.words, self.lps = words, lps
+        self.own = dict(zip(words, lps, strict=True))
         self.bo = bo
         self.lower = lower
-        self.items: list[tuple[float, str]] = []
-        self.i = start
+        self.items: list[tuple[float, int]] = []
+        self.i = 0
         self.j = 0
+        self.top: list[int] | None = None  # the first TOP_K[-1] word ids (score_sentences)
 
-    def log10prob(self, word: str) -> float | None:
+    def log10prob(self, word: int) -> float | None:
         lp = self.own.get(word)
         if lp is not None:
             return lp
@@ -155,7 +157,7 @@ class _Ranking:
         lower = self.lower.log10prob(word)
         return None if lower is None else self.bo + lower
 
-    def item(self, idx: int) -> tuple[float, str] | None:
+    def item(self, idx: int) -> tuple[float, int] | None:
         items = self.items
         while len(items) <= idx:
             nxt = self._next()
@@ -164,8 +166,8 @@ class _Ranking:
             items.append(nxt)
         return items[idx]
 
-    def _next(self) -> tuple[float, str] | None:
-        backed: tuple[float, str] | None = None
+    def _next(self) -> tuple[float, int] | None:
+        backed: tuple[float, int] | None = None
         if self.lower is not None:
             while True:
                 below = self.lower.item(self.j)
@@ -176,7 +178,7 @@ class _Ranking:
                     continue
                 backed = (self.bo + below[0], below[1])
                 break
-        if self.i < self.end:
+        if self.i < len(self.words):
             mine = (self.lps[self.i], self.words[self.i])
             if backed is None or (-mine[0], mine[1]) <= (-backed[0], backed[1]):
                 self.i += 1
@@ -190,99 +192,154 @@ class NextWordPredictor:
     """Exact top-k next words of an ARPA back-off model (any order), with standard back-off
     semantics (a missing backoff is log10 1 = 0), as KenLM scores them.
 
-    Context tables: for each order m < N, ``ngram -> (backoff, start, end)`` where ``start:end``
-    indexes that context's continuations at order m + 1, sorted by (-log10 p, word). Rankings per
-    context are built on first use and cached, so a frequent context costs its continuations once."""
+    Words are numbered by their rank in string order. Per order n >= 2 the continuations (the
+    n-grams' last words, specials excluded) are grouped by their context row at order n - 1, as
+    arrays; a context's group, sorted by (-log10 p, word), becomes a :class:`_Ranking` on first use
+    and is cached, so a frequent context costs its continuations once. The context rows come from the
+    model's :meth:`~dpngram.lm.arpa.ArpaModel.structure` when it has been derived (a model that was
+    written or mixed), else from its n-gram strings. Contexts are looked up in batches
+    (:meth:`prepare`): :func:`score_sentences` resolves all of its events' contexts at once."""
 
     def __init__(self, model: ArpaModel) -> None:
         self.order = model.order
-        unigrams = model.tables[1]
-        self.vocabulary = frozenset(unigrams["ngram"].to_list()) - _SPECIAL
-        self._words: dict[int, list[str]] = {}
-        self._lps: dict[int, list[float]] = {}
-        self._contexts: dict[int, dict[str, tuple[float, int, int]]] = {}
-        uni = unigrams.filter(~pl.col("ngram").is_in(list(_SPECIAL))).sort(
-            ["logprob", "ngram"], descending=[True, False]
-        )
-        words, lps = uni["ngram"].to_list(), uni["logprob"].to_list()
-        self._root = _Ranking(words, lps, 0, len(words), 0.0, None)
-        for n in range(2, self.order + 1):
-            cont = (
-                model.tables[n]
-                .select(
-                    ctx=pl.col("ngram").str.replace(r" [^ ]+$", ""),
-                    word=pl.col("ngram").str.extract(r"([^ ]+)$", 1),
-                    logprob=pl.col("logprob"),
-                )
-                .filter(~pl.col("word").is_in(list(_SPECIAL)))
-                .sort(["ctx", "logprob", "word"], descending=[False, True, False])
-                .with_row_index("row")
-            )
-            self._words[n] = cont["word"].to_list()
-            self._lps[n] = cont["logprob"].to_list()
-            ranges = cont.group_by("ctx").agg(
-                start=pl.col("row").min().cast(pl.Int64), end=pl.col("row").max().cast(pl.Int64) + 1
-            )
-            ctx = (
-                model.tables[n - 1]
-                .select("ngram", "backoff")
-                .join(ranges, left_on="ngram", right_on="ctx", how="left")
-                .with_columns(
-                    pl.col("backoff").fill_null(0.0),
-                    pl.col("start").fill_null(0),
-                    pl.col("end").fill_null(0),
-                )
-            )
-            self._contexts[n - 1] = dict(
-                zip(
-                    ctx["ngram"].to_list(),
-                    zip(ctx["backoff"].to_list(), ctx["start"].to_list(), ctx["end"].to_list(), strict=True),
-                    strict=True,
-                )
-            )
+        self._tables = model.tables
+        names = model.tables[1]["ngram"].to_list()
+        self.vocabulary = frozenset(names) - _SPECIAL
+        self._names = sorted(set(names))  # word id -> word (string order)
+        self._ids = {w: i for i, w in enumerate(self._names)}
+        rank = np.array([self._ids[w] for w in names], dtype=np.int64)  # unigram row -> word id
+        special = np.array([w in _SPECIAL for w in names], dtype=bool)
+        lps = model.tables[1]["logprob"].to_numpy().astype(np.float64)
+        keep = np.flatnonzero(~special)
+        perm = keep[np.lexsort((rank[keep], -lps[keep]))]
+        self._root = _Ranking(rank[perm].tolist(), lps[perm].tolist(), 0.0, None)
         self._cache: dict[str, _Ranking] = {"": self._root}
+        self._index: dict[int, pl.DataFrame] = {}
+        #: per order n >= 2: (word ids, log10 p) sorted by (context, -log10 p, word), and each order
+        #: n - 1 row's span [start[r], start[r + 1]) in them
+        self._cont: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._backoff: dict[int, np.ndarray] = {}
+        structure = model.derived_structure()
+        for n in range(2, self.order + 1):
+            if structure is not None:
+                ctx, word = structure[n].context, structure[n].word
+            else:
+                ctx, word = self._links(n)
+            lp = model.tables[n]["logprob"].to_numpy().astype(np.float64)
+            ok = (ctx >= 0) & (word >= 0)
+            ok[ok] = ~special[word[ok]]
+            c, w, lp = ctx[ok], rank[word[ok]], lp[ok]
+            perm = np.argsort(c, kind="stable")  # by context only: each context's own order in prepare
+            start = np.searchsorted(c[perm], np.arange(model.tables[n - 1].height + 1))
+            self._cont[n] = (w[perm], lp[perm], start)
+            self._backoff[n - 1] = model.tables[n - 1]["backoff"].fill_null(0.0).to_numpy().astype(np.float64)
+
+    def _links(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each order-n row's context row at order n - 1 and its last word's unigram row, from the
+        strings (-1 where the model does not list it)."""
+        parts = self._tables[n].select(
+            ctx=pl.col("ngram").str.replace(r" [^ ]+$", ""),
+            word=pl.col("ngram").str.extract(r"([^ ]+)$", 1),
+        )
+        return self._rows(n - 1, parts["ctx"]), self._rows(1, parts["word"])
+
+    def _rows(self, m: int, keys: pl.Series | list[str]) -> np.ndarray:
+        """Row numbers of ``keys`` (space-joined m-grams) in the order-m table, -1 where unlisted."""
+        index = self._index.get(m)
+        if index is None:
+            index = self._index[m] = self._tables[m].select("ngram").with_row_index("row")
+        found = pl.DataFrame({"key": pl.Series(keys, dtype=pl.String)}).join(
+            index, left_on="key", right_on="ngram", how="left", maintain_order="left"
+        )["row"]
+        return found.cast(pl.Int64).fill_null(-1).to_numpy()
 
     @classmethod
     def from_arpa(cls, path: str | os.PathLike[str]) -> NextWordPredictor:
         return cls(read_arpa(path)[1])
 
-    def _ranking(self, context: Sequence[str]) -> _Ranking:
-        """The ranking for ``context`` (OOVs already ``<unk>``): the last N - 1 tokens, shortened
-        to the longest suffix the model lists (an unlisted context has no continuations and
-        backoff 1, so p(w|h) = p(w|h'))."""
-        tokens = list(context[max(0, len(context) - (self.order - 1)) :]) if self.order > 1 else []
-        while tokens and " ".join(tokens) not in self._contexts[len(tokens)]:
-            tokens = tokens[1:]
-        key = " ".join(tokens)
-        ranking = self._cache.get(key)
-        if ranking is None:
-            bo, start, end = self._contexts[len(tokens)][key]
-            n = len(tokens) + 1
-            ranking = _Ranking(self._words[n], self._lps[n], start, end, bo, self._ranking(tokens[1:]))
-            self._cache[key] = ranking
-        return ranking
+    def _resolve(self, contexts: Sequence[Sequence[str]]) -> list[tuple[int, int, str]]:
+        """Per context (OOVs already ``<unk>``): (m, row, key) of its longest suffix of at most
+        N - 1 tokens that the model lists at order m (an unlisted context has no continuations and
+        backoff 1, so p(w|h) = p(w|h')); (0, 0, '') when there is none."""
+        out = [(0, 0, "")] * len(contexts)
+        pending = list(range(len(contexts)))
+        for m in range(self.order - 1, 0, -1):
+            ask = [i for i in pending if len(contexts[i]) >= m]
+            if not ask:
+                continue
+            keys = [" ".join(contexts[i][len(contexts[i]) - m :]) for i in ask]
+            rows = self._rows(m, keys).tolist()
+            for i, key, row in zip(ask, keys, rows, strict=True):
+                if row >= 0:
+                    out[i] = (m, row, key)
+            pending = [i for i in pending if out[i][0] == 0]
+        return out
 
-    def _map(self, context: Sequence[str]) -> list[str]:
-        return [t if t in self.vocabulary or t == BOS else UNK for t in context]
+    def prepare(self, contexts: Sequence[Sequence[str]]) -> list[_Ranking]:
+        """The rankings of ``contexts`` (token lists, OOVs already ``<unk>``), building those not
+        cached yet and the rankings they back off to, with one lookup per order for the batch."""
+        resolved = self._resolve(contexts)
+        todo = {key: (m, row) for m, row, key in resolved if key not in self._cache}
+        new: dict[str, tuple[int, int, str]] = {}
+        while todo:
+            tails = self._resolve([key.split(" ")[1:] for key in todo])
+            later: dict[str, tuple[int, int]] = {}
+            for (key, (m, row)), (tm, trow, tkey) in zip(todo.items(), tails, strict=True):
+                new[key] = (m, row, tkey)
+                if tkey not in self._cache and tkey not in new:
+                    later[tkey] = (tm, trow)
+            todo = later
+        for m in sorted({m for m, _, _ in new.values()}):  # a ranking's lower one is built first
+            self._build(m, [(key, row, lower) for key, (mm, row, lower) in new.items() if mm == m])
+        return [self._cache[key] for _, _, key in resolved]
+
+    def _build(self, m: int, items: list[tuple[str, int, str]]) -> None:
+        """Rankings for order-m contexts (key, row, key of the lower ranking): each context's
+        continuations sorted by (-log10 p, word), all of them with one sort."""
+        words, lps, start = self._cont[m + 1]
+        rows = np.array([row for _, row, _ in items], dtype=np.int64)
+        a, b = start[rows], start[rows + 1]
+        ends = np.cumsum(b - a)
+        group = np.repeat(np.arange(rows.size), b - a)
+        idx = np.arange(int(ends[-1]) if rows.size else 0) - np.repeat(ends - (b - a) - a, b - a)
+        idx = idx[np.lexsort((words[idx], -lps[idx], group))]
+        w, lp, bos = words[idx].tolist(), lps[idx].tolist(), self._backoff[m][rows].tolist()
+        bounds = [0, *ends.tolist()]
+        for i, (key, _, lower) in enumerate(items):
+            lo, hi = bounds[i], bounds[i + 1]
+            self._cache[key] = _Ranking(w[lo:hi], lp[lo:hi], bos[i], self._cache[lower])
+
+    def mapped_context(self, context: Sequence[str]) -> list[str]:
+        """The last N - 1 tokens of ``context`` (all of them count for nothing else), OOVs as ``<unk>``."""
+        if self.order <= 1:
+            return []
+        return [t if t in self.vocabulary or t == BOS else UNK for t in context[-(self.order - 1) :]]
+
+    def _ranking(self, context: Sequence[str]) -> _Ranking:
+        return self.prepare([self.mapped_context(context)])[0]
 
     def top(self, context: Sequence[str], k: int) -> list[tuple[str, float]]:
         """The k most probable next words after ``context`` (a token list, normally starting with
         ``<s>``; words outside the vocabulary are read as ``<unk>``), as (word, log10 p), best first;
         ties by word string."""
-        ranking = self._ranking(self._map(context))
+        ranking = self._ranking(context)
         out = []
         for idx in range(k):
             it = ranking.item(idx)
             if it is None:
                 break
-            out.append((it[1], it[0]))
+            out.append((self._names[it[1]], it[0]))
         return out
 
     def log10prob(self, context: Sequence[str], word: str) -> float | None:
         """log10 p(word | context) by back-off; None for a word outside the ranked vocabulary."""
         if word not in self.vocabulary:
             return None
-        return self._ranking(self._map(context)).log10prob(word)
+        return self._ranking(context).log10prob(self._ids[word])
+
+    def word_id(self, word: str) -> int:
+        """The id of a vocabulary word (its rank in string order)."""
+        return self._ids[word]
 
 
 def find_arpa(
@@ -333,8 +390,9 @@ def score_sentences(
     events = events_in_vocab = tokens = oov = sentences_n = 0
     pred_events = 0
     hits = dict.fromkeys(TOP_K, 0)
-    kmax = max(TOP_K)
-    worst_diff = 0.0
+    # the events whose next-word prediction is checked, in batches (contexts resolved together)
+    pending: list[tuple[list[str], str, float]] = []
+    diff = [0.0]  # the largest |log10 p(ARPA) - log10 p(KenLM)| so far
     missing_word = False
     for sentence in sentences:
         if not sentence:
@@ -361,15 +419,14 @@ def score_sentences(
                 pred_events += 1
                 word = sentence[i]
                 if not is_oov and word not in _SPECIAL:
-                    top = [w for w, _ in predictor.top(context, kmax)]
-                    for k in TOP_K:
-                        hits[k] += word in top[:k]
-                    arpa_lp = predictor.log10prob(context, word)
-                    if arpa_lp is None:
-                        missing_word = True
-                    else:
-                        worst_diff = max(worst_diff, abs(arpa_lp - lp))
+                    pending.append((predictor.mapped_context(context), word, lp))
+                    if len(pending) >= PREDICTION_BATCH:
+                        missing_word |= _predict(predictor, pending, hits, diff)
+                        pending.clear()
             context.append(UNK if is_oov else sentence[i])
+    if predictor is not None and pending:
+        missing_word |= _predict(predictor, pending, hits, diff)
+    worst_diff = diff[0]
     result: dict[str, Any] = {
         "sentences": sentences_n,
         "tokens": tokens,
@@ -397,6 +454,42 @@ def score_sentences(
         accuracy_note = None
     result["accuracy_note"] = accuracy_note
     return result
+
+
+#: Prediction events resolved together by :func:`score_sentences` (bounds the memory they take).
+PREDICTION_BATCH = 100_000
+
+
+def _predict(
+    predictor: NextWordPredictor,
+    events: list[tuple[list[str], str, float]],
+    hits: dict[int, int],
+    diff: list[float],
+) -> bool:
+    """Add the top-k hits of ``events`` ((mapped context, in-vocabulary target, KenLM's log10 p))
+    to ``hits`` and raise ``diff[0]`` to the largest |ARPA - KenLM| log10 p; True when a target
+    is missing from the predictor's vocabulary. Each context's top words are computed once."""
+    kmax = max(TOP_K)
+    missing = False
+    worst = diff[0]
+    rankings = predictor.prepare([context for context, _, _ in events])
+    for ranking, (_, word, lp) in zip(rankings, events, strict=True):
+        if word not in predictor.vocabulary:
+            missing = True
+            continue
+        wid = predictor.word_id(word)
+        top = ranking.top
+        if top is None:
+            top = ranking.top = [it[1] for it in (ranking.item(i) for i in range(kmax)) if it is not None]
+        for k in TOP_K:
+            hits[k] += wid in top[:k]
+        arpa_lp = ranking.log10prob(wid)
+        if arpa_lp is None:
+            missing = True
+        else:
+            worst = max(worst, abs(arpa_lp - lp))
+    diff[0] = worst
+    return missing
 
 
 def _file_sentences(path: Path, lowercase: bool) -> Iterable[list[str]]:

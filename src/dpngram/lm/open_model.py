@@ -49,6 +49,8 @@ from dpngram.lm.arpa import (
     kneser_ney_terms,
     model_from_probabilities,
     ngrams_of_sentences,
+    terms_structure,
+    union_ngrams,
 )
 
 MARKERS = (BOS, EOS, UNK)
@@ -296,7 +298,12 @@ def open_public_model(
     terms = cached_tables(
         cache_dir, "models", key, lambda: kneser_ney_terms(counts[order], order, public_words)
     )
-    return vocabulary, counts, kneser_ney_model(terms, dp_only)
+    # P's structure (each n-gram's context, suffix and word rows), stored beside its terms: a run
+    # would otherwise derive it from P's strings (~1 s on Brown) for every P it adapts, mixes or writes
+    structure = (
+        cached_tables(cache_dir, "structure", key, lambda: terms_structure(terms)) if cache_dir else None
+    )
+    return vocabulary, counts, kneser_ney_model(terms, dp_only, structure)
 
 
 def public_model(counts: dict[int, pl.DataFrame], order: int, vocabulary: Iterable[str]) -> ArpaModel:
@@ -486,16 +493,9 @@ def mix_models(public: ArpaModel, private: ArpaModel, weight: float) -> ArpaMode
     uni_p, uni_q = set(public.tables[1]["ngram"].to_list()), set(private.tables[1]["ngram"].to_list())
     if uni_p != uni_q:
         raise ArpaError("the two models must have the same unigrams (vocabulary)")
-    union = ArpaModel(
-        {
-            n: pl.concat([public.tables[n].select("ngram"), private.tables[n].select("ngram")])
-            .unique()
-            .sort("ngram")
-            for n in range(1, order + 1)
-        }
-    )
+    union, public_rows = union_ngrams(public, private)
     links = union.structure()
-    pp, qq = _probabilities_on(public, union), _probabilities_on(private, union)
+    pp, qq = _probabilities_on(public, union, public_rows), _probabilities_on(private, union)
     probs = {n: (1.0 - weight) * pp[n] + weight * qq[n] for n in range(1, order + 1)}
     tables: dict[int, pl.DataFrame] = {}
     for n in range(1, order + 1):
@@ -520,25 +520,23 @@ def mix_models(public: ArpaModel, private: ArpaModel, weight: float) -> ArpaMode
     return ArpaModel.with_structure(tables, links)
 
 
-def _probabilities_on(model: ArpaModel, closed: ArpaModel) -> dict[int, np.ndarray]:
+def _probabilities_on(
+    model: ArpaModel, closed: ArpaModel, rows: dict[int, np.ndarray] | None = None
+) -> dict[int, np.ndarray]:
     """The model's probability p(w|h) (listed or backed off, ARPA semantics; ``<s>`` 0) of every
     row of ``closed`` (a closed set of n-grams containing the model's, e.g. a union), as arrays in
-    ``closed``'s row order: :func:`model_probabilities` through ``closed``'s structure."""
+    ``closed``'s row order: :func:`model_probabilities` through ``closed``'s structure. ``rows``:
+    the row in ``closed`` of each of the model's rows, when known (:func:`union_ngrams`); else the
+    n-grams are matched by their strings."""
     links = closed.structure()
     out: dict[int, np.ndarray] = {}
     backoff_lower: np.ndarray | None = None
     for n in range(1, model.order + 1):
-        own = closed.tables[n].join(
-            model.tables[n].select("ngram", "logprob", "backoff"),
-            on="ngram",
-            how="left",
-            maintain_order="left",
-        )
-        logprob = own["logprob"].to_numpy()
+        logprob, backoff = _listed_on(model, closed, n, None if rows is None else rows[n])
         listed = ~np.isnan(logprob)
         if n == 1:
             prob = np.where(listed, np.power(10.0, np.nan_to_num(logprob)), 0.0)
-            prob = np.where(own["ngram"] == BOS, 0.0, prob)
+            prob = np.where(closed.tables[1]["ngram"] == BOS, 0.0, prob)
         else:
             link = links[n]
             assert backoff_lower is not None
@@ -546,8 +544,26 @@ def _probabilities_on(model: ArpaModel, closed: ArpaModel) -> dict[int, np.ndarr
             prob = np.where(listed, np.power(10.0, np.nan_to_num(logprob)), backed)
         out[n] = prob
         # a context the model does not list (or lists without a backoff) backs off with weight 1
-        backoff_lower = np.power(10.0, own["backoff"].fill_null(0.0).to_numpy())
+        backoff_lower = np.power(10.0, backoff)
     return out
+
+
+def _listed_on(
+    model: ArpaModel, closed: ArpaModel, n: int, rows: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The model's order-n log10 probability (NaN where not listed) and backoff (0 where not listed
+    or null) on ``closed``'s order-n rows; ``rows``: where the model's rows are in ``closed``."""
+    table = model.tables[n]
+    if rows is None:
+        own = closed.tables[n].join(
+            table.select("ngram", "logprob", "backoff"), on="ngram", how="left", maintain_order="left"
+        )
+        return own["logprob"].to_numpy(), own["backoff"].fill_null(0.0).to_numpy()
+    size = closed.tables[n].height
+    logprob, backoff = np.full(size, np.nan), np.zeros(size)
+    logprob[rows] = table["logprob"].to_numpy()
+    backoff[rows] = table["backoff"].fill_null(0.0).to_numpy()
+    return logprob, backoff
 
 
 def backoff_weights(probs: dict[int, pl.DataFrame], order: int) -> dict[int, pl.DataFrame]:

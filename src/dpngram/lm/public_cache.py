@@ -4,7 +4,7 @@
 Every run with a public corpus needs P in two stages (``lm_counts`` builds the counting domain and
 the selection models on it; ``lm`` mixes it into the released model) and a second P without the
 held-out public sentences (the model card's stand-ins). Before this cache each of them tokenised
-and counted the whole public corpus again and fitted Kneser-Ney again. Two kinds of entries:
+and counted the whole public corpus again and fitted Kneser-Ney again. Three kinds of entries:
 
 * ``counts``: the raw order-1..N counts of one public corpus (``part``: all / train), with no
   vocabulary mapping. Keyed by the corpus file's SHA-256, so every later run on the same corpus
@@ -17,6 +17,9 @@ and counted the whole public corpus again and fitted Kneser-Ney again. Two kinds
   whenever every public word fits under ``lm_public_vocab_size`` (Brown: 48,518 words under
   50,000), so a weekly refresh fits P once per public corpus; the ``lm`` stage reuses the
   ``lm_counts`` stage's fit, also across Airflow task processes.
+* ``structure``: the row links of those terms (:func:`dpngram.lm.arpa.terms_structure`: each
+  n-gram's context, suffix and last word as row numbers), same key. P carries them, with its
+  DP-only unigram rows renumbered, instead of deriving them from its strings in every run.
 
 Only public data is stored: the public corpus's counts and a model fitted on them over V_LM (the
 DP vocabulary, a released output, ∪ public words). The directory is ``WAREHOUSE_DIR/cache/public``
@@ -46,7 +49,7 @@ from dpngram.lm.arpa import BOS, EOS, UNK
 CACHE_VERSION = 1
 
 #: Entries kept per kind (least recently used removed first).
-KEEP = {"counts": 4, "models": 6}
+KEEP = {"counts": 4, "models": 6, "structure": 6}
 
 T = TypeVar("T")
 
