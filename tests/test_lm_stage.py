@@ -138,3 +138,26 @@ def test_a_run_without_a_model_says_why_and_the_cli_gives_the_retirement_reason(
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", "--input", "x", "--out", "y", "--lm-route", "lmplz"])
     assert "route 'lmplz' was retired" in capsys.readouterr().err
+
+
+def test_the_card_says_how_to_read_the_verdicts_perplexities():
+    """The verdict's perplexities weigh users, not tokens; the card says so under an estimate, and
+    not under a verdict without one (nothing to read)."""
+    from dpngram.lm.model_card import verdict_lines
+
+    interval = {"level": 0.95, "released_perplexity": [150.0, 250.0], "log_ratio": [-0.5, -0.1]}
+    verdict = {
+        "released_perplexity": 198.3,
+        "public_only_perplexity": 394.4,
+        "interval": interval,
+        "epsilon": 2.38,
+        "verdict": "released model better",
+        "loss_clip_nats": 12.0,
+    }
+    lines = verdict_lines(verdict)
+    assert lines[0].startswith("**Verdict:** on held-out users") and "198 (150–250, 95%)" in lines[0]
+    assert "every user counts once" in lines[2] and "clipped at 12 nats" in lines[2]
+    none = {**verdict, "released_perplexity": None, "verdict": "cannot tell"}
+    assert [line for line in verdict_lines(none) if line] == [verdict_lines(none)[0]]
+    assert "the data cannot tell" in verdict_lines(none)[0]
+    assert verdict_lines(None)[0].startswith("**Verdict:** none")

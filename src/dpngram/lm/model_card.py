@@ -29,14 +29,29 @@ def render_model_card(
     lines = [
         f"# Language model card — run `{run_id}` (dataset `{config.dataset}`)",
         "",
-        verdict_line(part.get("private_domain")),
-        "",
+        *verdict_lines(part.get("private_domain")),
     ]
     lines += _privacy_lines(config, parts)
     lines += _build_lines(config, part)
     lines += _metrics_lines(part)
     lines += _LOADING_LINES
     return "\n".join(lines)
+
+
+def verdict_lines(verdict: dict[str, Any] | None) -> list[str]:
+    """The card's opening paragraph: :func:`verdict_line`, then, when the verdict has estimates, how
+    to read its perplexities (they weigh users, not tokens, so they differ from the perplexity over
+    all tokens that ``dpngram evaluate`` or a benchmark reports on the same kind of text)."""
+    lines = [verdict_line(verdict), ""]
+    if verdict and verdict.get("released_perplexity") is not None:
+        lines += [
+            "_How to read it: each perplexity is exp of the mean, over held-out users, of the user's "
+            f"per-token log-loss (clipped at {verdict['loss_clip_nats']:g} nats): every user counts "
+            "once however long their text, so it differs from a perplexity over all tokens. Compare "
+            "the two models' numbers with each other (docs/lm_privacy.md, section 5a)._",
+            "",
+        ]
+    return lines
 
 
 def verdict_line(verdict: dict[str, Any] | None) -> str:
