@@ -497,7 +497,8 @@ def main() -> None:
         type=int,
         nargs="*",
         default=[100_000, 300_000, 1_000_000, 3_000_000],
-        help="users per dpne=1 point (none: only --full-split)",
+        help="users per dpne=1 point (default: 100k 300k 1M 3M, about an hour with --baseline-commit; "
+        "'--users' with no number: none, e.g. only --full-split)",
     )
     parser.add_argument(
         "--policy", nargs="+", default=["default"], help="DPSU policies ('default' = no flag)"
