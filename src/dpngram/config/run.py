@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dpngram.config import budget_plan
-from dpngram.config.budget_plan import DEFAULT_STAGE_BUDGET, STAGES
+from dpngram.config.budget_plan import DEFAULT_STAGE_BUDGET, LM_SOURCE, STAGES
 from dpngram.config.flat import FLAT_NAMES, format_errors, schema_fragment
 from dpngram.config.sections import (
     SECTIONS,
@@ -239,9 +239,9 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _lm_route(self) -> RunConfig:
-        if self.lm.route == "mixture" and "lm_counts" not in self.stage_budget:
+        if self.lm.route == "mixture" and LM_SOURCE not in self.stage_budget:
             raise ValueError(
-                "lm_route: 'mixture' is built from the noisy counts of stage lm_counts, which has no "
+                f"lm_route: 'mixture' is built from the noisy counts of stage {LM_SOURCE}, which has no "
                 "stage_budget share; add one, or use 'auto' (no model without it) or 'off'"
             )
         return self
