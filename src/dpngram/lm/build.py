@@ -193,7 +193,7 @@ def compare_with_public(
     * on ``lm_eval_text`` when given (operator-supplied, non-private): the released model itself.
 
     Never on the private data."""
-    from dpngram.lm.evaluate import evaluate_file
+    from dpngram.lm.evaluate import evaluate_file, evaluate_model
     from dpngram.lm.open_model import HELDOUT_EVERY, mix_models, write_heldout_text
 
     out: dict[str, Any] = {}
@@ -211,11 +211,8 @@ def compare_with_public(
             }
             row = {}
             for name, model in models.items():
-                path = tmp / f"standin_{len(row)}.arpa"
-                write_arpa(model, path)
-                # scored from the ARPA file: KenLM parses it once either way, and compiling a
-                # binary first (build_binary) would parse it too
-                m = evaluate_file(path, tmp / "heldout.txt", config.lowercase, arpa_model=model)
+                # scored from the model's tables (no ARPA file written and parsed back by KenLM)
+                m = evaluate_model(model, tmp / "heldout.txt", config.lowercase)
                 row[name] = {k: m.get(k) for k in COMPARED_METRICS}
             out[f"{HELDOUT_PUBLIC_ROW} (1 in {HELDOUT_EVERY}; stand-ins trained without them)"] = row
         if config.lm.eval_text:

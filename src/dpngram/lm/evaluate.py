@@ -536,3 +536,22 @@ def evaluate_file(
     result["order"] = int(model.order)
     result["arpa_path"] = str(arpa) if predictor is not None and arpa is not None else None
     return result
+
+
+def evaluate_model(
+    model: ArpaModel, text_path: str | os.PathLike[str], lowercase: bool = True
+) -> dict[str, Any]:
+    """:func:`evaluate_file` for a model held in memory: scored by
+    :class:`dpngram.lm.backoff_scorer.BackoffScorer` (KenLM's probabilities from the model's own
+    tables, to about 1e-6 in log10), top-k by :class:`NextWordPredictor` over the same tables. No
+    ARPA file is written or parsed (about 0.7 s a model on SOTU's public model)."""
+    from dpngram.lm.backoff_scorer import BackoffScorer
+
+    text = Path(text_path)
+    if not text.is_file():
+        raise FileNotFoundError(f"text: {text} does not exist or is not a file")
+    scorer = BackoffScorer.from_model(model)
+    result = score_sentences(scorer, _file_sentences(text, lowercase), NextWordPredictor(model))
+    result["order"] = int(model.order)
+    result["arpa_path"] = None
+    return result

@@ -1,161 +1,95 @@
-"""Scoring held-out users' sentences under KenLM models, summed per user (stage ``lm_counts``).
+"""Scoring held-out users' sentences under back-off models, summed per user (stage ``lm_counts``).
 
 The mixture-weight selection and the private-domain verdict (:mod:`dpngram.mechanisms.lm_counts`)
 both stream some users' sentences out of the run schema, score every event (each token and
-``</s>``) under a few KenLM models, turn each user's log10 probabilities into a short vector
-(``reduce``) and sum the vectors. :func:`held_out_user_sums` does that once for both.
+``</s>``) under a few models, turn each user's log10 probabilities into a short vector (``reduce``)
+and sum the vectors. :func:`held_out_user_sums` does that once for both.
 
-Scoring is Python calling KenLM per sentence and model: at 1M users (100k selection users, four
-models) it was about 86 s of the full default split on one core. Once more than
-:data:`PARALLEL_AFTER_USERS` users have streamed, the rest are scored by worker processes
-(``spawn``; each loads the models once) in tasks of :data:`USERS_PER_TASK` users, while the
-parent keeps reading; smaller runs (e.g. SOTU's 1,300 selection users) never start a pool.
-The sum is the same up to floating-point rounding (tasks are summed in submission order, so a
-run is deterministic for a given number of workers; tests/test_lm_heldout_scoring.py).
+Scoring is :class:`dpngram.lm.backoff_scorer.BackoffScorer`: the models' own tables, every sentence
+of a batch of users in one compiled pass per model, the probabilities KenLM gives for the same
+model (to about 1e-6 in log10). Before, each model was written as an ARPA file, parsed by KenLM and
+called once per sentence, which at 1M users needed worker processes (about 40 s of the full default
+split) and on small corpora cost about 0.5 s a model to load (docs/engines.md, "Scale").
 
-PRIVATE: the sentences and the sums stay in the run's own process tree (the workers return
-only per-task sums); only the caller's DP release of the sums leaves it.
+PRIVATE: the sentences and the sums stay in the run's process; only the caller's DP release of the
+sums leaves it.
 
-Owns: streaming, per-user grouping and the worker pool of held-out scoring.
-Imports: dpngram.lm.evaluate (the quiet KenLM loader), dpngram.engines; numpy.
+Owns: streaming and per-user grouping of held-out scoring.
+Imports: dpngram.lm.backoff_scorer, dpngram.engines; numpy, polars, pyarrow.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
+import pyarrow as pa
 
 from dpngram.engines.base import Engine
-
-#: Users scored in-process before the worker pool starts (no pool for small held-out sets).
-PARALLEL_AFTER_USERS = 20_000
-
-#: Users per task sent to a worker.
-USERS_PER_TASK = 2_000
+from dpngram.lm.backoff_scorer import BackoffScorer
 
 #: A user's reduction: (log10 probabilities under every model but the last, under the last) ->
-#: a vector of fixed length. Must be picklable (a module-level function or a functools.partial).
+#: a vector of fixed length.
 Reduce = Callable[[list[np.ndarray], np.ndarray], np.ndarray]
 
-
-def default_workers() -> int:
-    """Worker processes for scoring: the machine's cores, at most 4 (1: in-process only)."""
-    return max(1, min(4, os.cpu_count() or 1))
+#: Rows (sentences) fetched per batch.
+BATCH_ROWS = 50_000
 
 
-def user_logprobs(models: Sequence[Any], sentences: Sequence[str]) -> tuple[list[np.ndarray], np.ndarray]:
-    """log10 probabilities of every event of ``sentences`` (space-joined tokens) under each model:
-    (arrays of all models but the last, array of the last)."""
-    *publics, last = models
-    p_bufs: list[list[float]] = [[] for _ in publics]
-    q_buf: list[float] = []
-    for text in sentences:
-        for model, buf in zip(publics, p_bufs, strict=True):
-            buf.extend(s[0] for s in model.full_scores(text, bos=True, eos=True))
-        q_buf.extend(s[0] for s in last.full_scores(text, bos=True, eos=True))
-    return [np.array(b) for b in p_bufs], np.array(q_buf)
-
-
-def _users(wh: Engine, sql: str, params: dict[str, Any]) -> Iterator[list[str]]:
-    """Each user's non-empty sentences (space-joined), for rows (user_id, tokens) in user order."""
-    current: Any = None
-    texts: list[str] = []
-    for batch in wh.fetch_batches(sql, params, batch_rows=50_000):
-        ids = batch.column(0).to_pylist()
-        tokens = batch.column(1).to_pylist()
-        for uid, sentence in zip(ids, tokens, strict=True):
-            if uid != current:
-                if texts:
-                    yield texts
-                current, texts = uid, []
-            if sentence:
-                texts.append(" ".join(sentence))
-    if texts:
-        yield texts
-
-
-_WORKER_MODELS: list[Any] = []
-
-
-def _load_worker_models(paths: list[str]) -> None:
-    from dpngram.lm.evaluate import load_model
-
-    _WORKER_MODELS[:] = [load_model(p) for p in paths]
-
-
-def _task_sum(users: list[list[str]], reduce: Reduce, width: int) -> np.ndarray:
-    total = np.zeros(width, dtype=np.float64)
-    for sentences in users:
-        publics, last = user_logprobs(_WORKER_MODELS, sentences)
-        total += reduce(publics, last)
-    return total
+def _user_chunks(wh: Engine, sql: str, params: dict[str, Any]) -> Iterator[pl.DataFrame]:
+    """Frames (user_id, tokens) of whole users, in user order, for rows (user_id, tokens) in user
+    order: a batch's last user is held back and joined to the next batch's rows."""
+    held: pl.DataFrame | None = None
+    for batch in wh.fetch_batches(sql, params, batch_rows=BATCH_ROWS):
+        frame = pl.from_arrow(pa.Table.from_batches([batch])).rename({batch.schema.names[0]: "user_id"})
+        frame = frame.select("user_id", pl.col(batch.schema.names[1]).alias("tokens"))
+        if held is not None:
+            frame = pl.concat([held, frame], how="vertical_relaxed")
+        if frame.is_empty():
+            held = frame
+            continue
+        others = frame["user_id"].reverse().ne_missing(frame["user_id"][-1]).arg_true()
+        cut = frame.height - (int(others[0]) if others.len() else frame.height)
+        held = frame.slice(cut)
+        if cut:
+            yield frame.slice(0, cut)
+    if held is not None and not held.is_empty():
+        yield held
 
 
 def held_out_user_sums(
     wh: Engine,
     sql: str,
     params: dict[str, Any],
-    model_paths: Sequence[Path],
+    models: Sequence[BackoffScorer],
     reduce: Reduce,
     width: int,
-    *,
-    workers: int | None = None,
-    parallel_after: int = PARALLEL_AFTER_USERS,
-    users_per_task: int = USERS_PER_TASK,
-    loaded: dict[str, Any] | None = None,
 ) -> tuple[np.ndarray, int]:
     """(Σ over users of ``reduce``, number of users) for the users of ``sql`` (rows (user_id,
-    tokens) in user order; a user without a non-empty sentence is skipped), scored under the
-    models at ``model_paths`` (the last one is ``reduce``'s second argument). PRIVATE sums.
-
-    ``loaded``: KenLM models by path, shared by the calls of one stage (the selection and the
-    verdict score the same files; loading an ARPA file of the public model takes ~0.5 s). Filled
-    here; emptied when the scoring moves to workers, so the parent holds no models meanwhile."""
-    from dpngram.lm.evaluate import load_model
-
-    workers = default_workers() if workers is None else workers
-    paths = [str(p) for p in model_paths]
-    loaded = {} if loaded is None else loaded
-    for p in paths:
-        if p not in loaded:
-            loaded[p] = load_model(p)
-    models = [loaded[p] for p in paths]
+    tokens) in user order; empty sentences are skipped, and so is a user without a non-empty one),
+    scored under ``models`` (the last one is ``reduce``'s second argument). PRIVATE sums."""
     total = np.zeros(width, dtype=np.float64)
     count = 0
-    users = _users(wh, sql, params)
-    for sentences in users:
-        publics, last = user_logprobs(models, sentences)
-        total += reduce(publics, last)
-        count += 1
-        if workers > 1 and count >= parallel_after:
-            break
-    else:
-        return total, count
-    del models  # the rest is scored by the workers
-    loaded.clear()
-    context = multiprocessing.get_context("spawn")
-    pending: deque[Future[np.ndarray]] = deque()
-    with ProcessPoolExecutor(
-        max_workers=workers, mp_context=context, initializer=_load_worker_models, initargs=(paths,)
-    ) as pool:
-        task: list[list[str]] = []
-        for sentences in users:
-            task.append(sentences)
+    shared = all(m.vocabulary.equals(models[0].vocabulary) for m in models[1:])
+    for chunk in _user_chunks(wh, sql, params):
+        chunk = chunk.filter(pl.col("tokens").list.len() > 0)
+        if chunk.is_empty():
+            continue
+        lengths = chunk["tokens"].list.len().cast(pl.Int64).to_numpy()
+        sentence_offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=sentence_offsets[1:])
+        flat = chunk["tokens"].explode()
+        rows = models[0].word_rows(flat) if shared else None
+        scores = [m.score(rows if shared else m.word_rows(flat), sentence_offsets) for m in models]
+        *publics, last = scores
+        # each sentence's events (its tokens and </s>) follow its predecessor's: a user's events
+        # are one slice
+        event_ends = np.cumsum(lengths + 1)
+        starts = chunk["user_id"].ne_missing(chunk["user_id"].shift(1)).arg_true().to_numpy()
+        bounds = np.concatenate([[0], event_ends[np.append(starts[1:], lengths.size) - 1]])
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            total += reduce([p[a:b] for p in publics], last[a:b])
             count += 1
-            if len(task) == users_per_task:
-                pending.append(pool.submit(_task_sum, task, reduce, width))
-                task = []
-                while len(pending) > 2 * workers:  # bounded: at most a few tasks in flight
-                    total += pending.popleft().result()
-        if task:
-            pending.append(pool.submit(_task_sum, task, reduce, width))
-        while pending:
-            total += pending.popleft().result()
     return total, count

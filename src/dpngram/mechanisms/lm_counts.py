@@ -33,7 +33,8 @@ with the stage's whole share (parallel composition); the ledger records the Gaus
 
 Owns: the count domain, the noisy count release, the selection users' scores and the
 report-noisy-max weight selection.
-Imports: dpngram.mechanisms.bayes, dpngram.lm.open_model, dpngram.lm.evaluate, dpngram.release.layout,
+Imports: dpngram.mechanisms.bayes, dpngram.mechanisms.heldout_scoring, dpngram.lm.open_model,
+dpngram.lm.backoff_scorer (types), dpngram.release.layout,
 dpngram.engines, dpngram.core; numpy, polars, pyarrow.
 """
 
@@ -43,7 +44,7 @@ import math
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -55,6 +56,9 @@ from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql
 from dpngram.mechanisms.heldout_scoring import held_out_user_sums
 from dpngram.release.layout import KGRAMS
+
+if TYPE_CHECKING:
+    from dpngram.lm.backoff_scorer import BackoffScorer
 
 STAGE = "lm_counts"
 
@@ -273,15 +277,14 @@ def score_selection_users(
     *,
     salt: int,
     holdout_per_mille: int,
-    public_arpas: list[Path],
-    private_arpa: Path,
+    publics: list[BackoffScorer],
+    private: BackoffScorer,
     weights: tuple[float, ...] = WEIGHT_GRID,
-    loaded: dict[str, Any] | None = None,
 ) -> tuple[np.ndarray, int]:
     """Summed :func:`user_scores` over the selection users (streamed; PRIVATE sums, kept in the
-    run's process tree): for each public model variant in ``public_arpas`` (one per adaptation
-    strength β), the scores of every λ in ``weights``, concatenated in that order. Also returns
-    the number of selection users (PRIVATE: never reported). Scored by
+    run's process): for each public model variant in ``publics`` (one per adaptation strength β),
+    the scores of every λ in ``weights``, concatenated in that order. Also returns the number of
+    selection users (PRIVATE: never reported). Scored by
     :func:`dpngram.mechanisms.heldout_scoring.held_out_user_sums`."""
     sql = load_sql("lm_counts/selection_sentences", schema=schema)
     params = {"salt": int(salt), "holdout_per_mille": int(holdout_per_mille)}
@@ -289,10 +292,9 @@ def score_selection_users(
         wh,
         sql,
         params,
-        [*public_arpas, private_arpa],
+        [*publics, private],
         partial(selection_user_vector, weights=tuple(weights)),
-        len(public_arpas) * len(weights),
-        loaded=loaded,
+        len(publics) * len(weights),
     )
 
 
@@ -310,17 +312,16 @@ def score_verdict_users(
     salt: int,
     holdout_per_mille: int,
     verdict_per_mille: int,
-    public_arpa: Path,
-    adapted_arpa: Path,
-    private_arpa: Path,
+    public: BackoffScorer,
+    adapted: BackoffScorer,
+    private: BackoffScorer,
     weight: float,
-    loaded: dict[str, Any] | None = None,
 ) -> VerdictSums:
     """The verdict users' clipped sums (:func:`verdict_user_vector`; PRIVATE: kept in the run's
-    process tree, only :func:`release_verdict` of them leaves): each user's mean natural log-loss
-    under the released mixture weight·Q + (1 − weight)·P_β (``adapted_arpa``: the public model
-    adapted at the chosen β) and under the public-only model P (``public_arpa``)."""
-    same = adapted_arpa == public_arpa  # no adaptation (β = 0): score the public model once
+    process, only :func:`release_verdict` of them leaves): each user's mean natural log-loss
+    under the released mixture weight·Q + (1 − weight)·P_β (``adapted``: the public model
+    adapted at the chosen β) and under the public-only model P (``public``)."""
+    same = adapted is public  # no adaptation (β = 0): score the public model once
     sql = load_sql("lm_counts/verdict_sentences", schema=schema)
     params = {
         "salt": int(salt),
@@ -331,10 +332,9 @@ def score_verdict_users(
         wh,
         sql,
         params,
-        [public_arpa, *([] if same else [adapted_arpa]), private_arpa],
+        [public, *([] if same else [adapted]), private],
         partial(verdict_user_contribution, weight=float(weight)),
         4,
-        loaded=loaded,
     )
     return VerdictSums(
         released_loss=float(total[0]),

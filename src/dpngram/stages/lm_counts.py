@@ -16,10 +16,9 @@ dpngram.config, dpngram.core; numpy, polars, pyarrow.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -58,6 +57,9 @@ from dpngram.release.identity import public_cache_dir
 from dpngram.release.layout import LM_COUNTS, VOCABULARY
 from dpngram.release.publish import public_problem
 from dpngram.release.spend import spend_once
+
+if TYPE_CHECKING:
+    from dpngram.lm.backoff_scorer import BackoffScorer
 
 
 def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str, Any]:
@@ -105,37 +107,36 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
         released, table = _thresholded_release(domain, noisy, threshold)
         private = _private_model(released, domain, order, threshold, config.lm.count_discount * sigma)
         selection: dict[str, Any]
-        with tempfile.TemporaryDirectory(prefix="dpngram-lmcounts-") as tmp:
-            files = _ArpaFiles(Path(tmp), domain.public_model, private)
-            if auto:
-                adaptation, weight, selection = _select_mix_weight(
-                    wh,
-                    schema,
-                    files,
-                    candidates,
-                    salt=salt,
-                    holdout=holdout,
-                    epsilon=selection_epsilon(config),
-                    source=source,
-                )
-            else:
-                adaptation, weight = candidates[0]
-                selection = {"method": "fixed (configuration)"}
-            private_domain = None
-            if verdict > holdout:
-                private_domain = _private_domain_verdict(
-                    wh,
-                    schema,
-                    files,
-                    adaptation=adaptation,
-                    weight=weight,
-                    salt=salt,
-                    holdout=holdout,
-                    verdict=verdict,
-                    epsilon=epsilon,
-                    delta=delta,
-                    source=source,
-                )
+        models = _Models(domain.public_model, private)
+        if auto:
+            adaptation, weight, selection = _select_mix_weight(
+                wh,
+                schema,
+                models,
+                candidates,
+                salt=salt,
+                holdout=holdout,
+                epsilon=selection_epsilon(config),
+                source=source,
+            )
+        else:
+            adaptation, weight = candidates[0]
+            selection = {"method": "fixed (configuration)"}
+        private_domain = None
+        if verdict > holdout:
+            private_domain = _private_domain_verdict(
+                wh,
+                schema,
+                models,
+                adaptation=adaptation,
+                weight=weight,
+                salt=salt,
+                holdout=holdout,
+                verdict=verdict,
+                epsilon=epsilon,
+                delta=delta,
+                source=source,
+            )
         with ctx.release.writing(LM_COUNTS) as tmp_path:
             pq.write_table(table, tmp_path)
         wh.drop(schema, *WORK_TABLES)
@@ -233,34 +234,30 @@ def _thresholded_release(
     return released, table
 
 
-class _ArpaFiles:
-    """The stage's models as ARPA files in one temporary directory, each written once: Q, P and P
-    adapted at each strength β the selection scores (P itself at β = 0). The selection and the
-    verdict score the same files."""
+class _Models:
+    """The stage's models, as scorers built once each: Q, P and P adapted at each strength β the
+    selection scores (P itself at β = 0). The selection and the verdict score the same ones."""
 
-    def __init__(self, tmp: Path, public_model: Any, private_model: Any) -> None:
-        self._tmp, self._public, self._private = tmp, public_model, private_model
-        self._paths: dict[str, Path] = {}
-        self.loaded: dict[str, Any] = {}  # KenLM models of these files, loaded once for the stage
+    def __init__(self, public_model: Any, private_model: Any) -> None:
+        self._public, self._private = public_model, private_model
+        self._scorers: dict[str, BackoffScorer] = {}
 
-    def _file(self, name: str, build: Callable[[], Any]) -> Path:
-        from dpngram.lm.arpa import write_arpa
+    def _scorer(self, name: str, build: Callable[[], Any]) -> BackoffScorer:
+        from dpngram.lm.backoff_scorer import BackoffScorer
 
-        if name not in self._paths:
-            path = self._tmp / f"{name}.arpa"
-            write_arpa(build(), path)
-            self._paths[name] = path
-        return self._paths[name]
+        if name not in self._scorers:
+            self._scorers[name] = BackoffScorer.from_model(build())
+        return self._scorers[name]
 
-    def private(self) -> Path:
-        return self._file("private", lambda: self._private)
+    def private(self) -> BackoffScorer:
+        return self._scorer("private", lambda: self._private)
 
-    def public(self, beta: float) -> Path:
+    def public(self, beta: float) -> BackoffScorer:
         from dpngram.lm.open_model import adapt_to_unigrams, unigram_distribution
 
         if beta == 0:
-            return self._file("public", lambda: self._public)
-        return self._file(
+            return self._scorer("public", lambda: self._public)
+        return self._scorer(
             f"public_adapted_{beta!r}",
             lambda: adapt_to_unigrams(self._public, unigram_distribution(self._private), beta),
         )
@@ -298,7 +295,7 @@ def selection_epsilon(config: RunConfig) -> float:
 def _select_mix_weight(
     wh: Engine,
     schema: str,
-    files: _ArpaFiles,
+    models: _Models,
     candidates: list[tuple[float, float]],
     *,
     salt: int,
@@ -309,7 +306,7 @@ def _select_mix_weight(
     """(adaptation, weight) chosen by report-noisy-max on the selection users, and its report."""
     betas = sorted({b for b, _ in candidates})
     lams = tuple(sorted({lam for _, lam in candidates}))
-    scores = _selection_scores(wh, schema, files, betas, lams, salt=salt, holdout=holdout)
+    scores = _selection_scores(wh, schema, models, betas, lams, salt=salt, holdout=holdout)
     order_of_scores = [(b, lam) for b in betas for lam in lams]
     # Always through report-noisy-max, even with no selection user (the sum over nobody is
     # the zero vector): whether one user exists must not change what is released.
@@ -331,7 +328,7 @@ def _select_mix_weight(
 def _selection_scores(
     wh: Engine,
     schema: str,
-    files: _ArpaFiles,
+    models: _Models,
     betas: list[float],
     lams: tuple[float, ...],
     *,
@@ -339,16 +336,15 @@ def _selection_scores(
     holdout: int,
 ) -> np.ndarray:
     """Summed clipped scores of every (adaptation, weight) candidate over the selection users
-    (PRIVATE, kept in the run's process tree), through the ARPA files of the private and public models."""
+    (PRIVATE, kept in the run's process), through the scorers of the private and public models."""
     scores, _ = score_selection_users(
         wh,
         schema,
         salt=salt,
         holdout_per_mille=holdout,
-        public_arpas=[files.public(b) for b in betas],
-        private_arpa=files.private(),
+        publics=[models.public(b) for b in betas],
+        private=models.private(),
         weights=lams,
-        loaded=files.loaded,
     )
     return scores
 
@@ -356,7 +352,7 @@ def _selection_scores(
 def _private_domain_verdict(
     wh: Engine,
     schema: str,
-    files: _ArpaFiles,
+    models: _Models,
     *,
     adaptation: float,
     weight: float,
@@ -377,11 +373,10 @@ def _private_domain_verdict(
         salt=salt,
         holdout_per_mille=holdout,
         verdict_per_mille=verdict,
-        public_arpa=files.public(0.0),
-        adapted_arpa=files.public(adaptation),  # the same file as public_arpa when β = 0
-        private_arpa=files.private(),
+        public=models.public(0.0),
+        adapted=models.public(adaptation),  # the same scorer as public when β = 0
+        private=models.private(),
         weight=weight,
-        loaded=files.loaded,
     )
     out = release_verdict(sums, epsilon=epsilon, delta=delta, noise=source)
     del sums

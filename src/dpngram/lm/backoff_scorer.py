@@ -1,0 +1,258 @@
+"""Back-off n-gram scoring on arrays, compiled (numba): what ``kenlm.Model.full_scores`` gives, for
+many sentences at once and without writing or parsing an ARPA file.
+
+The held-out scoring of stage ``lm_counts`` (the mixture weight's selection and the private-domain
+verdict) scores every event (each token and ``</s>``) of some users' sentences under a few models it
+holds in memory. Through KenLM that meant writing each model as an ARPA file, parsing it back
+(about 0.5 s a model on SOTU's public model) and one Python call per sentence and model, which at
+1M users took worker processes and about 40 s of the full default split. :class:`BackoffScorer`
+reads the model's tables directly: per order n >= 2, each listed n-gram is keyed by (its context's
+row at order n - 1, its last word's unigram row) in an open-addressing hash table, and a compiled
+loop walks every sentence once.
+
+The probability is the ARPA back-off rule, as KenLM computes it: with the context h cut to its last
+N - 1 words (``<s>`` first), p(w | h) = p listed for (h, w) if the model lists it, else
+bo(h) + p(w | h without its first word), where bo(h) = 0 when h is not listed; a word outside the
+vocabulary is ``<unk>``, in the context as well. The model must be closed (every listed n-gram's
+context listed one order down), as :meth:`dpngram.lm.arpa.ArpaModel.structure` requires. KenLM
+stores probabilities as 32-bit floats, these are the tables' 64-bit values: the two agree to about
+1e-6 in log10 (tests/test_backoff_scorer.py compares them on every event).
+
+Owns: :class:`BackoffScorer`.
+Imports: dpngram.lm.arpa; numba, numpy, polars.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+from numba import njit
+
+from dpngram.lm.arpa import ArpaModel
+
+BOS, EOS, UNK = "<s>", "</s>", "<unk>"
+
+_EMPTY = np.int64(-1)
+
+
+@njit(cache=True, nogil=True)
+def _slot(key: np.int64, mask: np.int64) -> np.int64:  # pragma: no cover - compiled
+    x = np.uint64(key)
+    x ^= x >> np.uint64(33)
+    x *= np.uint64(0xFF51AFD7ED558CCD)
+    x ^= x >> np.uint64(33)
+    return np.int64(x & np.uint64(mask))
+
+
+@njit(cache=True, nogil=True)
+def _fill(table_keys, table_rows, start, mask, keys):  # pragma: no cover - compiled
+    """Insert ``keys[r]`` -> r into the table at [start, start + mask]."""
+    for r in range(keys.size):
+        h = _slot(keys[r], mask)
+        while table_keys[start + h] != -1:
+            h = (h + 1) & mask
+        table_keys[start + h] = keys[r]
+        table_rows[start + h] = r
+
+
+@njit(cache=True, nogil=True)
+def _find(table_keys, table_rows, start, mask, key):  # pragma: no cover - compiled
+    h = _slot(key, mask)
+    while True:
+        k = table_keys[start + h]
+        if k == key:
+            return table_rows[start + h]
+        if k == -1:
+            return -1
+        h = (h + 1) & mask
+
+
+@njit(cache=True, nogil=True)
+def _score(
+    words,
+    sentence_offsets,
+    bos,
+    eos,
+    order,
+    n_words,
+    logprob,
+    backoff,
+    row_offset,
+    table_keys,
+    table_rows,
+    table_start,
+    table_mask,
+    out,
+):  # pragma: no cover - compiled
+    """log10 p of every event of every sentence into ``out``: sentence s is
+    ``words[sentence_offsets[s]:sentence_offsets[s + 1]]`` (unigram rows), its events are its words
+    then ``</s>``, in order."""
+    ctx = np.empty(max(order - 1, 1), dtype=np.int64)  # the last N - 1 context words, oldest first
+    crow = np.empty(order, dtype=np.int64)  # crow[m]: row at order m of the context's last m words
+    o = 0
+    for s in range(sentence_offsets.size - 1):
+        a, b = sentence_offsets[s], sentence_offsets[s + 1]
+        ctx[0] = bos
+        clen = 1 if order > 1 else 0
+        for i in range(a, b + 1):
+            w = words[i] if i < b else eos
+            for m in range(1, clen + 1):
+                r = ctx[clen - m]
+                for t in range(1, m):
+                    if r < 0:
+                        break
+                    n = t + 1
+                    r = _find(
+                        table_keys, table_rows, table_start[n], table_mask[n], r * n_words + ctx[clen - m + t]
+                    )
+                crow[m] = r
+            acc = 0.0
+            lp = 0.0
+            found = False
+            for m in range(clen, 0, -1):
+                c = crow[m]
+                if c < 0:
+                    continue
+                f = _find(table_keys, table_rows, table_start[m + 1], table_mask[m + 1], c * n_words + w)
+                if f >= 0:
+                    lp = acc + logprob[row_offset[m + 1] + f]
+                    found = True
+                    break
+                acc += backoff[row_offset[m] + c]
+            if not found:
+                lp = acc + logprob[w]
+            out[o] = lp
+            o += 1
+            if i < b and order > 1:
+                if clen < order - 1:
+                    ctx[clen] = w
+                    clen += 1
+                else:
+                    for j in range(clen - 1):
+                        ctx[j] = ctx[j + 1]
+                    ctx[clen - 1] = w
+
+
+@dataclass(frozen=True)
+class BackoffScorer:
+    """A back-off model's tables as arrays for :func:`_score` (see the module docstring)."""
+
+    order: int
+    vocabulary: pl.DataFrame  # (word, row): the unigram rows
+    bos: int
+    eos: int
+    unk: int
+    logprob: np.ndarray
+    backoff: np.ndarray
+    row_offset: np.ndarray  # row_offset[n]: order n's first row in logprob / backoff
+    table_keys: np.ndarray
+    table_rows: np.ndarray
+    table_start: np.ndarray  # per order n >= 2: its hash table's first slot, and mask (size - 1)
+    table_mask: np.ndarray
+    _row_of: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    @classmethod
+    def from_model(cls, model: ArpaModel) -> BackoffScorer:
+        order = model.order
+        words = model.tables[1]["ngram"]
+        vocabulary = (
+            pl.DataFrame({"word": words}).with_row_index("row").select("word", pl.col("row").cast(pl.Int64))
+        )
+        rows = dict(vocabulary.filter(pl.col("word").is_in([BOS, EOS, UNK])).iter_rows())
+        missing = [w for w in (BOS, EOS, UNK) if w not in rows]
+        if missing:
+            raise ValueError(f"model: the unigrams do not list {', '.join(missing)}")
+        structure = model.structure() if order > 1 else {}
+        n_words = len(words)
+        heights = [model.tables[n].height for n in range(1, order + 1)]
+        row_offset = np.zeros(order + 2, dtype=np.int64)
+        row_offset[2 : order + 2] = np.cumsum(heights)
+        logprob = np.concatenate(
+            [model.tables[n]["logprob"].cast(pl.Float64).to_numpy() for n in range(1, order + 1)]
+        )
+        backoff = np.concatenate(
+            [
+                model.tables[n]["backoff"].cast(pl.Float64).fill_null(0.0).to_numpy()
+                for n in range(1, order + 1)
+            ]
+        )
+        sizes = np.zeros(order + 1, dtype=np.int64)
+        for n in range(2, order + 1):
+            sizes[n] = 1 << max(4, int(2 * heights[n - 1] - 1).bit_length())
+        table_start = np.zeros(order + 1, dtype=np.int64)
+        table_start[1:] = np.cumsum(sizes)[:-1]
+        table_keys = np.full(int(sizes.sum()), _EMPTY, dtype=np.int64)
+        table_rows = np.zeros(int(sizes.sum()), dtype=np.int64)
+        for n in range(2, order + 1):
+            links = structure[n]
+            keys = links.context.astype(np.int64) * n_words + links.word.astype(np.int64)
+            _fill(table_keys, table_rows, table_start[n], sizes[n] - 1, keys)
+        return cls(
+            order=order,
+            vocabulary=vocabulary,
+            bos=rows[BOS],
+            eos=rows[EOS],
+            unk=rows[UNK],
+            logprob=logprob,
+            backoff=backoff,
+            row_offset=row_offset,
+            table_keys=table_keys,
+            table_rows=table_rows,
+            table_start=table_start,
+            table_mask=np.maximum(sizes - 1, 0),
+        )
+
+    def word_rows(self, tokens: pl.Series) -> np.ndarray:
+        """Each token's unigram row (``<unk>``'s for a token the model does not list)."""
+        found = (
+            pl.DataFrame({"word": tokens.cast(pl.String)})
+            .join(self.vocabulary, on="word", how="left", maintain_order="left")["row"]
+            .fill_null(self.unk)
+        )
+        return found.to_numpy().astype(np.int64, copy=False)
+
+    def score(self, word_rows: np.ndarray, sentence_offsets: np.ndarray) -> np.ndarray:
+        """log10 p of every event, sentence after sentence (each sentence's words, then ``</s>``):
+        ``len(word_rows) + len(sentence_offsets) - 1`` values. Sentence s is
+        ``word_rows[sentence_offsets[s]:sentence_offsets[s + 1]]``."""
+        offsets = np.ascontiguousarray(sentence_offsets, dtype=np.int64)
+        out = np.empty(word_rows.size + max(offsets.size - 1, 0), dtype=np.float64)
+        _score(
+            np.ascontiguousarray(word_rows, dtype=np.int64),
+            offsets,
+            self.bos,
+            self.eos,
+            self.order,
+            self.vocabulary.height,
+            self.logprob,
+            self.backoff,
+            self.row_offset,
+            self.table_keys,
+            self.table_rows,
+            self.table_start,
+            self.table_mask,
+            out,
+        )
+        return out
+
+    def full_scores(
+        self, sentence: str, bos: bool = True, eos: bool = True
+    ) -> Iterator[tuple[float, None, bool]]:
+        """``kenlm.Model.full_scores`` for one sentence (space-separated tokens, ``<s>`` context and a
+        ``</s>`` event: ``bos`` and ``eos`` must be true): (log10 p, None, OOV) per event; the
+        matched n-gram's length, KenLM's second value, is not computed."""
+        if not (bos and eos):
+            raise ValueError("full_scores: only bos=True, eos=True is supported")
+        if not self._row_of:
+            self._row_of.update(
+                zip(self.vocabulary["word"].to_list(), self.vocabulary["row"].to_list(), strict=True)
+            )
+        unk = self.unk
+        rows = np.array([self._row_of.get(t, unk) for t in sentence.split()], dtype=np.int64)
+        scores = self.score(rows, np.array([0, rows.size], dtype=np.int64)).tolist()
+        oov = (rows == unk).tolist()
+        for i, lp in enumerate(scores):
+            yield lp, None, oov[i] if i < len(oov) else False
