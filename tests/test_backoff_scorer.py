@@ -133,12 +133,16 @@ def test_a_model_without_unk_is_refused():
         BackoffScorer.from_model(ArpaModel(tables))
 
 
-def test_evaluate_model_matches_evaluate_file(tmp_path):
+@pytest.mark.parametrize("order, mixed", [(2, False), (3, False), (4, False), (3, True)])
+def test_evaluate_model_matches_evaluate_file(tmp_path, order, mixed):
     """The model card's held-out comparison scores in-memory models (evaluate_model): the same
-    metrics as KenLM on the ARPA file (evaluate_file), top-k accuracies included."""
+    metrics as KenLM on the ARPA file with NextWordPredictor's ranking (evaluate_file), top-k
+    accuracies included (equal counts: both rank the same tables by the same rule)."""
     from dpngram.lm.evaluate import evaluate_file, evaluate_model
 
-    model = model_of(corpus(4, 300), 3)
+    model = model_of(corpus(4, 300), order)
+    if mixed:
+        model = mix_models(model, model_of(corpus(6, 60), order), 0.4)
     text = tmp_path / "text.txt"
     text.write_text("\n".join(" ".join(s) + " ." for s in sample_sentences()), encoding="utf-8")
     write_arpa(model, tmp_path / "m.arpa")

@@ -117,9 +117,9 @@ class BatchedRows:
 @pytest.mark.parametrize("batch_rows", [None, 1, 3, 7])
 def test_selection_sums_match_direct_scoring_in_any_batches(warehouse, users, models, batch_rows):
     weights = (0.0, 0.3, 0.9)
-    reduce = partial(lm_counts.selection_user_vector, weights=weights)
-    want, want_count = expected(users, models, reduce)
+    want, want_count = expected(users, models, partial(lm_counts.selection_user_vector, weights=weights))
     engine = warehouse if batch_rows is None else BatchedRows(warehouse, batch_rows)
+    reduce = partial(lm_counts.selection_batch_sum, weights=weights)
     got, count = held_out_user_sums(engine, SQL, {}, scorers(models), reduce, 2 * len(weights))
     assert count == want_count == len(users) - 1
     assert got == pytest.approx(want, rel=0, abs=TOLERANCE)
@@ -129,15 +129,15 @@ def test_selection_sums_match_direct_scoring_in_any_batches(warehouse, users, mo
 
 
 def test_verdict_sums_match_direct_scoring(warehouse, users, models):
-    reduce = partial(lm_counts.verdict_user_contribution, weight=0.4)
-    want, want_count = expected(users, models, reduce)
+    want, want_count = expected(users, models, partial(lm_counts.verdict_user_contribution, weight=0.4))
+    reduce = partial(lm_counts.verdict_batch_sum, weight=0.4)
     got, _ = held_out_user_sums(BatchedRows(warehouse, 4), SQL, {}, scorers(models), reduce, 4)
     assert got == pytest.approx(want, rel=0, abs=TOLERANCE)
     assert math.isclose(got[3], lm_counts.VERDICT_LOSS_CLIP * want_count)
 
 
 def test_a_user_with_no_event_and_an_empty_result_count_nothing(warehouse, models):
-    reduce = partial(lm_counts.selection_user_vector, weights=(0.5,))
+    reduce = partial(lm_counts.selection_batch_sum, weights=(0.5,))
     total, count = held_out_user_sums(
         warehouse,
         "SELECT user_id, tokens FROM main.held WHERE user_id = 'user-empty'",
@@ -165,6 +165,31 @@ def test_batches_are_bounded(monkeypatch, warehouse, users, models):
 
     monkeypatch.setattr(warehouse, "fetch_batches", recording)
     held_out_user_sums(
-        warehouse, SQL, {}, scorers(models[:2]), partial(lm_counts.selection_user_vector, weights=(0.5,)), 1
+        warehouse, SQL, {}, scorers(models[:2]), partial(lm_counts.selection_batch_sum, weights=(0.5,)), 1
     )
     assert seen == [heldout_scoring.BATCH_ROWS]
+
+
+def test_batch_sums_equal_the_per_user_vectors_summed():
+    """The batch reductions (one numpy pass per batch) against the per-user definitions, on random
+    log10 probabilities including users far past the clips (a -60 log10 p costs > B nats)."""
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 30, size=200)
+    bounds = np.concatenate([[0], np.cumsum(lengths)])
+    events = int(bounds[-1])
+    p, p2, q = (rng.uniform(-6, 0, events) for _ in range(3))
+    p[bounds[5] : bounds[6]] = -60.0
+    q[bounds[7] : bounds[8]] = -60.0
+    users = list(zip(bounds[:-1], bounds[1:], strict=True))
+    weights = (0.0, 0.25, 1.0)
+    want = sum(lm_counts.selection_user_vector([p[a:b], p2[a:b]], q[a:b], weights) for a, b in users)
+    got = lm_counts.selection_batch_sum([p, p2], q, bounds, weights)
+    assert got == pytest.approx(want, rel=1e-12, abs=1e-9)
+    want = sum(lm_counts.verdict_user_contribution([p[a:b], p2[a:b]], q[a:b], 0.3) for a, b in users)
+    got = lm_counts.verdict_batch_sum([p, p2], q, bounds, 0.3)
+    assert got == pytest.approx(want, rel=1e-12, abs=1e-9)
+    # the clips bind for the extreme users
+    assert (
+        lm_counts.user_scores(p[bounds[5] : bounds[6]], q[bounds[5] : bounds[6]], (0.0,))[0]
+        == -lm_counts.SCORE_CLIP_NATS
+    )

@@ -136,6 +136,171 @@ def _score(
                     ctx[clen - 1] = w
 
 
+@njit(cache=True, nogil=True)
+def _rank_top(
+    event,
+    clen,
+    crow,
+    kmax,
+    logprob,
+    backoff,
+    row_offset,
+    cont_start,
+    cont_word,
+    cont_lp,
+    root_words,
+    rank,
+    stamp,
+    top,
+):  # pragma: no cover - compiled
+    """The first ``kmax`` words of one context's ranking (see :func:`_top_hits`; ``crow``: its
+    context rows per order, -1 where unlisted) into ``top`` (-1 pads a shorter ranking)."""
+    # how many items each level must yield: kmax at the top, plus what the levels above can skip
+    cap = np.empty(clen + 1, dtype=np.int64)
+    need = kmax
+    for m in range(clen, -1, -1):
+        cap[m] = need
+        if m >= 1 and crow[m] >= 0:
+            c = row_offset[m] + crow[m]
+            need += cont_start[c + 1] - cont_start[c]
+    # level 0: the root (unigrams by -log10 p, rank), its first cap[0] words
+    nc = min(cap[0], root_words.size)
+    cur_s = np.empty(nc, dtype=np.float64)
+    cur_w = np.empty(nc, dtype=np.int64)
+    for j in range(nc):
+        cur_w[j] = root_words[j]
+        cur_s[j] = logprob[root_words[j]]
+    for m in range(1, clen + 1):
+        if crow[m] < 0:
+            continue  # an unlisted context: the ranking of the shorter one, unchanged
+        c = row_offset[m] + crow[m]
+        lo, hi = cont_start[c], cont_start[c + 1]
+        for j in range(lo, hi):
+            stamp[m, cont_word[j]] = event
+        bo = backoff[c]
+        out_s = np.empty(cap[m], dtype=np.float64)
+        out_w = np.empty(cap[m], dtype=np.int64)
+        no = 0
+        x = lo
+        y = 0
+        while no < cap[m]:
+            while y < nc and stamp[m, cur_w[y]] == event:
+                y += 1
+            have_own = x < hi
+            have_back = y < nc
+            if not have_own and not have_back:
+                break
+            take_own = have_own
+            if have_own and have_back:
+                back_s = bo + cur_s[y]
+                own_s = cont_lp[x]
+                take_own = own_s > back_s or (own_s == back_s and rank[cont_word[x]] <= rank[cur_w[y]])
+            if take_own:
+                out_s[no] = cont_lp[x]
+                out_w[no] = cont_word[x]
+                x += 1
+            else:
+                out_s[no] = bo + cur_s[y]
+                out_w[no] = cur_w[y]
+                y += 1
+            no += 1
+        cur_s, cur_w, nc = out_s, out_w, no
+    for k in range(kmax):
+        top[k] = cur_w[k] if k < nc else -1
+
+
+@njit(cache=True, nogil=True)
+def _top_hits(
+    words,
+    sentence_offsets,
+    bos,
+    order,
+    n_words,
+    logprob,
+    backoff,
+    row_offset,
+    table_keys,
+    table_rows,
+    table_start,
+    table_mask,
+    cont_start,
+    cont_word,
+    cont_lp,
+    root_words,
+    rank,
+    predictable,
+    kmax,
+    hits,
+    top_cache,
+):  # pragma: no cover - compiled
+    """``hits[k - 1]`` += 1 for every token whose word is among the k most probable next words
+    after its context (k = 1..kmax), for the tokens of ``words`` that are ``predictable`` (listed
+    and not a marker). The ranking of a context h is that of
+    :class:`dpngram.lm.evaluate.NextWordPredictor`: h's listed continuations merged, by
+    (-log10 p, string rank) with h's own ones first on a tie, with the ranking of h without its
+    first word shifted by bo(h), skipping the words h lists. It depends only on the longest listed
+    context (which fixes the shorter ones), so its first kmax words are computed once per such
+    context (global row): ``top_cache[row]``, -2 while not computed."""
+    ctx = np.empty(max(order - 1, 1), dtype=np.int64)
+    crow = np.empty(order, dtype=np.int64)
+    stamp = np.zeros((order, n_words), dtype=np.int64)  # stamp[m, w] == event: h_m lists w
+    for i_s in range(sentence_offsets.size - 1):
+        a, b = sentence_offsets[i_s], sentence_offsets[i_s + 1]
+        ctx[0] = bos
+        clen = 1 if order > 1 else 0
+        for i in range(a, b):
+            w = words[i]
+            if predictable[w]:
+                deepest = 0  # order 1 only: the root's ranking, cached at row 0
+                for m in range(1, clen + 1):
+                    r = ctx[clen - m]
+                    for t in range(1, m):
+                        if r < 0:
+                            break
+                        n = t + 1
+                        r = _find(
+                            table_keys,
+                            table_rows,
+                            table_start[n],
+                            table_mask[n],
+                            r * n_words + ctx[clen - m + t],
+                        )
+                    crow[m] = r
+                    if r >= 0:
+                        deepest = row_offset[m] + r
+                top = top_cache[deepest]
+                if top[0] == -2:
+                    _rank_top(
+                        i + 1,
+                        clen,
+                        crow,
+                        kmax,
+                        logprob,
+                        backoff,
+                        row_offset,
+                        cont_start,
+                        cont_word,
+                        cont_lp,
+                        root_words,
+                        rank,
+                        stamp,
+                        top,
+                    )
+                for k in range(kmax):
+                    if top[k] == w:
+                        for kk in range(k, kmax):
+                            hits[kk] += 1
+                        break
+            if order > 1:
+                if clen < order - 1:
+                    ctx[clen] = w
+                    clen += 1
+                else:
+                    for j in range(clen - 1):
+                        ctx[j] = ctx[j + 1]
+                    ctx[clen - 1] = w
+
+
 @dataclass(frozen=True)
 class BackoffScorer:
     """A back-off model's tables as arrays for :func:`_score` (see the module docstring)."""
@@ -153,6 +318,8 @@ class BackoffScorer:
     table_start: np.ndarray  # per order n >= 2: its hash table's first slot, and mask (size - 1)
     table_mask: np.ndarray
     _row_of: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _model: ArpaModel | None = field(default=None, repr=False, compare=False)
+    _ranking: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def from_model(cls, model: ArpaModel) -> BackoffScorer:
@@ -203,6 +370,7 @@ class BackoffScorer:
             table_rows=table_rows,
             table_start=table_start,
             table_mask=np.maximum(sizes - 1, 0),
+            _model=model,
         )
 
     def word_rows(self, tokens: pl.Series) -> np.ndarray:
@@ -256,3 +424,79 @@ class BackoffScorer:
         oov = (rows == unk).tolist()
         for i, lp in enumerate(scores):
             yield lp, None, oov[i] if i < len(oov) else False
+
+    def _ranking_arrays(self) -> dict[str, np.ndarray]:
+        """For :meth:`top_k_hits`: each unigram row's rank in string order, which rows can be
+        predicted (not ``<s>``, ``</s>``, ``<unk>``), the root ranking (those rows by
+        (-log10 p, rank)) and per context row (all orders, global rows) its continuations sorted
+        the same way (CSR: ``cont_start``, ``cont_word``, ``cont_lp``)."""
+        if self._ranking:
+            return self._ranking
+        model = self._model
+        if model is None:
+            raise ValueError("top_k_hits: the scorer was not built from a model")
+        words = self.vocabulary["word"]
+        rank = words.rank("ordinal").cast(pl.Int64).to_numpy() - 1
+        predictable = np.ones(words.len(), dtype=np.bool_)
+        predictable[[self.bos, self.eos, self.unk]] = False
+        uni_lp = self.logprob[: words.len()]
+        keep = np.flatnonzero(predictable)
+        root = keep[np.lexsort((rank[keep], -uni_lp[keep]))]
+        ctxs, conts, lps = [], [], []
+        structure = model.structure() if self.order > 1 else {}
+        for n in range(2, self.order + 1):
+            links = structure[n]
+            word = links.word.astype(np.int64)
+            ok = predictable[word]
+            ctxs.append(self.row_offset[n - 1] + links.context.astype(np.int64)[ok])
+            conts.append(word[ok])
+            lps.append(self.logprob[self.row_offset[n] : self.row_offset[n + 1]][ok])
+        ctx = np.concatenate(ctxs) if ctxs else np.zeros(0, dtype=np.int64)
+        cont = np.concatenate(conts) if conts else np.zeros(0, dtype=np.int64)
+        lp = np.concatenate(lps) if lps else np.zeros(0, dtype=np.float64)
+        ordered = pl.DataFrame({"ctx": ctx, "neg_lp": -lp, "rank": rank[cont], "word": cont}).sort(
+            "ctx", "neg_lp", "rank"
+        )
+        self._ranking.update(
+            rank=rank,
+            predictable=predictable,
+            root=root,
+            cont_start=np.searchsorted(
+                ordered["ctx"].to_numpy(), np.arange(int(self.row_offset[self.order + 1]) + 1)
+            ),
+            cont_word=ordered["word"].to_numpy().astype(np.int64),
+            cont_lp=-ordered["neg_lp"].to_numpy().astype(np.float64),
+        )
+        return self._ranking
+
+    def top_k_hits(self, word_rows: np.ndarray, sentence_offsets: np.ndarray, kmax: int) -> np.ndarray:
+        """``hits[k - 1]``: the tokens (not ``</s>``) whose word is among the k most probable next
+        words after ``<s>`` and the preceding tokens, k = 1..``kmax``; ties by the word string, as
+        :class:`dpngram.lm.evaluate.NextWordPredictor` ranks them. A token outside the vocabulary
+        (``<unk>``) is never a hit."""
+        r = self._ranking_arrays()
+        hits = np.zeros(kmax, dtype=np.int64)
+        _top_hits(
+            np.ascontiguousarray(word_rows, dtype=np.int64),
+            np.ascontiguousarray(sentence_offsets, dtype=np.int64),
+            self.bos,
+            self.order,
+            self.vocabulary.height,
+            self.logprob,
+            self.backoff,
+            self.row_offset,
+            self.table_keys,
+            self.table_rows,
+            self.table_start,
+            self.table_mask,
+            r["cont_start"],
+            r["cont_word"],
+            r["cont_lp"],
+            r["root"],
+            r["rank"],
+            r["predictable"],
+            kmax,
+            hits,
+            np.full((int(self.row_offset[self.order + 1]), kmax), -2, dtype=np.int64),
+        )
+        return hits

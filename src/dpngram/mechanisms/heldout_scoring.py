@@ -30,12 +30,14 @@ import pyarrow as pa
 from dpngram.engines.base import Engine
 from dpngram.lm.backoff_scorer import BackoffScorer
 
-#: A user's reduction: (log10 probabilities under every model but the last, under the last) ->
-#: a vector of fixed length.
-Reduce = Callable[[list[np.ndarray], np.ndarray], np.ndarray]
+#: A batch's reduction: (log10 probabilities of the batch's events under every model but the
+#: last, under the last, user bounds) -> the sum over the batch's users of a vector of fixed length
+#: each (user u's events are ``[bounds[u], bounds[u + 1])``, never empty).
+Reduce = Callable[[list[np.ndarray], np.ndarray, np.ndarray], np.ndarray]
 
-#: Rows (sentences) fetched per batch.
-BATCH_ROWS = 50_000
+#: Rows (sentences) fetched per batch: bounds the event arrays a batch scores (the selection holds
+#: |grid| of them per public variant, a few hundred MB at 50,000 long sentences).
+BATCH_ROWS = 10_000
 
 
 def _user_chunks(wh: Engine, sql: str, params: dict[str, Any]) -> Iterator[pl.DataFrame]:
@@ -89,7 +91,6 @@ def held_out_user_sums(
         event_ends = np.cumsum(lengths + 1)
         starts = chunk["user_id"].ne_missing(chunk["user_id"].shift(1)).arg_true().to_numpy()
         bounds = np.concatenate([[0], event_ends[np.append(starts[1:], lengths.size) - 1]])
-        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-            total += reduce([p[a:b] for p in publics], last[a:b])
-            count += 1
+        total += reduce(publics, last, bounds)
+        count += bounds.size - 1
     return total, count

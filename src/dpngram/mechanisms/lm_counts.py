@@ -293,7 +293,7 @@ def score_selection_users(
         sql,
         params,
         [*publics, private],
-        partial(selection_user_vector, weights=tuple(weights)),
+        partial(selection_batch_sum, weights=tuple(weights)),
         len(publics) * len(weights),
     )
 
@@ -303,6 +303,27 @@ def selection_user_vector(
 ) -> np.ndarray:
     """One selection user's scores: :func:`user_scores` for every public variant, concatenated."""
     return np.concatenate([user_scores(p, private, weights) for p in publics])
+
+
+def _user_sums(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Per user u, the sum of ``values[..., bounds[u]:bounds[u + 1]]`` (every user has an event)."""
+    return np.add.reduceat(values, bounds[:-1], axis=-1)
+
+
+def selection_batch_sum(
+    publics: list[np.ndarray], private: np.ndarray, bounds: np.ndarray, weights: tuple[float, ...]
+) -> np.ndarray:
+    """Σ over the users of a batch of :func:`selection_user_vector`, on the batch's event arrays
+    (user u's events: ``[bounds[u], bounds[u + 1])``) without a Python call per user."""
+    q = np.power(10.0, np.asarray(private, dtype=np.float64))
+    lam = np.asarray(weights, dtype=np.float64)[:, None]
+    events = np.diff(bounds).astype(np.float64)
+    out = []
+    for public in publics:
+        p = np.power(10.0, np.asarray(public, dtype=np.float64))
+        logmix = np.log(np.maximum(lam * q[None, :] + (1.0 - lam) * p[None, :], 1e-300))
+        out.append(np.clip(_user_sums(logmix, bounds) / events, -SCORE_CLIP_NATS, 0.0).sum(axis=1))
+    return np.concatenate(out)
 
 
 def score_verdict_users(
@@ -333,7 +354,7 @@ def score_verdict_users(
         sql,
         params,
         [public, *([] if same else [adapted]), private],
-        partial(verdict_user_contribution, weight=float(weight)),
+        partial(verdict_batch_sum, weight=float(weight)),
         4,
     )
     return VerdictSums(
@@ -351,6 +372,29 @@ def verdict_user_contribution(publics: list[np.ndarray], private: np.ndarray, we
     mix = weight * np.power(10.0, private) + (1.0 - weight) * np.power(10.0, adapted)
     released = np.log(np.maximum(mix, 1e-300))
     return verdict_user_vector(released, public * math.log(10.0))
+
+
+def verdict_batch_sum(
+    publics: list[np.ndarray], private: np.ndarray, bounds: np.ndarray, weight: float
+) -> np.ndarray:
+    """Σ over the users of a batch of :func:`verdict_user_contribution`, on the batch's event arrays
+    (user u's events: ``[bounds[u], bounds[u + 1])``) without a Python call per user: the same
+    clipping, user by user, as :func:`verdict_user_vector`."""
+    public, adapted = publics[0], publics[-1]
+    mix = weight * np.power(10.0, private) + (1.0 - weight) * np.power(10.0, adapted)
+    events = np.diff(bounds).astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        rel_loss = -_user_sums(np.log(np.maximum(mix, 1e-300)), bounds) / events
+        pub_loss = -_user_sums(np.asarray(public, dtype=np.float64) * math.log(10.0), bounds) / events
+        raw_diff = rel_loss - pub_loss
+    rel = np.clip(np.nan_to_num(rel_loss, nan=0.0, posinf=VERDICT_LOSS_CLIP), 0.0, VERDICT_LOSS_CLIP)
+    pub = np.clip(np.nan_to_num(pub_loss, nan=0.0, posinf=VERDICT_LOSS_CLIP), 0.0, VERDICT_LOSS_CLIP)
+    diff = np.clip(
+        np.nan_to_num(raw_diff, nan=0.0, posinf=VERDICT_DIFF_CLIP, neginf=-VERDICT_DIFF_CLIP),
+        -VERDICT_DIFF_CLIP,
+        VERDICT_DIFF_CLIP,
+    )
+    return np.array([rel.sum(), pub.sum(), diff.sum(), VERDICT_LOSS_CLIP * events.size], dtype=np.float64)
 
 
 # ----------------------------------------------------------------------------------------------
