@@ -1,11 +1,18 @@
 """Seconds of the two LM stages (``lm_counts`` + ``lm``) against ingest + DPNE, in default runs.
 
-    python benchmarks/lm_speed_bench.py [--baseline REV] [--repeats 1]
+    python benchmarks/lm_speed_bench.py [--baseline REV] [--repeats 1] [--corpora sotu generated-100k]
 
 Issue 25's speed target: on a corpus of <= 100k users the LM stages must not cost more than ingest
 plus DPNE. Each run is ``dpngram run`` with every default (the default stage split, the model and
-its card) on SOTU (``../shared/data/sotu_users.jsonl.gz``, 12,807 users) with Brown as the public
-corpus, ε = 4, δ = 1e-7, a fresh warehouse directory. Per code version, two runs in a row:
+its card), ε = 4, δ = 1e-7, a fresh warehouse directory, on each corpus of ``--corpora``:
+
+* ``sotu``: SOTU (``../shared/data/sotu_users.jsonl.gz``, 12,807 users, long texts) with Brown as
+  the public corpus: where the LM stages' fixed costs show;
+* ``generated-100k``: the 100,000-user generated corpus of ``scale_bench.py`` (50,000-word Zipf
+  vocabulary, about 100 tokens a user; generated under benchmarks/.data/scale/ when missing) with
+  its own public corpus: the largest size the target names.
+
+Per code version and corpus, two runs in a row:
 
 * ``cold``: an empty public-model cache (the first run on a warehouse, or a new public corpus);
 * ``warm``: the same warehouse again (the weekly refresh: the public corpus is unchanged).
@@ -35,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, baseline_tree, git_commit, load_average, machine, now, write_result  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
+CORPORA = ("sotu", "generated-100k")
 DPNE_STAGES = ("dpne.k1", "dpne.k2", "dpne.k3", "dpne.k4", "dpne.k5", "dpne.kgrams")
 
 
@@ -44,8 +52,21 @@ def _timings(warehouse_dir: Path) -> dict[str, float]:
     return {p.stem: json.loads(p.read_text())["seconds"] for p in sorted(timings.glob("*.json"))}
 
 
-def one_run(label: str, src: Path | None, work: Path, phase: str) -> dict[str, Any]:
+def corpus_paths(name: str) -> tuple[Path, Path]:
+    """(private users, public corpus) of a ``--corpora`` name."""
+    if name == "sotu":
+        return DATA / "sotu_users.jsonl.gz", DATA / "brown_public.txt.gz"
+    from scale_bench import corpus
+
+    paths = corpus(100_000)
+    return paths["users"], paths["public"]
+
+
+def one_run(
+    label: str, src: Path | None, work: Path, phase: str, corpus_name: str = "sotu"
+) -> dict[str, Any]:
     """One default run; ``src``: a checkout's ``src`` put first on PYTHONPATH (None: this one)."""
+    private, public = corpus_paths(corpus_name)
     env = dict(os.environ)
     env.pop("DPNGRAM_INSECURE_TEST_SEED", None)
     if src is not None:
@@ -58,15 +79,15 @@ def one_run(label: str, src: Path | None, work: Path, phase: str) -> dict[str, A
         "dpngram.cli",
         "run",
         "--input",
-        str(DATA / "sotu_users.jsonl.gz"),
+        str(private),
         "--public",
-        str(DATA / "brown_public.txt.gz"),
+        str(public),
         "--out",
         str(out),
         "--warehouse",
         str(work / "warehouse.duckdb"),
         "--dataset",
-        f"sotu-{phase}",
+        f"{corpus_name}-{phase}",
         "--epsilon",
         "4",
         "--delta",
@@ -82,6 +103,7 @@ def one_run(label: str, src: Path | None, work: Path, phase: str) -> dict[str, A
     lm = t.get("lm_counts", 0.0) + t.get("lm", 0.0)
     base = t.get("ingest", 0.0) + sum(t.get(s, 0.0) for s in DPNE_STAGES)
     row = {
+        "corpus": corpus_name,
         "code": label,
         "cache": phase,
         "wall_seconds": round(wall, 1),
@@ -93,7 +115,8 @@ def one_run(label: str, src: Path | None, work: Path, phase: str) -> dict[str, A
         "load_average_after": load_average(),
     }
     print(
-        f"{label:>9} {phase:>4}: lm_counts+lm {lm:6.1f} s, ingest+DPNE {base:5.1f} s, ratio {row['ratio']}",
+        f"{corpus_name:>14} {label:>9} {phase:>4}: lm_counts+lm {lm:6.1f} s, "
+        f"ingest+DPNE {base:5.1f} s, ratio {row['ratio']}",
         flush=True,
     )
     return row
@@ -103,6 +126,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--baseline", default=None, help="a git revision to compare with (alternating runs)")
     ap.add_argument("--repeats", type=int, default=1, help="cold+warm pairs per code version")
+    ap.add_argument(
+        "--corpora",
+        nargs="+",
+        choices=CORPORA,
+        default=list(CORPORA),
+        help="corpora to run (default: both; generated-100k takes about 1.5 min a run)",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="dpngram-lmspeed-") as tmpdir:
         tmp = Path(tmpdir)
@@ -110,20 +140,26 @@ def main() -> None:
         if args.baseline:
             versions.insert(0, ("baseline", baseline_tree(args.baseline) / "src"))
         rows = []
-        for r in range(args.repeats):
-            for label, src in versions:
-                work = tmp / f"{label}-{r}"
-                work.mkdir()
-                for phase in ("cold", "warm"):
-                    rows.append(one_run(label, src, work, phase))
+        for name in args.corpora:
+            for r in range(args.repeats):
+                for label, src in versions:
+                    work = tmp / f"{name}-{label}-{r}"
+                    work.mkdir()
+                    for phase in ("cold", "warm"):
+                        rows.append(one_run(label, src, work, phase, name))
+                    shutil.rmtree(work, ignore_errors=True)
     payload = {
         "benchmark": "lm_speed",
         "date": now(),
         "machine": machine(),
         "git_commit": git_commit(),
         "parameters": {
-            "private": "sotu_users.jsonl.gz (12,807 users)",
-            "public": "brown_public.txt.gz",
+            "corpora": {
+                "sotu": "sotu_users.jsonl.gz (12,807 users), public brown_public.txt.gz",
+                "generated-100k": "scale_bench's 100,000 generated users (50,000-word Zipf vocabulary), "
+                "its own public corpus",
+            },
+            "ran": args.corpora,
             "epsilon": 4,
             "delta": 1e-7,
             "split": "default (every stage)",
