@@ -18,7 +18,13 @@ context listed one order down), as :meth:`dpngram.lm.arpa.ArpaModel.structure` r
 stores probabilities as 32-bit floats, these are the tables' 64-bit values: the two agree to about
 1e-6 in log10 (tests/test_backoff_scorer.py compares them on every event).
 
-Owns: :class:`BackoffScorer`.
+The compiled functions are cached next to this file (numba ``cache=True``): the first process on a
+machine compiles them (about 3 s), later ones load them (about 0.3 s).
+
+The same tables also rank next words (:meth:`BackoffScorer.top_k_hits`, the top-k accuracy of the
+model card's held-out comparison), by the rule of :class:`dpngram.lm.evaluate.NextWordPredictor`.
+
+Owns: :class:`BackoffScorer` (event scores, top-k hits).
 Imports: dpngram.lm.arpa; numba, numpy, polars.
 """
 
@@ -71,21 +77,42 @@ def _find(table_keys, table_rows, start, mask, key):  # pragma: no cover - compi
 
 
 @njit(cache=True, nogil=True)
+def _lookup(tables, n, key):  # pragma: no cover - compiled
+    """The order-n row keyed ``key`` = context row * V + word row, -1 if unlisted; ``tables``:
+    (keys, rows, start per order, mask per order) of :class:`BackoffScorer`."""
+    return _find(tables[0], tables[1], tables[2][n], tables[3][n], key)
+
+
+@njit(cache=True, nogil=True)
+def _context_rows(ctx, clen, crow, n_words, tables):  # pragma: no cover - compiled
+    """``crow[m]`` for m = 1..clen: the row at order m of the context's last m words (``ctx``,
+    oldest first), -1 when the model does not list them."""
+    for m in range(1, clen + 1):
+        r = ctx[clen - m]
+        for t in range(1, m):
+            if r < 0:
+                break
+            r = _lookup(tables, t + 1, r * n_words + ctx[clen - m + t])
+        crow[m] = r
+
+
+@njit(cache=True, nogil=True)
+def _push(ctx, clen, w, order):  # pragma: no cover - compiled
+    """Append word ``w`` to the context (its last N - 1 words); returns the context's new length."""
+    if order == 1:
+        return clen
+    if clen < order - 1:
+        ctx[clen] = w
+        return clen + 1
+    for j in range(clen - 1):
+        ctx[j] = ctx[j + 1]
+    ctx[clen - 1] = w
+    return clen
+
+
+@njit(cache=True, nogil=True)
 def _score(
-    words,
-    sentence_offsets,
-    bos,
-    eos,
-    order,
-    n_words,
-    logprob,
-    backoff,
-    row_offset,
-    table_keys,
-    table_rows,
-    table_start,
-    table_mask,
-    out,
+    words, sentence_offsets, bos, eos, order, n_words, logprob, backoff, row_offset, tables, out
 ):  # pragma: no cover - compiled
     """log10 p of every event of every sentence into ``out``: sentence s is
     ``words[sentence_offsets[s]:sentence_offsets[s + 1]]`` (unigram rows), its events are its words
@@ -99,16 +126,7 @@ def _score(
         clen = 1 if order > 1 else 0
         for i in range(a, b + 1):
             w = words[i] if i < b else eos
-            for m in range(1, clen + 1):
-                r = ctx[clen - m]
-                for t in range(1, m):
-                    if r < 0:
-                        break
-                    n = t + 1
-                    r = _find(
-                        table_keys, table_rows, table_start[n], table_mask[n], r * n_words + ctx[clen - m + t]
-                    )
-                crow[m] = r
+            _context_rows(ctx, clen, crow, n_words, tables)
             acc = 0.0
             lp = 0.0
             found = False
@@ -116,7 +134,7 @@ def _score(
                 c = crow[m]
                 if c < 0:
                     continue
-                f = _find(table_keys, table_rows, table_start[m + 1], table_mask[m + 1], c * n_words + w)
+                f = _lookup(tables, m + 1, c * n_words + w)
                 if f >= 0:
                     lp = acc + logprob[row_offset[m + 1] + f]
                     found = True
@@ -126,14 +144,8 @@ def _score(
                 lp = acc + logprob[w]
             out[o] = lp
             o += 1
-            if i < b and order > 1:
-                if clen < order - 1:
-                    ctx[clen] = w
-                    clen += 1
-                else:
-                    for j in range(clen - 1):
-                        ctx[j] = ctx[j + 1]
-                    ctx[clen - 1] = w
+            if i < b:
+                clen = _push(ctx, clen, w, order)
 
 
 @njit(cache=True, nogil=True)
@@ -211,27 +223,7 @@ def _rank_top(
 
 @njit(cache=True, nogil=True)
 def _top_hits(
-    words,
-    sentence_offsets,
-    bos,
-    order,
-    n_words,
-    logprob,
-    backoff,
-    row_offset,
-    table_keys,
-    table_rows,
-    table_start,
-    table_mask,
-    cont_start,
-    cont_word,
-    cont_lp,
-    root_words,
-    rank,
-    predictable,
-    kmax,
-    hits,
-    top_cache,
+    words, sentence_offsets, bos, order, n_words, tables, ranking, predictable, kmax, hits, top_cache
 ):  # pragma: no cover - compiled
     """``hits[k - 1]`` += 1 for every token whose word is among the k most probable next words
     after its context (k = 1..kmax), for the tokens of ``words`` that are ``predictable`` (listed
@@ -241,6 +233,7 @@ def _top_hits(
     first word shifted by bo(h), skipping the words h lists. It depends only on the longest listed
     context (which fixes the shorter ones), so its first kmax words are computed once per such
     context (global row): ``top_cache[row]``, -2 while not computed."""
+    logprob, backoff, row_offset, cont_start, cont_word, cont_lp, root_words, rank = ranking
     ctx = np.empty(max(order - 1, 1), dtype=np.int64)
     crow = np.empty(order, dtype=np.int64)
     stamp = np.zeros((order, n_words), dtype=np.int64)  # stamp[m, w] == event: h_m lists w
@@ -251,59 +244,29 @@ def _top_hits(
         for i in range(a, b):
             w = words[i]
             if predictable[w]:
+                _context_rows(ctx, clen, crow, n_words, tables)
                 deepest = 0  # order 1 only: the root's ranking, cached at row 0
                 for m in range(1, clen + 1):
-                    r = ctx[clen - m]
-                    for t in range(1, m):
-                        if r < 0:
-                            break
-                        n = t + 1
-                        r = _find(
-                            table_keys,
-                            table_rows,
-                            table_start[n],
-                            table_mask[n],
-                            r * n_words + ctx[clen - m + t],
-                        )
-                    crow[m] = r
-                    if r >= 0:
-                        deepest = row_offset[m] + r
+                    if crow[m] >= 0:
+                        deepest = row_offset[m] + crow[m]
                 top = top_cache[deepest]
                 if top[0] == -2:
                     _rank_top(
-                        i + 1,
-                        clen,
-                        crow,
-                        kmax,
-                        logprob,
-                        backoff,
-                        row_offset,
-                        cont_start,
-                        cont_word,
-                        cont_lp,
-                        root_words,
-                        rank,
-                        stamp,
-                        top,
-                    )
+                        i + 1, clen, crow, kmax, logprob, backoff, row_offset, cont_start, cont_word, cont_lp,
+                        root_words, rank, stamp, top,
+                    )  # fmt: skip
                 for k in range(kmax):
                     if top[k] == w:
                         for kk in range(k, kmax):
                             hits[kk] += 1
                         break
-            if order > 1:
-                if clen < order - 1:
-                    ctx[clen] = w
-                    clen += 1
-                else:
-                    for j in range(clen - 1):
-                        ctx[j] = ctx[j + 1]
-                    ctx[clen - 1] = w
+            clen = _push(ctx, clen, w, order)
 
 
 @dataclass(frozen=True)
 class BackoffScorer:
-    """A back-off model's tables as arrays for :func:`_score` (see the module docstring)."""
+    """A back-off model's tables as arrays for :func:`_score` and :func:`_top_hits` (see the module
+    docstring)."""
 
     order: int
     vocabulary: pl.DataFrame  # (word, row): the unigram rows
@@ -373,6 +336,9 @@ class BackoffScorer:
             _model=model,
         )
 
+    def _tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return self.table_keys, self.table_rows, self.table_start, self.table_mask
+
     def word_rows(self, tokens: pl.Series) -> np.ndarray:
         """Each token's unigram row (``<unk>``'s for a token the model does not list)."""
         found = (
@@ -398,10 +364,7 @@ class BackoffScorer:
             self.logprob,
             self.backoff,
             self.row_offset,
-            self.table_keys,
-            self.table_rows,
-            self.table_start,
-            self.table_mask,
+            self._tables(),
             out,
         )
         return out
@@ -482,18 +445,17 @@ class BackoffScorer:
             self.bos,
             self.order,
             self.vocabulary.height,
-            self.logprob,
-            self.backoff,
-            self.row_offset,
-            self.table_keys,
-            self.table_rows,
-            self.table_start,
-            self.table_mask,
-            r["cont_start"],
-            r["cont_word"],
-            r["cont_lp"],
-            r["root"],
-            r["rank"],
+            self._tables(),
+            (
+                self.logprob,
+                self.backoff,
+                self.row_offset,
+                r["cont_start"],
+                r["cont_word"],
+                r["cont_lp"],
+                r["root"],
+                r["rank"],
+            ),
             r["predictable"],
             kmax,
             hits,

@@ -20,7 +20,7 @@ the sentence's tokens plus ``</s>``. A token is an OOV when it is not in the mod
 Owns: the evaluation metrics (open-vocabulary perplexity, OOV rate, top-k next-word accuracy),
 the spelling model, ``dpngram evaluate``'s computation (a consumer's held-out scoring built on it:
 :mod:`dpngram.lm.consumer`).
-Imports: dpngram.lm.arpa, dpngram.text, dpngram.core; kenlm, polars.
+Imports: dpngram.lm.arpa, dpngram.lm.backoff_scorer, dpngram.text, dpngram.core; kenlm, numpy, polars.
 """
 
 from __future__ import annotations
