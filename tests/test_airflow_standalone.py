@@ -577,11 +577,17 @@ def session(tmp_path_factory) -> dict[str, Any]:
         out["all_events"] = events["asset_events"]
 
         # /api/v2/assets lists an asset first emitted through an alias only once the dag-processor
-        # has re-parsed the DAG (seconds to a minute): wait for the other dataset's
+        # has re-parsed the DAG (seconds to a minute), and a re-parse between two of the run's
+        # events registers only the assets emitted so far: wait for every one of the other
+        # dataset's (waiting for any one of them let the language model's be missing)
+        from dpngram.release.publish import ASSET_KINDS, asset_key
+
+        wanted = {asset_key(OTHER_DATASET, kind)[1] for kind in ASSET_KINDS}
+
         def registered() -> list[dict[str, Any]] | None:
             status, body = airflow.request("GET", "/api/v2/assets?limit=100")
             assets = body.get("assets", []) if status == 200 else []
-            return assets if any(f"//{OTHER_DATASET}/" in a["uri"] for a in assets) else None
+            return assets if wanted <= {a["uri"] for a in assets} else None
 
         out["assets"] = airflow.wait_until("the other dataset's assets in /api/v2/assets", registered, 180)
         if chromium_path() is not None:
