@@ -540,15 +540,20 @@ def test_lm_counts_sums_and_selection_users_identical(runs, engines, corpus) -> 
     sums over the same public domain (every user counted), sql/lm_counts/selection_sentences.sql the
     same sentences per user, each user's rows together and in order (what the streamed scoring
     needs), and on each engine a holdout of half counts a strict, non-empty subset of the users."""
-    from dpngram.mechanisms.lm_counts import build_domain
+    from functools import partial
+
+    from dpngram.lm.backoff_scorer import BackoffScorer
+    from dpngram.mechanisms.heldout_scoring import held_out_user_sums
+    from dpngram.mechanisms.lm_counts import build_domain, selection_batch_sum
     from dpngram.stages import lm_counts as lm_counts_stage
 
     vocabulary = _released_vocabulary(runs).column("token").to_pylist()
     domain = build_domain(
         vocabulary, corpus["public"], order=3, public_cap=2_000, domain_cap=5_000, kgrams={}
     )
+    scorer = BackoffScorer.from_model(domain.public_model)
     salt = NoiseSource.secure().salt()
-    sums, sentences = {}, {}
+    sums, sentences, scored = {}, {}, {}
     for name, (engine, schema) in engines.items():
         weighted = {
             h: lm_counts_stage._weighted_counts(engine, schema, domain, salt=salt, holdout=h, clip=1.0)
@@ -567,6 +572,15 @@ def test_lm_counts_sums_and_selection_users_identical(runs, engines, corpus) -> 
                 per_user.setdefault(user, []).append(tuple(tokens))
                 previous = user
         sentences[name] = per_user
+        # the held-out scoring streams those rows: the same users and sums on both engines
+        scored[name] = held_out_user_sums(
+            engine,
+            sql,
+            {"salt": salt, "holdout_per_mille": 1000},
+            [scorer, scorer],
+            partial(selection_batch_sum, weights=(0.0, 0.5)),
+            2,
+        )
         none = list(engine.fetch_batches(sql, {"salt": salt, "holdout_per_mille": 0}, batch_rows=1_000))
         assert sum(b.num_rows for b in none) == 0
     duck, spark_sums = sums["duckdb"], sums["spark"]
@@ -576,3 +590,10 @@ def test_lm_counts_sums_and_selection_users_identical(runs, engines, corpus) -> 
     # engine: the two sums differ by at most 2·USERS·u·(sum), u the unit roundoff.
     assert np.all(np.abs(duck - spark_sums) <= 2 * USERS * UNIT_ROUNDOFF * np.maximum(duck, 1.0))
     assert sentences["duckdb"] and sentences["duckdb"] == sentences["spark"]
+    (duck_total, duck_users), (spark_total, spark_users) = scored["duckdb"], scored["spark"]
+    assert duck_users == spark_users == len(sentences["duckdb"])
+    # per-user terms in [-20, 0] summed in another batch order: within 2·users·u of the sum
+    assert np.all(
+        np.abs(duck_total - spark_total) <= 2 * duck_users * UNIT_ROUNDOFF * (np.abs(duck_total) + 1.0)
+    )
+    assert duck_total[0] < 0

@@ -459,6 +459,7 @@ class BackoffScorer:
             r["predictable"],
             kmax,
             hits,
-            np.full((int(self.row_offset[self.order + 1]), kmax), -2, dtype=np.int64),
+            # one row per possible context: the rows of orders 1..N - 1 (never the top order's)
+            np.full((max(int(self.row_offset[self.order]), 1), kmax), -2, dtype=np.int64),
         )
         return hits
