@@ -77,78 +77,6 @@ def _find(table_keys, table_rows, start, mask, key):  # pragma: no cover - compi
 
 
 @njit(cache=True, nogil=True)
-def _lookup(tables, n, key):  # pragma: no cover - compiled
-    """The order-n row keyed ``key`` = context row * V + word row, -1 if unlisted; ``tables``:
-    (keys, rows, start per order, mask per order) of :class:`BackoffScorer`."""
-    return _find(tables[0], tables[1], tables[2][n], tables[3][n], key)
-
-
-@njit(cache=True, nogil=True)
-def _context_rows(ctx, clen, crow, n_words, tables):  # pragma: no cover - compiled
-    """``crow[m]`` for m = 1..clen: the row at order m of the context's last m words (``ctx``,
-    oldest first), -1 when the model does not list them."""
-    for m in range(1, clen + 1):
-        r = ctx[clen - m]
-        for t in range(1, m):
-            if r < 0:
-                break
-            r = _lookup(tables, t + 1, r * n_words + ctx[clen - m + t])
-        crow[m] = r
-
-
-@njit(cache=True, nogil=True)
-def _push(ctx, clen, w, order):  # pragma: no cover - compiled
-    """Append word ``w`` to the context (its last N - 1 words); returns the context's new length."""
-    if order == 1:
-        return clen
-    if clen < order - 1:
-        ctx[clen] = w
-        return clen + 1
-    for j in range(clen - 1):
-        ctx[j] = ctx[j + 1]
-    ctx[clen - 1] = w
-    return clen
-
-
-@njit(cache=True, nogil=True)
-def _score(
-    words, sentence_offsets, bos, eos, order, n_words, logprob, backoff, row_offset, tables, out
-):  # pragma: no cover - compiled
-    """log10 p of every event of every sentence into ``out``: sentence s is
-    ``words[sentence_offsets[s]:sentence_offsets[s + 1]]`` (unigram rows), its events are its words
-    then ``</s>``, in order."""
-    ctx = np.empty(max(order - 1, 1), dtype=np.int64)  # the last N - 1 context words, oldest first
-    crow = np.empty(order, dtype=np.int64)  # crow[m]: row at order m of the context's last m words
-    o = 0
-    for s in range(sentence_offsets.size - 1):
-        a, b = sentence_offsets[s], sentence_offsets[s + 1]
-        ctx[0] = bos
-        clen = 1 if order > 1 else 0
-        for i in range(a, b + 1):
-            w = words[i] if i < b else eos
-            _context_rows(ctx, clen, crow, n_words, tables)
-            acc = 0.0
-            lp = 0.0
-            found = False
-            for m in range(clen, 0, -1):
-                c = crow[m]
-                if c < 0:
-                    continue
-                f = _lookup(tables, m + 1, c * n_words + w)
-                if f >= 0:
-                    lp = acc + logprob[row_offset[m + 1] + f]
-                    found = True
-                    break
-                acc += backoff[row_offset[m] + c]
-            if not found:
-                lp = acc + logprob[w]
-            out[o] = lp
-            o += 1
-            if i < b:
-                clen = _push(ctx, clen, w, order)
-
-
-@njit(cache=True, nogil=True)
 def _rank_top(
     event,
     clen,
@@ -165,7 +93,7 @@ def _rank_top(
     stamp,
     top,
 ):  # pragma: no cover - compiled
-    """The first ``kmax`` words of one context's ranking (see :func:`_top_hits`; ``crow``: its
+    """The first ``kmax`` words of one context's ranking (see :func:`_walk`; ``crow``: its
     context rows per order, -1 where unlisted) into ``top`` (-1 pads a shorter ranking)."""
     # how many items each level must yield: kmax at the top, plus what the levels above can skip
     cap = np.empty(clen + 1, dtype=np.int64)
@@ -222,29 +150,79 @@ def _rank_top(
 
 
 @njit(cache=True, nogil=True)
-def _top_hits(
-    words, sentence_offsets, bos, order, n_words, tables, ranking, predictable, kmax, hits, top_cache
+def _walk(
+    words,
+    sentence_offsets,
+    bos,
+    eos,
+    order,
+    n_words,
+    logprob,
+    backoff,
+    row_offset,
+    keys,
+    rows,
+    start,
+    mask,
+    out,
+    ranking,
+    predictable,
+    kmax,
+    hits,
+    top_cache,
 ):  # pragma: no cover - compiled
-    """``hits[k - 1]`` += 1 for every token whose word is among the k most probable next words
-    after its context (k = 1..kmax), for the tokens of ``words`` that are ``predictable`` (listed
-    and not a marker). The ranking of a context h is that of
-    :class:`dpngram.lm.evaluate.NextWordPredictor`: h's listed continuations merged, by
-    (-log10 p, string rank) with h's own ones first on a tie, with the ranking of h without its
-    first word shifted by bo(h), skipping the words h lists. It depends only on the longest listed
-    context (which fixes the shorter ones), so its first kmax words are computed once per such
-    context (global row): ``top_cache[row]``, -2 while not computed."""
-    logprob, backoff, row_offset, cont_start, cont_word, cont_lp, root_words, rank = ranking
-    ctx = np.empty(max(order - 1, 1), dtype=np.int64)
-    crow = np.empty(order, dtype=np.int64)
-    stamp = np.zeros((order, n_words), dtype=np.int64)  # stamp[m, w] == event: h_m lists w
-    for i_s in range(sentence_offsets.size - 1):
-        a, b = sentence_offsets[i_s], sentence_offsets[i_s + 1]
+    """One pass over the sentences: sentence s is ``words[sentence_offsets[s]:sentence_offsets[s + 1]]``
+    (unigram rows); its events are its words, then ``</s>``.
+
+    * ``out``: log10 p of every event, in order (the ARPA back-off rule, module docstring);
+    * with ``kmax`` > 0, ``hits[k - 1]`` += 1 for every token whose word is ``predictable`` (listed,
+      not a marker) and among the k most probable next words after its context (k = 1..kmax). The
+      ranking of a context h is that of :class:`dpngram.lm.evaluate.NextWordPredictor`: h's listed
+      continuations merged, by (-log10 p, string rank) with h's own ones first on a tie, with the
+      ranking of h without its first word shifted by bo(h), skipping the words h lists. It depends
+      only on the longest listed context (which fixes the shorter ones), so its first kmax words
+      are computed once per such context (global row): ``top_cache[row]``, -2 while not computed.
+
+    ``keys``, ``rows``, ``start``, ``mask``: the hash tables of :class:`BackoffScorer`."""
+    cont_start, cont_word, cont_lp, root_words, rank = ranking
+    ctx = np.empty(max(order - 1, 1), dtype=np.int64)  # the last N - 1 context words, oldest first
+    crow = np.empty(order, dtype=np.int64)  # crow[m]: row at order m of the context's last m words
+    stamp = np.zeros((order if kmax > 0 else 0, n_words), dtype=np.int64)  # stamp[m, w] == event: h_m lists w
+    o = 0
+    for s in range(sentence_offsets.size - 1):
+        a, b = sentence_offsets[s], sentence_offsets[s + 1]
         ctx[0] = bos
         clen = 1 if order > 1 else 0
-        for i in range(a, b):
-            w = words[i]
-            if predictable[w]:
-                _context_rows(ctx, clen, crow, n_words, tables)
+        for i in range(a, b + 1):
+            w = words[i] if i < b else eos
+            for m in range(1, clen + 1):
+                r = ctx[clen - m]
+                for t in range(1, m):
+                    if r < 0:
+                        break
+                    n = t + 1
+                    r = _find(keys, rows, start[n], mask[n], r * n_words + ctx[clen - m + t])
+                crow[m] = r
+            acc = 0.0
+            lp = 0.0
+            found = False
+            for m in range(clen, 0, -1):
+                c = crow[m]
+                if c < 0:
+                    continue
+                f = _find(keys, rows, start[m + 1], mask[m + 1], c * n_words + w)
+                if f >= 0:
+                    lp = acc + logprob[row_offset[m + 1] + f]
+                    found = True
+                    break
+                acc += backoff[row_offset[m] + c]
+            if not found:
+                lp = acc + logprob[w]
+            out[o] = lp
+            o += 1
+            if i == b:
+                break
+            if kmax > 0 and predictable[w]:
                 deepest = 0  # order 1 only: the root's ranking, cached at row 0
                 for m in range(1, clen + 1):
                     if crow[m] >= 0:
@@ -260,13 +238,19 @@ def _top_hits(
                         for kk in range(k, kmax):
                             hits[kk] += 1
                         break
-            clen = _push(ctx, clen, w, order)
+            if order > 1:
+                if clen < order - 1:
+                    ctx[clen] = w
+                    clen += 1
+                else:
+                    for j in range(clen - 1):
+                        ctx[j] = ctx[j + 1]
+                    ctx[clen - 1] = w
 
 
 @dataclass(frozen=True)
 class BackoffScorer:
-    """A back-off model's tables as arrays for :func:`_score` and :func:`_top_hits` (see the module
-    docstring)."""
+    """A back-off model's tables as arrays for :func:`_walk` (see the module docstring)."""
 
     order: int
     vocabulary: pl.DataFrame  # (word, row): the unigram rows
@@ -336,9 +320,6 @@ class BackoffScorer:
             _model=model,
         )
 
-    def _tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        return self.table_keys, self.table_rows, self.table_start, self.table_mask
-
     def word_rows(self, tokens: pl.Series) -> np.ndarray:
         """Each token's unigram row (``<unk>``'s for a token the model does not list)."""
         found = (
@@ -352,22 +333,33 @@ class BackoffScorer:
         """log10 p of every event, sentence after sentence (each sentence's words, then ``</s>``):
         ``len(word_rows) + len(sentence_offsets) - 1`` values. Sentence s is
         ``word_rows[sentence_offsets[s]:sentence_offsets[s + 1]]``."""
+        return self._run(word_rows, sentence_offsets, 0)[0]
+
+    def _run(
+        self, word_rows: np.ndarray, sentence_offsets: np.ndarray, kmax: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(:meth:`score`, :meth:`top_k_hits`; no ranking when ``kmax`` is 0) in one compiled pass."""
         offsets = np.ascontiguousarray(sentence_offsets, dtype=np.int64)
         out = np.empty(word_rows.size + max(offsets.size - 1, 0), dtype=np.float64)
-        _score(
-            np.ascontiguousarray(word_rows, dtype=np.int64),
-            offsets,
-            self.bos,
-            self.eos,
-            self.order,
-            self.vocabulary.height,
-            self.logprob,
-            self.backoff,
-            self.row_offset,
-            self._tables(),
-            out,
-        )
-        return out
+        hits = np.zeros(kmax, dtype=np.int64)
+        if kmax > 0:
+            r = self._ranking_arrays()
+            ranking = (r["cont_start"], r["cont_word"], r["cont_lp"], r["root"], r["rank"])
+            predictable = r["predictable"]
+            # one row per possible context: the rows of orders 1..N - 1 (never the top order's)
+            top_cache = np.full((max(int(self.row_offset[self.order]), 1), kmax), -2, dtype=np.int64)
+        else:
+            none = np.zeros(0, dtype=np.int64)
+            ranking = (none, none, np.zeros(0, dtype=np.float64), none, none)
+            predictable = np.zeros(0, dtype=np.bool_)
+            top_cache = np.zeros((0, 0), dtype=np.int64)
+        _walk(
+            np.ascontiguousarray(word_rows, dtype=np.int64), offsets, self.bos, self.eos, self.order,
+            self.vocabulary.height, self.logprob, self.backoff, self.row_offset, self.table_keys,
+            self.table_rows, self.table_start, self.table_mask, out, ranking, predictable, kmax, hits,
+            top_cache,
+        )  # fmt: skip
+        return out, hits
 
     def full_scores(
         self, sentence: str, bos: bool = True, eos: bool = True
@@ -436,30 +428,11 @@ class BackoffScorer:
         """``hits[k - 1]``: the tokens (not ``</s>``) whose word is among the k most probable next
         words after ``<s>`` and the preceding tokens, k = 1..``kmax``; ties by the word string, as
         :class:`dpngram.lm.evaluate.NextWordPredictor` ranks them. A token outside the vocabulary
-        (``<unk>``) is never a hit."""
-        r = self._ranking_arrays()
-        hits = np.zeros(kmax, dtype=np.int64)
-        _top_hits(
-            np.ascontiguousarray(word_rows, dtype=np.int64),
-            np.ascontiguousarray(sentence_offsets, dtype=np.int64),
-            self.bos,
-            self.order,
-            self.vocabulary.height,
-            self._tables(),
-            (
-                self.logprob,
-                self.backoff,
-                self.row_offset,
-                r["cont_start"],
-                r["cont_word"],
-                r["cont_lp"],
-                r["root"],
-                r["rank"],
-            ),
-            r["predictable"],
-            kmax,
-            hits,
-            # one row per possible context: the rows of orders 1..N - 1 (never the top order's)
-            np.full((max(int(self.row_offset[self.order]), 1), kmax), -2, dtype=np.int64),
-        )
-        return hits
+        (``<unk>``) is never a hit. :meth:`scores_and_hits` gives the scores too, in the same pass."""
+        return self._run(word_rows, sentence_offsets, kmax)[1]
+
+    def scores_and_hits(
+        self, word_rows: np.ndarray, sentence_offsets: np.ndarray, kmax: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(:meth:`score`, :meth:`top_k_hits`) in one pass over the sentences."""
+        return self._run(word_rows, sentence_offsets, kmax)

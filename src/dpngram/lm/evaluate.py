@@ -558,7 +558,7 @@ def evaluate_model(
     np.cumsum(lengths, out=offsets[1:])
     flat = pl.Series([t for s in sentences for t in s], dtype=pl.String)
     rows = scorer.word_rows(flat)
-    lp = scorer.score(rows, offsets)
+    lp, hits = scorer.scores_and_hits(rows, offsets, max(TOP_K))
     # token j of sentence s is event j + s; each sentence's last event is its </s>
     token_event = np.arange(rows.size) + np.repeat(np.arange(lengths.size), lengths)
     oov = rows == scorer.unk
@@ -569,7 +569,6 @@ def evaluate_model(
     logprob = float(lp.sum())
     in_vocab = events - int(oov.sum())
     logprob_in_vocab = logprob - float(oov_lp.sum())
-    hits = scorer.top_k_hits(rows, offsets, max(TOP_K))
     return {
         "sentences": len(sentences),
         "tokens": tokens,
