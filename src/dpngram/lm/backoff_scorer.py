@@ -21,7 +21,7 @@ stores probabilities as 32-bit floats, these are the tables' 64-bit values: the 
 The compiled functions are cached next to this file (numba ``cache=True``): the first process on a
 machine compiles them (about 3 s), later ones load them (about 0.3 s).
 
-The same tables also rank next words (:meth:`BackoffScorer.top_k_hits`, the top-k accuracy of the
+The same tables also rank next words (:meth:`BackoffScorer.scores_and_hits`, the top-k accuracy of the
 model card's held-out comparison), by the rule of :class:`dpngram.lm.evaluate.NextWordPredictor`.
 
 Owns: :class:`BackoffScorer` (event scores, top-k hits).
@@ -30,7 +30,6 @@ Imports: dpngram.lm.arpa; numba, numpy, polars.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -264,7 +263,6 @@ class BackoffScorer:
     table_rows: np.ndarray
     table_start: np.ndarray  # per order n >= 2: its hash table's first slot, and mask (size - 1)
     table_mask: np.ndarray
-    _row_of: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
     _model: ArpaModel | None = field(default=None, repr=False, compare=False)
     _ranking: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -338,7 +336,7 @@ class BackoffScorer:
     def _run(
         self, word_rows: np.ndarray, sentence_offsets: np.ndarray, kmax: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(:meth:`score`, :meth:`top_k_hits`; no ranking when ``kmax`` is 0) in one compiled pass."""
+        """(:meth:`score`, hits of :meth:`scores_and_hits`; no ranking when ``kmax`` is 0) in one pass."""
         offsets = np.ascontiguousarray(sentence_offsets, dtype=np.int64)
         out = np.empty(word_rows.size + max(offsets.size - 1, 0), dtype=np.float64)
         hits = np.zeros(kmax, dtype=np.int64)
@@ -361,27 +359,8 @@ class BackoffScorer:
         )  # fmt: skip
         return out, hits
 
-    def full_scores(
-        self, sentence: str, bos: bool = True, eos: bool = True
-    ) -> Iterator[tuple[float, None, bool]]:
-        """``kenlm.Model.full_scores`` for one sentence (space-separated tokens, ``<s>`` context and a
-        ``</s>`` event: ``bos`` and ``eos`` must be true): (log10 p, None, OOV) per event; the
-        matched n-gram's length, KenLM's second value, is not computed."""
-        if not (bos and eos):
-            raise ValueError("full_scores: only bos=True, eos=True is supported")
-        if not self._row_of:
-            self._row_of.update(
-                zip(self.vocabulary["word"].to_list(), self.vocabulary["row"].to_list(), strict=True)
-            )
-        unk = self.unk
-        rows = np.array([self._row_of.get(t, unk) for t in sentence.split()], dtype=np.int64)
-        scores = self.score(rows, np.array([0, rows.size], dtype=np.int64)).tolist()
-        oov = (rows == unk).tolist()
-        for i, lp in enumerate(scores):
-            yield lp, None, oov[i] if i < len(oov) else False
-
     def _ranking_arrays(self) -> dict[str, np.ndarray]:
-        """For :meth:`top_k_hits`: each unigram row's rank in string order, which rows can be
+        """For :meth:`scores_and_hits`: each unigram row's rank in string order, which rows can be
         predicted (not ``<s>``, ``</s>``, ``<unk>``), the root ranking (those rows by
         (-log10 p, rank)) and per context row (all orders, global rows) its continuations sorted
         the same way (CSR: ``cont_start``, ``cont_word``, ``cont_lp``)."""
@@ -389,7 +368,7 @@ class BackoffScorer:
             return self._ranking
         model = self._model
         if model is None:
-            raise ValueError("top_k_hits: the scorer was not built from a model")
+            raise ValueError("scores_and_hits: the scorer was not built from a model")
         words = self.vocabulary["word"]
         rank = words.rank("ordinal").cast(pl.Int64).to_numpy() - 1
         predictable = np.ones(words.len(), dtype=np.bool_)
@@ -424,15 +403,11 @@ class BackoffScorer:
         )
         return self._ranking
 
-    def top_k_hits(self, word_rows: np.ndarray, sentence_offsets: np.ndarray, kmax: int) -> np.ndarray:
-        """``hits[k - 1]``: the tokens (not ``</s>``) whose word is among the k most probable next
-        words after ``<s>`` and the preceding tokens, k = 1..``kmax``; ties by the word string, as
-        :class:`dpngram.lm.evaluate.NextWordPredictor` ranks them. A token outside the vocabulary
-        (``<unk>``) is never a hit. :meth:`scores_and_hits` gives the scores too, in the same pass."""
-        return self._run(word_rows, sentence_offsets, kmax)[1]
-
     def scores_and_hits(
         self, word_rows: np.ndarray, sentence_offsets: np.ndarray, kmax: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(:meth:`score`, :meth:`top_k_hits`) in one pass over the sentences."""
+        """(:meth:`score`, hits): ``hits[k - 1]`` counts the tokens (not ``</s>``) whose word is among
+        the k most probable next words after ``<s>`` and the preceding tokens, k = 1..``kmax``; ties
+        by the word string, as :class:`dpngram.lm.evaluate.NextWordPredictor` ranks them. A token
+        outside the vocabulary (``<unk>``) is never a hit. One pass over the sentences."""
         return self._run(word_rows, sentence_offsets, kmax)
