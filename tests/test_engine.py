@@ -14,7 +14,7 @@ import pytest
 from dpngram.config import RunConfig
 from dpngram.core.errors import ConfigError
 from dpngram.engines.base import Engine
-from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.duckdb import DUCKDB_SETTING_RE, Warehouse
 from dpngram.engines.select import open_engine
 from dpngram.engines.spark import SparkSqlError, to_spark
 from dpngram.engines.sql import SQL_PACKAGE, _sql_text, load_sql
@@ -84,6 +84,31 @@ def test_statement_profile_names_each_statement_and_holds_no_value(tmp_path, mon
     ]
     assert all(r["seconds"] >= 0 and r["start"] > 0 for r in lines)
     assert "secret" not in profile.read_text()
+
+
+def test_statement_settings_hold_for_that_statement_only(wh) -> None:
+    """A ``-- duckdb-set: NAME = VALUE`` line is in force while its statement runs (what the
+    statement sees) and the previous value is back afterwards, also after a failing statement;
+    statements without the line run with the session's settings."""
+    probe = "SELECT current_setting('disabled_optimizers') AS v"
+    hint = "-- duckdb-set: disabled_optimizers = 'build_side_probe_side'\n"
+    hinted = f"{hint}CREATE OR REPLACE TABLE {SCHEMA}.s AS {probe}"
+    wh.execute(hinted)
+    assert wh.scalar(f"SELECT v FROM {SCHEMA}.s") == "build_side_probe_side"
+    assert wh.scalar("SELECT current_setting('disabled_optimizers')") == ""
+    wh.con.execute("SET disabled_optimizers = 'join_order'")
+    assert wh.fetch_scalar(hint + probe) == "build_side_probe_side"
+    assert wh.scalar("SELECT current_setting('disabled_optimizers')") == "join_order"
+    with pytest.raises(duckdb.Error):
+        wh.execute(hint + "SELECT * FROM no_such_table")
+    assert wh.scalar("SELECT current_setting('disabled_optimizers')") == "join_order"
+    wh.execute(f"CREATE OR REPLACE TABLE {SCHEMA}.s AS {probe}")
+    assert wh.scalar(f"SELECT v FROM {SCHEMA}.s") == "join_order"
+    # the counting statement carries one (its plan on few, long sentences: sql/lm_counts/weighted.sql)
+    weighted = load_sql(
+        "lm_counts/weighted", schema=SCHEMA, target="t", source="s", vocabulary="v", domain="d"
+    )
+    assert DUCKDB_SETTING_RE.findall(weighted) == [("disabled_optimizers", "'build_side_probe_side'")]
 
 
 def test_no_statement_profile_without_the_variable(tmp_path, monkeypatch) -> None:

@@ -36,6 +36,13 @@ import pyarrow as pa
 from dpngram.core.errors import WarehouseBusy
 from dpngram.engines.sql import load_sql, run_schema_name, safe_identifier, statement_name
 
+#: A planner setting for one statement, written in its SQL file as a comment line
+#: ``-- duckdb-set: NAME = VALUE`` (NAME a DuckDB setting, VALUE a SQL literal): this engine applies
+#: it while that statement runs and restores the previous value after; other engines read a comment.
+#: For plans DuckDB gets wrong from its cardinality estimates (say so beside the line, with the
+#: measurement).
+DUCKDB_SETTING_RE = re.compile(r"^-- duckdb-set: ([a-z_]+) = ('[^'\n]*'|[0-9A-Za-z_.]+)[ \t]*$", re.MULTILINE)
+
 PROFILE_ENV = "DPNGRAM_SQL_PROFILE"
 
 _UNITS = {
@@ -121,10 +128,35 @@ class Warehouse:
 
     @contextmanager
     def _timed(self, sql: str, op: str) -> Iterator[None]:
-        """Append the statement's name and seconds to the profile (module docstring), if any."""
-        if self._profile is None:
+        """Append the statement's name and seconds to the profile (module docstring), if any, with
+        the statement's DuckDB settings (:data:`DUCKDB_SETTING_RE`) in force while it runs."""
+        with self._statement_settings(sql):
+            if self._profile is None:
+                yield
+                return
+            yield from self._profiled(sql, op)
+
+    @contextmanager
+    def _statement_settings(self, sql: str) -> Iterator[None]:
+        """``SET`` each ``-- duckdb-set: NAME = VALUE`` line of ``sql`` for the block, then restore it."""
+        settings = DUCKDB_SETTING_RE.findall(sql)
+        if not settings:
             yield
             return
+        previous = {name: self.scalar("SELECT current_setting(?)", [name]) for name, _ in settings}
+        for name, value in settings:
+            self.con.execute(f"SET {name} = {value}")
+        try:
+            yield
+        finally:
+            for name, value in previous.items():
+                if value is None or value == "":
+                    self.con.execute(f"RESET {name}")
+                else:
+                    quoted = "'" + str(value).replace("'", "''") + "'"
+                    self.con.execute(f"SET {name} = {quoted}")
+
+    def _profiled(self, sql: str, op: str) -> Iterator[None]:
         started = time.time()
         clock = time.perf_counter()
         try:
