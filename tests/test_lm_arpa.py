@@ -212,3 +212,34 @@ def test_the_columnwise_reader_equals_the_line_reader_and_falls_back_on_odd_file
         assert _read_regular_arpa(path) is None, name
         with pytest.raises(ArpaError, match=r"^line \d+: "):
             read_arpa(path)
+
+
+def test_binary_build_runs_beside_the_caller_and_reports_failures(tmp_path):
+    """build_binary in its own process (dpngram.lm.build.BinaryBuild): the result appears only after
+    wait(), renamed into place; a failing build raises with KenLM's last line and leaves no partial
+    file; cancel() leaves nothing."""
+    import kenlm
+
+    from dpngram.lm.build import BinaryBuild
+
+    model = kneser_ney(frame(counts(SENTENCES, 3, 2.0)), 3, VOCAB)
+    arpa = write_arpa(model, tmp_path / "m.arpa") and tmp_path / "m.arpa"
+    binary = tmp_path / "m.binary"
+    build = BinaryBuild(arpa, binary)
+    assert not binary.exists()  # not in place before wait(), whatever the subprocess has done
+    build.wait()
+    assert binary.is_file() and not build.tmp.exists()
+    assert kenlm.Model(str(binary)).order == 3
+    build.wait()  # a second wait is a no-op
+
+    broken = tmp_path / "broken.arpa"
+    broken.write_text("\\data\\\nngram 1=2\n\n\\1-grams:\n-1.0\t<s>\n\\end\\\n", encoding="utf-8")
+    failing = BinaryBuild(broken, tmp_path / "broken.binary")
+    with pytest.raises(RuntimeError, match=r"build_binary failed \(exit [1-9]"):
+        failing.wait()
+    assert not (tmp_path / "broken.binary").exists() and not failing.tmp.exists()
+
+    cancelled = BinaryBuild(arpa, tmp_path / "cancelled.binary")
+    cancelled.cancel()
+    cancelled.wait()  # nothing left to wait for
+    assert not (tmp_path / "cancelled.binary").exists() and not cancelled.tmp.exists()

