@@ -89,6 +89,28 @@ def test_mixed_and_adapted_models_score_as_kenlm(tmp_path):
         assert np.max(np.abs(got - want)) < TOLERANCE, name
 
 
+def test_a_scorer_built_like_another_shares_its_tables_and_scores_its_own_model(tmp_path):
+    """from_model(adapted, like=P's scorer): the adapted model shares P's structure, so the hash
+    tables are P's (the same arrays) and the probabilities the adapted model's own, as KenLM scores
+    it; a model with other n-grams ignores ``like``."""
+    public = model_of(corpus(1, 500), 3)
+    private = model_of(corpus(2, 80), 3)
+    base = BackoffScorer.from_model(public)
+    sentences = sample_sentences()
+    for beta in (0.5, 1.0):
+        adapted = adapt_to_unigrams(public, unigram_distribution(private), beta)
+        shared = BackoffScorer.from_model(adapted, like=base)
+        assert shared.table_keys is base.table_keys and shared.vocabulary is base.vocabulary
+        want = kenlm_scores(adapted, tmp_path / f"a{beta}.arpa", sentences)
+        assert np.max(np.abs(scorer_scores(shared, sentences) - want)) < TOLERANCE
+        assert np.max(np.abs(scorer_scores(base, sentences) - want)) > 100 * TOLERANCE  # not P's
+    mixed = mix_models(public, private, 0.3)  # a union of n-grams: its own tables
+    own = BackoffScorer.from_model(mixed, like=base)
+    assert own.table_keys is not base.table_keys
+    want = kenlm_scores(mixed, tmp_path / "mixed.arpa", sentences)
+    assert np.max(np.abs(scorer_scores(own, sentences) - want)) < TOLERANCE
+
+
 def test_a_model_read_from_an_arpa_file_scores_as_kenlm(tmp_path):
     """A model without a derived structure (read from the file) derives its links from the strings."""
     model = model_of(corpus(3, 200), 3)

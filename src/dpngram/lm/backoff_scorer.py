@@ -30,7 +30,7 @@ Imports: dpngram.lm.arpa; numba, numpy, polars.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -247,6 +247,17 @@ def _walk(
                     ctx[clen - 1] = w
 
 
+def _probabilities(model: ArpaModel) -> dict[str, np.ndarray]:
+    """Every row's log10 probability and back-off weight (0 where none), orders 1..N in turn."""
+    orders = range(1, model.order + 1)
+    return {
+        "logprob": np.concatenate([model.tables[n]["logprob"].cast(pl.Float64).to_numpy() for n in orders]),
+        "backoff": np.concatenate(
+            [model.tables[n]["backoff"].cast(pl.Float64).fill_null(0.0).to_numpy() for n in orders]
+        ),
+    }
+
+
 @dataclass(frozen=True)
 class BackoffScorer:
     """A back-off model's tables as arrays for :func:`_walk` (see the module docstring)."""
@@ -267,7 +278,15 @@ class BackoffScorer:
     _ranking: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
-    def from_model(cls, model: ArpaModel) -> BackoffScorer:
+    def from_model(cls, model: ArpaModel, like: BackoffScorer | None = None) -> BackoffScorer:
+        """The scorer of ``model``. ``like``: a scorer of a model with the same n-grams in the same
+        rows, sharing its structure object (:func:`dpngram.lm.open_model.adapt_to_unigrams` of
+        it): its vocabulary and hash tables are reused and only the probabilities are read (the
+        selection scores P adapted at several strengths). Without that shared structure, ``like``
+        is ignored."""
+        shared = like._model.derived_structure() if like is not None and like._model is not None else None
+        if like is not None and shared is not None and model.derived_structure() is shared:
+            return replace(like, **_probabilities(model), _model=model)
         order = model.order
         words = model.tables[1]["ngram"]
         vocabulary = (
@@ -282,15 +301,7 @@ class BackoffScorer:
         heights = [model.tables[n].height for n in range(1, order + 1)]
         row_offset = np.zeros(order + 2, dtype=np.int64)
         row_offset[2 : order + 2] = np.cumsum(heights)
-        logprob = np.concatenate(
-            [model.tables[n]["logprob"].cast(pl.Float64).to_numpy() for n in range(1, order + 1)]
-        )
-        backoff = np.concatenate(
-            [
-                model.tables[n]["backoff"].cast(pl.Float64).fill_null(0.0).to_numpy()
-                for n in range(1, order + 1)
-            ]
-        )
+        logprob, backoff = _probabilities(model).values()
         sizes = np.zeros(order + 1, dtype=np.int64)
         for n in range(2, order + 1):
             sizes[n] = 1 << max(4, int(2 * heights[n - 1] - 1).bit_length())

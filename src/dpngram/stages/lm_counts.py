@@ -242,11 +242,13 @@ class _Models:
         self._public, self._private = public_model, private_model
         self._scorers: dict[str, BackoffScorer] = {}
 
-    def _scorer(self, name: str, build: Callable[[], Any]) -> BackoffScorer:
+    def _scorer(
+        self, name: str, build: Callable[[], Any], like: BackoffScorer | None = None
+    ) -> BackoffScorer:
         from dpngram.lm.backoff_scorer import BackoffScorer
 
         if name not in self._scorers:
-            self._scorers[name] = BackoffScorer.from_model(build())
+            self._scorers[name] = BackoffScorer.from_model(build(), like)
         return self._scorers[name]
 
     def private(self) -> BackoffScorer:
@@ -260,6 +262,7 @@ class _Models:
         return self._scorer(
             f"public_adapted_{beta!r}",
             lambda: adapt_to_unigrams(self._public, unigram_distribution(self._private), beta),
+            like=self.public(0),  # P's n-grams: its hash tables serve every β
         )
 
 
