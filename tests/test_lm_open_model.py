@@ -376,10 +376,16 @@ def test_model_vocabulary_keeps_dp_words_and_caps_public_words():
         items = list(public.items())
         random.Random(cap).shuffle(items)
         assert model_vocabulary(reversed(dp), Counter(dict(items)), cap) == got
+        # the public unigram frame as open_public_model passes it: the same choice
+        frame = pl.DataFrame({"ngram": [w for w, _ in items], "count": [float(c) for _, c in items]})
+        assert model_vocabulary(dp, frame, cap) == got
     # the three-word cap takes "the", then two of the count-7 words by word order: "a", "and"
     assert model_vocabulary([], public, 3) == ["a", "and", "the"]
     assert model_vocabulary(dp, None, 5) == ["alpha", "rare", "zeta"]
     assert model_vocabulary(dp, public, 0) == ["alpha", "rare", "zeta"]
+    # ties by code point order, as Python's str comparison ("Z" < "a" < "é" < "日")
+    accents = Counter({"é": 2, "a": 2, "Z": 2, "日": 2})
+    assert [model_vocabulary([], accents, k) for k in (1, 2, 3)] == [["Z"], ["Z", "a"], ["Z", "a", "é"]]
 
 
 def test_unigram_adaptation_is_exact_mdi_in_backoff_form():

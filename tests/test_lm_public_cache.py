@@ -221,3 +221,13 @@ def test_heldout_text_is_cached_per_corpus_and_equals_a_fresh_one(tmp_path, monk
 
     few = _corpus(tmp_path / "few.txt", 13, lines=open_model.HELDOUT_EVERY - 1)  # no held-out sentence
     assert heldout_text(config.model_copy(update={"public": str(few)}), work) is None
+
+
+def test_vocabulary_digest_is_of_the_sorted_set_nul_terminated():
+    """The key of a cached P: SHA-256 of the distinct words, sorted, each followed by a NUL byte
+    (the cache entries of earlier versions keep their keys)."""
+    import hashlib
+
+    want = hashlib.sha256("Z\0a\0é\0日\0".encode()).hexdigest()
+    assert public_cache.vocabulary_digest(["日", "a", "é", "Z", "a"]) == want
+    assert public_cache.vocabulary_digest([]) == hashlib.sha256(b"").hexdigest()

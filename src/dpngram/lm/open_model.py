@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -164,14 +164,29 @@ def public_word_counts(
 
 
 def model_vocabulary(
-    dp_vocabulary: Iterable[str], public_words: Counter[str] | None, public_cap: int
+    dp_vocabulary: Iterable[str], public_words: Mapping[str, float] | pl.DataFrame | None, public_cap: int
 ) -> list[str]:
     """V_LM: the DP vocabulary ∪ the ``public_cap`` most frequent public words (ties broken by the
-    word, so the choice is deterministic), without the markers. Public data and a DP output only."""
+    word, so the choice is deterministic), without the markers. ``public_words``: word -> count, or
+    a frame (``ngram``, ``count``) of them (the public unigram counts as read: ranked in polars,
+    without a Python tuple per word). Public data and a DP output only."""
     words = {w for w in dp_vocabulary if w and w not in MARKERS}
-    if public_words and public_cap > 0:
-        ranked = sorted(((-c, w) for w, c in public_words.items() if w not in MARKERS))
-        words.update(w for _, w in ranked[:public_cap])
+    if public_words is not None and len(public_words) and public_cap > 0:
+        frame = (
+            public_words.select(word=pl.col("ngram"), count=pl.col("count"))
+            if isinstance(public_words, pl.DataFrame)
+            else pl.DataFrame(
+                {"word": list(public_words), "count": list(public_words.values())},
+                schema={"word": pl.String, "count": pl.Float64},
+            )
+        )
+        # by count, then by the word (polars compares UTF-8 bytes: code point order, as str does)
+        top = (
+            frame.filter(~pl.col("word").is_in(list(MARKERS)))
+            .sort(["count", "word"], descending=[True, False])
+            .head(public_cap)
+        )
+        words.update(top["word"].to_list())
     return sorted(words)
 
 
@@ -284,8 +299,8 @@ def open_public_model(
     digest = file_digest(public_path) if cache_dir else None  # hashed once for both entries
     raw = raw_public_counts(public_path, order, lowercase, part, cache_dir, digest)
     unigrams = raw[1].filter(~pl.col("ngram").is_in(list(MARKERS)))
-    words = Counter(dict(zip(unigrams["ngram"].to_list(), unigrams["count"].to_list(), strict=True)))
-    vocabulary = model_vocabulary(dp_vocabulary, words, public_cap)
+    words = set(unigrams["ngram"].to_list())
+    vocabulary = model_vocabulary(dp_vocabulary, unigrams, public_cap)
     counts = map_to_vocabulary(raw, vocabulary)
     # P is fitted over the public words V_LM keeps (what the counts depend on) and completed with
     # the DP-only words, which have no public counts (kneser_ney_terms): the fit is cached per

@@ -69,11 +69,9 @@ def file_digest(path: str | os.PathLike[str]) -> str:
 
 def vocabulary_digest(vocabulary: Iterable[str]) -> str:
     """SHA-256 of a vocabulary as a set (order-independent)."""
-    h = hashlib.sha256()
-    for word in sorted(set(vocabulary)):
-        h.update(word.encode("utf-8"))
-        h.update(b"\0")
-    return h.hexdigest()
+    # each word then a NUL byte, the words sorted: one buffer, hashed once
+    words = sorted(set(vocabulary))
+    return hashlib.sha256("".join(w + "\0" for w in words).encode("utf-8")).hexdigest()
 
 
 def entry_key(*parts: object) -> str:
