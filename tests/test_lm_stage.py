@@ -109,7 +109,7 @@ def test_a_failure_beside_the_binary_build_leaves_no_binary(released_run, monkey
         raise RuntimeError(f"{failing} failed on purpose")
 
     if failing == "comparison":
-        monkeypatch.setattr(lm_stage, "compare_with_public", fail)
+        monkeypatch.setattr(lm_stage, "compare_on_heldout_public", fail)
     else:
         monkeypatch.setattr(dpngram.validation, "validate_model", fail)
     with pytest.raises(RuntimeError, match=f"{failing} failed on purpose"):

@@ -240,46 +240,64 @@ def heldout_text(config: RunConfig, work: Path) -> Path | None:
     return path if path.stat().st_size > 0 else None
 
 
+def compare_on_heldout_public(
+    part: dict[str, Any], inputs: ReleasedInputs, config: RunConfig
+) -> dict[str, Any]:
+    """The released model's and the public-only model P's metrics on the held-out public sentences
+    (every ``HELDOUT_EVERY``-th line of the public corpus): the released model trained on them, so
+    both numbers come from stand-ins built by the same recipe without those sentences (the same
+    released noisy counts and weight). Needs nothing of the released model itself, so step ``lm``
+    runs it beside the build. {} without a public corpus or held-out sentences."""
+    from dpngram.lm.evaluate import evaluate_model
+    from dpngram.lm.open_model import HELDOUT_EVERY, mix_models
+
+    if not config.public:
+        return {}
+    with tempfile.TemporaryDirectory(prefix="dpngram-lmcmp-") as tmpdir:
+        heldout = heldout_text(config, Path(tmpdir))
+        if heldout is None:
+            return {}
+        _, p_train, q_train = mixture_components(inputs, config, part, "train")
+        models = {
+            "released model": mix_models(
+                adapted_public(p_train, q_train, float(part.get("unigram_adaptation", 0.0))),
+                q_train,
+                float(part["mix_weight"]),
+            ),
+            "public-only model": p_train,
+        }
+        row = {}
+        for name, model in models.items():
+            # scored from the model's tables (no ARPA file written and parsed back by KenLM)
+            m = evaluate_model(model, heldout, config.lowercase)
+            row[name] = {k: m.get(k) for k in COMPARED_METRICS}
+    return {f"{HELDOUT_PUBLIC_ROW} (1 in {HELDOUT_EVERY}; stand-ins trained without them)": row}
+
+
+def compare_on_eval_text(binary: Path, public_model: Any, config: RunConfig) -> dict[str, Any]:
+    """The released model's (its compiled ``binary``) and P's metrics on ``lm_eval_text``
+    (operator-supplied, non-private); {} without one."""
+    from dpngram.lm.evaluate import evaluate_file
+
+    if not config.lm.eval_text:
+        return {}
+    with tempfile.TemporaryDirectory(prefix="dpngram-lmcmp-") as tmpdir:
+        tmp = Path(tmpdir)
+        write_arpa(public_model, tmp / "public.arpa")
+        compile_binary(tmp / "public.arpa", tmp / "public.binary")
+        row = {}
+        for name, path in (("released model", binary), ("public-only model", tmp / "public.binary")):
+            m = evaluate_file(path, config.lm.eval_text, config.lowercase)
+            row[name] = {k: m.get(k) for k in COMPARED_METRICS}
+    return {EVAL_TEXT_ROW: row}
+
+
 def compare_with_public(
     part: dict[str, Any], inputs: ReleasedInputs, binary: Path, public_model: Any, config: RunConfig
 ) -> dict[str, Any]:
     """Metrics of the released model and of the public-only model P (the trivial alternative):
-
-    * on the held-out public sentences (every ``HELDOUT_EVERY``-th line of the public corpus): the
-      released model trained on them, so both numbers come from stand-ins built by the same recipe
-      without those sentences (the same released noisy counts and weight);
-    * on ``lm_eval_text`` when given (operator-supplied, non-private): the released model itself.
-
-    Never on the private data."""
-    from dpngram.lm.evaluate import evaluate_file, evaluate_model
-    from dpngram.lm.open_model import HELDOUT_EVERY, mix_models
-
-    out: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="dpngram-lmcmp-") as tmpdir:
-        tmp = Path(tmpdir)
-        heldout = heldout_text(config, tmp) if config.public else None
-        if heldout is not None:
-            _, p_train, q_train = mixture_components(inputs, config, part, "train")
-            models = {
-                "released model": mix_models(
-                    adapted_public(p_train, q_train, float(part.get("unigram_adaptation", 0.0))),
-                    q_train,
-                    float(part["mix_weight"]),
-                ),
-                "public-only model": p_train,
-            }
-            row = {}
-            for name, model in models.items():
-                # scored from the model's tables (no ARPA file written and parsed back by KenLM)
-                m = evaluate_model(model, heldout, config.lowercase)
-                row[name] = {k: m.get(k) for k in COMPARED_METRICS}
-            out[f"{HELDOUT_PUBLIC_ROW} (1 in {HELDOUT_EVERY}; stand-ins trained without them)"] = row
-        if config.lm.eval_text:
-            write_arpa(public_model, tmp / "public.arpa")
-            compile_binary(tmp / "public.arpa", tmp / "public.binary")
-            row = {}
-            for name, path in (("released model", binary), ("public-only model", tmp / "public.binary")):
-                m = evaluate_file(path, config.lm.eval_text, config.lowercase)
-                row[name] = {k: m.get(k) for k in COMPARED_METRICS}
-            out[EVAL_TEXT_ROW] = row
-    return out
+    on the held-out public sentences (:func:`compare_on_heldout_public`), then on ``lm_eval_text``
+    when given (:func:`compare_on_eval_text`). Never on the private data."""
+    return compare_on_heldout_public(part, inputs, config) | compare_on_eval_text(
+        binary, public_model, config
+    )
