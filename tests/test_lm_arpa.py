@@ -139,8 +139,12 @@ def test_rule_violations_are_refused(tmp_path):
         tables[n] = fn(tables[n])
         return ArpaModel(tables)
 
+    trigrams = good.tables[3]["ngram"].to_list()
+    contexts = {" ".join(g.split()[:2]) for g in trigrams}
+    only_suffix = sorted({" ".join(g.split()[1:]) for g in trigrams} - contexts)[0]
     cases = {
         "context": broken(2, lambda t: t.filter(pl.col("ngram") != "a b")),
+        "1 n-gram suffix": broken(2, lambda t: t.filter(pl.col("ngram") != only_suffix)),
         "top order has no backoff": broken(3, lambda t: t.with_columns(backoff=pl.lit(-0.1))),
         "<= 0": broken(
             1,
@@ -156,6 +160,10 @@ def test_rule_violations_are_refused(tmp_path):
     for message, model in cases.items():
         with pytest.raises(ArpaError, match=message):
             write_arpa(model, tmp_path / "bad.arpa")
+        # the membership-only closure test (the model.arpa suite's) refuses the same models
+        with pytest.raises(ArpaError, match=message):
+            check_model(ArpaModel(dict(model.tables)), links=False)
+    check_model(ArpaModel(dict(good.tables)), links=False)
     assert not (tmp_path / "bad.arpa").exists()
     with pytest.raises(ArpaError, match="exactly 3 tokens"):
         kneser_ney(pl.DataFrame({"ngram": ["a b"], "count": [1.0]}), 3)

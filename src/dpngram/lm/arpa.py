@@ -487,8 +487,11 @@ def model_from_probabilities(
     return ArpaModel(tables)
 
 
-def check_model(model: ArpaModel) -> None:
-    """Raise :class:`ArpaError` unless the tables satisfy the ARPA rules (module docstring)."""
+def check_model(model: ArpaModel, *, links: bool = True) -> None:
+    """Raise :class:`ArpaError` unless the tables satisfy the ARPA rules (module docstring).
+    Closure is tested by deriving the model's structure (kept: what adapting, mixing or scoring it
+    needs next), or with ``links=False`` by membership only, for a model read just to be checked
+    (the model.arpa suite: 0.36 s against 0.68 s on SOTU's model)."""
     order = model.order
     if sorted(model.tables) != list(range(1, order + 1)):
         raise ArpaError("orders: every order 1..N must be present")
@@ -504,7 +507,22 @@ def check_model(model: ArpaModel) -> None:
             raise ArpaError(f"order {n}: log10 probabilities must be <= 0")
         if n == order and t["backoff"].null_count() != t.height:
             raise ArpaError(f"order {n}: the top order has no backoff")
-    model.structure()  # closure: every context and suffix listed one order below
+    if links or model.derived_structure() is not None:
+        model.structure()  # closure: every context and suffix listed one order below
+    else:
+        _check_closed(model)
+
+
+def _check_closed(model: ArpaModel) -> None:
+    """Closure (every n-gram's context and suffix, its first and last n - 1 words, listed one order
+    below) by two membership tests per order, without deriving the row links."""
+    for n in range(2, model.order + 1):
+        lower = model.tables[n - 1]["ngram"].implode()
+        parts = model.tables[n].select(context=_context(), suffix=_suffix())
+        for name in ("context", "suffix"):
+            missing = parts.filter(~pl.col(name).is_in(lower))[name].n_unique()
+            if missing:
+                raise ArpaError(f"order {n}: {missing} n-gram {name}(s) missing at order {n - 1}")
 
 
 def write_arpa(model: ArpaModel, path: str | os.PathLike[str]) -> dict[int, int]:
