@@ -132,12 +132,11 @@ def counting_tables(vocabulary: list[str], domain: pl.DataFrame) -> tuple[pa.Tab
     order = parts["n"].to_numpy()
     key = np.zeros(parts.height, dtype=np.int64)
     known = np.ones(parts.height, dtype=bool)
+    # the mapping as two Series once (lists of every word were converted again for each column)
+    old, new = pl.Series(list(ids), dtype=pl.String), pl.Series(list(ids.values()), dtype=pl.Int64)
     for position, column in enumerate(("field_0", "field_1", "field_2")):
         mapped = (
-            parts[column]
-            .fill_null("")
-            .replace_strict(list(ids), list(ids.values()), default=-1, return_dtype=pl.Int64)
-            .to_numpy()
+            parts[column].fill_null("").replace_strict(old, new, default=-1, return_dtype=pl.Int64).to_numpy()
         )
         used = order > position
         known &= ~used | (mapped > 0)
