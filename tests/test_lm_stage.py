@@ -120,6 +120,49 @@ def test_a_failure_beside_the_binary_build_leaves_no_binary(released_run, monkey
     assert (model_dir / "model.binary").is_file()
 
 
+def _break_arpa(path, breakage: str) -> None:
+    """Edit a written ARPA file the way a faulty writer might: a positive log-probability, or an
+    order-2 line that an order-3 line needs as its context removed (its count kept consistent)."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    start = {name: lines.index(f"\\{name}-grams:") for name in ("1", "2", "3")}
+    if breakage == "positive":
+        i = start["1"] + 1
+        lines[i] = "\t".join(["0.5", *lines[i].split("\t")[1:]])
+    else:
+        trigram = lines[start["3"] + 1].split("\t")[1].split(" ")
+        context = " ".join(trigram[:2])
+        i = next(j for j in range(start["2"] + 1, start["3"]) if lines[j].split("\t")[1:2] == [context])
+        del lines[i]
+        h = next(j for j, line in enumerate(lines) if line.startswith("ngram 2="))
+        lines[h] = f"ngram 2={int(lines[h].split('=')[1]) - 1}"
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "breakage, expected",
+    [("positive", ["positive_logprobs", "logprob (max_value=0)"]), ("context", ["arpa_rule_violations"])],
+)
+def test_the_model_suite_fails_a_broken_arpa_file(released_run, breakage, expected):
+    """The GX suite model.arpa reads the file as written: a positive log-probability and a context
+    missing one order below (closure, tested by membership) each fail it, by name."""
+    from dpngram.validation import validate_model
+
+    ctx, _ = released_run
+    path = ctx.release.root / layout.MODEL_ARPA
+    if not path.is_file():  # this test alone
+        lm_stage.run_lm(ctx)
+    original = path.read_bytes()
+    assert validate_model(ctx)["success"] is True
+    try:
+        _break_arpa(path, breakage)
+        result = validate_model(ctx)
+    finally:
+        path.write_bytes(original)
+    assert result["success"] is False
+    for name in expected:
+        assert any(name in failure for failure in result["failures"]), (name, result["failures"])
+
+
 def test_plan_order_and_configuration(released_run):
     ctx, _ = released_run
     names = [step.name for step in release_steps(ctx.config)]

@@ -511,7 +511,11 @@ def lm_counts_suite(src: Sources) -> list[Batch]:
     return batches
 
 
-MODEL_SAMPLE_ROWS = 200_000
+#: Rows of model.arpa the row-level expectations see (evenly spaced). Every row is covered by the
+#: whole-file aggregates (positive log-probabilities, nulls through the ARPA rules); the sample is
+#: what the data docs show row by row. GX's pandas validation costs in proportion to it: on SOTU's
+#: model 0.77 s at 200,000 rows, 0.39 s at 50,000.
+MODEL_SAMPLE_ROWS = 50_000
 
 
 @register_suite("model.arpa", private=False, applies=lambda ctx: (ctx.release.root / MODEL_ARPA).is_file())
