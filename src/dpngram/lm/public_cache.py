@@ -4,7 +4,7 @@
 Every run with a public corpus needs P in two stages (``lm_counts`` builds the counting domain and
 the selection models on it; ``lm`` mixes it into the released model) and a second P without the
 held-out public sentences (the model card's stand-ins). Before this cache each of them tokenised
-and counted the whole public corpus again and fitted Kneser-Ney again. Three kinds of entries:
+and counted the whole public corpus again and fitted Kneser-Ney again. Four kinds of entries:
 
 * ``counts``: the raw order-1..N counts of one public corpus (``part``: all / train), with no
   vocabulary mapping. Keyed by the corpus file's SHA-256, so every later run on the same corpus
