@@ -122,16 +122,16 @@ def _read_tables(entry: Path) -> dict[int, pl.DataFrame] | None:
     return {int(n): pl.read_parquet(entry / f"order{int(n)}.parquet") for n in orders}
 
 
-def _write_tables(entry: Path, tables: dict[int, pl.DataFrame], keep: int) -> None:
+def _store(entry: Path, fill: Callable[[Path], object], keep: int) -> None:
+    """Create the entry directory: ``fill(tmp)`` writes its files into a temporary directory, which
+    is then renamed into place (atomic), and the kind keeps its ``keep`` newest entries."""
     kind_dir = entry.parent
     kind_dir.mkdir(parents=True, exist_ok=True)
     tmp = kind_dir / f".{entry.name}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        for n, table in tables.items():
-            table.write_parquet(tmp / f"order{n}.parquet")
-        (tmp / "meta.json").write_text(json.dumps({"orders": sorted(tables)}), encoding="utf-8")
+        fill(tmp)
         try:
             os.replace(tmp, entry)
         except OSError:  # another process stored the same entry first: theirs is identical
@@ -139,6 +139,15 @@ def _write_tables(entry: Path, tables: dict[int, pl.DataFrame], keep: int) -> No
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     _prune(kind_dir, keep)
+
+
+def _write_tables(entry: Path, tables: dict[int, pl.DataFrame], keep: int) -> None:
+    def fill(tmp: Path) -> None:
+        for n, table in tables.items():
+            table.write_parquet(tmp / f"order{n}.parquet")
+        (tmp / "meta.json").write_text(json.dumps({"orders": sorted(tables)}), encoding="utf-8")
+
+    _store(entry, fill, keep)
 
 
 def cached_tables(
@@ -175,20 +184,8 @@ def cached_file(
     if (entry / name).is_file():
         _touch(entry)
         return entry / name
-    kind_dir = entry.parent
-    tmp = kind_dir / f".{entry.name}.{os.getpid()}.tmp"
     try:
-        kind_dir.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        write(tmp / name)
-        try:
-            os.replace(tmp, entry)
-        except OSError:  # another process stored the same entry first: theirs is identical
-            pass
-        _prune(kind_dir, KEEP.get(kind, 4))
+        _store(entry, lambda tmp: write(tmp / name), KEEP.get(kind, 4))
     except OSError:  # a read-only or full disk
         return None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return entry / name if (entry / name).is_file() else None
