@@ -480,9 +480,9 @@ def test_rounds_one_equals_the_weighted_policy():
         assert released["weighted"] == released["dp-sips"] and released["weighted"]
 
 
-@pytest.mark.parametrize("per_user_lists", [False, True])
+@pytest.mark.parametrize("lists", ["none", "plain", "coded"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_sql_rounds_with_admission_equal_the_numpy_reference(seed, per_user_lists):
+def test_sql_rounds_with_admission_equal_the_numpy_reference(seed, lists):
     """Admission (round 1's admit_floor set), three rounds, a deterministic stand-in for the noisy
     step: round 1 releases the items with weight >= 2 and admits those in [0.6, 2) (appended to
     ``admitted`` in two arrays, plus one released item, which must be dropped); rounds 2 and 3
@@ -490,7 +490,8 @@ def test_sql_rounds_with_admission_equal_the_numpy_reference(seed, per_user_list
     round 1's histogram is the plain reference, rounds 2 and 3 equal the admitted reference (round-1
     subset, minus the released items, restricted to the admitted items plus the public
     ``always_admitted`` keys, weight 1/sqrt(#left)) to 1e-12, and the reference with another salt
-    differs (the same-salt check is sharp). Both ways of building the rounds."""
+    differs (the same-salt check is sharp). Every way of building the rounds: from the source, from
+    per-user kept lists of the items, and from kept lists of the items' codes (``coded_items``)."""
     rows = random_rows(seed, users=60, vocab=80)
     wh = warehouse(rows)
     items, max_contribution = user_items(rows), 5
@@ -516,7 +517,8 @@ def test_sql_rounds_with_admission_equal_the_numpy_reference(seed, per_user_list
     rounds = [SipsRound(1.0, 1.0, admit_floor=0.6), SipsRound(1.0, 1.0), SipsRound(1.0, 1.0)]
     out = dpsu.sips_rounds_release(
         wh, SCHEMA, "src", "t", rounds=rounds, max_contribution=max_contribution, noise=noise, draw=draw,
-        per_user_lists=per_user_lists, always_admitted=pa.array(sorted(always), type=pa.string()),
+        per_user_lists=lists != "none", always_admitted=pa.array(sorted(always), type=pa.string()),
+        coded_items=lists == "coded",
     )  # fmt: skip
     (salt,) = noise.drawn
     keys = subset_keys(wh, salt)
@@ -535,7 +537,8 @@ def test_sql_rounds_with_admission_equal_the_numpy_reference(seed, per_user_list
     assert set().union(*[set(a.to_pylist()) for a in out]) == released
     assert len(seen[1]) > 5 and len(seen[2]) > 0 and set(seen[1]) != set(seen[2])
     assert by_public_only & set(seen[1])  # public keys below the band are admitted all the same
-    assert not any(wh.object_type(SCHEMA, n) for n in ("t_done", "t_admitted", "t_histogram", "t_lists"))
+    work = ("t_done", "t_admitted", "t_histogram", "t_lists", "t_codes", "t_admitted_codes")
+    assert not any(wh.object_type(SCHEMA, n) for n in work)
 
 
 def random_neighbours(rng) -> tuple[int, int, dict[str, set[str]], set[str]]:
@@ -1170,7 +1173,7 @@ def test_sips_sql_runs_on_spark_and_agrees_with_duckdb(spark, tmp_path):
         released[name] = set().union(*[set(a.to_pylist()) for a in out])
         # admission: the admitted statements (from the source and from per-user lists)
         admit_rounds = [SipsRound(1.0, 1.0, admit_floor=0.5), SipsRound(1.0, 1.0), SipsRound(1.0, 1.0)]
-        for lists in (False, True):
+        for lists, coded in ((False, False), (True, False), (True, True)):
 
             def admit_draw(histogram, done, count, rnd, admitted, engine=engine, name=name):
                 hist = dict(zip(*engine.fetch_arrow(load_sql(
@@ -1185,9 +1188,9 @@ def test_sips_sql_runs_on_spark_and_agrees_with_duckdb(spark, tmp_path):
             out = dpsu.sips_rounds_release(
                 engine, SCHEMA, "src", "t", rounds=admit_rounds,
                 max_contribution=10_000, noise=Salts([4]), draw=admit_draw, per_user_lists=lists,
-                always_admitted=pa.array(["tok59", "tok58"], type=pa.string()),
+                always_admitted=pa.array(["tok59", "tok58"], type=pa.string()), coded_items=coded,
             )  # fmt: skip
-            released[f"{name} admission {lists}"] = set().union(*[set(a.to_pylist()) for a in out])
+            released[f"{name} admission {lists} {coded}"] = set().union(*[set(a.to_pylist()) for a in out])
         n = dpsu.sips_release(
             engine, SCHEMA, "src", "real", rounds=sips_vocabulary_rounds(0.5, 1e-3, 10_000, 2, 2.0),
             max_contribution=10_000, noise=NoiseSource.secure(),
@@ -1195,13 +1198,14 @@ def test_sips_sql_runs_on_spark_and_agrees_with_duckdb(spark, tmp_path):
         assert n == engine.fetch_scalar(f"SELECT count(*) FROM {SCHEMA}.real") and n > 0
         n = dpsu.sips_release(
             engine, SCHEMA, "src", "real", rounds=sips_vocabulary_rounds(0.5, 1e-3, 10_000, 2, 2.0, 1.5),
-            max_contribution=10_000, noise=NoiseSource.secure(), per_user_lists=True,
+            max_contribution=10_000, noise=NoiseSource.secure(), per_user_lists=True, coded_items=True,
         )  # fmt: skip
         assert n == engine.fetch_scalar(f"SELECT count(*) FROM {SCHEMA}.real") and n > 0
     assert released["duckdb"] == released["spark"] and len(released["duckdb"]) > 5
-    for lists in (False, True):
-        assert released[f"duckdb admission {lists}"] == released[f"spark admission {lists}"]
-    assert len(seen["duckdb"]) == 9 and all(seen["duckdb"][r] for r in range(9))
+    for lists, coded in ((False, False), (True, False), (True, True)):
+        assert released[f"duckdb admission {lists} {coded}"] == released[f"spark admission {lists} {coded}"]
+    assert released["duckdb admission True True"] == released["duckdb admission True False"]
+    assert len(seen["duckdb"]) == 12 and all(seen["duckdb"][r] for r in range(12))
     for a, b in zip(seen["duckdb"], seen["spark"], strict=True):
         assert set(a) == set(b) and all(abs(a[i] - b[i]) <= 1e-9 for i in a)
 
@@ -1238,3 +1242,52 @@ def test_a_release_of_nothing_writes_an_empty_table_of_the_item_type():
     assert n == 0 and wh.con.sql(f"SELECT count(*) FROM {SCHEMA}.none").fetchall() == [(0,)]
     assert wh.con.sql(f"DESCRIBE {SCHEMA}.none").fetchall()[0][1] == "VARCHAR"
     assert not any(wh.object_type(SCHEMA, f"none_sips_{t}") for t in ("done", "remaining", "histogram"))
+
+
+def test_coded_kept_lists_keep_the_same_items_and_fall_back_when_codes_collide(monkeypatch):
+    """The coded kept lists (sql/dpsu/user_kept_lists_coded.sql) keep, for every user and salt, the
+    same items as the plain ones (sql/dpsu/user_kept_lists.sql), also for the users holding more than
+    Delta items (where the salted order decides); and when two items share a code (forced here by mapping
+    every item to one of three codes) the release takes the plain lists, whose statements run."""
+    rows = random_rows(5, users=40, vocab=200, max_len=30)
+    wh = warehouse(rows)
+    cut = sum(len(own) > 4 for own in user_items(rows).values())
+    assert cut >= 20
+    for salt in (3, 2**63 + 11):
+        params = {"salt": salt, "max_contribution": 4}
+        wh.execute(load_sql("dpsu/user_kept_lists", schema=SCHEMA, target="t_plain", source="src"), params)
+        wh.execute(load_sql("dpsu/item_codes", schema=SCHEMA, target="t_codes", source="src"))
+        wh.execute(
+            load_sql("dpsu/user_kept_lists_coded", schema=SCHEMA, target="t_coded", source="src"), params
+        )
+        decoded = wh.con.sql(
+            f"SELECT l.user_id, list_sort(list(c.item)) FROM (SELECT user_id, unnest(kept) AS code "
+            f"FROM {SCHEMA}.t_coded) AS l JOIN {SCHEMA}.t_codes AS c USING (code) GROUP BY l.user_id"
+        ).fetchall()
+        plain = wh.con.sql(f"SELECT user_id, list_sort(kept) FROM {SCHEMA}.t_plain").fetchall()
+        assert sorted(decoded) == sorted(plain)
+        assert sum(len(k) == 4 for _, k in plain) >= cut
+    wh.drop(SCHEMA, "t_plain", "t_coded", "t_codes")
+
+    wh.con.execute(f"CREATE TABLE {SCHEMA}.t_clash AS SELECT 'a' AS item, 1 AS code UNION ALL SELECT 'b', 1")
+    row = wh.fetch_arrow(load_sql("dpsu/item_codes_distinct", schema=SCHEMA, codes="t_clash")).to_pylist()
+    assert row == [{"items": 2, "codes": 1}]
+
+    ran: list[str] = []
+    real_load = dpsu.load_sql
+
+    def clashing(name: str, **identifiers: str) -> str:
+        ran.append(name)
+        if name == "dpsu/item_codes":  # three codes for every item: collisions
+            return real_load(name, **identifiers).replace("hash(item) AS code", "hash(item) % 3 AS code")
+        return real_load(name, **identifiers)
+
+    monkeypatch.setattr(dpsu, "load_sql", clashing)
+    rounds = sips_vocabulary_rounds(0.5, 1e-3, 10, 2, 2.0, 1.5)
+    n = dpsu.sips_release(
+        wh, SCHEMA, "src", "real", rounds=rounds, max_contribution=10, noise=NoiseSource.secure(),
+        per_user_lists=True, coded_items=True,
+    )  # fmt: skip
+    assert n > 0 and "dpsu/user_kept_lists" in ran and "dpsu/histogram_kept" in ran
+    assert not {"dpsu/user_kept_lists_coded", "dpsu/histogram_kept_coded"} & set(ran)
+    assert not wh.object_type(SCHEMA, "real_sips_codes")

@@ -585,15 +585,20 @@ def test_out_of_memory_in_the_vocabulary_sql_charges_nothing_and_resumes(
     assert ledger_rows(resumed) == [("dpne.k1", "final")]
 
 
-#: The statements of the vocabulary that read every user's items: the per-user list table and its
-#: histograms (DP-SIPS, the default), the shared histogram and the policy Gaussian's input.
+#: The statements of the vocabulary that read every user's items: the item codes, the per-user list
+#: table and its histograms (DP-SIPS, the default; plain or coded), the shared histogram and the
+#: policy Gaussian's input.
 VOCABULARY_HEAVY_SQL = (
     "dpsu/user_item_lists",
     "dpsu/histogram_lists",
     "dpsu/histogram_lists_remaining",
+    "dpsu/item_codes",
     "dpsu/user_kept_lists",
+    "dpsu/user_kept_lists_coded",
     "dpsu/histogram_kept",
+    "dpsu/histogram_kept_coded",
     "dpsu/histogram_kept_admitted",
+    "dpsu/histogram_kept_admitted_coded",
     "dpsu/histogram",
     "dpsu/policy_items",
 )

@@ -60,6 +60,19 @@ def record_sips_release_rounds(monkeypatch) -> list:
     return calls
 
 
+def record_statements(monkeypatch) -> set[str]:
+    """The names of the SQL statements DPSU loads (the set fills as it does)."""
+    names: set[str] = set()
+    real = dpsu.load_sql
+
+    def recording(name: str, **identifiers: str) -> str:
+        names.add(name)
+        return real(name, **identifiers)
+
+    monkeypatch.setattr(dpsu, "load_sql", recording)
+    return names
+
+
 def record_selection_salts(monkeypatch) -> list[int]:
     """The selection salts the audit's noise sources draw, in order (the list fills as they do)."""
     salts: list[int] = []
@@ -193,5 +206,10 @@ def test_sips_admission_audit_runs_releases_with_admission_and_one_salt_a_run(mo
         result.setting["sigma_1"] / math.sqrt(sips_fractions(rounds, ratio)[0])
     )
     assert len(salts) == 6 and len(set(salts)) == 6
+    # the vocabulary's own path (release_vocabulary): round 1's kept lists, as item codes
+    statements = record_statements(monkeypatch)
+    run_audit("dpsu_sips_admission", runs=1)
+    assert {"dpsu/user_kept_lists_coded", "dpsu/histogram_kept_coded"} <= statements
+    assert "dpsu/histogram_kept_admitted_coded" in statements
     weighted = run_audit("dpsu_weighted", runs=2)
     assert result.claimed_epsilon == pytest.approx(weighted.claimed_epsilon, rel=1e-12)

@@ -5,9 +5,10 @@
 -- $max_contribution items with the smallest hash(hash(item) XOR $salt), a pseudo-random order keyed
 -- by a secret per-run salt (DuckDB's two-argument hash(item, salt) mixes the salt in too weakly: the
 -- kept subset then depends mostly on the item, which tests/test_dpsu.py detects); ties are broken
--- by the item. The rule depends only on the user's own items, so a user's kept set is unchanged by
--- adding or removing other users. kept_count: the number of items the user keeps
--- (<= $max_contribution).
+-- by hash(item), then by the item, so that the coded lists (dpsu/user_kept_lists_coded.sql, which
+-- hold hash(item) and break ties by it) keep exactly the same items. The rule depends only on the
+-- user's own items, so a user's kept set is unchanged by adding or removing other users.
+-- kept_count: the number of items the user keeps (<= $max_contribution).
 user_kept AS (
     SELECT user_id,
            CASE
@@ -16,7 +17,9 @@ user_kept AS (
                    list_slice(
                        list_sort(list_transform(
                            items,
-                           lambda x: struct_pack(sort_key := hash(xor(hash(x), CAST($salt AS UBIGINT))), item := x)
+                           lambda x: struct_pack(
+                               sort_key := hash(xor(hash(x), CAST($salt AS UBIGINT))), code := hash(x), item := x
+                           )
                        )),
                        1,
                        $max_contribution

@@ -261,6 +261,8 @@ def _dpsu_releases(
                         max_contribution=max_contribution,
                         noise=noise,
                         public=public,
+                        per_user_lists=True,  # the vocabulary's own path (release_vocabulary)
+                        coded_items=True,
                     )
                     items = wh.fetch_arrow(f"SELECT item FROM {schema}.released").column("item").to_pylist()
                     hits[i] = audited in set(items)

@@ -372,6 +372,7 @@ def sips_rounds_release(
     label: str = "dpsu",
     per_user_lists: bool = False,
     always_admitted: pa.Array | None = None,
+    coded_items: bool = False,
 ) -> list[pa.Array]:
     """The rounds of one DP-SIPS release over ``{schema}.{source}(user_id, item)`` (docs/dpne.md,
     "DP-SIPS"). Round r: the source minus the items released in rounds < r (anti-join,
@@ -396,7 +397,10 @@ def sips_rounds_release(
     (``dpsu/user_kept_lists.sql``: one salt, so round 1's kept sets serve every round), read by
     ``dpsu/histogram_kept.sql`` and ``histogram_kept_admitted.sql``: each user's items are ranked
     once, not once per round. Worth it where the source has many duplicates per user (the vocabulary:
-    ~100 token occurrences, ~70 distinct words a user); the DPNE levels' sources are not."""
+    ~100 token occurrences, ~70 distinct words a user); the DPNE levels' sources are not.
+
+    ``coded_items`` (with kept lists): the lists hold hash(item), not the item (docs/dpne.md, "Coded
+    kept lists"; the same histograms, cheaper for strings) when no two items share a code."""
     if max_contribution < 1:
         raise ValueError(f"max_contribution: must be >= 1 (got {max_contribution})")
     done = safe_identifier(f"{work}_done")
@@ -407,13 +411,22 @@ def sips_rounds_release(
     admission = len(rounds) > 1 and rounds[0].admit_floor is not None
     shared_salt = int(noise.selection_salt()) if admission else None
     from_kept_lists = lists is not None and admission  # one salt: every round keeps round 1's sets
+    codes = safe_identifier(f"{work}_codes") if coded_items and from_kept_lists else None
+    admitted_codes = safe_identifier(f"{work}_admitted_codes")
     admitted: pa.Array | None = None
     released: list[pa.Array] = []
     count = 0
     try:
         if from_kept_lists:  # every round's kept sets are round 1's, ranked once
+            if codes is not None and not _one_to_one_codes(wh, schema, source, codes):
+                codes = None
             wh.execute(
-                load_sql("dpsu/user_kept_lists", schema=schema, target=lists, source=source),
+                load_sql(
+                    "dpsu/user_kept_lists_coded" if codes else "dpsu/user_kept_lists",
+                    schema=schema,
+                    target=lists,
+                    source=source,
+                ),
                 {"salt": shared_salt, "max_contribution": int(max_contribution)},
             )
         elif lists:
@@ -427,13 +440,22 @@ def sips_rounds_release(
                 if count:  # admitted minus everything released so far (keys only)
                     admitted = admitted.filter(pc.invert(pc.is_in(admitted, pa.concat_arrays(released))))
                 _store_items(wh, schema, admitted_table, pa.table({"item": admitted}))
+                coded = (
+                    {"codes": codes, "admitted": admitted_codes} if codes else {"admitted": admitted_table}
+                )
+                if codes:  # the admitted items' codes, matched against the coded lists
+                    wh.execute(
+                        load_sql(
+                            "dpsu/item_codes_of", schema=schema, target=admitted_codes, source=admitted_table
+                        )
+                    )
                 statement = (
                     load_sql(
-                        "dpsu/histogram_kept_admitted",
+                        "dpsu/histogram_kept_admitted_coded" if codes else "dpsu/histogram_kept_admitted",
                         schema=schema,
                         kept_lists=lists,
-                        admitted=admitted_table,
                         histogram=histogram,
+                        **coded,
                     )
                     if lists
                     else load_sql(
@@ -446,7 +468,11 @@ def sips_rounds_release(
                 )
             elif from_kept_lists:  # round 1
                 statement = load_sql(
-                    "dpsu/histogram_kept", schema=schema, kept_lists=lists, histogram=histogram
+                    "dpsu/histogram_kept_coded" if codes else "dpsu/histogram_kept",
+                    schema=schema,
+                    kept_lists=lists,
+                    histogram=histogram,
+                    **({"codes": codes} if codes else {}),
                 )
             elif lists:
                 statement = (
@@ -499,8 +525,20 @@ def sips_rounds_release(
                 }
             )
     finally:
-        wh.drop(schema, histogram, remaining, done, admitted_table, *([lists] if lists else []))
+        wh.drop(schema, histogram, remaining, done, admitted_table, admitted_codes, f"{work}_codes")
+        wh.drop(schema, *([lists] if lists else []))
     return released
+
+
+def _one_to_one_codes(wh: Engine, schema: str, source: str, codes: str) -> bool:
+    """Build ``{schema}.{codes}(item, code)`` (``sql/dpsu/item_codes.sql``); whether no two items
+    share a code (unlikely at 64 bits, but checked). Both answers release the same histograms."""
+    wh.execute(load_sql("dpsu/item_codes", schema=schema, target=codes, source=source))
+    row = wh.fetch_arrow(load_sql("dpsu/item_codes_distinct", schema=schema, codes=codes)).to_pylist()[0]
+    if row["items"] == row["codes"]:
+        return True
+    wh.drop(schema, codes)
+    return False
 
 
 def _admitted_keys(collected: list[pa.Array], always: pa.Array | None, released: pa.Array) -> pa.Array:
@@ -529,6 +567,7 @@ def sips_release(
     label: str = "dpsu",
     per_user_lists: bool = False,
     public: PublicDomain | None = None,
+    coded_items: bool = False,
 ) -> int:
     """DPSU by DP-SIPS over ``{schema}.{source}(user_id, item)``: :func:`sips_rounds_release` with
     each round thresholded at its own (sigma_r, rho_r) (:func:`threshold_histogram`; only the
@@ -581,6 +620,7 @@ def sips_release(
         label=label,
         per_user_lists=per_user_lists,
         always_admitted=always,
+        coded_items=coded_items,
     )
     if released:
         items = pa.table({"item": pa.concat_arrays(released)})
@@ -730,6 +770,7 @@ def release_vocabulary(
             label="vocabulary",
             per_user_lists=True,
             public=public,
+            coded_items=True,  # strings: the kept lists are cheaper as 64-bit codes
         )
     return dpsu_release(
         wh,

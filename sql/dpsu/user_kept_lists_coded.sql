@@ -1,0 +1,37 @@
+-- dpsu/user_kept_lists.sql over item codes (docs/dpne.md, "Coded kept lists"): the same kept set
+-- for every user, as 64-bit codes c = hash(item) instead of strings, which DuckDB collects,
+-- deduplicates and sorts at about half the cost (the vocabulary at 1M users: 16 s against 29 s).
+-- Used only when the codes of {schema}.{source}'s items are one-to-one (dpsu/item_codes_distinct.sql),
+-- so a user's distinct codes are its distinct items. The rule is dpsu/_user_kept.sql's with the
+-- item's hash already taken: a user over $max_contribution keeps the codes with the smallest
+-- hash(xor(c, $salt)), ties broken by c, which is the plain rule's order (sort key, then
+-- hash(item)). Private working table: it never leaves the run schema.
+CREATE OR REPLACE TABLE {schema}.{target} AS
+WITH
+user_items AS (
+    SELECT user_id, list_distinct(list(hash(item))) AS items
+    FROM {schema}.{source}
+    WHERE item IS NOT NULL AND user_id IS NOT NULL
+    GROUP BY user_id
+),
+user_kept AS (
+    SELECT user_id,
+           CASE
+               WHEN array_length(items) <= $max_contribution THEN items
+               ELSE list_transform(
+                   list_slice(
+                       list_sort(list_transform(
+                           items,
+                           lambda c: struct_pack(sort_key := hash(xor(c, CAST($salt AS UBIGINT))), code := c)
+                       )),
+                       1,
+                       $max_contribution
+                   ),
+                   lambda e: e.code
+               )
+           END AS kept,
+           CAST(least(array_length(items), $max_contribution) AS BIGINT) AS kept_count
+    FROM user_items
+)
+SELECT user_id, kept, kept_count
+FROM user_kept
