@@ -4,7 +4,5 @@
 -- statistics: this table never leaves the run schema.
 CREATE OR REPLACE TABLE {schema}.{histogram} AS
 WITH
-user_kept AS (
-    SELECT user_id, kept, kept_count FROM {schema}.{kept_lists}
-),
+-- include: dpsu/_kept_lists
 -- include: dpsu/_kept_weights

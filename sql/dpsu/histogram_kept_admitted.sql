@@ -8,7 +8,5 @@
 -- duckdb-set: disabled_optimizers = 'build_side_probe_side'
 CREATE OR REPLACE TABLE {schema}.{histogram} AS
 WITH
-user_kept AS (
-    SELECT user_id, kept, kept_count FROM {schema}.{kept_lists}
-),
+-- include: dpsu/_kept_lists
 -- include: dpsu/_admitted_weights

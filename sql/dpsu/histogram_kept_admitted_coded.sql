@@ -10,13 +10,9 @@
 -- duckdb-set: disabled_optimizers = 'build_side_probe_side'
 CREATE OR REPLACE TABLE {schema}.{histogram} AS
 WITH
-user_kept AS (
-    SELECT user_id, kept, kept_count FROM {schema}.{kept_lists}
-),
+-- include: dpsu/_kept_lists
 coded AS (
     WITH
 -- include: dpsu/_admitted_weights
 )
-SELECT c.item, w.weight
-FROM coded AS w
-JOIN {schema}.{codes} AS c ON c.code = w.item
+-- include: dpsu/_decoded

@@ -4,13 +4,9 @@
 -- (item, weight) table as the plain statement. Exact private statistics: never leaves the run schema.
 CREATE OR REPLACE TABLE {schema}.{histogram} AS
 WITH
-user_kept AS (
-    SELECT user_id, kept, kept_count FROM {schema}.{kept_lists}
-),
+-- include: dpsu/_kept_lists
 coded AS (
     WITH
 -- include: dpsu/_kept_weights
 )
-SELECT c.item, w.weight
-FROM coded AS w
-JOIN {schema}.{codes} AS c ON c.code = w.item
+-- include: dpsu/_decoded
