@@ -19,6 +19,7 @@ from dpngram.lm.arpa import (
     ArpaModel,
     check_model,
     kneser_ney,
+    ngrams_of_sentences,
     raw_marginals,
     read_arpa,
     write_arpa,
@@ -65,6 +66,20 @@ def lookup(model: ArpaModel):
         raise AssertionError(word)
 
     return tables, logp
+
+
+@pytest.mark.parametrize("order", [1, 2, 3, 4, 5, 6])
+def test_sentence_ngrams_match_the_counting_reference_at_every_order(order):
+    """The padded n-grams of sentences as polars counts them equal the Python reference at every
+    order KenLM builds, sentences shorter than the order included: the one-token sentence ["c"]
+    has no 5-gram. (The polars list length is unsigned: before the count was made signed, order 5
+    wrapped that sentence's number of starts to about 2^32 and asked for 34 GB.)"""
+    got = ngrams_of_sentences(pl.Series(SENTENCES, dtype=pl.List(pl.String)), order, None)
+    expected = counts(SENTENCES, max(order, 2)) if order > 1 else counts(SENTENCES, 1)
+    if order == 1:  # every predicted token: no <s>
+        expected = Counter({k: v for k, v in expected.items() if k != BOS})
+    assert dict(zip(got["ngram"], got["count"], strict=True)) == dict(expected)
+    assert any(len(s) + 3 - order < 0 for s in SENTENCES) == (order >= 5)  # the short case is covered
 
 
 def test_raw_marginals_recover_lower_order_counts_exactly():

@@ -250,8 +250,11 @@ def ngrams_of_sentences(sentences: pl.Series, order: int, vocabulary: set[str] |
         .select(toks=pl.concat_list(pl.lit(BOS), pl.col("toks"), pl.lit(EOS)))
     )
     width = max(order, 2)
+    # list.len() is unsigned: a sentence shorter than the width would wrap below 0 to ~2^32 starts
+    # (order 5 on a one-token sentence asked polars for 34 GB), so the count is signed first
+    starts = pl.col("toks").list.len().cast(pl.Int64) - width + 1
     grams = (
-        padded.with_columns(start=pl.int_ranges(0, pl.col("toks").list.len() - width + 1))
+        padded.with_columns(start=pl.int_ranges(0, starts))
         .explode("start")
         .drop_nulls("start")
         .select(ngram=pl.col("toks").list.slice(pl.col("start") + (width - order), order).list.join(" "))
