@@ -176,6 +176,19 @@ def test_plan_order_and_configuration(released_run):
         RunConfig.build(input="x", out="y", lm_order=7)
 
 
+def test_an_lm_order_the_counts_cannot_build_is_refused_before_the_run():
+    """The model is built from lm_counts' noisy counts (orders 1-3): a higher lm_order with an
+    lm_counts share is a configuration error (before ingest and DPNE spend budget, not in stage
+    lm_counts after them); without that share no model is built and the order is free."""
+    for order in (4, 5, 6):
+        with pytest.raises(ConfigError, match="lm_order: the model is built from the noisy counts"):
+            RunConfig.build(input="x", out="y", lm_order=order)
+        assert (
+            RunConfig.build(input="x", out="y", lm_order=order, stage_budget={"dpne": 1.0}).lm.order == order
+        )
+    assert RunConfig.build(input="x", out="y", lm_order=3).lm.order == 3
+
+
 @pytest.mark.parametrize("route", ["arpa", "lmplz"])
 def test_retired_routes_are_refused_with_their_reason(route):
     with pytest.raises(ConfigError, match=f"lm_route: route '{route}' was retired"):

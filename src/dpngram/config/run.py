@@ -244,6 +244,11 @@ class RunConfig(BaseModel):
                 f"lm_route: 'mixture' is built from the noisy counts of stage {LM_SOURCE}, which has no "
                 "stage_budget share; add one, or use 'auto' (no model without it) or 'off'"
             )
+        if LM_SOURCE in self.stage_budget and self.lm.order > 3:  # refused before any budget is spent
+            raise ValueError(
+                f"lm_order: the model is built from the noisy counts of stage {LM_SOURCE}, which go up to "
+                f"order 3 (got {self.lm.order}); lower lm_order, or drop the {LM_SOURCE} share (no model)"
+            )
         return self
 
     @model_validator(mode="after")

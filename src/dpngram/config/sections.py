@@ -366,7 +366,14 @@ class LmConfig(Section):
         "measured on them (disjoint users: no extra privacy cost). 0 turns the verdict off.",
     )
 
-    order: int = Field(3, ge=1, le=6, title="LM: order", description="N-gram order of the model.")
+    order: int = Field(
+        3,
+        ge=1,
+        le=6,
+        title="LM: order",
+        description="N-gram order of the model: at most 3 while stage lm_counts has a budget share (its "
+        "noisy counts go up to trigrams), which every model is built from.",
+    )
 
     eval_text: str | None = Field(
         None,
