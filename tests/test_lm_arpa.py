@@ -236,6 +236,12 @@ def test_the_columnwise_reader_equals_the_line_reader_and_falls_back_on_odd_file
         with pytest.raises(ArpaError, match=r"^line \d+: "):
             read_arpa(path)
 
+    # the byte the column-wise reader splits lines on, inside a token: the line reader reads it
+    odd_byte = tmp_path / "odd-byte.arpa"
+    odd_byte.write_text("\\data\\\nngram 1=1\n\\1-grams:\n-1\ta\x01b\n\\end\\\n", encoding="utf-8")
+    assert _read_regular_arpa(odd_byte) is None
+    assert read_arpa(odd_byte)[1].tables[1]["ngram"].to_list() == ["a\x01b"]
+
 
 def test_binary_build_runs_beside_the_caller_and_reports_failures(tmp_path):
     """build_binary in its own process (dpngram.lm.build.BinaryBuild): the result appears only after
