@@ -46,6 +46,29 @@ def test_mapped_raw_counts_equal_counting_with_the_vocabulary(tmp_path, part, ev
     assert (set(raw[1]["ngram"].to_list()) - {BOS, EOS, UNK} <= vocabulary) == every_word
 
 
+def test_train_counts_through_the_cache_are_the_whole_corpus_less_the_held_out(tmp_path, monkeypatch):
+    """With a cache, the train part's counts are the whole corpus's (cached) less the held-out
+    sentences': equal to counting the train sentences, and the train sentences are not read again."""
+    corpus = _corpus(tmp_path / "public.txt", 4)
+    direct = open_model.raw_public_counts(corpus, 3, True, "train")  # no cache: counted directly
+    cache = tmp_path / "cache"
+    open_model.raw_public_counts(corpus, 3, True, "all", cache)
+    parts_read = []
+    reader = open_model.public_sentence_batches
+
+    def batches(path, lowercase=True, part="train"):
+        parts_read.append(part)
+        return reader(path, lowercase, part)
+
+    monkeypatch.setattr(open_model, "public_sentence_batches", batches)
+    via_cache = open_model.raw_public_counts(corpus, 3, True, "train", cache)
+    assert parts_read == ["heldout"]
+    for n in (1, 2, 3):
+        assert _as_dict(via_cache[n]) == _as_dict(direct[n]), n
+        assert via_cache[n].schema == direct[n].schema
+    assert len(list((cache / "counts").iterdir())) == 2  # the whole corpus's entry and the train part's
+
+
 def test_literal_marker_tokens_read_as_unk_as_in_direct_counting(monkeypatch):
     """The tokenizer never emits a marker, but a token spelled like one must not pass for padding:
     raw counting reads it as <unk>, as counting with any vocabulary (which excludes markers) does."""

@@ -255,15 +255,35 @@ def raw_public_counts(
     ``cache_dir`` is given (keyed by the corpus file's SHA-256, ``digest`` when the caller has it)."""
     from dpngram.lm.public_cache import cached_tables, entry_key, file_digest
 
-    def batches() -> Iterator[pl.Series]:
+    def batches(of: str) -> Iterator[pl.Series]:
         marker = pl.element().is_in([BOS, EOS])
-        for batch in public_sentence_batches(path, lowercase, part):
+        for batch in public_sentence_batches(path, lowercase, of):
             yield batch.list.eval(pl.when(marker).then(pl.lit(UNK)).otherwise(pl.element()))
+
+    def count() -> dict[int, pl.DataFrame]:
+        if part != "train" or not cache_dir:
+            return batch_ngram_counts(batches(part), order, None)
+        # train = all - heldout (counts add over sentences): with a cache the whole corpus's counts
+        # are there (step lm_counts stores them first), the held-out 1/HELDOUT_EVERY is counted and
+        # the train part is not counted again (Brown: 0.3 s against 2.2 s on a corpus's first run)
+        whole = raw_public_counts(path, order, lowercase, "all", cache_dir, digest)
+        held = batch_ngram_counts(batches("heldout"), order, None)
+        return {n: _without(whole[n], held[n]) for n in whole}
 
     if cache_dir and digest is None:
         digest = file_digest(path)
     key = entry_key("public-counts", digest, part, lowercase, order) if cache_dir else ""
-    return cached_tables(cache_dir, "counts", key, lambda: batch_ngram_counts(batches(), order, None))
+    return cached_tables(cache_dir, "counts", key, count)
+
+
+def _without(whole: pl.DataFrame, part: pl.DataFrame) -> pl.DataFrame:
+    """``whole``'s counts less ``part``'s (counts of a subset of the same sentences): the n-grams
+    left with a positive count. Exact: the counts are integers held as floats."""
+    return (
+        whole.join(part.rename({"count": "less"}), on="ngram", how="left")
+        .select("ngram", count=pl.col("count") - pl.col("less").fill_null(0.0))
+        .filter(pl.col("count") > 0)
+    )
 
 
 def open_public_model(
