@@ -105,8 +105,8 @@ def _printed(release: Path, label: str = demo.HELDOUT_USERS_LABEL) -> str:
 
 
 def test_output_shows_both_evaluation_texts(tmp_path: Path) -> None:
-    public_row = f"{HELDOUT_PUBLIC_ROW} (1 in {HELDOUT_EVERY}; stand-ins trained without them)"
-    comparison = {  # the order compare_with_public writes them in
+    public_row = f"{HELDOUT_PUBLIC_ROW} (1 in {HELDOUT_EVERY}; neither model trained on them)"
+    comparison = {  # the order step lm writes them in
         public_row: {"released model": _metrics(115.8, 0.301), "public-only model": _metrics(110.8, 0.312)},
         EVAL_TEXT_ROW: {"released model": _metrics(81.4, 0.352), "public-only model": _metrics(120.2, 0.287)},
     }
@@ -136,11 +136,11 @@ def test_output_shows_both_evaluation_texts(tmp_path: Path) -> None:
         f"released ÷ public-only perplexity {81.4 / 120.2:.2f} (released model better here)",
         f"released ÷ public-only perplexity {115.8 / 110.8:.2f} (public-only model better here)",
     ]
-    assert EVAL_TEXT_ROW not in out and "stand-ins" not in out  # short labels only
+    assert EVAL_TEXT_ROW not in out and "trained on them" not in out  # short labels only
 
 
 def test_output_without_eval_text_shows_the_public_rows_only(tmp_path: Path) -> None:
-    public_row = f"{HELDOUT_PUBLIC_ROW} (1 in {HELDOUT_EVERY}; stand-ins trained without them)"
+    public_row = f"{HELDOUT_PUBLIC_ROW} (1 in {HELDOUT_EVERY}; neither model trained on them)"
     comparison = {
         public_row: {"released model": _metrics(90.0, 0.3), "public-only model": _metrics(95.0, 0.3)}
     }

@@ -46,13 +46,16 @@ def test_mapped_raw_counts_equal_counting_with_the_vocabulary(tmp_path, part, ev
     assert (set(raw[1]["ngram"].to_list()) - {BOS, EOS, UNK} <= vocabulary) == every_word
 
 
-def test_train_counts_through_the_cache_are_the_whole_corpus_less_the_held_out(tmp_path, monkeypatch):
-    """With a cache, the train part's counts are the whole corpus's (cached) less the held-out
-    sentences': equal to counting the train sentences, and the train sentences are not read again."""
-    corpus = _corpus(tmp_path / "public.txt", 4)
-    direct = open_model.raw_public_counts(corpus, 3, True, "train")  # no cache: counted directly
+def test_whole_corpus_counts_through_the_cache_are_the_train_part_plus_the_held_out(tmp_path, monkeypatch):
+    """With a cache, the whole corpus's counts are the train part's (cached: every run fits P on
+    it) plus the held-out sentences': equal to counting every sentence, and the train sentences
+    are not read again."""
+    corpus = _corpus(tmp_path / "public.txt", 4, lines=3 * open_model.HELDOUT_EVERY + 7)
+    direct = open_model.raw_public_counts(corpus, 3, True, "all")  # no cache: counted directly
+    held = open_model.raw_public_counts(corpus, 3, True, "heldout")
+    assert held[1].height > 0  # the corpus has held-out sentences, so the sum is a real one
     cache = tmp_path / "cache"
-    open_model.raw_public_counts(corpus, 3, True, "all", cache)
+    open_model.raw_public_counts(corpus, 3, True, "train", cache)
     parts_read = []
     reader = open_model.public_sentence_batches
 
@@ -61,12 +64,25 @@ def test_train_counts_through_the_cache_are_the_whole_corpus_less_the_held_out(t
         return reader(path, lowercase, part)
 
     monkeypatch.setattr(open_model, "public_sentence_batches", batches)
-    via_cache = open_model.raw_public_counts(corpus, 3, True, "train", cache)
+    via_cache = open_model.raw_public_counts(corpus, 3, True, "all", cache)
     assert parts_read == ["heldout"]
     for n in (1, 2, 3):
         assert _as_dict(via_cache[n]) == _as_dict(direct[n]), n
         assert via_cache[n].schema == direct[n].schema
-    assert len(list((cache / "counts").iterdir())) == 2  # the whole corpus's entry and the train part's
+    assert len(list((cache / "counts").iterdir())) == 2  # the train part's entry and the whole corpus's
+
+
+def test_cache_entries_of_one_held_out_rate_are_not_read_for_another(tmp_path, monkeypatch):
+    """The train part depends on the held-out rate: an entry stored under one rate is not read
+    under another (the key names the split)."""
+    corpus = _corpus(tmp_path / "public.txt", 4, lines=250)
+    cache = tmp_path / "cache"
+    first = open_model.raw_public_counts(corpus, 3, True, "train", cache)
+    monkeypatch.setattr(open_model, "HELDOUT_EVERY", 7)
+    other = open_model.raw_public_counts(corpus, 3, True, "train", cache)
+    assert other[1]["count"].sum() != first[1]["count"].sum()
+    assert _as_dict(other[3]) == _as_dict(open_model.raw_public_counts(corpus, 3, True, "train")[3])
+    assert len(list((cache / "counts").iterdir())) == 2
 
 
 def test_literal_marker_tokens_read_as_unk_as_in_direct_counting(monkeypatch):

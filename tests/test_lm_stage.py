@@ -91,6 +91,56 @@ def test_mixture_from_released_files_only(released_run):
     assert leftovers == ["MODEL_CARD.md", "model.arpa", "model.binary"]
 
 
+def test_the_held_out_public_row_scores_the_released_model_itself(released_run):
+    """The card's held-out public row is the released model (its compiled binary, scored by KenLM)
+    and the P it was built from, on sentences neither was trained on: P's n-grams (the released
+    model's, through the mixture) come from the other public lines only."""
+    from dpngram.lm.evaluate import evaluate_file, evaluate_model
+    from dpngram.lm.open_model import HELDOUT_EVERY, RELEASED_PART, open_public_model, public_sentences
+
+    ctx, files = released_run
+    lm_stage.run_lm(ctx)
+    root = ctx.release.root
+    comparison = read_parts(ctx)["lm"]["comparison"]
+    (row,) = [v for k, v in comparison.items() if k.startswith(build.HELDOUT_PUBLIC_ROW)]
+    heldout = build.heldout_text(ctx.config, root)
+    kenlm_scored = evaluate_file(root / layout.MODEL_BINARY, heldout, ctx.config.lowercase)
+    released = row["released model"]
+    assert released["tokens"] == kenlm_scored["tokens"] > 0
+    # KenLM holds 32-bit floats of 7-decimal ARPA values; the in-memory scorer 64-bit ones
+    assert released["open_vocab_perplexity"] == pytest.approx(kenlm_scored["open_vocab_perplexity"], rel=1e-4)
+
+    # no model of the run saw a held-out sentence: their trigrams are in P only where another line has them
+    def trigrams(part: str) -> set[str]:
+        padded = (["<s>", *s, "</s>"] for s in public_sentences(files["public"], True, part))
+        return {" ".join(t) for p in padded for t in zip(p, p[1:], p[2:], strict=False)}
+
+    def listed(part: str) -> set[str]:
+        _, _, public_model = open_public_model(
+            build.ReleasedInputs(root).vocabulary(),
+            str(files["public"]),
+            order=3,
+            public_cap=ctx.config.lm.public_vocab_size,
+            part=part,
+        )
+        return set(public_model.tables[3]["ngram"].to_list())
+
+    only_held = trigrams("heldout") - trigrams("train")
+    assert only_held & listed("all")  # fitted on every line, P would list some: the check can fail
+    assert not only_held & listed(RELEASED_PART)
+    assert HELDOUT_EVERY > 1
+    # and that P is the row's public-only model (the one the released model was built from)
+    _, _, public_model = open_public_model(
+        build.ReleasedInputs(root).vocabulary(),
+        str(files["public"]),
+        order=3,
+        public_cap=ctx.config.lm.public_vocab_size,
+        part=RELEASED_PART,
+    )
+    public_row = evaluate_model(public_model, heldout, ctx.config.lowercase)
+    assert row["public-only model"]["open_vocab_perplexity"] == public_row["open_vocab_perplexity"]
+
+
 @pytest.mark.parametrize("failing", ["comparison", "check"])
 def test_a_failure_beside_the_binary_build_leaves_no_binary(released_run, monkeypatch, failing):
     """The binary is compiled while the model is checked and compared (stages/lm.py): when either

@@ -304,7 +304,7 @@ def run_demo(
 
 
 #: How the demo names the evaluation texts of report.json's ``model.comparison`` (rows named by
-#: dpngram.lm.build.compare_with_public): its held-out users (the run's lm_eval_text) and the
+#: dpngram.lm.build's comparisons): its held-out users (the run's lm_eval_text) and the
 #: held-out public sentences.
 HELDOUT_USERS_LABEL = "on held-out users (private domain)"
 PUBLIC_TEXT_LABEL = "on public text (held-out sentences)"

@@ -71,11 +71,11 @@ class ReleasedInputs:
 # The mixture (open vocabulary; docs/lm.md, "Open-vocabulary model")
 # ----------------------------------------------------------------------------------------------
 def mixture_components(
-    inputs: ReleasedInputs, config: RunConfig, part: dict[str, Any], public_part: str = "all"
+    inputs: ReleasedInputs, config: RunConfig, part: dict[str, Any]
 ) -> tuple[list[str], Any, Any]:
     """(V_LM, P, Q) from the released DP vocabulary and noisy counts, the lm_counts report part and
-    the public corpus (``public_part='train'``: without the held-out public sentences)."""
-    from dpngram.lm.open_model import noisy_count_model, open_public_model
+    the public corpus (P without the held-out public sentences, as step ``lm_counts`` fits it)."""
+    from dpngram.lm.open_model import RELEASED_PART, noisy_count_model, open_public_model
     from dpngram.release.identity import public_cache_dir
 
     order = int(part["order"])
@@ -85,7 +85,7 @@ def mixture_components(
         order=order,
         public_cap=config.lm.public_vocab_size,
         lowercase=config.lowercase,
-        part=public_part,
+        part=RELEASED_PART,
         cache_dir=public_cache_dir(config),
     )
     private = noisy_count_model(
@@ -109,9 +109,10 @@ def adapted_public(public: Any, private: Any, strength: float) -> Any:
 def build_route_mixture(
     part: dict[str, Any] | None, inputs: ReleasedInputs, config: RunConfig, arpa_path: Path
 ) -> dict[str, Any]:
-    """λ·Q + (1 − λ)·P: P is Kneser-Ney on the public corpus over V_LM (DP vocabulary ∪ public
-    words), Q the model of the released noisy counts, λ the released weight (report part
-    ``lm_counts``). Returns the build description; ``info['public_model']`` is P (for comparison)."""
+    """λ·Q + (1 − λ)·P: P is Kneser-Ney on the public corpus (but its held-out sentences) over V_LM
+    (DP vocabulary ∪ public words), Q the model of the released noisy counts, λ the released weight
+    (report part ``lm_counts``). Returns the build description; ``info['model']`` is the model
+    written and ``info['public_model']`` P (for the comparison; neither goes into the report)."""
     from dpngram.lm.open_model import mix_models
 
     counts_path = inputs.root / LM_COUNTS
@@ -143,6 +144,7 @@ def build_route_mixture(
             "merged into one backoff model"
         ),
         "mix_weight": weight,
+        "model": model,
         "public_model": public,
         "vocabulary": {
             "model": len(vocabulary),
@@ -210,7 +212,7 @@ COMPARED_METRICS = (
 )
 
 
-#: Row names of :func:`compare_with_public` (report.json ``model.comparison``): the held-out public
+#: Row names of the comparisons (report.json ``model.comparison``): the held-out public
 #: sentences' row starts with the first (details follow in brackets); the second is the operator's
 #: evaluation text. ``dpngram demo`` labels its output by them.
 HELDOUT_PUBLIC_ROW = "held-out public sentences"
@@ -240,16 +242,13 @@ def heldout_text(config: RunConfig, work: Path) -> Path | None:
     return path if path.stat().st_size > 0 else None
 
 
-def compare_on_heldout_public(
-    part: dict[str, Any], inputs: ReleasedInputs, config: RunConfig
-) -> dict[str, Any]:
+def compare_on_heldout_public(model: Any, public_model: Any, config: RunConfig) -> dict[str, Any]:
     """The released model's and the public-only model P's metrics on the held-out public sentences
-    (every ``HELDOUT_EVERY``-th line of the public corpus): the released model trained on them, so
-    both numbers come from stand-ins built by the same recipe without those sentences (the same
-    released noisy counts and weight). Needs nothing of the released model itself, so step ``lm``
-    runs it beside the build. {} without a public corpus or held-out sentences."""
+    (every ``HELDOUT_EVERY``-th line of the public corpus), which neither was trained on: P, and so
+    the mixture, is fitted on the other lines in every run. Scored from the models' tables (no
+    ARPA file written and parsed back by KenLM). {} without a public corpus or held-out sentences."""
     from dpngram.lm.evaluate import evaluate_model
-    from dpngram.lm.open_model import HELDOUT_EVERY, mix_models
+    from dpngram.lm.open_model import HELDOUT_EVERY
 
     if not config.public:
         return {}
@@ -257,30 +256,33 @@ def compare_on_heldout_public(
         heldout = heldout_text(config, Path(tmpdir))
         if heldout is None:
             return {}
-        _, p_train, q_train = mixture_components(inputs, config, part, "train")
-        models = {
-            "released model": mix_models(
-                adapted_public(p_train, q_train, float(part.get("unigram_adaptation", 0.0))),
-                q_train,
-                float(part["mix_weight"]),
-            ),
-            "public-only model": p_train,
-        }
         row = {}
-        for name, model in models.items():
-            # scored from the model's tables (no ARPA file written and parsed back by KenLM)
-            m = evaluate_model(model, heldout, config.lowercase)
+        for name, scored in (("released model", model), ("public-only model", public_model)):
+            m = evaluate_model(scored, heldout, config.lowercase)
             row[name] = {k: m.get(k) for k in COMPARED_METRICS}
-    return {f"{HELDOUT_PUBLIC_ROW} (1 in {HELDOUT_EVERY}; stand-ins trained without them)": row}
+    return {f"{HELDOUT_PUBLIC_ROW} (1 in {HELDOUT_EVERY}; neither model trained on them)": row}
 
 
-def compare_on_eval_text(binary: Path, public_model: Any, config: RunConfig) -> dict[str, Any]:
-    """The released model's (its compiled ``binary``) and P's metrics on ``lm_eval_text``
-    (operator-supplied, non-private); {} without one."""
+def compare_on_eval_text(binary: Path, inputs: ReleasedInputs, config: RunConfig) -> dict[str, Any]:
+    """The released model's (its compiled ``binary``) and the public-only model's metrics on
+    ``lm_eval_text`` (operator-supplied, non-private); {} without one. The public-only model here is
+    P fitted on every public sentence, held-out ones included: the model an operator would build
+    from the public corpus alone, so the comparison does not favour the released model."""
     from dpngram.lm.evaluate import evaluate_file
+    from dpngram.lm.open_model import open_public_model
+    from dpngram.release.identity import public_cache_dir
 
     if not config.lm.eval_text:
         return {}
+    _, _, public_model = open_public_model(
+        inputs.vocabulary(),
+        config.public,
+        order=config.lm.order,
+        public_cap=config.lm.public_vocab_size,
+        lowercase=config.lowercase,
+        part="all",
+        cache_dir=public_cache_dir(config),
+    )
     with tempfile.TemporaryDirectory(prefix="dpngram-lmcmp-") as tmpdir:
         tmp = Path(tmpdir)
         write_arpa(public_model, tmp / "public.arpa")
@@ -290,14 +292,3 @@ def compare_on_eval_text(binary: Path, public_model: Any, config: RunConfig) -> 
             m = evaluate_file(path, config.lm.eval_text, config.lowercase)
             row[name] = {k: m.get(k) for k in COMPARED_METRICS}
     return {EVAL_TEXT_ROW: row}
-
-
-def compare_with_public(
-    part: dict[str, Any], inputs: ReleasedInputs, binary: Path, public_model: Any, config: RunConfig
-) -> dict[str, Any]:
-    """Metrics of the released model and of the public-only model P (the trivial alternative):
-    on the held-out public sentences (:func:`compare_on_heldout_public`), then on ``lm_eval_text``
-    when given (:func:`compare_on_eval_text`). Never on the private data."""
-    return compare_on_heldout_public(part, inputs, config) | compare_on_eval_text(
-        binary, public_model, config
-    )

@@ -2,14 +2,16 @@
 (docs/lm.md, "The public-model cache").
 
 Every run with a public corpus needs P in two stages (``lm_counts`` builds the counting domain and
-the selection models on it; ``lm`` mixes it into the released model) and a second P without the
-held-out public sentences (the model card's stand-ins). Before this cache each of them tokenised
-and counted the whole public corpus again and fitted Kneser-Ney again. Four kinds of entries:
+the selection models on it; ``lm`` mixes it into the released model), fitted on the corpus without
+its held-out sentences; a run with ``lm_eval_text`` also needs P on the whole corpus (the
+public-only baseline there). Before this cache each of them tokenised and counted the whole public
+corpus again and fitted Kneser-Ney again. Four kinds of entries:
 
-* ``counts``: the raw order-1..N counts of one public corpus (``part``: all / train), with no
-  vocabulary mapping. Keyed by the corpus file's SHA-256, so every later run on the same corpus
-  skips tokenising and counting; a run maps them to its vocabulary (:func:`map_to_vocabulary`),
-  which gives exactly the counts of counting with that mapping.
+* ``counts``: the raw order-1..N counts of one public corpus (``part``: train / all, named with
+  the held-out rate: :func:`dpngram.lm.open_model.split_key`), with no vocabulary mapping. Keyed
+  by the corpus file's SHA-256, so every later run on the same corpus skips tokenising and
+  counting; a run maps them to its vocabulary (:func:`map_to_vocabulary`), which gives exactly the
+  counts of counting with that mapping.
 * ``models``: P's Kneser-Ney terms (:func:`dpngram.lm.arpa.kneser_ney_terms`), keyed by the
   corpus digest, the part, the order and the public words the run's model vocabulary V_LM keeps.
   A run completes them with its DP-only words, which have no public counts, in a few hundredths

@@ -5,8 +5,8 @@
 counts of step ``lm_counts``), compiles ``model/model.binary`` (``build_binary`` in its own
 process), checks the ARPA file with the GX suite ``model.arpa``
 (:func:`dpngram.validation.validate_model`), compares the model with the public-only model on
-held-out public sentences (in a thread from the start: stand-ins that need nothing of the released
-model) and on ``lm_eval_text`` when given, and writes
+held-out public sentences neither was trained on (in a thread, beside the check and the
+compilation) and on ``lm_eval_text`` when given, and writes
 ``model/MODEL_CARD.md`` and report part ``lm``. Post-processing only: no privacy spend, no access
 to the run's private schema. The step runs only with an ``lm_counts`` share
 (:func:`dpngram.config.budget_plan.lm_skip_reason`).
@@ -62,18 +62,19 @@ def run_lm(ctx: RunContext) -> dict[str, Any]:
     counts_part = read_parts(ctx).get("lm_counts")
     compiling: BinaryBuild | None = None
     try:
+        info = build_route_mixture(counts_part, inputs, config, arpa)
+        model, public_model = info.pop("model"), info.pop("public_model")
+        # build_binary compiles the written file in its own process while this one checks the file
+        # and, in a thread, scores the released model and P on the held-out public sentences
+        # (polars and the compiled scorer release the GIL): three independent reads of one model.
+        compiling = BinaryBuild(arpa, binary)
         with ThreadPoolExecutor(1, thread_name_prefix="lm-heldout") as pool:
-            # The held-out public comparison scores stand-ins built without those sentences and
-            # needs nothing of the released model: it runs in a thread from the start (polars and
-            # compiled scoring release the GIL) while this thread builds the model and checks it
-            # and build_binary compiles it in its own process. SOTU: 4.0 s against 6.3 s in turn.
-            heldout = pool.submit(compare_on_heldout_public, counts_part, inputs, config)
-            info = build_route_mixture(counts_part, inputs, config, arpa)
-            compiling = BinaryBuild(arpa, binary)
+            heldout = pool.submit(compare_on_heldout_public, model, public_model, config)
             check = validate_model(ctx, MODEL_ARPA)
             held_out = heldout.result()
-            compiling.wait()
-            comparison = held_out | compare_on_eval_text(binary, info.pop("public_model"), config)
+        del model, public_model
+        compiling.wait()
+        comparison = held_out | compare_on_eval_text(binary, inputs, config)
     except BaseException:
         if compiling is not None:
             compiling.cancel()
