@@ -1,6 +1,7 @@
 """Seconds of the two LM stages (``lm_counts`` + ``lm``) against ingest + DPNE, in default runs.
 
-    python benchmarks/lm_speed_bench.py [--baseline REV] [--repeats 1] [--corpora sotu generated-100k]
+    python benchmarks/lm_speed_bench.py [--baseline REV] [--repeats 1]
+                                        [--corpora sotu sotu-2k generated-100k] [--merge]
 
 Issue 25's speed target: on a corpus of <= 100k users the LM stages must not cost more than ingest
 plus DPNE. Each run is ``dpngram run`` with every default (the default stage split, the model and
@@ -8,6 +9,9 @@ its card), ε = 4, δ = 1e-7, a fresh warehouse directory, on each corpus of ``-
 
 * ``sotu``: SOTU (``../shared/data/sotu_users.jsonl.gz``, 12,807 users, long texts) with Brown as
   the public corpus: where the LM stages' fixed costs show;
+* ``sotu-2k``: the SOTU users with sha256(user_id) % 6 == 0 (2,1xx users, written under
+  benchmarks/.data/lm_speed/ when missing) with Brown: the size of the e-mail corpus the issue
+  timed (2,266 users), where ingest + DPNE is smallest against the public model's fixed cost;
 * ``generated-100k``: the 100,000-user generated corpus of ``scale_bench.py`` (50,000-word Zipf
   vocabulary, about 100 tokens a user; generated under benchmarks/.data/scale/ when missing) with
   its own public corpus: the largest size the target names.
@@ -22,7 +26,8 @@ on PYTHONPATH with its own SQL, with this checkout's virtualenv: ``_common.basel
 alternating with this checkout, so the two share the machine's load. The headline is the ratio
 (lm_counts + lm) / (ingest + DPNE) of each run, which a shared machine distorts less than seconds.
 Timings come from the run's operator directory.
-Writes ``benchmarks/results/lm_speed.json``.
+Writes ``benchmarks/results/lm_speed.json``; with ``--merge`` the file's rows of other corpora are
+kept (each row names its commit and baseline).
 """
 
 from __future__ import annotations
@@ -42,7 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, baseline_tree, git_commit, load_average, machine, now, write_result  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
-CORPORA = ("sotu", "generated-100k")
+CORPORA = ("sotu", "sotu-2k", "generated-100k")
+SMALL = ROOT / "benchmarks" / ".data" / "lm_speed" / "sotu_2k.jsonl.gz"
 DPNE_STAGES = ("dpne.k1", "dpne.k2", "dpne.k3", "dpne.k4", "dpne.k5", "dpne.kgrams")
 
 
@@ -56,10 +62,29 @@ def corpus_paths(name: str) -> tuple[Path, Path]:
     """(private users, public corpus) of a ``--corpora`` name."""
     if name == "sotu":
         return DATA / "sotu_users.jsonl.gz", DATA / "brown_public.txt.gz"
+    if name == "sotu-2k":
+        if not SMALL.is_file():
+            _write_small_sotu(DATA / "sotu_users.jsonl.gz", SMALL)
+        return SMALL, DATA / "brown_public.txt.gz"
     from scale_bench import corpus
 
     paths = corpus(100_000)
     return paths["users"], paths["public"]
+
+
+def _write_small_sotu(source: Path, target: Path) -> None:
+    """The users of ``source`` with sha256(user_id) % 6 == 0, every line as it is (atomic write)."""
+    import gzip
+    import hashlib
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    with gzip.open(source, "rt", encoding="utf-8") as src, gzip.open(tmp, "wt", encoding="utf-8") as out:
+        for line in src:
+            user = json.loads(line)["user_id"]
+            if int(hashlib.sha256(str(user).encode("utf-8")).hexdigest(), 16) % 6 == 0:
+                out.write(line)
+    tmp.replace(target)
 
 
 def one_run(
@@ -131,8 +156,9 @@ def main() -> None:
         nargs="+",
         choices=CORPORA,
         default=list(CORPORA),
-        help="corpora to run (default: both; generated-100k takes about 1.5 min a run)",
+        help="corpora to run (default: all; generated-100k takes about 1.5 min a run)",
     )
+    ap.add_argument("--merge", action="store_true", help="keep lm_speed.json's rows of other corpora")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="dpngram-lmspeed-") as tmpdir:
         tmp = Path(tmpdir)
@@ -146,7 +172,10 @@ def main() -> None:
                     work = tmp / f"{name}-{label}-{r}"
                     work.mkdir()
                     for phase in ("cold", "warm"):
-                        rows.append(one_run(label, src, work, phase, name))
+                        row = one_run(label, src, work, phase, name)
+                        row["git_commit"] = git_commit()
+                        row["baseline"] = args.baseline
+                        rows.append(row)
                     shutil.rmtree(work, ignore_errors=True)
     payload = {
         "benchmark": "lm_speed",
@@ -156,6 +185,7 @@ def main() -> None:
         "parameters": {
             "corpora": {
                 "sotu": "sotu_users.jsonl.gz (12,807 users), public brown_public.txt.gz",
+                "sotu-2k": "the sotu users with sha256(user_id) % 6 == 0, public brown_public.txt.gz",
                 "generated-100k": "scale_bench's 100,000 generated users (50,000-word Zipf vocabulary), "
                 "its own public corpus",
             },
@@ -169,6 +199,15 @@ def main() -> None:
         "target": "lm_counts + lm <= ingest + DPNE (ratio <= 1) on any corpus of <= 100k users",
         "rows": rows,
     }
+    previous = ROOT / "benchmarks" / "results" / "lm_speed.json"
+    if args.merge and previous.is_file():
+        old = json.loads(previous.read_text(encoding="utf-8"))
+        kept = [r for r in old.get("rows", []) if r.get("corpus") not in args.corpora]
+        for r in kept:  # rows from before rows named their commit carry the file's
+            r.setdefault("git_commit", old.get("git_commit"))
+            r.setdefault("baseline", old.get("parameters", {}).get("baseline"))
+        payload["rows"] = kept + rows
+        payload["parameters"]["ran"] = sorted({r["corpus"] for r in payload["rows"]})
     print(write_result("lm_speed.json", payload))
 
 

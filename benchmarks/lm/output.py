@@ -216,7 +216,7 @@ def previous_summary(path: Path) -> dict[str, Any] | None:
     run_config = next(iter(params.get("run_config", {}).values()), {})
     return {
         "note": f"the previous result of this benchmark ({path.name} before this run replaced it)",
-        "commit": (old.get("git_commit") or {}).get("head"),
+        "commit": _commit(old.get("git_commit")),
         "date": old.get("date"),
         "seconds": old.get("seconds"),
         "machine": old.get("machine"),
@@ -229,6 +229,11 @@ def previous_summary(path: Path) -> dict[str, Any] | None:
         },
         "corpora": corpora,
     }
+
+
+def _commit(recorded: Any) -> str | None:
+    """A result's commit: results name it as a string now, as {"head": ...} before."""
+    return recorded.get("head") if isinstance(recorded, dict) else recorded
 
 
 def ablations() -> dict[str, Any]:

@@ -72,7 +72,7 @@ def _suffix() -> pl.Expr:
 #: model, is fitted on the rest (:data:`RELEASED_PART`), so the card scores the released model
 #: itself and P on it (:func:`dpngram.lm.build.compare_on_heldout_public`). 1 in 100 costs the
 #: released model about 0.25% open-vocabulary perplexity on SOTU against a P fitted on every
-#: sentence (docs/lm.md, "What the model card compares").
+#: sentence (docs/lm.md, "What leaving the held-out lines out costs").
 HELDOUT_EVERY = 100
 
 #: The public sentences P is fitted on in a run (every stage): all but the held-out ones.
