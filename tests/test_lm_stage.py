@@ -136,6 +136,79 @@ def test_the_held_out_public_row_scores_the_released_model_itself(released_run):
     assert row["public-only model"]["open_vocab_perplexity"] == public_row["open_vocab_perplexity"]
 
 
+def test_the_verdict_scores_the_model_step_lm_writes(tmp_path_factory, monkeypatch):
+    """The private-domain verdict's released-model coordinate is the verdict users' clipped mean
+    log-loss under the model step lm writes (the mixture merged into one backoff model), scored
+    here independently by KenLM from model.binary; not the per-event mixture λ·Q + (1 − λ)·P_β
+    the selection scores, which differs where neither model lists an n-gram (checked to differ
+    here, so the test can fail)."""
+    import math
+
+    import kenlm
+    import numpy as np
+    import polars as pl
+
+    from dpngram.engines.sql import load_sql
+    from dpngram.lm.backoff_scorer import BackoffScorer
+    from dpngram.mechanisms import lm_counts as lm_counts_mechanism
+
+    tmp = tmp_path_factory.mktemp("lm-verdict")
+    files = write_sample(tmp / "sample", n_users=400, seed=11, vocab_size=300, public_sentences=2000)
+    ctx = run_through_dpne(
+        tmp,
+        files,
+        epsilon=8.0,
+        delta=1e-4,
+        max_n=3,
+        stage_budget={"dpne": 0.5, "lm_counts": 0.5},
+        memory_limit="1GB",
+        lm_public_vocab_size=400,
+        lm_count_domain=800,
+        lm_verdict_holdout=0.2,
+    )
+    seen = {}
+    real = lm_counts_stage.score_verdict_users
+
+    def recording(wh, schema, **kwargs):
+        sql = load_sql("lm_counts/verdict_sentences", schema=schema)
+        params = {k: kwargs[k] for k in ("salt", "holdout_per_mille", "verdict_per_mille")}
+        seen["rows"] = wh.fetch_arrow(sql, params).to_pylist()
+        seen["sums"] = real(wh, schema, **kwargs)
+        return seen["sums"]
+
+    monkeypatch.setattr(lm_counts_stage, "score_verdict_users", recording)
+    lm_counts_stage.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(7))
+    lm_stage.run_lm(ctx)
+    model = kenlm.Model(str(ctx.release.root / layout.MODEL_BINARY))
+    by_user: dict[str, list[float]] = {}
+    for row in seen["rows"]:
+        if row["tokens"]:
+            scores = model.full_scores(" ".join(row["tokens"]), bos=True, eos=True)
+            by_user.setdefault(row["user_id"], []).extend(lp for lp, _, _ in scores)
+    losses = [-math.log(10.0) * sum(v) / len(v) for v in by_user.values()]
+    clipped = sum(min(max(x, 0.0), lm_counts_mechanism.VERDICT_LOSS_CLIP) for x in losses)
+    sums = seen["sums"]
+    assert sums.users == len(by_user) > 20
+    # KenLM's 32-bit values against the scorer's 64-bit tables: ~1e-6 in log10 per event
+    assert sums.released_loss == pytest.approx(clipped, rel=0, abs=1e-5 * len(by_user))
+    # the per-event mixture gives a different sum: the check above tells the two apart
+    part = read_parts(ctx)["lm_counts"]
+    _, public, private = build.mixture_components(build.ReleasedInputs(ctx.release.root), ctx.config, part)
+    weight, beta = float(part["mix_weight"]), float(part.get("unigram_adaptation", 0.0))
+    adapted_model = build.adapted_public(public, private, beta)
+    adapted, private = (BackoffScorer.from_model(m) for m in (adapted_model, private))
+    per_event = 0.0
+    for user in by_user:
+        sentences = [r["tokens"] for r in seen["rows"] if r["user_id"] == user and r["tokens"]]
+        flat = pl.Series([t for s in sentences for t in s], dtype=pl.String)
+        offsets = np.concatenate([[0], np.cumsum([len(s) for s in sentences])])
+        p, q = (m.score(m.word_rows(flat), offsets) for m in (adapted, private))
+        loss = -np.mean(np.log(weight * 10.0**q + (1 - weight) * 10.0**p))
+        per_event += min(max(loss, 0.0), lm_counts_mechanism.VERDICT_LOSS_CLIP)
+    assert 0 < weight < 1
+    assert abs(per_event - sums.released_loss) > 100 * 1e-5 * len(by_user)
+
+
 @pytest.mark.parametrize("failing", ["comparison", "check"])
 def test_a_failure_beside_the_binary_build_leaves_no_binary(released_run, monkeypatch, failing):
     """The binary is compiled while the model is checked and compared (stages/lm.py): when either

@@ -333,29 +333,19 @@ def score_verdict_users(
     holdout_per_mille: int,
     verdict_per_mille: int,
     public: BackoffScorer,
-    adapted: BackoffScorer,
-    private: BackoffScorer,
-    weight: float,
+    released: BackoffScorer,
 ) -> VerdictSums:
     """The verdict users' clipped sums (:func:`verdict_user_vector`; PRIVATE: kept in the run's
     process, only :func:`release_verdict` of them leaves): each user's mean natural log-loss
-    under the released mixture weight·Q + (1 − weight)·P_β (``adapted``: the public model
-    adapted at the chosen β) and under the public-only model P (``public``)."""
-    same = adapted is public  # no adaptation (β = 0): score the public model once
+    under the released model (``released``: the mixture merged into one backoff model, as step
+    ``lm`` writes it) and under the public-only model P (``public``)."""
     sql = load_sql("lm_counts/verdict_sentences", schema=schema)
     params = {
         "salt": int(salt),
         "holdout_per_mille": int(holdout_per_mille),
         "verdict_per_mille": int(verdict_per_mille),
     }
-    total, _ = held_out_user_sums(
-        wh,
-        sql,
-        params,
-        [public, *([] if same else [adapted]), private],
-        partial(verdict_batch_sum, weight=float(weight)),
-        4,
-    )
+    total, _ = held_out_user_sums(wh, sql, params, [public, released], verdict_batch_sum, 4)
     return VerdictSums(
         released_loss=float(total[0]),
         public_loss=float(total[1]),
@@ -364,27 +354,23 @@ def score_verdict_users(
     )
 
 
-def verdict_user_contribution(publics: list[np.ndarray], private: np.ndarray, weight: float) -> np.ndarray:
-    """One verdict user's :func:`verdict_user_vector` from their log10 probabilities under P, (P_β,)
-    and Q: the released mixture weight·Q + (1 − weight)·P_β against P."""
-    public, adapted = publics[0], publics[-1]
-    mix = weight * np.power(10.0, private) + (1.0 - weight) * np.power(10.0, adapted)
-    released = np.log(np.maximum(mix, 1e-300))
-    return verdict_user_vector(released, public * math.log(10.0))
+def verdict_user_contribution(public: np.ndarray, released: np.ndarray) -> np.ndarray:
+    """One verdict user's :func:`verdict_user_vector` from their events' log10 probabilities under
+    P and under the released model."""
+    log10 = math.log(10.0)
+    return verdict_user_vector(np.asarray(released) * log10, np.asarray(public) * log10)
 
 
-def verdict_batch_sum(
-    publics: list[np.ndarray], private: np.ndarray, bounds: np.ndarray, weight: float
-) -> np.ndarray:
-    """Σ over the users of a batch of :func:`verdict_user_contribution`, on the batch's event arrays
-    (user u's events: ``[bounds[u], bounds[u + 1])``) without a Python call per user: the same
-    clipping, user by user, as :func:`verdict_user_vector`."""
-    public, adapted = publics[0], publics[-1]
-    mix = weight * np.power(10.0, private) + (1.0 - weight) * np.power(10.0, adapted)
+def verdict_batch_sum(publics: list[np.ndarray], released: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Σ over the users of a batch of :func:`verdict_user_contribution` (``publics``: [P's log10
+    probabilities]), on the batch's event arrays (user u's events: ``[bounds[u], bounds[u + 1])``)
+    without a Python call per user: the same clipping, user by user, as :func:`verdict_user_vector`."""
+    (public,) = publics
     events = np.diff(bounds).astype(np.float64)
+    log10 = math.log(10.0)
     with np.errstate(over="ignore", invalid="ignore"):
-        rel_loss = -_user_sums(np.log(np.maximum(mix, 1e-300)), bounds) / events
-        pub_loss = -_user_sums(np.asarray(public, dtype=np.float64) * math.log(10.0), bounds) / events
+        rel_loss = -_user_sums(np.asarray(released, dtype=np.float64) * log10, bounds) / events
+        pub_loss = -_user_sums(np.asarray(public, dtype=np.float64) * log10, bounds) / events
         raw_diff = rel_loss - pub_loss
     rel = np.clip(np.nan_to_num(rel_loss, nan=0.0, posinf=VERDICT_LOSS_CLIP), 0.0, VERDICT_LOSS_CLIP)
     pub = np.clip(np.nan_to_num(pub_loss, nan=0.0, posinf=VERDICT_LOSS_CLIP), 0.0, VERDICT_LOSS_CLIP)

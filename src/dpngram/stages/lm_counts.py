@@ -248,13 +248,15 @@ def _public_scorer(public_model: Any) -> BackoffScorer:
 
 class _Models:
     """The stage's models, as scorers built once each: Q, P and P adapted at each strength β the
-    selection scores (P itself at β = 0). The selection and the verdict score the same ones."""
+    selection scores (P itself at β = 0), and the released model (the mixture merged into one
+    backoff model, as step ``lm`` builds it) that the verdict scores."""
 
     def __init__(
         self, public_model: Any, private_model: Any, public_scorer: BackoffScorer | None = None
     ) -> None:
         self._public, self._private = public_model, private_model
         self._scorers: dict[str, BackoffScorer] = {} if public_scorer is None else {"public": public_scorer}
+        self._adapted: dict[float, Any] = {}
 
     def _scorer(
         self, name: str, build: Callable[[], Any], like: BackoffScorer | None = None
@@ -265,18 +267,34 @@ class _Models:
             self._scorers[name] = BackoffScorer.from_model(build(), like)
         return self._scorers[name]
 
+    def _adapted_model(self, beta: float) -> Any:
+        from dpngram.lm.build import adapted_public
+
+        if beta not in self._adapted:
+            self._adapted[beta] = adapted_public(self._public, self._private, beta)
+        return self._adapted[beta]
+
     def private(self) -> BackoffScorer:
         return self._scorer("private", lambda: self._private)
 
     def public(self, beta: float) -> BackoffScorer:
-        from dpngram.lm.open_model import adapt_to_unigrams, unigram_distribution
-
         if beta == 0:
             return self._scorer("public", lambda: self._public)
         return self._scorer(
             f"public_adapted_{beta!r}",
-            lambda: adapt_to_unigrams(self._public, unigram_distribution(self._private), beta),
+            lambda: self._adapted_model(beta),
             like=self.public(0),  # P's n-grams: its hash tables serve every β
+        )
+
+    def released(self, beta: float, weight: float) -> BackoffScorer:
+        """The model step ``lm`` writes (``dpngram.lm.build.build_route_mixture``): weight·Q +
+        (1 − weight)·P_β merged into one backoff model. Not the per-event mixture the selection
+        scores: they differ where neither model lists an n-gram (docs/lm.md, "Mixture")."""
+        from dpngram.lm.open_model import mix_models
+
+        return self._scorer(
+            f"released_{beta!r}_{weight!r}",
+            lambda: mix_models(self._adapted_model(beta), self._private, weight),
         )
 
 
@@ -381,9 +399,10 @@ def _private_domain_verdict(
     source: NoiseSource,
 ) -> dict[str, Any]:
     """The private-domain verdict (docs/lm_privacy.md): the verdict users' clipped log-losses under
-    the released mixture (the noisy-count model Q, the public model adapted at the chosen β, the
-    chosen λ) and under the public-only model, summed and released by the Gaussian mechanism at the
-    stage's (ε, δ) (parallel composition: these users are neither counted nor selection users)."""
+    the released model (the noisy-count model Q and the public model adapted at the chosen β, mixed
+    at the chosen λ and merged into one backoff model: the model step ``lm`` writes) and under the
+    public-only model, summed and released by the Gaussian mechanism at the stage's (ε, δ)
+    (parallel composition: these users are neither counted nor selection users)."""
     sums = score_verdict_users(
         wh,
         schema,
@@ -391,9 +410,7 @@ def _private_domain_verdict(
         holdout_per_mille=holdout,
         verdict_per_mille=verdict,
         public=models.public(0.0),
-        adapted=models.public(adaptation),  # the same scorer as public when β = 0
-        private=models.private(),
-        weight=weight,
+        released=models.released(adaptation, weight),
     )
     out = release_verdict(sums, epsilon=epsilon, delta=delta, noise=source)
     del sums
