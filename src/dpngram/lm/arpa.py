@@ -170,7 +170,11 @@ def union_ngrams(base: ArpaModel, other: ArpaModel) -> tuple[ArpaModel, dict[int
         inserted[n] = at + np.arange(at.size, dtype=np.int64)  # extra k goes before base row at[k]
         height = tables[n].height
         rows[n] = np.arange(height, dtype=np.int64) + np.searchsorted(at, np.arange(height), side="right")
-        place = np.argsort(np.concatenate([rows[n], inserted[n]]))
+        # the inverse of the final positions (base rows, then the extra ones): which row of
+        # concat([base, extra]) lands at each position; a permutation, so no sort is needed
+        place = np.empty(height + at.size, dtype=np.int64)
+        place[rows[n]] = np.arange(height, dtype=np.int64)
+        place[inserted[n]] = height + np.arange(at.size, dtype=np.int64)
         union_tables[n] = pl.concat([tables[n], extra[n]]).select(pl.col("ngram").gather(place))
     structure: dict[int, NgramLinks] = {}
     for n in range(2, order + 1):
