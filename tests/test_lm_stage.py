@@ -24,11 +24,9 @@ from dpngram.stages import lm_counts as lm_counts_stage
 from dpngram.text.sample import write_sample
 
 
-@pytest.fixture(scope="module")
-def released_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("lm-stage")
-    files = write_sample(tmp / "sample", n_users=300, seed=5, vocab_size=300, public_sentences=3000)
-    ctx = run_through_dpne(
+def _through_dpne(tmp, files, **config_values):
+    """A small run through DPNE with half of ε for lm_counts (the stage tests' settings)."""
+    return run_through_dpne(
         tmp,
         files,
         epsilon=8.0,
@@ -38,8 +36,15 @@ def released_run(tmp_path_factory):
         memory_limit="1GB",
         lm_public_vocab_size=400,
         lm_count_domain=800,
-        lm_eval_text=str(files["public"]),
+        **config_values,
     )
+
+
+@pytest.fixture(scope="module")
+def released_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("lm-stage")
+    files = write_sample(tmp / "sample", n_users=300, seed=5, vocab_size=300, public_sentences=3000)
+    ctx = _through_dpne(tmp, files, lm_eval_text=str(files["public"]))
     lm_counts_stage.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(5))
     with ctx.warehouse() as wh:  # the model must not need any private table
         wh.con.execute(f"DROP SCHEMA {ctx.schema} CASCADE")
@@ -154,18 +159,7 @@ def test_the_verdict_scores_the_model_step_lm_writes(tmp_path_factory, monkeypat
 
     tmp = tmp_path_factory.mktemp("lm-verdict")
     files = write_sample(tmp / "sample", n_users=400, seed=11, vocab_size=300, public_sentences=2000)
-    ctx = run_through_dpne(
-        tmp,
-        files,
-        epsilon=8.0,
-        delta=1e-4,
-        max_n=3,
-        stage_budget={"dpne": 0.5, "lm_counts": 0.5},
-        memory_limit="1GB",
-        lm_public_vocab_size=400,
-        lm_count_domain=800,
-        lm_verdict_holdout=0.2,
-    )
+    ctx = _through_dpne(tmp, files, lm_verdict_holdout=0.2)
     seen = {}
     real = lm_counts_stage.score_verdict_users
 
