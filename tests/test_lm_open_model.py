@@ -22,7 +22,17 @@ from collections import Counter
 import polars as pl
 import pytest
 
-from dpngram.lm.arpa import BOS, EOS, UNK, ArpaModel, check_model, kneser_ney, union_ngrams, write_arpa
+from dpngram.lm.arpa import (
+    BOS,
+    EOS,
+    UNK,
+    ArpaError,
+    ArpaModel,
+    check_model,
+    kneser_ney,
+    union_ngrams,
+    write_arpa,
+)
 from dpngram.lm.kenlm_bin import kenlm_binary
 from dpngram.lm.open_model import (
     MARKERS,
@@ -220,6 +230,27 @@ def test_every_context_of_the_mixture_sums_to_one(public, private, weight):
         total = sum(ref.prob(h, w) for w in PREDICTED)
         assert total == pytest.approx(1.0, abs=1e-9), (weight, h)
         assert ref.prob(h, BOS) == 0.0
+
+
+def test_order_weights_mix_that_order_and_every_context_still_sums_to_one(public, private):
+    """``order_weights`` (a study's option): the unigrams mix with their own λ, the other orders
+    with ``weight``; the backoff weights renormalise, so (b)'s bound holds unchanged."""
+    weight, unigram_weight = 0.3, 0.8
+    mixed = mix_models(public, private, weight, {1: unigram_weight})
+    check_model(mixed)
+    union = {n: pl.DataFrame({"ngram": sorted(listed(public, n) | listed(private, n))}) for n in mixed.tables}
+    p, q = model_probabilities(public, union), model_probabilities(private, union)
+    for n in range(1, ORDER + 1):
+        lam = unigram_weight if n == 1 else weight
+        pn, qn = as_dict(p[n]), as_dict(q[n])
+        for gram, lp in mixed.tables[n].select("ngram", "logprob").iter_rows():
+            if gram != BOS:
+                assert 10.0**lp == pytest.approx(lam * qn[gram] + (1.0 - lam) * pn[gram], rel=1e-12)
+    ref = Backoff(mixed)
+    for h in contexts(ORDER):
+        assert sum(ref.prob(h, w) for w in PREDICTED) == pytest.approx(1.0, abs=1e-9), h
+    with pytest.raises(ArpaError, match="order 1"):
+        mix_models(public, private, weight, {1: 1.5})
 
 
 @pytest.mark.parametrize("weight,which", [(0.0, "public"), (1.0, "private")])

@@ -524,17 +524,22 @@ def model_probabilities(model: ArpaModel, ngrams: dict[int, pl.DataFrame]) -> di
     return out
 
 
-def mix_models(public: ArpaModel, private: ArpaModel, weight: float) -> ArpaModel:
+def mix_models(
+    public: ArpaModel, private: ArpaModel, weight: float, order_weights: dict[int, float] | None = None
+) -> ArpaModel:
     """λ·private + (1 − λ)·public (λ = ``weight``; a static mixture, SRILM's ``-mix-lm``) as one
-    ARPA model over the union of the two models' n-grams.
+    ARPA model over the union of the two models' n-grams. ``order_weights``: another λ for the
+    listed n-grams of some orders (benchmarks/lm_merge_study.py; the product passes none).
 
     Listed n-grams get the exact mixture; the backoff weight of a context h is
     (1 − Σ listed p(w|h)) / (1 − Σ listed p(w|h')) so every context sums to one (1 for a context
     with no listed continuation). Both models must have the same order and the same unigrams.
     Array arithmetic over the union's rows (:meth:`ArpaModel.structure`); the result carries that
     structure, so checking and writing it joins no strings again."""
-    if not 0.0 <= weight <= 1.0:
-        raise ArpaError(f"weight: must be in [0, 1] (got {weight})")
+    weights = {n: weight for n in range(1, public.order + 1)} | (order_weights or {})
+    for n, w in weights.items():
+        if not 0.0 <= w <= 1.0:
+            raise ArpaError(f"weight of order {n}: must be in [0, 1] (got {w})")
     order = public.order
     if private.order != order:
         raise ArpaError(f"orders differ: public {order}, private {private.order}")
@@ -544,7 +549,7 @@ def mix_models(public: ArpaModel, private: ArpaModel, weight: float) -> ArpaMode
     union, public_rows = union_ngrams(public, private)
     links = union.structure()
     pp, qq = _probabilities_on(public, union, public_rows), _probabilities_on(private, union)
-    probs = {n: (1.0 - weight) * pp[n] + weight * qq[n] for n in range(1, order + 1)}
+    probs = {n: (1.0 - weights[n]) * pp[n] + weights[n] * qq[n] for n in range(1, order + 1)}
     tables: dict[int, pl.DataFrame] = {}
     for n in range(1, order + 1):
         frame = union.tables[n].with_columns(
