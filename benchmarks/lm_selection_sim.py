@@ -1,120 +1,242 @@
-"""Study (benchmark-only): what the LM weight selection's noise costs the model, at the stage's
-epsilon with scale 2B/eps (before 2026-11-25), at the selection epsilon of docs/lm_privacy.md
-section 4 with 2B/eps, and with the one-sided scale B/eps the product now uses.
+"""Study (BENCHMARK ONLY): what the noise of the LM's (β, λ) selection costs the model, with the
+centred scores the product uses and with the scores it used before.
 
-    python benchmarks/lm_selection_sim.py [--work DIR] [--out benchmarks/results/lm_selection_sim.json]
+    python benchmarks/lm_selection_sim.py [--corpora sotu,generated] [--epsilons 1,4] [--runs 2]
+                                          [--generated-users 200000] [--work DIR]
+                                          [--out benchmarks/results/lm_selection_sim.json]
 
-Needs the SOTU releases kept by ``benchmarks/lm_sources_study.py --corpora sotu --keep --work DIR``.
-SOTU's held-out users (one document each) stand in for the selection users: for every (β, λ)
-candidate of the stage, each user's clipped mean log-probability is summed (the stage's score) and
-the open-vocabulary perplexity of the candidate on the same users is computed; report-noisy-max is
-then simulated 20,000 times per setting (continuous Laplace noise from ``simulation_rng``: this is a
-simulation, nothing is released) and the expected perplexity of the chosen candidate reported,
-relative to the best candidate."""
+Per corpus, ε and run: one release at the product's default split (``lm_bench.dp_run``, T = 5,
+fresh noise) on lm_bench's training users. lm_bench's scored held-out users (grouped by user) stand
+in for the selection users: for each of the stage's 30 (β, λ) candidates, every user's mean natural
+log-probability per event under λ·Q + (1 − λ)·P_β is computed (``BackoffScorer``, the stage's
+scorer), and so is each candidate's open-vocabulary perplexity on the same users. Report-noisy-max
+is then simulated 20,000 times per scoring (continuous Laplace noise from ``simulation_rng``: a
+simulation, nothing is released) at the run's ε_sel (``stages.lm_counts.selection_epsilon``), and
+the expected perplexity of the chosen candidate is reported relative to the best candidate:
+
+* ``clipped_B20`` (until 2026-11-28): each user's mean log-probability clipped to [−20, 0], Laplace
+  scale 20/ε_sel;
+* ``centred_C{c}``: each user's deviation from their own mean over the candidates, clipped to
+  [−c, c] (``mechanisms.lm_counts.centred_contributions`` at C = c), scale 2c/ε_sel; the product's
+  C is ``SCORE_DEVIATION_CLIP_NATS``; ``clipped_users_pct``: users for whom the clip binds.
+
+The generated corpus's scored users are about 1% of its users while the product selects on 10%, so
+its figures overstate the noise's cost there. Only aggregate metrics are written.
+"""
+
+from __future__ import annotations
 
 import argparse
+import datetime as dt
+import gzip
 import json
+import shutil
 import sys
+import time
+from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lm_bench  # noqa: E402  (benchmarks/ is not a package)
-from lm_sources_study import published_run  # noqa: E402
+from _common import git_commit, machine  # noqa: E402
+from lm.common import HOLDOUT_MOD, Corpus, generated_corpus, log, split_users, user_hash  # noqa: E402
+from lm.dp_run import bench_config, dp_run  # noqa: E402
+from lm_bench import DATA, RESULTS  # noqa: E402
 
 from dpngram.config import DEFAULT_STAGE_BUDGET  # noqa: E402
 from dpngram.core.noise import simulation_rng  # noqa: E402
-from dpngram.lm.arpa import write_arpa  # noqa: E402
-from dpngram.lm.build import ReleasedInputs, adapted_public, mixture_components  # noqa: E402
-from dpngram.lm.evaluate import load_model, spelling_log10prob  # noqa: E402
-from dpngram.mechanisms.lm_counts import ADAPTATION_GRID, SCORE_CLIP_NATS, WEIGHT_GRID  # noqa: E402
-from dpngram.stages.lm_counts import selection_epsilon  # noqa: E402
-from dpngram.text.tokenizer import tokenize_texts  # noqa: E402
-
-B = SCORE_CLIP_NATS
-ap = argparse.ArgumentParser(description="LM weight selection: cost of its noise (simulation)")
-ap.add_argument("--work", default=str(lm_bench.CACHE / "lm_sources"))
-ap.add_argument("--out", default=str(lm_bench.RESULTS / "lm_selection_sim.json"))
-cli = ap.parse_args()
-out = {"study": "lm_selection_sim: expected perplexity of the selected (beta, lambda), simulated", "runs": {}}
-work = Path(cli.work) / "sotu"
-tmp = work / "sim"
-tmp.mkdir(exist_ok=True)
-corpus = lm_bench.Corpus(
-    "sotu", lm_bench.DATA / "sotu_users.jsonl.gz", lm_bench.DATA / "brown_public.txt.gz", 1, {}
+from dpngram.mechanisms.lm_counts import (  # noqa: E402
+    ADAPTATION_GRID,
+    SCORE_DEVIATION_CLIP_NATS,
+    WEIGHT_GRID,
 )
-lines = [line.rstrip("\n") for line in open(work / "eval.txt", encoding="utf-8")]
-docs = tokenize_texts(lines)
-rng = simulation_rng(12345)  # a simulation: nothing is released
-for eps in (1.0, 4.0):
-    root = sorted((work / f"run-eps{eps:g}").glob("out/*/runs/*/report.json"))[-1].parent
-    run = published_run(root)
-    args = argparse.Namespace(delta=1e-7, memory_limit="4GB")
-    cfg = lm_bench.bench_config(
-        corpus,
-        eps,
-        work / "train.jsonl.gz",
-        work / f"run-eps{eps:g}",
-        args,
-        stage_budget=dict(DEFAULT_STAGE_BUDGET),
-        max_n=5,
-        warehouse=work / f"wh-eps{eps:g}.duckdb",
-    )
-    inputs = ReleasedInputs(root)
-    part = run["lm_counts"]
-    _, public, private = mixture_components(inputs, cfg, part)
-    write_arpa(private, tmp / "q.arpa")
-    q = load_model(tmp / "q.arpa")
-    users = []  # per user: per beta arrays (p10, q10, spell)
-    pubs = {}
+
+#: The score's clip before 2026-11-28: each user's mean log-probability in [−B, 0], scale B/ε_sel.
+OLD_CLIP_NATS = 20.0
+DEVIATION_CLIPS = (0.5, SCORE_DEVIATION_CLIP_NATS, 2.0)
+DRAWS = 20_000
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpora", default="sotu,generated")
+    ap.add_argument("--epsilons", default="1,4")
+    ap.add_argument("--runs", type=int, default=2, help="releases per corpus and ε (fresh noise each)")
+    ap.add_argument("--generated-users", type=int, default=lm_bench.GENERATED_USERS)
+    ap.add_argument("--delta", type=float, default=lm_bench.DELTA)
+    ap.add_argument("--memory-limit", default="4GB")
+    ap.add_argument("--work", default=str(lm_bench.CACHE / "lm_selection_work"))
+    ap.add_argument("--out", default=str(RESULTS / "lm_selection_sim.json"))
+    return ap.parse_args()
+
+
+def scored_users(corpus: Corpus) -> list[list[str]]:
+    """The texts of lm_bench's scored held-out users, one list per user (lm.common.split_users's rule)."""
+    texts: dict[str, list[str]] = defaultdict(list)
+    with gzip.open(corpus.private, "rt", encoding="utf-8") as src:
+        for line in src:
+            row = json.loads(line)
+            uid = str(row["user_id"])
+            h = user_hash(uid)
+            if h % HOLDOUT_MOD == 0 and (h // HOLDOUT_MOD) % corpus.score_every == 0:
+                texts[uid].append(row["text"])
+    return [texts[u] for u in sorted(texts)]
+
+
+class UserEvents:
+    """The scored users' events as one token series with sentence offsets and user bounds."""
+
+    def __init__(self, users: list[list[str]]) -> None:
+        import polars as pl
+
+        from dpngram.text.tokenizer import tokenize_texts
+
+        doc_owner = [u for u, docs in enumerate(users) for _ in docs]
+        sentences, owner = [], []
+        for u, doc in zip(doc_owner, tokenize_texts([d for docs in users for d in docs]), strict=True):
+            for sentence in doc:
+                if sentence:
+                    sentences.append(sentence)
+                    owner.append(u)
+        lengths = np.array([len(s) for s in sentences], dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self.tokens = pl.Series([t for s in sentences for t in s], dtype=pl.String)
+        per_user_events = np.bincount(np.repeat(np.array(owner), lengths + 1), minlength=len(users))
+        kept = per_user_events > 0
+        self.bounds = np.concatenate([[0], np.cumsum(per_user_events[kept])]).astype(np.int64)
+        self.users = int(kept.sum())
+
+
+def candidate_table(release_root: Path, config: Any, events: UserEvents) -> tuple[np.ndarray, np.ndarray]:
+    """(per candidate and user: mean ln p per event; per candidate: open-vocabulary perplexity)."""
+    import polars as pl
+
+    from dpngram.lm.backoff_scorer import BackoffScorer
+    from dpngram.lm.build import ReleasedInputs, adapted_public, mixture_components
+    from dpngram.lm.evaluate import spelling_log10prob
+
+    part = json.loads((release_root / "report.parts" / "lm_counts.json").read_text())
+    part = part.get("report", part)
+    _, public, private = mixture_components(ReleasedInputs(release_root), config, part)
+
+    def score(model: Any) -> tuple[np.ndarray, np.ndarray]:
+        scorer = BackoffScorer.from_model(model)
+        rows = scorer.word_rows(events.tokens)
+        return scorer.score(rows, events.offsets), rows == scorer.unk
+
+    q, oov = score(private)
+    spelled = sum(spelling_log10prob(w) for w in events.tokens.filter(pl.Series(oov)).to_list())
+    means, perplexity = [], []
     for beta in ADAPTATION_GRID:
-        write_arpa(adapted_public(public, private, beta), tmp / f"p{beta}.arpa")
-        pubs[beta] = load_model(tmp / f"p{beta}.arpa")
+        p = np.power(10.0, score(adapted_public(public, private, beta))[0])
+        for lam in WEIGHT_GRID:
+            mix = np.maximum(lam * np.power(10.0, q) + (1.0 - lam) * p, 1e-300)
+            means.append(np.add.reduceat(np.log(mix), events.bounds[:-1]) / np.diff(events.bounds))
+            perplexity.append(10 ** (-(np.log10(mix).sum() + spelled) / mix.size))
+    return np.array(means), np.array(perplexity)
 
-    def lp(model, sents):
-        a, sp = [], []
-        for s in sents:
-            for i, (x, _n, oov) in enumerate(model.full_scores(" ".join(s), bos=True, eos=True)):
-                a.append(x)
-                sp.append(spelling_log10prob(s[i]) if oov else 0.0)
-        return np.array(a), np.array(sp)
 
-    cand = [(b, lam) for b in ADAPTATION_GRID for lam in WEIGHT_GRID]
-    scores = np.zeros(len(cand))
-    logsum = np.zeros(len(cand))
-    events = 0
-    for sents in docs:
-        sents = [s for s in sents if s]
-        if not sents:
-            continue
-        qq, spell = lp(q, sents)
-        pb = {b: lp(pubs[b], sents)[0] for b in ADAPTATION_GRID}
-        for j, (b, lam) in enumerate(cand):
-            m = lam * 10**qq + (1 - lam) * 10 ** pb[b]
-            ln = np.log(np.maximum(m, 1e-300))
-            scores[j] += np.clip(ln.mean(), -B, 0)
-            logsum[j] += (np.log10(np.maximum(m, 1e-300)) + spell).sum()
-        events += qq.size
-    ppl = 10 ** (-logsum / events)
-    eps_stage = cfg.stage_share("lm_counts").epsilon
-    eps_sel = selection_epsilon(cfg)
-    res = {"candidates": cand, "perplexity": ppl.tolist(), "best": float(ppl.min()), "users": len(docs)}
-    for name, e, scale in (
-        ("stage_epsilon_2B", eps_stage, 2 * B / eps_stage),
-        ("selection_epsilon_2B", eps_sel, 2 * B / eps_sel),
-        ("selection_epsilon_B_monotone", eps_sel, B / eps_sel),
-    ):
-        picks = np.argmax(scores[None, :] + rng.laplace(0, scale, (20000, len(cand))), axis=1)
-        chosen = ppl[picks]
-        res[name] = {
-            "epsilon": e,
-            "laplace_scale": scale,
-            "mean_perplexity": float(chosen.mean()),
-            "p90_perplexity": float(np.quantile(chosen, 0.9)),
-            "mean_excess_pct": float(100 * (chosen.mean() / ppl.min() - 1)),
+def simulate(means: np.ndarray, perplexity: np.ndarray, epsilon: float, rng: Any) -> dict[str, Any]:
+    def chosen(scores: np.ndarray, scale: float) -> dict[str, Any]:
+        picks = np.argmax(scores[None, :] + rng.laplace(0.0, scale, (DRAWS, scores.size)), axis=1)
+        ppl = perplexity[picks]
+        return {
+            "laplace_scale": round(scale, 3),
+            "mean_excess_pct": round(float(100 * (ppl.mean() / perplexity.min() - 1)), 3),
+            "p90_perplexity": round(float(np.quantile(ppl, 0.9)), 2),
         }
-    out["runs"][str(eps)] = res
-    print(eps, {k: v for k, v in res.items() if k not in ("candidates", "perplexity")}, flush=True)
-Path(cli.out).write_text(json.dumps(out, indent=1) + "\n")
+
+    out = {"clipped_B20": chosen(np.clip(means, -OLD_CLIP_NATS, 0.0).sum(axis=1), OLD_CLIP_NATS / epsilon)}
+    deviation = means - means.mean(axis=0, keepdims=True)
+    for c in DEVIATION_CLIPS:
+        row = chosen(np.clip(deviation, -c, c).sum(axis=1), 2 * c / epsilon)
+        row["clipped_users_pct"] = round(float(100 * (np.abs(deviation) > c).any(axis=0).mean()), 2)
+        out[f"centred_C{c:g}"] = row
+    return out
+
+
+def main() -> None:
+    from dpngram.stages.lm_counts import selection_epsilon
+
+    args = parse_args()
+    epsilons = [float(e) for e in args.epsilons.split(",")]
+    started = time.perf_counter()
+    rng = simulation_rng(20261128)  # a simulation: nothing is released
+    out: dict[str, Any] = {
+        "benchmark": "lm_selection_sim",
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "git_commit": git_commit(),
+        "parameters": {
+            "epsilons": epsilons,
+            "runs": args.runs,
+            "delta": args.delta,
+            "generated_users": args.generated_users,
+            "stage_budget": dict(DEFAULT_STAGE_BUDGET),
+            "draws": DRAWS,
+            "product_deviation_clip_nats": SCORE_DEVIATION_CLIP_NATS,
+        },
+        "results": {},
+    }
+    for name in [c.strip() for c in args.corpora.split(",") if c.strip()]:
+        if name == "sotu":
+            corpus = Corpus("sotu", DATA / "sotu_users.jsonl.gz", DATA / "brown_public.txt.gz", 1, {})
+            if not corpus.private.is_file():
+                print(f"skipped sotu: {corpus.private} not found")
+                continue
+        elif name == "generated":
+            corpus = generated_corpus(args.generated_users)
+        else:
+            raise SystemExit(f"--corpora: unknown corpus {name!r} (sotu, generated)")
+        work = Path(args.work) / name
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        split = split_users(corpus, work)
+        events = UserEvents(scored_users(corpus))
+        rows = []
+        for eps in epsilons:
+            for run in range(args.runs):
+                run_dir = work / f"eps{eps:g}_{run}"
+                run_dir.mkdir()
+                options = {
+                    "stage_budget": dict(DEFAULT_STAGE_BUDGET),
+                    "max_n": 5,
+                    "warehouse": work / "wh.duckdb",
+                }
+                release = dp_run(corpus, eps, split["train"], run_dir, args, **options)
+                config = bench_config(corpus, eps, split["train"], run_dir, args, **options)
+                means, perplexity = candidate_table(release["root"], config, events)
+                eps_sel = selection_epsilon(config)
+                row = {
+                    "epsilon": eps,
+                    "run": run,
+                    "selection_epsilon": round(eps_sel, 4),
+                    "users": events.users,
+                    "best_perplexity": round(float(perplexity.min()), 2),
+                    **simulate(means, perplexity, eps_sel, rng),
+                }
+                log(f"{name} ε={eps:g} run {run}: {json.dumps(row)}")
+                rows.append(row)
+                shutil.rmtree(run_dir, ignore_errors=True)
+        summary = {}
+        for eps in epsilons:
+            mine = [r for r in rows if r["epsilon"] == eps]
+            summary[f"{eps:g}"] = {
+                k: round(float(np.mean([r[k]["mean_excess_pct"] for r in mine])), 3)
+                for k in mine[0]
+                if isinstance(mine[0][k], dict)
+            }
+        out["results"][name] = {"runs": rows, "mean_excess_pct_by_epsilon": summary}
+        shutil.rmtree(work, ignore_errors=True)
+    out["seconds"] = round(time.perf_counter() - started, 1)
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps({k: v["mean_excess_pct_by_epsilon"] for k, v in out["results"].items()}, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -592,7 +592,7 @@ def test_lm_counts_sums_and_selection_users_identical(runs, engines, corpus) -> 
     assert sentences["duckdb"] and sentences["duckdb"] == sentences["spark"]
     (duck_total, duck_users), (spark_total, spark_users) = scored["duckdb"], scored["spark"]
     assert duck_users == spark_users == len(sentences["duckdb"])
-    # per-user terms in [-20, 0] summed in another batch order: within 2·users·u of the sum
+    # per-user terms in [-2C, 0] summed in another batch order: within 2·users·u of the sum
     assert np.all(
         np.abs(duck_total - spark_total) <= 2 * duck_users * UNIT_ROUNDOFF * (np.abs(duck_total) + 1.0)
     )

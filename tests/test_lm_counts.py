@@ -400,28 +400,47 @@ def test_adding_a_selection_user_leaves_the_counts_unchanged():
 # ----------------------------------------------------------------------------------------------
 # Report-noisy-max
 # ----------------------------------------------------------------------------------------------
-def test_user_scores_are_clipped_mean_log_probabilities():
+def test_user_mean_logprobs_are_the_mixtures_mean_log_probabilities():
     grid = lm_counts.WEIGHT_GRID
     p = np.log10([0.5, 0.25, 0.1])
     q = np.log10([0.1, 0.5, 0.4])
-    got = lm_counts.user_scores(p, q)
+    got = lm_counts.user_mean_logprobs(p, q)
     for k, lam in enumerate(grid):
         mix = [lam * 10**qi + (1 - lam) * 10**pi for pi, qi in zip(p, q, strict=True)]
         assert got[k] == pytest.approx(sum(math.log(m) for m in mix) / len(mix), rel=1e-12)
-    tiny = lm_counts.user_scores(np.full(4, -30.0), np.full(4, -40.0))  # mean ln ≈ −69 < −B
-    assert np.all(tiny == -lm_counts.SCORE_CLIP_NATS)
-    assert np.all(lm_counts.user_scores(np.zeros(2), np.zeros(2)) == 0.0)
+    assert np.all(lm_counts.user_mean_logprobs(np.zeros(2), np.zeros(2)) == 0.0)
+
+
+def test_centred_contributions_lie_in_the_range_and_keep_the_unclipped_argmax():
+    """A user's contribution is (deviation from their mean over the candidates, clipped to ±C) − C:
+    inside [−2C, 0] whatever the log-probabilities; without a binding clip, the summed scores differ
+    from the summed mean log-probabilities by a constant per candidate set, so the argmax is theirs."""
+    c, r = lm_counts.SCORE_DEVIATION_CLIP_NATS, lm_counts.SCORE_RANGE_NATS
+    assert r == 2 * c
+    rng = np.random.default_rng(5)
+    means = rng.uniform(-8.0, -2.0, size=(1, 400)) + rng.uniform(-0.4 * c, 0.4 * c, size=(12, 400))
+    contributions = lm_counts.centred_contributions(means)
+    assert contributions.shape == means.shape
+    assert np.all(contributions >= -r) and np.all(contributions <= 0.0)
+    unclipped = means - means.mean(axis=0, keepdims=True) - c  # |deviation| ≤ 0.8C: no clip binds
+    assert contributions == pytest.approx(unclipped, abs=1e-12)
+    assert np.argmax(contributions.sum(axis=1)) == np.argmax(means.sum(axis=1))
+    # one user far apart: the clip binds, at both ends of the range
+    extreme = lm_counts.centred_contributions(np.array([-1.0, -60.0, -60.0]))
+    assert extreme.tolist() == [0.0, -r, -r]
+    # a vector per user (1-D) is the same as a column of the 2-D form
+    assert lm_counts.centred_contributions(means[:, 7]) == pytest.approx(contributions[:, 7], abs=1e-12)
 
 
 @pytest.mark.statistical
 def test_a_far_ahead_candidate_is_chosen_as_the_laplace_tail_bound_says():
-    """Scores 0 for one candidate j and −m for the others, Laplace scale b = B/ε: j wins whenever
+    """Scores 0 for one candidate j and −m for the others, Laplace scale b = R/ε: j wins whenever
     its noise is > −m/2 and every other noise is < m/2. For grid·DiscreteLaplace(b/grid) noise,
     P(noise ≥ x) = e^{−⌈x/grid⌉·grid/b}/(1 + e^{−grid/b}) ≤ e^{−x/b} (x > 0), so
     P(j loses) ≤ k·e^{−m/(2b)} = 0.1 for m = 2b ln(10k). One-sided CP bound at FALSE_FAILURE."""
     epsilon, k, trials = 1.0, len(lm_counts.WEIGHT_GRID), 4000
     b = lm_counts.selection_noise(epsilon)[0]
-    assert b == lm_counts.SCORE_CLIP_NATS / epsilon
+    assert b == lm_counts.SCORE_RANGE_NATS / epsilon
     m = 2 * b * math.log(10 * k)
     scores = np.full(k, -m)
     scores[4] = 0.0
@@ -435,23 +454,23 @@ def test_a_far_ahead_candidate_is_chosen_as_the_laplace_tail_bound_says():
 
 
 @pytest.mark.statistical
-def test_the_laplace_scale_is_b_over_epsilon():
+def test_the_laplace_scale_is_r_over_epsilon():
     """Two candidates at a gap m = b: the second wins iff L2 − L1 > b. The on-grid noise is
     grid·(⌊E1/grid⌋ − ⌊E2/grid⌋) for exponentials E of mean b, i.e. within 2·grid of a continuous
     Laplace difference, whose density is ≤ 1/(4b): the win probability is within grid/b ≤ 2^-10
     (select_weight's grid is ≤ b/1024) of the continuous P(L2 − L1 > b) = e^{-1}·3/4 ≈ 0.276.
     A scale off by a factor 2 either way gives 0.379 or 0.135; the two-sided CP interval at
-    FALSE_FAILURE on 10,000 trials is ±0.016. Also: b = ⌈B/g⌉·g/ε is B/ε whenever the grid g divides
-    B, and never below B/ε (docs/lm_privacy.md, section 4)."""
-    big_b = lm_counts.SCORE_CLIP_NATS
+    FALSE_FAILURE on 10,000 trials is ±0.016. Also: b = ⌈R/g⌉·g/ε is R/ε whenever the grid g divides
+    R, and never below R/ε (R = SCORE_RANGE_NATS; docs/lm_privacy.md, section 4)."""
+    big_r = lm_counts.SCORE_RANGE_NATS
     for eps in (1e-4, 1e-3, 0.0024, 0.0025, 0.25, 1.0, 1.036, 8.0, 100.0):
         scale, g = lm_counts.selection_noise(eps)
-        assert g <= big_b / (1024 * eps) and scale >= big_b / eps
-        assert (scale == big_b / eps) == (big_b / g == math.floor(big_b / g))
-        assert scale * eps == pytest.approx(math.ceil(big_b / g) * g, rel=1e-15)
+        assert g <= big_r / (1024 * eps) and scale >= big_r / eps
+        assert (scale == big_r / eps) == (big_r / g == math.floor(big_r / g))
+        assert scale * eps == pytest.approx(math.ceil(big_r / g) * g, rel=1e-15)
     epsilon, trials = 2.0, 10_000
     b = lm_counts.selection_noise(epsilon)[0]
-    assert b == big_b / epsilon
+    assert b == big_r / epsilon
     expected = math.exp(-1.0) * 3 / 4
     noise = NoiseSource.seeded_for_tests(11)
     wins = sum(
@@ -470,17 +489,22 @@ def noisy_max_frequencies(scores: np.ndarray, epsilon: float, trials: int, seed:
 
 @pytest.mark.statistical
 def test_report_noisy_max_is_epsilon_dp_on_neighbouring_scores():
-    """Neighbouring score vectors differ by one user's contribution u ∈ [−B, 0]^k (monotone: every
-    score moves down, by at most B); the adversarial u = (0, −B, …, −B) moves candidate 0 up by B
-    relative to every other, the worst case for the one-sided Laplace scale B/ε. For each output o:
+    """Neighbouring score vectors differ by one user's contribution u ∈ [−R, 0]^k (monotone: every
+    score moves down, by at most R = 2C); the adversarial u = (0, −R, …, −R) — a user whose first
+    candidate is far ahead — moves candidate 0 up by R relative to every other, the worst case for
+    the one-sided Laplace scale R/ε. For each output o:
     P(o | s) ≤ e^ε P(o | s + u) and the reverse, with one-sided CP bounds (4k bounds, each at
     FALSE_FAILURE/(4k)). Power: the same check flags the mechanism run with a quarter of the
     Laplace scale (select_weight at 4ε, the true loss ≈ 5 > e at these scores)."""
     epsilon, trials = 1.0, 20_000
-    k, big_b = len(lm_counts.WEIGHT_GRID), lm_counts.SCORE_CLIP_NATS
+    k, big_r = len(lm_counts.WEIGHT_GRID), lm_counts.SCORE_RANGE_NATS
     s = np.zeros(k)
-    u = np.full(k, -big_b)
+    u = np.full(k, -big_r)
     u[0] = 0.0
+    # u is one user's contribution (centred_contributions): their first candidate far ahead
+    far_ahead = np.full(k, -60.0)
+    far_ahead[0] = -1.0
+    assert lm_counts.centred_contributions(far_ahead).tolist() == u.tolist()
     beta = FALSE_FAILURE / (4 * k)
 
     def worst(fa: np.ndarray, fb: np.ndarray) -> float:

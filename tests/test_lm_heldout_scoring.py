@@ -176,7 +176,7 @@ def test_batches_are_bounded(monkeypatch, warehouse, users, models):
 
 def test_batch_sums_equal_the_per_user_vectors_summed():
     """The batch reductions (one numpy pass per batch) against the per-user definitions, on random
-    log10 probabilities including users far past the clips (a -60 log10 p costs > B nats)."""
+    log10 probabilities including users far past the clips (a -60 log10 p is > C nats behind)."""
     rng = np.random.default_rng(3)
     lengths = rng.integers(1, 30, size=200)
     bounds = np.concatenate([[0], np.cumsum(lengths)])
@@ -192,8 +192,6 @@ def test_batch_sums_equal_the_per_user_vectors_summed():
     want = sum(lm_counts.verdict_user_contribution(p[a:b], q[a:b]) for a, b in users)
     got = lm_counts.verdict_batch_sum([p], q, bounds)
     assert got == pytest.approx(want, rel=1e-12, abs=1e-9)
-    # the clips bind for the extreme users
-    assert (
-        lm_counts.user_scores(p[bounds[5] : bounds[6]], q[bounds[5] : bounds[6]], (0.0,))[0]
-        == -lm_counts.SCORE_CLIP_NATS
-    )
+    # the clip binds for the extreme user: λ = 0 (P alone, log10 p = −60) is far behind λ = 1
+    extreme = lm_counts.selection_user_vector([p[bounds[5] : bounds[6]]], q[bounds[5] : bounds[6]], weights)
+    assert extreme[0] == -lm_counts.SCORE_RANGE_NATS and extreme[2] == 0.0

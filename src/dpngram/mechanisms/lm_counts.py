@@ -20,15 +20,17 @@ n-gram counts"; derivation and privacy argument in docs/lm_privacy.md):
    ``lm_count_threshold``·σ (dropping the rest is post-processing);
 6. with ``lm_mix_weight='auto'``, the weight λ of the mixture λ·Q + (1 − λ)·P (Q: the model of the
    noisy counts, P: the public model; :mod:`dpngram.lm.open_model`) is chosen by report-noisy-max over
-   :data:`WEIGHT_GRID`: each selection user's score for λ is the mean natural log-probability of
-   their tokens under the mixture, clipped to [−B, 0]; the sums get Laplace noise of scale B/ε
-   (the scores are monotone: one user moves every score the same way; :func:`select_weight`).
+   :data:`WEIGHT_GRID`: each selection user's score for a candidate is the mean natural
+   log-probability of their tokens under it, less the user's mean over all candidates, clipped to
+   [−C, C] and shifted by −C (:func:`centred_contributions`); the sums get Laplace noise of scale
+   2C/ε (the scores are monotone: one user moves every score down, by at most 2C;
+   :func:`select_weight`).
    λ = 0 (the public model) is always a candidate, so a release whose counts carry no signal picks
    it (with high probability), and the model falls back to the public one.
 
 Privacy: steps 4 and 6 touch disjoint sets of users, fixed by a data-independent keyed hash:
 adding or removing one user changes only one of them. Step 4 is (ε, δ)-DP (Gaussian), step 6 is
-ε-DP for every fixed output of step 4 (report-noisy-max, sensitivity B), so the stage is (ε, δ)-DP
+ε-DP for every fixed output of step 4 (report-noisy-max, sensitivity 2C), so the stage is (ε, δ)-DP
 with the stage's whole share (parallel composition); the ledger records the Gaussian event.
 
 Owns: the count domain, the noisy count release, the selection users' scores and the
@@ -71,8 +73,16 @@ WEIGHT_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 ADAPTATION_GRID = (0.0, 0.25, 0.5)
 
 
-#: B: a selection user's score (mean natural log-probability per event) is clipped to [−B, 0].
-SCORE_CLIP_NATS = 20.0
+#: C: a selection user's mean natural log-probability per event under a candidate, less their mean
+#: over all candidates, is clipped to [−C, C] (then shifted by −C: :func:`centred_contributions`).
+#: Measured (2026-11-28, SOTU's and the generated corpus's held-out users): it binds for 0.05–0.5% of
+#: users; the score's range was [−20, 0] nats before, ten times the noise.
+SCORE_DEVIATION_CLIP_NATS = 1.0
+
+
+#: The range of one selection user's contribution to every score, [−2C, 0]: the selection's
+#: sensitivity (monotone: adding a user moves every score down by at most this, none up).
+SCORE_RANGE_NATS = 2.0 * SCORE_DEVIATION_CLIP_NATS
 
 
 VOCABULARY_TABLE = "lm_vocabulary"
@@ -226,36 +236,52 @@ def noisy_release(
     return release_logits(weighted, calibration, noise), calibration
 
 
-def user_scores(public_logprob10: np.ndarray, private_logprob10: np.ndarray, grid=WEIGHT_GRID) -> np.ndarray:
-    """One selection user's score per candidate λ: the mean natural log-probability of their events
-    under λ·Q + (1 − λ)·P, clipped to [−B, 0] (B = :data:`SCORE_CLIP_NATS`)."""
+def user_mean_logprobs(
+    public_logprob10: np.ndarray, private_logprob10: np.ndarray, grid=WEIGHT_GRID
+) -> np.ndarray:
+    """One selection user's mean natural log-probability of their events under λ·Q + (1 − λ)·P,
+    per candidate λ (not yet a score: :func:`centred_contributions`)."""
     p = np.power(10.0, np.asarray(public_logprob10, dtype=np.float64))
     q = np.power(10.0, np.asarray(private_logprob10, dtype=np.float64))
     lam = np.asarray(grid, dtype=np.float64)[:, None]
     mix = np.maximum(lam * q[None, :] + (1.0 - lam) * p[None, :], 1e-300)
-    return np.clip(np.log(mix).mean(axis=1), -SCORE_CLIP_NATS, 0.0)
+    return np.log(mix).mean(axis=1)
+
+
+def centred_contributions(mean_logprobs: np.ndarray) -> np.ndarray:
+    """Selection users' contributions to the candidates' scores from their mean log-probabilities
+    (candidates along axis 0, users along axis 1 if any): each user's deviation from their own mean
+    over the candidates, clipped to [−C, C], minus C — a vector in [−2C, 0] (C =
+    :data:`SCORE_DEVIATION_CLIP_NATS`). Unclipped, the argmax of the summed scores is the candidate
+    of the highest summed mean log-probability (the user's own mean is the same for every
+    candidate); the clip bounds what one user moves (docs/lm_privacy.md, section 4)."""
+    values = np.asarray(mean_logprobs, dtype=np.float64)
+    deviation = values - values.mean(axis=0, keepdims=True)
+    c = SCORE_DEVIATION_CLIP_NATS
+    return np.clip(deviation, -c, c) - c
 
 
 def selection_noise(epsilon: float) -> tuple[float, float]:
-    """(Laplace scale b, grid g) of :func:`select_weight` at pure ε: g = 2^⌊log2(B/(1024ε))⌋ and
-    b = ⌈B/g⌉·g/ε, which is exactly B/ε whenever g divides B (B = 20: every ε ≥ 0.0025) and
-    never less (docs/lm_privacy.md, section 4)."""
+    """(Laplace scale b, grid g) of :func:`select_weight` at pure ε, R = :data:`SCORE_RANGE_NATS`:
+    g = 2^⌊log2(R/(1024ε))⌋ and b = ⌈R/g⌉·g/ε, which is exactly R/ε whenever g divides R (R = 2:
+    every ε ≥ 2^-10) and never less (docs/lm_privacy.md, section 4)."""
     if not epsilon > 0:
         raise ValueError(f"epsilon must be > 0 (got {epsilon})")
-    grid = 2.0 ** math.floor(math.log2(SCORE_CLIP_NATS / (1024.0 * epsilon)))
-    return math.ceil(SCORE_CLIP_NATS / grid) * grid / epsilon, grid
+    grid = 2.0 ** math.floor(math.log2(SCORE_RANGE_NATS / (1024.0 * epsilon)))
+    return math.ceil(SCORE_RANGE_NATS / grid) * grid / epsilon, grid
 
 
 def select_weight(
     scores: np.ndarray, epsilon: float, noise: NoiseSource, grid=WEIGHT_GRID
 ) -> tuple[float, int]:
     """Report-noisy-max: argmax of the summed scores + grid·DiscreteLaplace(b/g) noise each
-    (:func:`selection_noise`, b ≈ B/ε). Each user adds a vector in [−B, 0]^|grid|: adding a user
-    moves every score down by at most B, never up (monotone scores), so the one-sided argument of
-    Dwork & Roth, Claim 3.9, holds with sensitivity B: for the output i and the others' noise
-    fixed, i still wins on the smaller dataset when its noise is ⌈B/g⌉·g higher, and on the larger
-    one when its noise is that much higher than the threshold of the smaller; on the noise grid
-    that costs a factor exactly e^{⌈B/g⌉·g/b} = e^ε. ε-DP. Returns (λ, index)."""
+    (:func:`selection_noise`, b ≈ R/ε, R = :data:`SCORE_RANGE_NATS`). Each user adds a vector in
+    [−R, 0]^|grid| (:func:`centred_contributions`): adding a user moves every score down by at most
+    R, never up (monotone scores), so the one-sided argument of Dwork & Roth, Claim 3.9, holds with
+    sensitivity R: for the output i and the others' noise fixed, i still wins on the smaller
+    dataset when its noise is ⌈R/g⌉·g higher, and on the larger one when its noise is that much
+    higher than the threshold of the smaller; on the noise grid that costs a factor exactly
+    e^{⌈R/g⌉·g/b} = e^ε. ε-DP. Returns (λ, index)."""
     scale, grid_step = selection_noise(epsilon)
     noisy = np.asarray(scores, dtype=np.float64) + noise.laplace_on_grid(scale, len(grid), grid_step)
     best = int(np.argmax(noisy))
@@ -280,7 +306,7 @@ def score_selection_users(
     private: BackoffScorer,
     weights: tuple[float, ...] = WEIGHT_GRID,
 ) -> tuple[np.ndarray, int]:
-    """Summed :func:`user_scores` over the selection users (streamed; PRIVATE sums, kept in the
+    """Summed :func:`selection_user_vector` over the selection users (streamed; PRIVATE sums, kept in the
     run's process): for each public model variant in ``publics`` (one per adaptation strength β),
     the scores of every λ in ``weights``, concatenated in that order. Also returns the number of
     selection users (PRIVATE: never reported). Scored by
@@ -300,8 +326,10 @@ def score_selection_users(
 def selection_user_vector(
     publics: list[np.ndarray], private: np.ndarray, weights: tuple[float, ...]
 ) -> np.ndarray:
-    """One selection user's scores: :func:`user_scores` for every public variant, concatenated."""
-    return np.concatenate([user_scores(p, private, weights) for p in publics])
+    """One selection user's contribution to every candidate's score: :func:`user_mean_logprobs` for
+    every public variant, concatenated, through :func:`centred_contributions` (centred on the mean
+    over all of them)."""
+    return centred_contributions(np.concatenate([user_mean_logprobs(p, private, weights) for p in publics]))
 
 
 def _user_sums(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
@@ -317,12 +345,12 @@ def selection_batch_sum(
     q = np.power(10.0, np.asarray(private, dtype=np.float64))
     lam = np.asarray(weights, dtype=np.float64)[:, None]
     events = np.diff(bounds).astype(np.float64)
-    out = []
+    means = []
     for public in publics:
         p = np.power(10.0, np.asarray(public, dtype=np.float64))
         logmix = np.log(np.maximum(lam * q[None, :] + (1.0 - lam) * p[None, :], 1e-300))
-        out.append(np.clip(_user_sums(logmix, bounds) / events, -SCORE_CLIP_NATS, 0.0).sum(axis=1))
-    return np.concatenate(out)
+        means.append(_user_sums(logmix, bounds) / events)
+    return centred_contributions(np.concatenate(means)).sum(axis=1)
 
 
 def score_verdict_users(

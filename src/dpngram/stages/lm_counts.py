@@ -36,7 +36,8 @@ from dpngram.mechanisms.lm_counts import (
     COUNTING_PARAMS,
     COUNTS_SCHEMA,
     DOMAIN_TABLE,
-    SCORE_CLIP_NATS,
+    SCORE_DEVIATION_CLIP_NATS,
+    SCORE_RANGE_NATS,
     STAGE,
     VOCABULARY_TABLE,
     WEIGHTED_TABLE,
@@ -352,7 +353,8 @@ def _select_mix_weight(
         "method": "report-noisy-max over the (adaptation, weight) grid on disjoint selection users",
         "grid": list(lams),
         "adaptation_grid": list(betas),
-        "score_clip_nats": SCORE_CLIP_NATS,
+        "score_deviation_clip_nats": SCORE_DEVIATION_CLIP_NATS,
+        "sensitivity_nats": SCORE_RANGE_NATS,
         "epsilon": epsilon,
         "laplace_scale": selection_noise(epsilon)[0],
         "selection_fraction": holdout / 1000.0,
@@ -370,7 +372,7 @@ def _selection_scores(
     salt: int,
     holdout: int,
 ) -> np.ndarray:
-    """Summed clipped scores of every (adaptation, weight) candidate over the selection users
+    """Summed clipped, centred scores of every (adaptation, weight) candidate over the selection users
     (PRIVATE, kept in the run's process), through the scorers of the private and public models."""
     scores, _ = score_selection_users(
         wh,
