@@ -24,9 +24,7 @@ Only aggregate metrics are written.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -37,23 +35,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lm_bench  # noqa: E402  (benchmarks/ is not a package)
-from _common import git_commit, machine  # noqa: E402
-from lm.common import Corpus, generated_corpus, log, split_users  # noqa: E402
-from lm.dp_run import bench_config, dp_run  # noqa: E402
-from lm_bench import DATA, RESULTS  # noqa: E402
+from lm.common import log, study_arguments, study_corpora, study_header  # noqa: E402
+from lm.dp_run import study_releases  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--corpora", default="sotu,generated")
-    ap.add_argument("--epsilons", default="1,4")
-    ap.add_argument("--runs", type=int, default=2, help="releases per corpus and ε (fresh noise each)")
-    ap.add_argument("--generated-users", type=int, default=lm_bench.GENERATED_USERS)
-    ap.add_argument("--delta", type=float, default=lm_bench.DELTA)
-    ap.add_argument("--memory-limit", default="4GB")
-    ap.add_argument("--work", default=str(lm_bench.CACHE / "lm_merge_work"))
-    ap.add_argument("--out", default=str(RESULTS / "lm_merge.json"))
-    return ap.parse_args()
+    return study_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]), "lm_merge")
 
 
 def _backoffs(model: Any, union: Any) -> np.ndarray:
@@ -117,48 +104,20 @@ def main() -> None:
     args = parse_args()
     epsilons = [float(e) for e in args.epsilons.split(",")]
     started = time.perf_counter()
-    out: dict[str, Any] = {
-        "benchmark": "lm_merge",
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "git_commit": git_commit(),
-        "parameters": {
-            "epsilons": epsilons,
-            "runs": args.runs,
-            "delta": args.delta,
-            "generated_users": args.generated_users,
-            "split": "lm_bench's: sha256(user_id) % 10 == 0 held out; its scored users",
-            "stage_budget": lm_bench.STAGE_BUDGET,
-        },
-        "results": {},
-    }
-    for name in [c.strip() for c in args.corpora.split(",") if c.strip()]:
-        if name == "sotu":
-            corpus = Corpus("sotu", DATA / "sotu_users.jsonl.gz", DATA / "brown_public.txt.gz", 1, {})
-            if not corpus.private.is_file():
-                print(f"skipped sotu: {corpus.private} not found")
-                continue
-        elif name == "generated":
-            corpus = generated_corpus(args.generated_users)
-        else:
-            raise SystemExit(f"--corpora: unknown corpus {name!r} (sotu, generated)")
-        work = Path(args.work) / name
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
-        split = split_users(corpus, work)
+    out: dict[str, Any] = study_header(
+        "lm_merge",
+        args,
+        split="lm_bench's: sha256(user_id) % 10 == 0 held out; its scored users",
+        stage_budget=lm_bench.STAGE_BUDGET,
+    )
+    for name, corpus, work, split in study_corpora(args):
         runs = []
-        for eps in epsilons:
-            for run in range(args.runs):
-                run_dir = work / f"eps{eps:g}_{run}"
-                run_dir.mkdir()
-                release = dp_run(corpus, eps, split["train"], run_dir, args, warehouse=work / "wh.duckdb")
-                config = bench_config(
-                    corpus, eps, split["train"], run_dir, args, warehouse=work / "wh.duckdb"
-                )
-                row = {"epsilon": eps, "run": run, **_rows(release["root"], config, split["eval"])}
-                log(f"{name} ε={eps:g} run {run}: {json.dumps(row['open_vocab_perplexity'])}")
-                runs.append(row)
-                shutil.rmtree(run_dir / "out", ignore_errors=True)
+        for eps, run, release, config in study_releases(
+            corpus, epsilons, args.runs, split["train"], work, args
+        ):
+            row = {"epsilon": eps, "run": run, **_rows(release["root"], config, split["eval"])}
+            log(f"{name} ε={eps:g} run {run}: {json.dumps(row['open_vocab_perplexity'])}")
+            runs.append(row)
         ratios = [r["merged_over_per_event"] for r in runs]
         tails = [r["tail_matched_over_merged"] for r in runs]
         out["results"][name] = {
@@ -174,7 +133,6 @@ def main() -> None:
                 "max": max(tails),
             },
         }
-        shutil.rmtree(work, ignore_errors=True)
     out["seconds"] = round(time.perf_counter() - started, 1)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: {m: v[m] for m in v if m != "runs"} for k, v in out["results"].items()}, indent=1))

@@ -27,10 +27,8 @@ its figures overstate the noise's cost there. Only aggregate metrics are written
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import gzip
 import json
-import shutil
 import sys
 import time
 from collections import defaultdict
@@ -41,11 +39,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import lm_bench  # noqa: E402  (benchmarks/ is not a package)
-from _common import git_commit, machine  # noqa: E402
-from lm.common import HOLDOUT_MOD, Corpus, generated_corpus, log, split_users, user_hash  # noqa: E402
-from lm.dp_run import bench_config, dp_run  # noqa: E402
-from lm_bench import DATA, RESULTS  # noqa: E402
+from lm.common import (  # noqa: E402
+    HOLDOUT_MOD,
+    Corpus,
+    log,
+    study_arguments,
+    study_corpora,
+    study_header,
+    user_hash,
+)
+from lm.dp_run import study_releases  # noqa: E402
 
 from dpngram.config import DEFAULT_STAGE_BUDGET  # noqa: E402
 from dpngram.core.noise import simulation_rng  # noqa: E402
@@ -62,16 +65,7 @@ DRAWS = 20_000
 
 
 def parse_args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--corpora", default="sotu,generated")
-    ap.add_argument("--epsilons", default="1,4")
-    ap.add_argument("--runs", type=int, default=2, help="releases per corpus and ε (fresh noise each)")
-    ap.add_argument("--generated-users", type=int, default=lm_bench.GENERATED_USERS)
-    ap.add_argument("--delta", type=float, default=lm_bench.DELTA)
-    ap.add_argument("--memory-limit", default="4GB")
-    ap.add_argument("--work", default=str(lm_bench.CACHE / "lm_selection_work"))
-    ap.add_argument("--out", default=str(RESULTS / "lm_selection_sim.json"))
-    return ap.parse_args()
+    return study_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]), "lm_selection_sim")
 
 
 def scored_users(corpus: Corpus) -> list[list[str]]:
@@ -166,62 +160,31 @@ def main() -> None:
     epsilons = [float(e) for e in args.epsilons.split(",")]
     started = time.perf_counter()
     rng = simulation_rng(20261128)  # a simulation: nothing is released
-    out: dict[str, Any] = {
-        "benchmark": "lm_selection_sim",
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "git_commit": git_commit(),
-        "parameters": {
-            "epsilons": epsilons,
-            "runs": args.runs,
-            "delta": args.delta,
-            "generated_users": args.generated_users,
-            "stage_budget": dict(DEFAULT_STAGE_BUDGET),
-            "draws": DRAWS,
-            "product_deviation_clip_nats": SCORE_DEVIATION_CLIP_NATS,
-        },
-        "results": {},
-    }
-    for name in [c.strip() for c in args.corpora.split(",") if c.strip()]:
-        if name == "sotu":
-            corpus = Corpus("sotu", DATA / "sotu_users.jsonl.gz", DATA / "brown_public.txt.gz", 1, {})
-            if not corpus.private.is_file():
-                print(f"skipped sotu: {corpus.private} not found")
-                continue
-        elif name == "generated":
-            corpus = generated_corpus(args.generated_users)
-        else:
-            raise SystemExit(f"--corpora: unknown corpus {name!r} (sotu, generated)")
-        work = Path(args.work) / name
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
-        split = split_users(corpus, work)
+    out: dict[str, Any] = study_header(
+        "lm_selection_sim",
+        args,
+        stage_budget=dict(DEFAULT_STAGE_BUDGET),
+        draws=DRAWS,
+        product_deviation_clip_nats=SCORE_DEVIATION_CLIP_NATS,
+    )
+    for name, corpus, work, split in study_corpora(args):
         events = UserEvents(scored_users(corpus))
         rows = []
-        for eps in epsilons:
-            for run in range(args.runs):
-                run_dir = work / f"eps{eps:g}_{run}"
-                run_dir.mkdir()
-                options = {
-                    "stage_budget": dict(DEFAULT_STAGE_BUDGET),
-                    "max_n": 5,
-                    "warehouse": work / "wh.duckdb",
-                }
-                release = dp_run(corpus, eps, split["train"], run_dir, args, **options)
-                config = bench_config(corpus, eps, split["train"], run_dir, args, **options)
-                means, perplexity = candidate_table(release["root"], config, events)
-                eps_sel = selection_epsilon(config)
-                row = {
-                    "epsilon": eps,
-                    "run": run,
-                    "selection_epsilon": round(eps_sel, 4),
-                    "users": events.users,
-                    "best_perplexity": round(float(perplexity.min()), 2),
-                    **simulate(means, perplexity, eps_sel, rng),
-                }
-                log(f"{name} ε={eps:g} run {run}: {json.dumps(row)}")
-                rows.append(row)
-                shutil.rmtree(run_dir, ignore_errors=True)
+        options = {"stage_budget": dict(DEFAULT_STAGE_BUDGET), "max_n": 5}
+        releases = study_releases(corpus, epsilons, args.runs, split["train"], work, args, **options)
+        for eps, run, release, config in releases:
+            means, perplexity = candidate_table(release["root"], config, events)
+            eps_sel = selection_epsilon(config)
+            row = {
+                "epsilon": eps,
+                "run": run,
+                "selection_epsilon": round(eps_sel, 4),
+                "users": events.users,
+                "best_perplexity": round(float(perplexity.min()), 2),
+                **simulate(means, perplexity, eps_sel, rng),
+            }
+            log(f"{name} ε={eps:g} run {run}: {json.dumps(row)}")
+            rows.append(row)
         summary = {}
         for eps in epsilons:
             mine = [r for r in rows if r["epsilon"] == eps]
@@ -231,7 +194,6 @@ def main() -> None:
                 if isinstance(mine[0][k], dict)
             }
         out["results"][name] = {"runs": rows, "mean_excess_pct_by_epsilon": summary}
-        shutil.rmtree(work, ignore_errors=True)
     out["seconds"] = round(time.perf_counter() - started, 1)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: v["mean_excess_pct_by_epsilon"] for k, v in out["results"].items()}, indent=1))

@@ -108,6 +108,70 @@ def generated_corpus(n_users: int) -> Corpus:
     return Corpus("generated", paths["users"], paths["public"], GENERATED_SCORE_EVERY, info)
 
 
+def study_arguments(parser: Any, name: str, runs: int = 2) -> Any:
+    """The options every LM study shares: --corpora, --epsilons, --runs, --generated-users,
+    --delta, --memory-limit, --work (``benchmarks/.data/<name>_work``) and --out
+    (``benchmarks/results/<name>.json``). Returns the parsed arguments."""
+    parser.add_argument("--corpora", default="sotu,generated")
+    parser.add_argument("--epsilons", default="1,4")
+    parser.add_argument("--runs", type=int, default=runs, help="releases per corpus and ε (fresh noise each)")
+    parser.add_argument("--generated-users", type=int, default=GENERATED_USERS)
+    parser.add_argument("--delta", type=float, default=DELTA)
+    parser.add_argument("--memory-limit", default="4GB")
+    parser.add_argument("--work", default=str(CACHE / f"{name}_work"))
+    parser.add_argument("--out", default=str(RESULTS / f"{name}.json"))
+    return parser.parse_args()
+
+
+def study_header(benchmark: str, args: Any, **parameters: Any) -> dict[str, Any]:
+    """The head of a study's JSON: name, date, machine, commit and the shared parameters of
+    :func:`study_arguments` plus ``parameters``; ``results`` still empty."""
+    import datetime as dt
+
+    from _common import git_commit, machine
+
+    return {
+        "benchmark": benchmark,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "git_commit": git_commit(),
+        "parameters": {
+            "epsilons": [float(e) for e in args.epsilons.split(",")],
+            "runs": args.runs,
+            "delta": args.delta,
+            "generated_users": args.generated_users,
+            **parameters,
+        },
+        "results": {},
+    }
+
+
+def study_corpora(args: Any):
+    """A study's corpora (``args.corpora``: 'sotu' — SOTU with Brown public — and/or 'generated' —
+    :func:`generated_corpus` of ``args.generated_users``), each yielded as (name, corpus, fresh
+    scratch folder ``args.work/name``, :func:`split_users`'s result); the folder is removed
+    afterwards. SOTU is skipped, with a message, when the shared data is missing."""
+    import shutil
+
+    names = [c.strip() for c in args.corpora.split(",") if c.strip()]
+    unknown = [n for n in names if n not in ("sotu", "generated")]
+    if unknown:
+        raise SystemExit(f"--corpora: unknown corpus {unknown[0]!r} (sotu, generated)")
+    for name in names:
+        if name == "sotu":
+            corpus = Corpus("sotu", DATA / "sotu_users.jsonl.gz", DATA / "brown_public.txt.gz", 1, {})
+            if not corpus.private.is_file():
+                print(f"skipped sotu: {corpus.private} not found")
+                continue
+        else:
+            corpus = generated_corpus(args.generated_users)
+        work = Path(args.work) / name
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        yield name, corpus, work, split_users(corpus, work)
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def split_users(corpus: Corpus, work: Path) -> dict[str, Any]:
     """train.jsonl.gz (every document of a non-held-out user, as read) and eval.txt (the scored
     held-out users' documents, one a line). Streams."""

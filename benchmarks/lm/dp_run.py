@@ -189,3 +189,27 @@ def dp_run(
             if k not in ("input", "out", "warehouse", "run_id", "public", "dataset")
         },
     }
+
+
+def study_releases(
+    corpus: Corpus,
+    epsilons: list[float],
+    runs: int,
+    train: Path,
+    work: Path,
+    args: argparse.Namespace,
+    **options: Any,
+):
+    """A study's releases: ``runs`` per ε (:func:`dp_run`, fresh noise each, the public-model cache
+    shared in ``work/wh.duckdb`` unless ``options`` names a warehouse), each yielded as
+    (ε, run, dp_run's result, its run configuration) and its folder removed afterwards."""
+    import shutil
+
+    options.setdefault("warehouse", work / "wh.duckdb")
+    for eps in epsilons:
+        for run in range(runs):
+            run_dir = work / f"eps{eps:g}_{run}"
+            run_dir.mkdir()
+            release = dp_run(corpus, eps, train, run_dir, args, **options)
+            yield eps, run, release, bench_config(corpus, eps, train, run_dir, args, **options)
+            shutil.rmtree(run_dir, ignore_errors=True)
