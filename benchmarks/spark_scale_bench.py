@@ -41,7 +41,6 @@ import datetime as dt
 import gzip
 import json
 import os
-import platform
 import shutil
 import signal
 import socket
@@ -422,19 +421,14 @@ def results_payload(
     args: argparse.Namespace, rows: list[dict[str, Any]], commit: str, load_before: tuple[float, ...]
 ) -> dict[str, Any]:
     """The JSON written after every run: the rows so far and what they were measured with."""
-    import psutil
+    from _common import machine
 
     return {
         "benchmark": "spark_scale_bench",
         "date": now(),
         "git_commit": commit,
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-            "shared": "2 cores shared with other jobs: times are upper bounds",
-        },
+        # the CPU model too (_common.machine): the rows of 2026-11-26 lacked it
+        "machine": {**machine(), "shared": "2 cores shared with other jobs: times are upper bounds"},
         "load_average_before": [round(x, 2) for x in load_before],
         "parameters": {
             "engine": "spark",
