@@ -3,6 +3,7 @@ distributions, the ARPA validity rules are enforced, and KenLM's build_binary ac
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import subprocess
@@ -115,9 +116,19 @@ def test_written_arpa_is_valid_for_kenlm_and_scores_match(tmp_path):
 
     model = kneser_ney(frame(counts(SENTENCES, 3, 2.0)), 3, VOCAB)
     arpa = tmp_path / "m.arpa"
-    declared = write_arpa(model, arpa)
+    digest = hashlib.sha256()
+    declared = write_arpa(model, arpa, digest=digest)
+    # the digest is of exactly the bytes on disk (step lm checks the file against it)
+    assert digest.hexdigest() == hashlib.sha256(arpa.read_bytes()).hexdigest()
     read_declared, back = read_arpa(arpa)
     assert read_declared == declared == {n: t.height for n, t in back.tables.items()}
+    # the file holds the tables written: same n-grams in the same rows, values to the 7 decimals
+    # written (step lm validates the tables it wrote, not a parse of the file)
+    for n, table in model.tables.items():
+        assert back.tables[n]["ngram"].to_list() == table["ngram"].to_list()
+        columns = ("logprob",) if n == model.order else ("logprob", "backoff")
+        for column in columns:
+            assert max(abs(table[column].to_numpy() - back.tables[n][column].to_numpy())) <= 5e-8
     assert back.tables[3]["backoff"].null_count() == back.tables[3].height
     assert all((t["logprob"] <= 0).all() for t in back.tables.values())
     binary = tmp_path / "m.binary"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import polars as pl
 import pytest
 from conftest import run_through_dpne
 
@@ -221,7 +222,7 @@ def test_a_failure_beside_the_binary_build_leaves_no_binary(released_run, monkey
         raise RuntimeError(f"{failing} failed on purpose")
 
     if failing == "comparison":
-        monkeypatch.setattr(lm_stage, "compare_on_heldout_public", fail)
+        monkeypatch.setattr(lm_stage, "heldout_public_metrics", fail)
     else:
         monkeypatch.setattr(dpngram.validation, "validate_model", fail)
     with pytest.raises(RuntimeError, match=f"{failing} failed on purpose"):
@@ -273,6 +274,90 @@ def test_the_model_suite_fails_a_broken_arpa_file(released_run, breakage, expect
     assert result["success"] is False
     for name in expected:
         assert any(name in failure for failure in result["failures"]), (name, result["failures"])
+
+
+def test_the_stage_checks_the_tables_it_wrote_and_the_file_against_them(released_run):
+    """Step lm hands the suite the tables it wrote (no second parse of the file): a rule broken in
+    those tables fails the suite by name, and a file whose bytes differ from the bytes written
+    fails it as ``file_differs_from_checked_tables``."""
+    import hashlib
+
+    from dpngram.lm.arpa import ArpaModel, WrittenArpa, read_arpa
+    from dpngram.validation import validate_model
+
+    ctx, _ = released_run
+    path = ctx.release.root / layout.MODEL_ARPA
+    if not path.is_file():  # this test alone
+        lm_stage.run_lm(ctx)
+    original = path.read_bytes()
+    declared, model = read_arpa(path)
+    written = WrittenArpa(model, declared, hashlib.sha256(original).hexdigest())
+    assert validate_model(ctx, written=written)["success"] is True
+    tables = dict(model.tables)
+    positive = pl.when(pl.int_range(pl.len()) == 1).then(0.5).otherwise("logprob")
+    tables[1] = tables[1].with_columns(logprob=positive)
+    broken = validate_model(ctx, written=WrittenArpa(ArpaModel(tables), declared, written.sha256))
+    assert broken["success"] is False
+    assert any("positive_logprobs" in failure for failure in broken["failures"]), broken["failures"]
+    assert not any("file_differs" in failure for failure in broken["failures"])
+    try:
+        _break_arpa(path, "positive")
+        changed = validate_model(ctx, written=written)
+    finally:
+        path.write_bytes(original)
+    assert changed["success"] is False
+    assert [f for f in changed["failures"] if "file_differs_from_checked_tables" in f], changed["failures"]
+
+
+def test_the_model_lm_counts_stored_is_the_model_lm_would_build(released_run, tmp_path):
+    """Stage lm_counts stores the model its verdict scored; step lm writes it from the cache. The
+    file is byte for byte the one built from the released files with no cache entry, and an entry
+    is keyed by the released files' content (another noisy count: another key)."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from dpngram.release.identity import public_cache_dir
+
+    ctx, _ = released_run
+    part = read_parts(ctx)["lm_counts"]
+    inputs = build.ReleasedInputs(ctx.release.root)
+    key = build.mixture_key(inputs, ctx.config, part)
+    cache = public_cache_dir(ctx.config)
+    entries = [cache / kind / key for kind in build.MIXTURE_KINDS]
+    assert all(entry.is_dir() for entry in entries)  # stored by stage lm_counts
+    built_from = []
+    cached = build.build_route_mixture(part, inputs, ctx.config, tmp_path / "cached.arpa")
+    assert cached["model"].derived_structure() is not None  # the stored row links came with it
+    for entry in entries:
+        shutil.rmtree(entry)
+    fresh = build.build_route_mixture(
+        part,
+        inputs,
+        ctx.config,
+        tmp_path / "fresh.arpa",
+        public=lambda: built_from.append(1) or _public(inputs, ctx, part),
+    )
+    assert built_from == [1]  # a miss builds M from P
+    assert (tmp_path / "cached.arpa").read_bytes() == (tmp_path / "fresh.arpa").read_bytes()
+    assert fresh["counts"] == cached["counts"] and fresh["vocabulary"] == cached["vocabulary"]
+    assert all(entry.is_dir() for entry in entries)  # and stores it again
+    # another release of the counts is another key
+    counts = ctx.release.root / layout.LM_COUNTS
+    original = counts.read_bytes()
+    table = pq.read_table(counts)
+    try:
+        pq.write_table(
+            table.set_column(2, "noisy_count", [[v * 1.5 for v in table["noisy_count"].to_pylist()]]), counts
+        )
+        assert build.mixture_key(inputs, ctx.config, part) != key
+    finally:
+        counts.write_bytes(original)
+    assert build.mixture_key(inputs, ctx.config, part) == key
+
+
+def _public(inputs, ctx, part):
+    return build.load_public(inputs, ctx.config, part)[1]
 
 
 def test_plan_order_and_configuration(released_run):

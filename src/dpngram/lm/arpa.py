@@ -43,6 +43,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
 import polars as pl
@@ -532,14 +533,41 @@ def _check_closed(model: ArpaModel) -> None:
                 raise ArpaError(f"order {n}: {missing} n-gram {name}(s) missing at order {n - 1}")
 
 
-def write_arpa(model: ArpaModel, path: str | os.PathLike[str]) -> dict[int, int]:
+@dataclass(frozen=True)
+class WrittenArpa:
+    """An ARPA file as :func:`write_arpa` wrote it: the model (its tables checked by the ARPA rules
+    before writing), the counts declared in ``\\data\\`` and the SHA-256 of the bytes written."""
+
+    model: ArpaModel
+    declared: dict[int, int]
+    sha256: str
+
+
+class _HashingWriter:
+    """A binary file that also feeds every byte written to a hash (polars writes through ``write``)."""
+
+    def __init__(self, fh: BinaryIO, digest: Any) -> None:
+        self._fh, self._digest = fh, digest
+
+    def write(self, data: bytes) -> int:
+        self._digest.update(data)
+        return self._fh.write(data)
+
+    def flush(self) -> None:
+        self._fh.flush()
+
+
+def write_arpa(model: ArpaModel, path: str | os.PathLike[str], *, digest: Any = None) -> dict[int, int]:
     """Check the rules, then write the ARPA file (atomically: ``path.tmp`` then rename). Returns
-    the counts per order written in ``\\data\\``."""
+    the counts per order written in ``\\data\\``. ``digest`` (a ``hashlib`` object, optional) is
+    updated with every byte written: step ``lm`` validates the tables it wrote and tells the file
+    apart from them by that digest (:func:`dpngram.validation.validate_model`)."""
     check_model(model)
     target = Path(path)
     tmp = target.with_name(target.name + ".tmp")
     counts = model.counts()
-    with open(tmp, "wb") as fh:
+    with open(tmp, "wb") as raw:
+        fh: Any = raw if digest is None else _HashingWriter(raw, digest)
         fh.write(b"\\data\\\n")
         for n, c in counts.items():
             fh.write(f"ngram {n}={c}\n".encode())

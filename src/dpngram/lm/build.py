@@ -21,19 +21,22 @@ Imports: dpngram.lm, dpngram.release.layout, dpngram.config, dpngram.core; polar
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
 from dpngram.config import RunConfig
 from dpngram.core.errors import ConfigError
-from dpngram.lm.arpa import write_arpa
+from dpngram.lm.arpa import BOS, EOS, UNK, WrittenArpa, write_arpa
 from dpngram.lm.kenlm_bin import kenlm_binary
 from dpngram.release.layout import LM_COUNTS, TRIGRAM_DIST, VOCABULARY
 
@@ -75,27 +78,31 @@ def mixture_components(
 ) -> tuple[list[str], Any, Any]:
     """(V_LM, P, Q) from the released DP vocabulary and noisy counts, the lm_counts report part and
     the public corpus (P without the held-out public sentences, as step ``lm_counts`` fits it)."""
-    from dpngram.lm.open_model import RELEASED_PART, noisy_count_model, open_public_model
-    from dpngram.release.identity import public_cache_dir
+    vocabulary, public = load_public(inputs, config, part)
+    return vocabulary, public, noisy_counts_model(inputs, public, part)
 
-    order = int(part["order"])
-    vocabulary, _, public = open_public_model(
-        inputs.vocabulary(),
-        config.public,
-        order=order,
-        public_cap=config.lm.public_vocab_size,
-        lowercase=config.lowercase,
-        part=RELEASED_PART,
-        cache_dir=public_cache_dir(config),
-    )
-    private = noisy_count_model(
+
+def noisy_counts_model(inputs: ReleasedInputs, public: Any, part: dict[str, Any]) -> Any:
+    """Q: the model of the released noisy counts (backing off to P), with the released threshold
+    and discount."""
+    from dpngram.lm.open_model import noisy_count_model
+
+    return noisy_count_model(
         pl.read_parquet(inputs.root / LM_COUNTS),
         public,
-        order,
+        int(part["order"]),
         threshold=float(part["threshold"]),
         discount=float(part["discount"]),
     )
-    return vocabulary, public, private
+
+
+def mixture_of(public: Any, inputs: ReleasedInputs, part: dict[str, Any]) -> Any:
+    """M = λ·Q + (1 − λ)·P′ merged into one backoff model, with the released (β, λ)."""
+    from dpngram.lm.open_model import mix_models
+
+    private = noisy_counts_model(inputs, public, part)
+    adapted = adapted_public(public, private, float(part.get("unigram_adaptation", 0.0)))
+    return mix_models(adapted, private, float(part["mix_weight"]))
 
 
 def adapted_public(public: Any, private: Any, strength: float) -> Any:
@@ -106,28 +113,109 @@ def adapted_public(public: Any, private: Any, strength: float) -> Any:
     return public if strength == 0 else adapt_to_unigrams(public, unigram_distribution(private), strength)
 
 
+#: Public-model cache kinds (:mod:`dpngram.lm.public_cache`) of the released model M: its tables
+#: and its row links, stored by step ``lm_counts`` (whose verdict scores M) for step ``lm``.
+MIXTURE_KINDS = ("mixtures", "mixture_links")
+
+
+def mixture_key(inputs: ReleasedInputs, config: RunConfig, part: dict[str, Any]) -> str:
+    """The cache key of the released model M: everything M is computed from (the released DP
+    vocabulary and noisy counts by content, the public corpus by content, the parameters and the
+    selected (β, λ) of report part ``lm_counts``), so an entry is only ever read for the same M."""
+    from dpngram.lm.open_model import RELEASED_PART, split_key
+    from dpngram.lm.public_cache import entry_key, file_digest
+
+    vocabulary = inputs.root / VOCABULARY
+    return entry_key(
+        "mixture",
+        file_digest(inputs.root / LM_COUNTS),
+        file_digest(vocabulary) if vocabulary.is_file() else None,
+        file_digest(config.public) if config.public else None,
+        split_key(RELEASED_PART),
+        config.lowercase,
+        config.lm.public_vocab_size,
+        *(part[k] for k in ("order", "threshold", "discount", "mix_weight")),
+        part.get("unigram_adaptation", 0.0),
+    )
+
+
+def released_mixture(
+    inputs: ReleasedInputs, config: RunConfig, part: dict[str, Any], build: Callable[[], Any]
+) -> Any:
+    """M through the public-model cache (``build()`` computes it on a miss, and it is stored). The
+    tables and the row links are two entries of one key; links missing beside stored tables are
+    derived from the strings and stored."""
+    from dpngram.lm.arpa import ArpaModel, NgramLinks
+    from dpngram.lm.public_cache import cached_tables
+    from dpngram.release.identity import public_cache_dir
+
+    cache_dir = public_cache_dir(config)
+    key = mixture_key(inputs, config, part)
+    built: list[Any] = []
+    tables = cached_tables(cache_dir, MIXTURE_KINDS[0], key, lambda: built.append(build()) or built[0].tables)
+    model = built[0] if built else ArpaModel(tables)
+
+    def links() -> dict[int, pl.DataFrame]:
+        return {
+            n: pl.DataFrame({"context": k.context, "suffix": k.suffix, "word": k.word})
+            for n, k in model.structure().items()
+        }
+
+    frames = cached_tables(cache_dir, MIXTURE_KINDS[1], key, links)
+    if built or model.derived_structure() is not None:
+        return model
+    columns = ("context", "suffix", "word")
+    links = {n: NgramLinks(*(f[c].to_numpy().astype(np.int64) for c in columns)) for n, f in frames.items()}
+    return ArpaModel.with_structure(tables, links)
+
+
+def load_public(inputs: ReleasedInputs, config: RunConfig, part: dict[str, Any]) -> tuple[list[str], Any]:
+    """(V_LM, P) as every stage fits P (without the held-out public sentences)."""
+    from dpngram.lm.open_model import RELEASED_PART, open_public_model
+    from dpngram.release.identity import public_cache_dir
+
+    vocabulary, _, public = open_public_model(
+        inputs.vocabulary(),
+        config.public,
+        order=int(part["order"]),
+        public_cap=config.lm.public_vocab_size,
+        lowercase=config.lowercase,
+        part=RELEASED_PART,
+        cache_dir=public_cache_dir(config),
+    )
+    return vocabulary, public
+
+
 def build_route_mixture(
-    part: dict[str, Any] | None, inputs: ReleasedInputs, config: RunConfig, arpa_path: Path
+    part: dict[str, Any] | None,
+    inputs: ReleasedInputs,
+    config: RunConfig,
+    arpa_path: Path,
+    *,
+    public: Callable[[], Any] | None = None,
 ) -> dict[str, Any]:
     """λ·Q + (1 − λ)·P: P is Kneser-Ney on the public corpus (but its held-out sentences) over V_LM
     (DP vocabulary ∪ public words), Q the model of the released noisy counts, λ the released weight
-    (report part ``lm_counts``). Returns the build description; ``info['model']`` is the model
-    written and ``info['public_model']`` P (for the comparison; neither goes into the report)."""
-    from dpngram.lm.open_model import mix_models
-
+    (report part ``lm_counts``). M is read from the public-model cache when step ``lm_counts``
+    stored it (:func:`released_mixture`). ``public``: returns P when the caller loads it (step
+    ``lm`` does, in a thread, to score it), else P is loaded here when needed. Returns the build
+    description; ``info['model']`` is the model written and ``info['written']`` it as written
+    (:class:`dpngram.lm.arpa.WrittenArpa`, for the check); neither goes into the report."""
     counts_path = inputs.root / LM_COUNTS
     if part is None or not counts_path.is_file():
         raise ConfigError(
             "lm: the model is built from the noisy counts of stage lm_counts (set stage_budget.lm_counts)"
         )
-    vocabulary, public, private = mixture_components(inputs, config, part)
     weight, adaptation = float(part["mix_weight"]), float(part.get("unigram_adaptation", 0.0))
-    model = mix_models(adapted_public(public, private, adaptation), private, weight)
-    counts = write_arpa(model, arpa_path)
+    load = public or (lambda: load_public(inputs, config, part)[1])
+    model = released_mixture(inputs, config, part, lambda: mixture_of(load(), inputs, part))
+    digest = hashlib.sha256()
+    counts = write_arpa(model, arpa_path, digest=digest)
+    model_words = model.tables[1].filter(~pl.col("ngram").is_in([BOS, EOS, UNK])).height
     # Without a public corpus P is the uniform distribution over V_LM (= the DP vocabulary).
     public_part = "public Kneser-Ney" if config.public else "uniform (no public corpus)"
     sources: dict[str, Any] = (
-        {"public_corpus": {"kneser_ney": True, "vocabulary_words": len(vocabulary)}} if config.public else {}
+        {"public_corpus": {"kneser_ney": True, "vocabulary_words": model_words}} if config.public else {}
     )
     sources["lm_counts"] = {
         "mix_weight": weight,
@@ -145,9 +233,9 @@ def build_route_mixture(
         ),
         "mix_weight": weight,
         "model": model,
-        "public_model": public,
+        "written": WrittenArpa(model, counts, digest.hexdigest()),
         "vocabulary": {
-            "model": len(vocabulary),
+            "model": model_words,
             "dp": len(inputs.vocabulary()),
             "rule": f"DP vocabulary ∪ the {config.lm.public_vocab_size} most frequent public words",
         },
@@ -242,24 +330,31 @@ def heldout_text(config: RunConfig, work: Path) -> Path | None:
     return path if path.stat().st_size > 0 else None
 
 
-def compare_on_heldout_public(model: Any, public_model: Any, config: RunConfig) -> dict[str, Any]:
-    """The released model's and the public-only model P's metrics on the held-out public sentences
-    (every ``HELDOUT_EVERY``-th line of the public corpus), which neither was trained on: P, and so
-    the mixture, is fitted on the other lines in every run. Scored from the models' tables (no
-    ARPA file written and parsed back by KenLM). {} without a public corpus or held-out sentences."""
+def heldout_public_metrics(model: Any, config: RunConfig) -> dict[str, Any] | None:
+    """One model's metrics (:data:`COMPARED_METRICS`) on the held-out public sentences (every
+    ``HELDOUT_EVERY``-th line of the public corpus), scored from its tables (no ARPA file written
+    and parsed back by KenLM); None without a public corpus or held-out sentences."""
     from dpngram.lm.evaluate import evaluate_model
-    from dpngram.lm.open_model import HELDOUT_EVERY
 
     if not config.public:
-        return {}
+        return None
     with tempfile.TemporaryDirectory(prefix="dpngram-lmcmp-") as tmpdir:
         heldout = heldout_text(config, Path(tmpdir))
         if heldout is None:
-            return {}
-        row = {}
-        for name, scored in (("released model", model), ("public-only model", public_model)):
-            m = evaluate_model(scored, heldout, config.lowercase)
-            row[name] = {k: m.get(k) for k in COMPARED_METRICS}
+            return None
+        metrics = evaluate_model(model, heldout, config.lowercase)
+    return {k: metrics.get(k) for k in COMPARED_METRICS}
+
+
+def heldout_public_row(released: dict[str, Any] | None, public: dict[str, Any] | None) -> dict[str, Any]:
+    """The comparison's held-out public row from the two models' :func:`heldout_public_metrics`:
+    P, and so the mixture, is fitted on the other lines in every run, so neither model was trained
+    on them. {} when there is nothing to compare."""
+    from dpngram.lm.open_model import HELDOUT_EVERY
+
+    if released is None or public is None:
+        return {}
+    row = {"released model": released, "public-only model": public}
     return {f"{HELDOUT_PUBLIC_ROW} (1 in {HELDOUT_EVERY}; neither model trained on them)": row}
 
 

@@ -70,7 +70,7 @@ def _suffix() -> pl.Expr:
 #: Every HELDOUT_EVERY-th public sentence (index % HELDOUT_EVERY == HELDOUT_EVERY - 1) is the
 #: model card's held-out public text, and no model of a run trains on it: P, and so the released
 #: model, is fitted on the rest (:data:`RELEASED_PART`), so the card scores the released model
-#: itself and P on it (:func:`dpngram.lm.build.compare_on_heldout_public`). 1 in 100 costs the
+#: itself and P on it (:func:`dpngram.lm.build.heldout_public_metrics`). 1 in 100 costs the
 #: released model about 0.25% open-vocabulary perplexity on SOTU against a P fitted on every
 #: sentence (docs/lm.md, "What leaving the held-out lines out costs").
 HELDOUT_EVERY = 100

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -97,6 +98,17 @@ def write_json_atomic(path: Path, payload: Any) -> None:
         fh.write("\n")
     os.chmod(tmp, 0o644)  # mkstemp creates 0600; releases are read by other users
     os.replace(tmp, path)
+
+
+def replace_tree(source: Path, target: Path) -> None:
+    """Copy ``source`` to ``target`` via a sibling temp dir and renames (never half a tree)."""
+    tmp = target.with_name(f".{target.name}.partial")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    shutil.copytree(source, tmp)
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(tmp, target)
 
 
 #: Names the old, shared layout used directly under OUT (and the new one uses under OUT/DATASET):

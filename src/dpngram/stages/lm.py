@@ -3,10 +3,10 @@
 :func:`run_lm` (after ``validation``, before ``report``) builds ``model/model.arpa`` with
 :mod:`dpngram.lm.build` (the open-vocabulary mixture of the public model and the model of the noisy
 counts of step ``lm_counts``), compiles ``model/model.binary`` (``build_binary`` in its own
-process), checks the ARPA file with the GX suite ``model.arpa``
-(:func:`dpngram.validation.validate_model`), compares the model with the public-only model on
-held-out public sentences neither was trained on (in a thread, beside the check and the
-compilation) and on ``lm_eval_text`` when given, and writes
+process), checks the tables it wrote with the GX suite ``model.arpa`` and the file's SHA-256
+against the bytes written (:func:`dpngram.validation.validate_model`), compares the model with the
+public-only model on held-out public sentences neither was trained on (in a thread, beside the
+build, the check and the compilation) and on ``lm_eval_text`` when given, and writes
 ``model/MODEL_CARD.md`` and report part ``lm``. Post-processing only: no privacy spend, no access
 to the run's private schema. The step runs only with an ``lm_counts`` share
 (:func:`dpngram.config.budget_plan.lm_skip_reason`).
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from dpngram.config import RunConfig
@@ -31,7 +31,9 @@ from dpngram.lm.build import (
     ReleasedInputs,
     build_route_mixture,
     compare_on_eval_text,
-    compare_on_heldout_public,
+    heldout_public_metrics,
+    heldout_public_row,
+    load_public,
 )
 from dpngram.lm.kenlm_bin import KENLM_MAX_ORDER
 from dpngram.release.context import RunContext, read_parts
@@ -61,24 +63,35 @@ def run_lm(ctx: RunContext) -> dict[str, Any]:
     binary = release.path(MODEL_BINARY)
     counts_part = read_parts(ctx).get("lm_counts")
     compiling: BinaryBuild | None = None
-    try:
-        info = build_route_mixture(counts_part, inputs, config, arpa)
-        model, public_model = info.pop("model"), info.pop("public_model")
-        # build_binary compiles the written file in its own process while this one checks the file
-        # and, in a thread, scores the released model and P on the held-out public sentences
-        # (polars and the compiled scorer release the GIL): three independent reads of one model.
-        compiling = BinaryBuild(arpa, binary)
-        with ThreadPoolExecutor(1, thread_name_prefix="lm-heldout") as pool:
-            heldout = pool.submit(compare_on_heldout_public, model, public_model, config)
-            check = validate_model(ctx, MODEL_ARPA)
-            held_out = heldout.result()
-        del model, public_model
-        compiling.wait()
-        comparison = held_out | compare_on_eval_text(binary, inputs, config)
-    except BaseException:
-        if compiling is not None:
-            compiling.cancel()
-        raise
+    jobs: dict[str, Future[Any]] = {}
+    # A worker thread loads P and scores it on the held-out public sentences (polars and the
+    # compiled scorer release the GIL) while M is read from the cache step lm_counts stored it in
+    # (or built from P), written and checked here; then it scores M while build_binary compiles the
+    # file in its own process and this thread checks the tables written (and the file's bytes
+    # against them). KenLM's parse of the file is its own check.
+    with ThreadPoolExecutor(1, thread_name_prefix="lm-heldout") as pool:
+        try:
+            if counts_part is not None:  # else build_route_mixture says what is missing
+                jobs["public"] = pool.submit(lambda: load_public(inputs, config, counts_part)[1])
+                jobs["public scored"] = pool.submit(
+                    lambda: heldout_public_metrics(jobs["public"].result(), config)
+                )
+            loaded = jobs["public"].result if jobs else None
+            info = build_route_mixture(counts_part, inputs, config, arpa, public=loaded)
+            model, written = info.pop("model"), info.pop("written")
+            compiling = BinaryBuild(arpa, binary)
+            jobs["released scored"] = pool.submit(heldout_public_metrics, model, config)
+            check = validate_model(ctx, MODEL_ARPA, written=written)
+            held_out = heldout_public_row(jobs["released scored"].result(), jobs["public scored"].result())
+            del model, written
+            compiling.wait()
+            comparison = held_out | compare_on_eval_text(binary, inputs, config)
+        except BaseException:
+            if compiling is not None:
+                compiling.cancel()
+            for job in jobs.values():
+                job.cancel()
+            raise
     part = _lm_part(config, info, check=check, comparison=comparison)
     part["seconds"] = round(time.perf_counter() - started, 3)
     # The DP verdict released by lm_counts scores exactly the mixture built here.

@@ -16,6 +16,7 @@ dpngram.config, dpngram.core; numpy, polars, pyarrow.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -62,6 +63,8 @@ from dpngram.release.spend import spend_once
 
 if TYPE_CHECKING:
     from dpngram.lm.backoff_scorer import BackoffScorer
+
+log = logging.getLogger(__name__)
 
 
 def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str, Any]:
@@ -161,6 +164,15 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
             noise_mode=source.mode,
         )
         report["private_domain"] = private_domain
+        if (model := models.released_models.get((adaptation, weight))) is not None:
+            from dpngram.lm.build import ReleasedInputs, released_mixture
+
+            # the model step lm writes, built for the verdict: stored for that step (public data;
+            # a cache that cannot be written only means step lm builds it again)
+            try:
+                released_mixture(ReleasedInputs(root), config, report, lambda: model)
+            except (OSError, pl.exceptions.PolarsError) as err:
+                log.warning("lm_counts: the released model was not cached for step lm: %s", err)
         return StageResult(events=[_counts_event(calibration)], report=report)
 
     result = spend_once(ctx, STAGE, [LM_COUNTS], compute, engine=True)
@@ -258,6 +270,7 @@ class _Models:
         self._public, self._private = public_model, private_model
         self._scorers: dict[str, BackoffScorer] = {} if public_scorer is None else {"public": public_scorer}
         self._adapted: dict[float, Any] = {}
+        self.released_models: dict[tuple[float, float], Any] = {}
 
     def _scorer(
         self, name: str, build: Callable[[], Any], like: BackoffScorer | None = None
@@ -293,10 +306,12 @@ class _Models:
         scores: they differ where neither model lists an n-gram (docs/lm.md, "Mixture")."""
         from dpngram.lm.open_model import mix_models
 
-        return self._scorer(
-            f"released_{beta!r}_{weight!r}",
-            lambda: mix_models(self._adapted_model(beta), self._private, weight),
-        )
+        def build() -> Any:
+            model = mix_models(self._adapted_model(beta), self._private, weight)
+            self.released_models[(beta, weight)] = model
+            return model
+
+        return self._scorer(f"released_{beta!r}_{weight!r}", build)
 
 
 def _private_model(

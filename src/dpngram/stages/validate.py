@@ -20,13 +20,12 @@ from typing import Any
 from dpngram.core.errors import ValidationFailed
 from dpngram.release.context import RunContext, record_part
 from dpngram.release.data_docs import make_offline
-from dpngram.release.layout import DATA_DOCS_DIR, VALIDATION_RESULTS, write_json_atomic
+from dpngram.release.layout import DATA_DOCS_DIR, VALIDATION_RESULTS, replace_tree, write_json_atomic
 from dpngram.validation import (
     PART,
     SUITES,
     Sources,
     gx_context,
-    replace_tree,
     run_batch,
     scrub_fingerprints,
 )
