@@ -360,6 +360,27 @@ def _public(inputs, ctx, part):
     return build.load_public(inputs, ctx.config, part)[1]
 
 
+@pytest.mark.parametrize(
+    "breakage, message",
+    [("positive", "Positive log probability"), ("context", "context of every 3-gram should appear")],
+)
+def test_build_binary_refuses_a_broken_file(released_run, tmp_path, breakage, message):
+    """Step lm checks the tables it wrote and the file's digest, not a parse of the file: KenLM's
+    build_binary, which compiles every released model, parses it and refuses a positive
+    log-probability or a trigram whose context is not listed (with the error's own words)."""
+    ctx, _ = released_run
+    path = ctx.release.root / layout.MODEL_ARPA
+    if not path.is_file():  # this test alone
+        lm_stage.run_lm(ctx)
+    broken = tmp_path / "broken.arpa"
+    broken.write_bytes(path.read_bytes())
+    _break_arpa(broken, breakage)
+    with pytest.raises(RuntimeError, match=f"build_binary failed .*{message}"):
+        build.compile_binary(broken, tmp_path / "broken.binary")
+    assert not (tmp_path / "broken.binary").exists()
+    build.compile_binary(path, tmp_path / "whole.binary")  # the file as written compiles
+
+
 def test_plan_order_and_configuration(released_run):
     ctx, _ = released_run
     names = [step.name for step in release_steps(ctx.config)]

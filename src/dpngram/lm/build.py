@@ -269,7 +269,9 @@ class BinaryBuild:
         self._stderr.close()
         if code != 0:
             self.tmp.unlink(missing_ok=True)
-            tail = (err.strip().splitlines() or ["no output"])[-1][:200]
+            # KenLM ends with a line "ERROR" after the one that says what is wrong
+            lines = [line for line in err.strip().splitlines() if line.strip() not in ("", "ERROR")]
+            tail = (lines or ["no output"])[-1][:200]
             raise RuntimeError(f"build_binary failed (exit {code}): {tail}")
         os.replace(self.tmp, self.binary)
 
