@@ -173,6 +173,24 @@ def test_old_entries_are_pruned_to_the_keep_limit(tmp_path, monkeypatch):
     assert not [p for p in (cache / "models").iterdir() if p.name.startswith(".")]  # no temporaries
 
 
+def test_a_damaged_entry_is_recomputed_and_replaced(tmp_path):
+    """An entry whose file cannot be read (cut short here) is computed again and replaced, so the
+    next call reads it instead of computing it every time."""
+    frame = pl.DataFrame({"ngram": ["a", "b"], "count": [1.0, 2.0]})
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {1: frame}
+
+    assert public_cache.cached_tables(tmp_path, "counts", "k", compute)[1].equals(frame)
+    part = tmp_path / "counts" / "k" / "order1.parquet"
+    part.write_bytes(part.read_bytes()[:20])
+    assert public_cache.cached_tables(tmp_path, "counts", "k", compute)[1].equals(frame)
+    assert public_cache.cached_tables(tmp_path, "counts", "k", compute)[1].equals(frame)
+    assert len(calls) == 2  # computed first, then once more for the damaged entry, then read
+
+
 def test_an_unusable_cache_directory_changes_nothing(tmp_path):
     corpus = _corpus(tmp_path / "public.txt", 4)
     blocker = tmp_path / "not-a-directory"

@@ -40,7 +40,8 @@ and that model (post-processing). The directory is ``WAREHOUSE_DIR/cache/public`
 (:func:`dpngram.release.identity.public_cache_dir`). Entries are written to a temporary directory
 and renamed into place (atomic; a concurrent writer of the same key loses the race harmlessly),
 and only the :data:`KEEP` most recently used entries of each kind are kept. A cache that cannot be
-read or written is skipped (the caller recomputes): the cache never changes a result.
+read or written is skipped (the caller recomputes; a table entry that cannot be read is replaced by
+the result): the cache never changes a result.
 
 Owns: the cache layout and keys. Imports: dpngram.lm.arpa; polars.
 """
@@ -179,6 +180,9 @@ def cached_tables(
     if tables is not None:
         _touch(entry)
         return tables
+    # an entry that exists but cannot be read (a damaged file, a copy cut short) is removed, so the
+    # result computed now replaces it instead of every later run computing it again
+    shutil.rmtree(entry, ignore_errors=True)
     tables = compute()
     try:
         _write_tables(entry, tables, KEEP.get(kind, 4), FAST_WRITE.get(kind, "zstd"))
