@@ -29,6 +29,35 @@ def _as_dict(frame: pl.DataFrame) -> dict[str, float]:
     return dict(zip(frame["ngram"].to_list(), frame["count"].to_list(), strict=True))
 
 
+def _padded_counts(sentences: list[list[str]], n: int, vocabulary: set[str] | None) -> Counter:
+    """Reference counts: one <s> and one </s> per sentence, <s> never a unigram."""
+    out: Counter = Counter()
+    for sentence in sentences:
+        mapped = [t if vocabulary is None or t in vocabulary else UNK for t in sentence]
+        padded = [BOS, *mapped, EOS]
+        for i in range(len(padded) - n + 1):
+            if not (n == 1 and padded[i] == BOS):
+                out[" ".join(padded[i : i + n])] += 1
+    return out
+
+
+@pytest.mark.parametrize("order", [1, 2, 3, 4])
+@pytest.mark.parametrize("mapped", [False, True])
+def test_counts_of_every_order_equal_counting_each_order(order, mapped):
+    """Orders 2 and 3 count only the top order and take the lower ones as its marginals: equal to
+    counting every order, one-token sentences included; order 4 counts each order (a one-token
+    sentence has no 4-gram)."""
+    rng = random.Random(order)
+    words = [f"w{i}" for i in range(25)]
+    sentences = [rng.choices(words, k=rng.choice([1, 1, 2, 3, 7])) for _ in range(500)]
+    vocabulary = set(words[:12]) if mapped else None
+    got = open_model.batch_ngram_counts(iter([pl.Series("toks", sentences)]), order, vocabulary)
+    assert sorted(got) == list(range(1, order + 1))
+    for n in range(1, order + 1):
+        assert _as_dict(got[n]) == dict(_padded_counts(sentences, n, vocabulary)), n
+        assert got[n].schema == {"ngram": pl.String, "count": pl.Float64}
+
+
 @pytest.mark.parametrize("every_word", [False, True])
 @pytest.mark.parametrize("part", ["all", "train", "heldout"])
 def test_mapped_raw_counts_equal_counting_with_the_vocabulary(tmp_path, part, every_word):
