@@ -15,8 +15,10 @@ retired on 2026-11-27: built from the two sources the measured ablation found ad
 nothing (docs/lm.md, "Sources of the model: measured"), they were no better than the public-only
 model, and with an ``lm_counts`` share the mixture supersedes them.
 
-Owns: the model build, the released inputs it reads, the comparison with the public-only model.
-Imports: dpngram.lm, dpngram.release.layout, dpngram.config, dpngram.core; polars, pyarrow.
+Owns: the model build (and the released model's cache entry), the released inputs it reads, the
+comparison with the public-only model.
+Imports: dpngram.lm, dpngram.release.layout, dpngram.release.identity, dpngram.config, dpngram.core;
+numpy, polars, pyarrow.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ to is in its report, but the privacy ledger also holds the staging paths of unfi
 downstream readers hold paths into ``OUT/runs``, so moving files behind their backs is the
 operator's decision. The message says what to move where.
 
-Owns: release paths, :class:`Release`, :func:`check_out_layout`, :func:`write_json_atomic`.
+Owns: release paths, :class:`Release`, :func:`check_out_layout`, :func:`write_json_atomic`,
+:func:`replace_tree`.
 Imports: nothing from dpngram; the standard library only.
 """
 
