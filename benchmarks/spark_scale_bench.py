@@ -403,6 +403,7 @@ def measure(
     row["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     row["date"] = now()
     row["git_commit"] = commit
+    row["cpu_model"] = machine_cpu_model()  # carried into scale.json's Spark rows (spark_row)
     if "error" in row:
         print(f"{users:>9,d}  failed: {row['error']}", flush=True)
     else:
@@ -417,6 +418,13 @@ def measure(
     return row
 
 
+def machine_cpu_model() -> str | None:
+    """The host's CPU model as ``_common.machine`` names it."""
+    from _common import machine
+
+    return machine().get("cpu_model")
+
+
 def results_payload(
     args: argparse.Namespace, rows: list[dict[str, Any]], commit: str, load_before: tuple[float, ...]
 ) -> dict[str, Any]:
@@ -428,7 +436,11 @@ def results_payload(
         "date": now(),
         "git_commit": commit,
         # the CPU model too (_common.machine): the rows of 2026-11-26 lacked it
-        "machine": {**machine(), "shared": "2 cores shared with other jobs: times are upper bounds"},
+        "machine": {
+            **machine(),
+            "shared": "the two 1-core workers and the driver share the host's 2 cores; each row's "
+            "load averages show whether anything else ran",
+        },
         "load_average_before": [round(x, 2) for x in load_before],
         "parameters": {
             "engine": "spark",
