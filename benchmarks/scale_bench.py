@@ -367,7 +367,8 @@ def plot(payload: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     ax = axes[0]
     stages = ["ingest", "dpne.k1", "dpne.k2", "dpne.k3", "dpne.k4", "dpne.k5", "validation"]
-    labels = [f"{r['users'] // 1000}k\n{r['policy']}" for r in duck]
+    # the policy's words on their own lines: "policy-gaussian" beside "weighted" ran together
+    labels = [f"{r['users'] // 1000}k\n" + r["policy"].replace("-", "-\n") for r in duck]
     bottom = [0.0] * len(duck)
     for stage in stages + ["other"]:
         vals = []
