@@ -153,8 +153,13 @@ def released_mixture(
 
     cache_dir = public_cache_dir(config)
     key = mixture_key(inputs, config, part)
-    built: list[Any] = []
-    tables = cached_tables(cache_dir, MIXTURE_KINDS[0], key, lambda: built.append(build()) or built[0].tables)
+    built: list[Any] = []  # the model, when this call builds it
+
+    def tables_of_built() -> dict[int, pl.DataFrame]:
+        built.append(build())
+        return built[0].tables
+
+    tables = cached_tables(cache_dir, MIXTURE_KINDS[0], key, tables_of_built)
     model = built[0] if built else ArpaModel(tables)
 
     def links() -> dict[int, pl.DataFrame]:
