@@ -194,14 +194,7 @@ def _walk(
         clen = 1 if order > 1 else 0
         for i in range(a, b + 1):
             w = words[i] if i < b else eos
-            for m in range(1, clen + 1):
-                r = ctx[clen - m]
-                for t in range(1, m):
-                    if r < 0:
-                        break
-                    n = t + 1
-                    r = _find(keys, rows, start[n], mask[n], r * n_words + ctx[clen - m + t])
-                crow[m] = r
+            _context_rows(ctx, clen, n_words, keys, rows, start, mask, crow)
             acc = 0.0
             lp = 0.0
             found = False
@@ -237,14 +230,54 @@ def _walk(
                         for kk in range(k, kmax):
                             hits[kk] += 1
                         break
-            if order > 1:
-                if clen < order - 1:
-                    ctx[clen] = w
-                    clen += 1
-                else:
-                    for j in range(clen - 1):
-                        ctx[j] = ctx[j + 1]
-                    ctx[clen - 1] = w
+            clen = _push(ctx, clen, order, w)
+
+
+@njit(cache=True, nogil=True)
+def _context_rows(ctx, clen, n_words, keys, rows, start, mask, crow):  # pragma: no cover - compiled
+    """``crow[m]`` (m = 1..clen): the row at order m of the context's last m words ``ctx[:clen]``
+    (oldest first), -1 where the model does not list them."""
+    for m in range(1, clen + 1):
+        r = ctx[clen - m]
+        for t in range(1, m):
+            if r < 0:
+                break
+            n = t + 1
+            r = _find(keys, rows, start[n], mask[n], r * n_words + ctx[clen - m + t])
+        crow[m] = r
+
+
+@njit(cache=True, nogil=True)
+def _push(ctx, clen, order, w):  # pragma: no cover - compiled
+    """Append word row ``w`` to the context ``ctx[:clen]``, keeping its last N - 1 words; the new length."""
+    if order == 1:
+        return clen
+    if clen < order - 1:
+        ctx[clen] = w
+        return clen + 1
+    for j in range(clen - 1):
+        ctx[j] = ctx[j + 1]
+    ctx[clen - 1] = w
+    return clen
+
+
+@njit(cache=True, nogil=True)
+def _visited_contexts(
+    words, sentence_offsets, bos, order, n_words, row_offset, keys, rows, start, mask, visited
+):  # pragma: no cover - compiled
+    """Mark in ``visited`` (global rows of orders 1..N - 1) every listed context a token of the
+    sentences follows (as :func:`_walk` reads them): the only rankings its top-k hits can need."""
+    ctx = np.empty(max(order - 1, 1), dtype=np.int64)
+    crow = np.empty(order, dtype=np.int64)
+    for s in range(sentence_offsets.size - 1):
+        ctx[0] = bos
+        clen = 1 if order > 1 else 0
+        for i in range(sentence_offsets[s], sentence_offsets[s + 1]):
+            _context_rows(ctx, clen, n_words, keys, rows, start, mask, crow)
+            for m in range(1, clen + 1):
+                if crow[m] >= 0:
+                    visited[row_offset[m] + crow[m]] = True
+            clen = _push(ctx, clen, order, words[i])
 
 
 def _probabilities(model: ArpaModel) -> dict[str, np.ndarray]:
@@ -275,7 +308,6 @@ class BackoffScorer:
     table_start: np.ndarray  # per order n >= 2: its hash table's first slot, and mask (size - 1)
     table_mask: np.ndarray
     _model: ArpaModel | None = field(default=None, repr=False, compare=False)
-    _ranking: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def from_model(cls, model: ArpaModel, like: BackoffScorer | None = None) -> BackoffScorer:
@@ -352,7 +384,7 @@ class BackoffScorer:
         out = np.empty(word_rows.size + max(offsets.size - 1, 0), dtype=np.float64)
         hits = np.zeros(kmax, dtype=np.int64)
         if kmax > 0:
-            r = self._ranking_arrays()
+            r = self._ranking_arrays(self._visited_contexts(word_rows, offsets))
             ranking = (r["cont_start"], r["cont_word"], r["cont_lp"], r["root"], r["rank"])
             predictable = r["predictable"]
             # one row per possible context: the rows of orders 1..N - 1 (never the top order's)
@@ -370,13 +402,23 @@ class BackoffScorer:
         )  # fmt: skip
         return out, hits
 
-    def _ranking_arrays(self) -> dict[str, np.ndarray]:
+    def _visited_contexts(self, word_rows: np.ndarray, sentence_offsets: np.ndarray) -> np.ndarray:
+        """Which context rows (global rows of orders 1..N - 1) the sentences' tokens follow."""
+        visited = np.zeros(max(int(self.row_offset[self.order]), 1), dtype=np.bool_)
+        _visited_contexts(
+            np.ascontiguousarray(word_rows, dtype=np.int64), sentence_offsets, self.bos, self.order,
+            self.vocabulary.height, self.row_offset, self.table_keys, self.table_rows, self.table_start,
+            self.table_mask, visited,
+        )  # fmt: skip
+        return visited
+
+    def _ranking_arrays(self, visited: np.ndarray) -> dict[str, np.ndarray]:
         """For :meth:`scores_and_hits`: each unigram row's rank in string order, which rows can be
         predicted (not ``<s>``, ``</s>``, ``<unk>``), the root ranking (those rows by
-        (-log10 p, rank)) and per context row (all orders, global rows) its continuations sorted
-        the same way (CSR: ``cont_start``, ``cont_word``, ``cont_lp``)."""
-        if self._ranking:
-            return self._ranking
+        (-log10 p, rank)) and per ``visited`` context row (all orders, global rows) its
+        continuations sorted the same way (CSR: ``cont_start``, ``cont_word``, ``cont_lp``; an
+        unvisited context has none). Sorting only the visited contexts' continuations (those of
+        the scored text) rather than every n-gram's saves about 0.2 s a model on Brown's P."""
         model = self._model
         if model is None:
             raise ValueError("scores_and_hits: the scorer was not built from a model")
@@ -392,8 +434,9 @@ class BackoffScorer:
         for n in range(2, self.order + 1):
             links = structure[n]
             word = links.word.astype(np.int64)
-            ok = predictable[word]
-            ctxs.append(self.row_offset[n - 1] + links.context.astype(np.int64)[ok])
+            context = self.row_offset[n - 1] + links.context.astype(np.int64)
+            ok = predictable[word] & visited[context]
+            ctxs.append(context[ok])
             conts.append(word[ok])
             lps.append(self.logprob[self.row_offset[n] : self.row_offset[n + 1]][ok])
         ctx = np.concatenate(ctxs) if ctxs else np.zeros(0, dtype=np.int64)
@@ -402,17 +445,16 @@ class BackoffScorer:
         ordered = pl.DataFrame({"ctx": ctx, "neg_lp": -lp, "rank": rank[cont], "word": cont}).sort(
             "ctx", "neg_lp", "rank"
         )
-        self._ranking.update(
-            rank=rank,
-            predictable=predictable,
-            root=root,
-            cont_start=np.searchsorted(
+        return {
+            "rank": rank,
+            "predictable": predictable,
+            "root": root,
+            "cont_start": np.searchsorted(
                 ordered["ctx"].to_numpy(), np.arange(int(self.row_offset[self.order + 1]) + 1)
             ),
-            cont_word=ordered["word"].to_numpy().astype(np.int64),
-            cont_lp=-ordered["neg_lp"].to_numpy().astype(np.float64),
-        )
-        return self._ranking
+            "cont_word": ordered["word"].to_numpy().astype(np.int64),
+            "cont_lp": -ordered["neg_lp"].to_numpy().astype(np.float64),
+        }
 
     def scores_and_hits(
         self, word_rows: np.ndarray, sentence_offsets: np.ndarray, kmax: int
