@@ -142,6 +142,47 @@ def test_the_held_out_public_row_scores_the_released_model_itself(released_run):
     assert row["public-only model"]["open_vocab_perplexity"] == public_row["open_vocab_perplexity"]
 
 
+def test_step_lm_scores_both_models_itself_when_lm_counts_did_not(released_run, monkeypatch):
+    """Step lm_counts scores P and the model it builds for the verdict (the model step lm writes)
+    on the held-out public sentences, and step lm takes that row from its report part; with a part
+    that has none (a run without the verdict), step lm loads P and scores both models itself: the
+    same row either way."""
+    from dpngram.release.context import PARTS_DIR
+
+    ctx, _ = released_run
+    part_path = ctx.release.root / PARTS_DIR / "lm_counts.json"
+    original = part_path.read_text(encoding="utf-8")
+    counts_part = json.loads(original)
+    stored = counts_part["heldout_public"]
+    assert set(stored) == {"released model", "public-only model"}
+    assert stored["released model"] != stored["public-only model"]
+
+    def no_public(*args, **kwargs):
+        raise AssertionError("step lm loaded P although step lm_counts stored both scores (and M)")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(lm_stage, "load_public", no_public)
+        patched.setattr(build, "load_public", no_public)
+        lm_stage.run_lm(ctx)
+    (row,) = [
+        v for k, v in read_parts(ctx)["lm"]["comparison"].items() if k.startswith(build.HELDOUT_PUBLIC_ROW)
+    ]
+    assert row == stored
+    del counts_part["heldout_public"]
+    part_path.write_text(json.dumps(counts_part), encoding="utf-8")
+    try:
+        lm_stage.run_lm(ctx)
+        comparison = read_parts(ctx)["lm"]["comparison"]
+    finally:
+        part_path.write_text(original, encoding="utf-8")
+    (recomputed,) = [v for k, v in comparison.items() if k.startswith(build.HELDOUT_PUBLIC_ROW)]
+    assert recomputed.keys() == stored.keys()
+    for model, metrics in stored.items():
+        for key, value in metrics.items():
+            # the same model scored by the same code: equal up to summation order
+            assert recomputed[model][key] == pytest.approx(value, rel=1e-12), (model, key)
+
+
 def test_the_verdict_scores_the_model_step_lm_writes(tmp_path_factory, monkeypatch):
     """The private-domain verdict's released-model coordinate is the verdict users' clipped mean
     log-loss under the model step lm writes (the mixture merged into one backoff model), scored
@@ -222,7 +263,7 @@ def test_a_failure_beside_the_binary_build_leaves_no_binary(released_run, monkey
         raise RuntimeError(f"{failing} failed on purpose")
 
     if failing == "comparison":
-        monkeypatch.setattr(lm_stage, "heldout_public_metrics", fail)
+        monkeypatch.setattr(lm_stage, "heldout_public_row", fail)
     else:
         monkeypatch.setattr(dpngram.validation, "validate_model", fail)
     with pytest.raises(RuntimeError, match=f"{failing} failed on purpose"):

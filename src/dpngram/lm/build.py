@@ -339,10 +339,12 @@ def heldout_text(config: RunConfig, work: Path) -> Path | None:
     return path if path.stat().st_size > 0 else None
 
 
-def heldout_public_metrics(model: Any, config: RunConfig) -> dict[str, Any] | None:
+def heldout_public_metrics(model: Any, config: RunConfig, scorer: Any = None) -> dict[str, Any] | None:
     """One model's metrics (:data:`COMPARED_METRICS`) on the held-out public sentences (every
     ``HELDOUT_EVERY``-th line of the public corpus), scored from its tables (no ARPA file written
-    and parsed back by KenLM); None without a public corpus or held-out sentences."""
+    and parsed back by KenLM), through ``scorer`` when the caller has built the model's
+    :class:`~dpngram.lm.backoff_scorer.BackoffScorer`; None without a public corpus or held-out
+    sentences."""
     from dpngram.lm.evaluate import evaluate_model
 
     if not config.public:
@@ -351,20 +353,29 @@ def heldout_public_metrics(model: Any, config: RunConfig) -> dict[str, Any] | No
         heldout = heldout_text(config, Path(tmpdir))
         if heldout is None:
             return None
-        metrics = evaluate_model(model, heldout, config.lowercase)
+        metrics = evaluate_model(model, heldout, config.lowercase, scorer)
     return {k: metrics.get(k) for k in COMPARED_METRICS}
 
 
-def heldout_public_row(released: dict[str, Any] | None, public: dict[str, Any] | None) -> dict[str, Any]:
-    """The comparison's held-out public row from the two models' :func:`heldout_public_metrics`:
-    P, and so the mixture, is fitted on the other lines in every run, so neither model was trained
-    on them. {} when there is nothing to compare."""
+def heldout_public_part(
+    released: dict[str, Any] | None, public: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The two models' :func:`heldout_public_metrics` as the comparison holds them (and report part
+    ``lm_counts`` stores them, for step ``lm``); None when there is nothing to compare."""
+    if released is None or public is None:
+        return None
+    return {"released model": released, "public-only model": public}
+
+
+def heldout_public_row(pair: dict[str, Any] | None) -> dict[str, Any]:
+    """The comparison's held-out public row from :func:`heldout_public_part`: P, and so the
+    mixture, is fitted on the other lines in every run, so neither model was trained on them. {}
+    when there is nothing to compare."""
     from dpngram.lm.open_model import HELDOUT_EVERY
 
-    if released is None or public is None:
+    if pair is None:
         return {}
-    row = {"released model": released, "public-only model": public}
-    return {f"{HELDOUT_PUBLIC_ROW} (1 in {HELDOUT_EVERY}; neither model trained on them)": row}
+    return {f"{HELDOUT_PUBLIC_ROW} (1 in {HELDOUT_EVERY}; neither model trained on them)": pair}
 
 
 def compare_on_eval_text(binary: Path, inputs: ReleasedInputs, config: RunConfig) -> dict[str, Any]:

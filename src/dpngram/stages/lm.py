@@ -32,6 +32,7 @@ from dpngram.lm.build import (
     build_route_mixture,
     compare_on_eval_text,
     heldout_public_metrics,
+    heldout_public_part,
     heldout_public_row,
     load_public,
 )
@@ -64,14 +65,15 @@ def run_lm(ctx: RunContext) -> dict[str, Any]:
     counts_part = read_parts(ctx).get("lm_counts")
     compiling: BinaryBuild | None = None
     jobs: dict[str, Future[Any]] = {}
-    # A worker thread loads P and scores it on the held-out public sentences (polars and the
-    # compiled scorer release the GIL) while M is read from the cache step lm_counts stored it in
-    # (or built from P), written and checked here; then it scores M while build_binary compiles the
-    # file in its own process and this thread checks the tables written (and the file's bytes
-    # against them). KenLM's parse of the file is its own check.
+    # Step lm_counts scored M (which it built for the verdict and stored in the public-model
+    # cache) and P on the held-out public sentences; else a worker thread loads P and scores it
+    # while M is read or built, written and checked here, then scores M. build_binary compiles the
+    # file in its own process meanwhile, and this thread checks the tables written (and the file's
+    # bytes against them). KenLM's parse of the file is its own check.
+    scored = counts_part.get("heldout_public") if counts_part is not None else None
     with ThreadPoolExecutor(1, thread_name_prefix="lm-heldout") as pool:
         try:
-            if counts_part is not None:  # else build_route_mixture says what is missing
+            if counts_part is not None and scored is None:  # else build_route_mixture says what is missing
                 jobs["public"] = pool.submit(lambda: load_public(inputs, config, counts_part)[1])
                 jobs["public scored"] = pool.submit(
                     lambda: heldout_public_metrics(jobs["public"].result(), config)
@@ -80,9 +82,12 @@ def run_lm(ctx: RunContext) -> dict[str, Any]:
             info = build_route_mixture(counts_part, inputs, config, arpa, public=loaded)
             model, written = info.pop("model"), info.pop("written")
             compiling = BinaryBuild(arpa, binary)
-            jobs["released scored"] = pool.submit(heldout_public_metrics, model, config)
+            if scored is None:
+                jobs["released scored"] = pool.submit(heldout_public_metrics, model, config)
             check = validate_model(ctx, MODEL_ARPA, written=written)
-            held_out = heldout_public_row(jobs["released scored"].result(), jobs["public scored"].result())
+            if scored is None:
+                scored = heldout_public_part(jobs["released scored"].result(), jobs["public scored"].result())
+            held_out = heldout_public_row(scored)
             del model, written
             compiling.wait()
             comparison = held_out | compare_on_eval_text(binary, inputs, config)

@@ -33,6 +33,7 @@ from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql
+from dpngram.lm.build import ReleasedInputs, heldout_public_metrics, heldout_public_part, released_mixture
 from dpngram.mechanisms.lm_counts import (
     COUNTING_PARAMS,
     COUNTS_SCHEMA,
@@ -91,22 +92,35 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
         )
 
     def compute(wh: Engine) -> StageResult:
+        # A worker thread builds P's scorer (and with it the compiled code's start-up, 0.4-0.7 s
+        # in a fresh process) and scores P on the held-out public sentences while the engine
+        # counts: public data only.
+        with ThreadPoolExecutor(1, thread_name_prefix="lm-scorer") as pool:
+            try:
+                return count_and_release(wh, pool)
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+
+    def count_and_release(wh: Engine, pool: ThreadPoolExecutor) -> StageResult:
         source = noise or NoiseSource.secure()
-        root = ctx.release.root
+        root, schema = ctx.release.root, ctx.schema
         dp_vocab = _read_dp_vocabulary(root)
         domain = _count_domain(config, root, dp_vocab)
-        schema = ctx.schema
         # Keys the selection/counting partition of the users by id: parallel composition holds for
         # any salt, and it reaches the release only through the noise below (a selection salt:
         # running out of memory in the counting SQL charges nothing; docs/faults.md).
         salt = source.selection_salt()
-        # P's scorer (and with it the compiled code's start-up, 0.4-0.7 s in a fresh process) is
-        # built in a thread while the engine counts: neither needs the other
-        with ThreadPoolExecutor(1, thread_name_prefix="lm-scorer") as pool:
-            public_scorer = pool.submit(_public_scorer, domain.public_model)
-            weighted = _weighted_counts(
-                wh, schema, domain, salt=salt, holdout=verdict, clip=float(config.lm.count_clip)
-            )
+        public_scorer = pool.submit(_public_scorer, domain.public_model)
+        # (only when the verdict builds M here: else step lm builds and scores both models)
+        public_heldout = (
+            pool.submit(lambda: heldout_public_metrics(domain.public_model, config, public_scorer.result()))
+            if verdict > holdout
+            else None
+        )
+        weighted = _weighted_counts(
+            wh, schema, domain, salt=salt, holdout=verdict, clip=float(config.lm.count_clip)
+        )
         noisy, calibration = noisy_release(
             weighted, epsilon=epsilon, delta=delta, clip=float(config.lm.count_clip), noise=source
         )
@@ -164,15 +178,17 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
             noise_mode=source.mode,
         )
         report["private_domain"] = private_domain
-        if (model := models.released_models.get((adaptation, weight))) is not None:
-            from dpngram.lm.build import ReleasedInputs, released_mixture
-
+        model = models.released_models.get((adaptation, weight))
+        if model is not None and public_heldout is not None:
             # the model step lm writes, built for the verdict: stored for that step (public data;
-            # a cache that cannot be written only means step lm builds it again)
+            # a cache that cannot be written only means step lm builds it again), and scored on the
+            # held-out public sentences beside P for that step's comparison
             try:
                 released_mixture(ReleasedInputs(root), config, report, lambda: model)
             except (OSError, pl.exceptions.PolarsError) as err:
                 log.warning("lm_counts: the released model was not cached for step lm: %s", err)
+            scored = heldout_public_metrics(model, config, models.released(adaptation, weight))
+            report["heldout_public"] = heldout_public_part(scored, public_heldout.result())
         return StageResult(events=[_counts_event(calibration)], report=report)
 
     result = spend_once(ctx, STAGE, [LM_COUNTS], compute, engine=True)
