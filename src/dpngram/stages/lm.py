@@ -5,8 +5,9 @@
 counts of step ``lm_counts``), compiles ``model/model.binary`` (``build_binary`` in its own
 process), checks the tables it wrote with the GX suite ``model.arpa`` and the file's SHA-256
 against the bytes written (:func:`dpngram.validation.validate_model`), compares the model with the
-public-only model on held-out public sentences neither was trained on (in a thread, beside the
-build, the check and the compilation) and on ``lm_eval_text`` when given, and writes
+public-only model on held-out public sentences neither was trained on (the scores step
+``lm_counts`` stored in its report part; else scored here in a thread, beside the build, the check
+and the compilation) and on ``lm_eval_text`` when given, and writes
 ``model/MODEL_CARD.md`` and report part ``lm``. Post-processing only: no privacy spend, no access
 to the run's private schema. The step runs only with an ``lm_counts`` share
 (:func:`dpngram.config.budget_plan.lm_skip_reason`).

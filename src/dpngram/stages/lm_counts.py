@@ -6,7 +6,9 @@ vocabulary and k-grams, the public corpus), counts the private n-grams per user 
 to the domain by integer keys), releases the noisy counts to
 ``released/lm_counts.parquet`` and, with ``lm_mix_weight='auto'``, selects λ on disjoint selection
 users; it spends the whole lm_counts share through :func:`dpngram.release.spend.spend_once`. The
-steps and their privacy argument are in :mod:`dpngram.mechanisms.lm_counts` and
+released model M, built here for the private-domain verdict, is stored in the public-model cache
+and scored beside P on the held-out public sentences (report part key ``heldout_public``) for step
+``lm``. The steps and their privacy argument are in :mod:`dpngram.mechanisms.lm_counts` and
 ``docs/lm_privacy.md``.
 
 Owns: the ``lm_counts`` step (wiring the domain, the counting SQL, the release and its report part).
