@@ -74,7 +74,8 @@ def run_lm(ctx: RunContext) -> dict[str, Any]:
     scored = counts_part.get("heldout_public") if counts_part is not None else None
     with ThreadPoolExecutor(1, thread_name_prefix="lm-heldout") as pool:
         try:
-            if counts_part is not None and scored is None:  # else build_route_mixture says what is missing
+            # (without the part, build_route_mixture says what is missing)
+            if counts_part is not None and scored is None:
                 jobs["public"] = pool.submit(lambda: load_public(inputs, config, counts_part)[1])
                 jobs["public scored"] = pool.submit(
                     lambda: heldout_public_metrics(jobs["public"].result(), config)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -182,19 +182,37 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
         report["private_domain"] = private_domain
         model = models.released_models.get((adaptation, weight))
         if model is not None and public_heldout is not None:
-            # the model step lm writes, built for the verdict: stored for that step (public data;
-            # a cache that cannot be written only means step lm builds it again), and scored on the
-            # held-out public sentences beside P for that step's comparison
-            try:
-                released_mixture(ReleasedInputs(root), config, report, lambda: model)
-            except (OSError, pl.exceptions.PolarsError) as err:
-                log.warning("lm_counts: the released model was not cached for step lm: %s", err)
-            scored = heldout_public_metrics(model, config, models.released(adaptation, weight))
-            report["heldout_public"] = heldout_public_part(scored, public_heldout.result())
+            report["heldout_public"] = _for_step_lm(
+                config, root, report, model, models.released(adaptation, weight), public_heldout
+            )
         return StageResult(events=[_counts_event(calibration)], report=report)
 
     result = spend_once(ctx, STAGE, [LM_COUNTS], compute, engine=True)
     return released_summary(ctx, STAGE, result, [LM_COUNTS])
+
+
+def _for_step_lm(
+    config: RunConfig,
+    root: Path,
+    report: dict[str, Any],
+    model: Any,
+    scorer: BackoffScorer,
+    public_heldout: Future[dict[str, Any] | None],
+) -> dict[str, Any] | None:
+    """Best effort, once the counts are released: M (the model step ``lm`` writes, built here for
+    the verdict) stored in the public-model cache, and M and P scored on the held-out public
+    sentences, returned for report part key ``heldout_public`` (None: step ``lm`` scores them).
+    Public data and post-processing only. A failure here only leaves the work to step ``lm``; it
+    must not fail this step, whose noise is drawn (such a step cannot be run again: docs/faults.md)."""
+    try:
+        released_mixture(ReleasedInputs(root), config, report, lambda: model)
+    except Exception as err:  # noqa: BLE001 - step lm builds M again and reports its own failure
+        log.warning("lm_counts: the released model was not cached for step lm: %s", err)
+    try:
+        return heldout_public_part(heldout_public_metrics(model, config, scorer), public_heldout.result())
+    except Exception as err:  # noqa: BLE001 - step lm scores both models again
+        log.warning("lm_counts: the held-out public comparison is left to step lm: %s", err)
+        return None
 
 
 def _read_dp_vocabulary(root: Path) -> list[str]:
