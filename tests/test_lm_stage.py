@@ -183,6 +183,29 @@ def test_step_lm_scores_both_models_itself_when_lm_counts_did_not(released_run, 
             assert recomputed[model][key] == pytest.approx(value, rel=1e-12), (model, key)
 
 
+def test_a_failed_held_out_scoring_in_lm_counts_is_left_to_step_lm(tmp_path_factory, monkeypatch):
+    """Step lm_counts scores the two models on the held-out public sentences after its noise is
+    drawn; a failure there must not fail the step (a step that fails after its draw cannot be run
+    again): it logs, stores no scores, and step lm scores both models itself."""
+    tmp = tmp_path_factory.mktemp("lm-heldout-failure")
+    files = write_sample(tmp / "sample", n_users=200, seed=8, vocab_size=200, public_sentences=2000)
+    ctx = _through_dpne(tmp, files)
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("scoring failed on purpose")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(lm_counts_stage, "heldout_public_metrics", fail)
+        lm_counts_stage.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(8))
+    counts_part = read_parts(ctx)["lm_counts"]
+    assert counts_part["heldout_public"] is None and counts_part["private_domain"] is not None
+    lm_stage.run_lm(ctx)
+    comparison = read_parts(ctx)["lm"]["comparison"]
+    (row,) = [v for k, v in comparison.items() if k.startswith(build.HELDOUT_PUBLIC_ROW)]
+    assert set(row) == {"released model", "public-only model"}
+    assert all(m["open_vocab_perplexity"] > 1 for m in row.values())
+
+
 def test_the_verdict_scores_the_model_step_lm_writes(tmp_path_factory, monkeypatch):
     """The private-domain verdict's released-model coordinate is the verdict users' clipped mean
     log-loss under the model step lm writes (the mixture merged into one backoff model), scored
