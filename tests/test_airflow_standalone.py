@@ -912,30 +912,53 @@ def _json_leaves(value: Any, key: str = "") -> list[tuple[str, Any]]:
     return [(key, value)]
 
 
-def test_no_marker_or_exact_statistic_in_logs_xcom_or_release(session):
+def _ingested_counts(conf: dict[str, Any], work: Path) -> tuple[int, int, int, int, int]:
+    """(users, documents, sentences, tokens, raw rows holding the marker) of the run's input as the
+    run's ingest step stores them privately: derived again here, by the same step into a scratch
+    warehouse, since a published run's own private tables are dropped at publish."""
+    from dpngram.config import RunConfig
+    from dpngram.release.context import RunContext
+    from dpngram.release.publish import prepare
+    from dpngram.stages.ingest import run_ingest
+
+    values = {k: v for k, v in conf.items() if k not in ("out", "warehouse", "lifetime_epsilon")}
+    config = RunConfig.build(**values, out=str(work / "out"), warehouse=str(work / "scratch.duckdb"))
+    ctx = RunContext(prepare(config))
+    run_ingest(ctx)
+    schema = run_schema_name(ctx.run_id)
+    with ctx.warehouse() as wh:
+        con = wh.con
+        marked = con.execute(
+            f"SELECT count(*) FROM {schema}.raw_text WHERE text LIKE ?", [f"%{MARKER}%"]
+        ).fetchone()
+        users, docs = con.execute(
+            f"SELECT count(DISTINCT user_id), count(*) FROM {schema}.raw_text"
+        ).fetchone()
+        sentences, tokens = con.execute(
+            f"SELECT count(*), sum(len(tokens)) FROM {schema}.sentences"
+        ).fetchone()
+    return users, docs, sentences, tokens, marked[0]
+
+
+def test_no_marker_or_exact_statistic_in_logs_xcom_or_release(session, tmp_path):
     assert session["state"] == "success", _detail(session)
     airflow = session["airflow"]
     run_id = run_id_from(session["run"]["dag_run_id"])
-    # the marker did reach the private warehouse (so the checks below are not vacuous)
+    # the marker reaches the private tables of a run on this input (so the checks below are not
+    # vacuous), and the exact statistics below are what such a run holds privately
+    n_users, n_docs, n_sentences, n_tokens, marked = _ingested_counts(session["conf"], tmp_path)
+    assert marked == 1 and n_tokens > n_sentences > 0
+    # the published run's own private tables were dropped at publish
     import duckdb
 
-    schema = run_schema_name(run_id)
     con = duckdb.connect(session["conf"]["warehouse"], read_only=True)
     try:
-        assert (
-            con.execute(
-                f"SELECT count(*) FROM {schema}.raw_text WHERE text LIKE ?", [f"%{MARKER}%"]
-            ).fetchone()[0]
-            == 1
-        )
-        n_users, n_docs = con.execute(
-            f"SELECT count(DISTINCT user_id), count(*) FROM {schema}.raw_text"
-        ).fetchone()
-        n_sentences, n_tokens = con.execute(
-            f"SELECT count(*), sum(len(tokens)) FROM {schema}.sentences"
-        ).fetchone()
+        left = con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = ?", [run_schema_name(run_id)]
+        ).fetchone()[0]
     finally:
         con.close()
+    assert left == 0
 
     # logs: every file under AIRFLOW_HOME (task logs, dag-processor logs) and the processes' output
     scanned = [p for p in airflow.paths["airflow_home"].rglob("*") if p.is_file() and p.suffix != ".db"]

@@ -1104,6 +1104,67 @@ def test_gc_and_the_next_run_complete_an_interrupted_publish_latest_stays_newest
     assert committed(newer.config.warehouse) == (0.0, 0.0)
 
 
+def run_tables(ctx: RunContext) -> list[str]:
+    """The tables in the run's private DuckDB schema."""
+    from dpngram.engines.sql import run_schema_name
+
+    with ctx.warehouse() as wh:
+        rows = wh.con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = ?",
+            [run_schema_name(ctx.run_id)],
+        ).fetchall()
+    return sorted(r[0] for r in rows)
+
+
+def with_private_table(ctx: RunContext) -> None:
+    """A private working table in the run's schema, as ingest leaves one."""
+    with ctx.warehouse() as wh:
+        schema = wh.run_schema(ctx.run_id)
+        wh.con.execute(f"CREATE TABLE {schema}.sentences AS SELECT 'u1' AS user_id, ['a', 'b'] AS tokens")
+
+
+def test_publishing_drops_the_runs_private_tables(tmp_path, monkeypatch):
+    """A published run is never resumed, so its private tables go at publish (a weekly refresh
+    would otherwise keep every run's raw text and working tables in the warehouse), also when an
+    interrupted publish is completed later; the ledger's charges stay."""
+    from dpngram.orchestration.plan import run_release
+    from dpngram.release.publish import publish_run
+
+    ctx = staged_for_publish(tmp_path, "published")
+    with_private_table(ctx)
+    assert run_tables(ctx) == ["sentences"]
+    publish_run(ctx)
+    assert run_tables(ctx) == [] and latest(ctx) == ctx.release.final
+
+    hidden = staged_for_publish(tmp_path, "hidden")
+    with_private_table(hidden)
+    publish_killed_before_latest(hidden, monkeypatch)
+    assert run_tables(hidden) == ["sentences"]  # killed before the drop: kept until completed
+    run_release(hidden.config)  # the re-run completes the publish
+    assert run_tables(hidden) == []
+
+
+def test_publishing_a_spark_run_removes_its_local_table_directory(tmp_path):
+    """With the Spark engine the private tables are Parquet directories under spark_warehouse:
+    the run's directory is removed at publish (a local path; other runs' are kept)."""
+    from dpngram.engines.sql import run_schema_name
+    from dpngram.release.context import record_part
+    from dpngram.release.publish import publish_run
+
+    spark_root = tmp_path / "spark-tables"
+    config = make_config(tmp_path, run_id="sparkrun", engine="spark", spark_warehouse=str(spark_root))
+    ctx = RunContext(prepare(config))
+    record_part(ctx, "validation", {"success": True})
+    ctx.release.path("report.json").write_text("{}")
+    mine = spark_root / run_schema_name("sparkrun") / "sentences"
+    other = spark_root / run_schema_name("another") / "sentences"
+    for table in (mine, other):
+        table.mkdir(parents=True)
+        (table / "part-0.parquet").write_bytes(b"private")
+    publish_run(ctx)
+    assert not mine.parent.exists() and other.is_dir()
+
+
 def test_a_real_kill_at_the_publish_rename_is_completed_by_the_rerun(tmp_path):
     """A process killed (os._exit) right after the rename, before the `latest` swap."""
     import subprocess

@@ -173,14 +173,20 @@ def print_quarantine(console: Any, stats: dict[str, Any]) -> None:
 
 def print_run_quarantine(config: RunConfig, stderr: bool) -> None:
     """The quarantine summary of a run's ingest, if ingest got that far (never raises: it runs
-    after a success or on the way out of a failure)."""
+    after a success or on the way out of a failure). A published run's private tables are
+    dropped, so its summary comes from its operator report."""
     from dpngram.engines.ingest_stats import ingest_stats
     from dpngram.release.context import RunContext
+    from dpngram.stages.report import operator_quarantine
 
     try:
         ctx = RunContext(config)
-        with ctx.engine() as engine:
-            stats = ingest_stats(engine, ctx.schema)
+        if ctx.release.published:
+            stats = operator_quarantine(ctx)
+        else:
+            with ctx.engine() as engine:
+                stats = ingest_stats(engine, ctx.schema)
     except Exception:  # noqa: BLE001 - no finished ingest: nothing to show
         return
-    print_quarantine(make_console(stderr=stderr), stats)
+    if stats is not None:
+        print_quarantine(make_console(stderr=stderr), stats)

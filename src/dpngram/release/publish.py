@@ -11,8 +11,9 @@ asset events.
 Owns: :func:`input_problem` and :func:`public_problem` (the one check of the input paths, for
 the CLI, the DAG's pre-check and the stages), :func:`prepare`, :func:`publish_run`,
 :func:`complete_publishes` (an interrupted publish is completed by the next command),
-:func:`release_asset_metadata`.
-Imports: dpngram.release (context, ledger), dpngram.engines.base, dpngram.config, dpngram.core.
+:func:`drop_private_tables` (a published run's private tables go), :func:`release_asset_metadata`.
+Imports: dpngram.release (context, ledger), dpngram.engines (base, sql; spark's default path),
+dpngram.config, dpngram.core.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dpngram.config import RunConfig
 from dpngram.config.budget_plan import reads_public_corpus
 from dpngram.core.errors import ConfigError
 from dpngram.engines.base import is_remote_path
+from dpngram.engines.sql import run_schema_name
 from dpngram.release.context import RunContext, read_parts, record_part, with_run_id
 from dpngram.release.layout import LegacyLayoutError, Release, check_out_layout, write_json_atomic
 from dpngram.release.ledger import Ledger
@@ -182,10 +184,12 @@ def _open_in(ledger: Ledger, run_id: str) -> bool:
 def complete_publish(release: Release, ledger: Ledger) -> bool:
     """Finish an interrupted publish of a renamed release: point ``latest`` at it unless a newer
     release is ``latest`` (:meth:`Release.publish`), then close its ledger run (its reservation is
-    released; its charges stay). Idempotent. Returns whether the run was still open."""
+    released; its charges stay), and drop its private DuckDB schema (:func:`drop_private_tables`).
+    Idempotent. Returns whether the run was still open."""
     was_open = _open_in(ledger, release.run_id)
     release.publish()
     ledger.close_run(release.run_id)
+    drop_private_tables(ledger, release.run_id)
     return was_open
 
 
@@ -216,7 +220,8 @@ def complete_publishes(ledger: Ledger, out: Path | None = None) -> list[Path]:
 
 def publish_run(ctx: RunContext) -> Path:
     """Publish the staged release (atomic rename, then swap ``OUT/DATASET/latest``), then close the run in
-    the ledger (its reservation is released; its charges stay).
+    the ledger (its reservation is released; its charges stay) and drop its private tables
+    (:func:`drop_private_tables`).
 
     Refused unless the run passed validation (report part 'validation' with success) and its
     report was written, and unless the staging directory carries the run's identity in this
@@ -243,7 +248,25 @@ def publish_run(ctx: RunContext) -> Path:
             raise RuntimeError(f"run {ctx.run_id} has no report.json; write the report before publishing")
         path = release.publish()
         ledger.close_run(ctx.run_id)  # the run spends no more: its reservation is released
+        drop_private_tables(ledger, ctx.run_id, ctx.config)
     return path
+
+
+def drop_private_tables(ledger: Ledger, run_id: str, config: RunConfig | None = None) -> None:
+    """Remove a published run's private working tables: a published run is never resumed, so they
+    are of no further use, and a warehouse refreshed every week would otherwise keep every run's
+    raw text and working tables (about the input's size again per run). Drops the run's DuckDB
+    schema; with the Spark engine (``config`` given) also the run's table directory under
+    ``spark_warehouse`` when that is a local path (a Hadoop-style URI is left to the operator).
+    Idempotent."""
+    ledger.con.execute(f"DROP SCHEMA IF EXISTS {run_schema_name(run_id)} CASCADE")
+    if config is None or config.engine.name != "spark":
+        return
+    from dpngram.engines.spark import default_root
+
+    root = config.engine.spark_warehouse or default_root(config.warehouse)
+    if not is_remote_path(root):
+        shutil.rmtree(Path(root.removeprefix("file://")) / run_schema_name(run_id), ignore_errors=True)
 
 
 #: The assets a release of a dataset updates, and the last part of their URI (docs/orchestration.md).

@@ -147,6 +147,25 @@ def write_operator_report(ctx: RunContext) -> Path:
     return path
 
 
+def operator_quarantine(ctx: RunContext) -> dict[str, Any] | None:
+    """The ingest's quarantine counts as :func:`dpngram.engines.ingest_stats.ingest_stats` gives
+    them (``rows_read``, ``rows_quarantined``, ``quarantine_reasons``), read back from the run's
+    operator report: what the operator sees of a published run, whose private tables are gone.
+    None without an operator report or a finished ingest in it."""
+    path = operator_path(ctx, "operator_report.json")
+    try:
+        counts = json.loads(path.read_text(encoding="utf-8")).get("quarantine")
+    except (OSError, ValueError):
+        return None
+    if not counts:
+        return None
+    return {
+        "rows_read": counts["rows_read"],
+        "rows_quarantined": counts["rows_quarantined"],
+        "quarantine_reasons": dict(counts["reasons"]),
+    }
+
+
 def _quarantine_counts(ctx: RunContext) -> dict[str, Any] | None:
     """The ingest's exact quarantine counts (rows read, quarantined, per reason) for the operator
     file; None when the run has no finished ingest."""
