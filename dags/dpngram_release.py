@@ -405,14 +405,16 @@ def dpngram_release() -> None:
         return {"run_id": prepared.run_id}
 
     @task(
+        pool=POOL,  # it closes the ledger run and drops the run's private tables
         outlets=[NGRAMS_ALIAS, RELEASE_ALIAS],
         multiple_outputs=False,
         task_display_name=TASK_LABELS["publish"],
     )
     @_fail_fast
     def publish(**context: Any) -> dict[str, Any]:
-        """Atomic publish (staging -> OUT/DATASET/runs/RUN_ID, then OUT/DATASET/latest); emits the
-        dataset's n-gram and release asset events with the release's public metadata."""
+        """Atomic publish (staging -> OUT/DATASET/runs/RUN_ID, then OUT/DATASET/latest), the ledger
+        run closed and the run's private tables dropped; emits the dataset's n-gram and release
+        asset events with the release's public metadata."""
         from dpngram.release.context import RunContext
         from dpngram.release.publish import asset_key, publish_run, release_asset_metadata
 

@@ -269,8 +269,10 @@ def test_dag_imports_and_params_mirror_run_config(airflow):
     relaxed = set(order[2:-2])  # every step after ingest
     for name in order:
         assert tasks[name]["trigger_rule"] == ("none_failed" if name in relaxed else "all_success"), name
-    # every task that opens the DuckDB warehouse is in the one-slot pool; publishing only renames
-    assert all(tasks[t]["pool"] == "dpngram_warehouse" for t in order[:-2])
+    # every task that opens the DuckDB warehouse is in the one-slot pool (publish closes the
+    # ledger run and drops the private tables); publish_lm only emits an asset event
+    assert all(tasks[t]["pool"] == "dpngram_warehouse" for t in order[:-1])
+    assert tasks["publish_lm"]["pool"] != "dpngram_warehouse"
     assert all(tasks[t]["retries"] == 2 for t in order)
     # per-dataset assets, emitted through aliases (the dataset is a run parameter)
     assert tasks["publish"]["outlets"] == ["alias:dpngram_ngrams_events", "alias:dpngram_release_events"]
@@ -380,8 +382,8 @@ def test_dags_test_publishes_a_release(airflow, sample):
 def test_dags_test_on_the_spark_engine(airflow, sample):
     """The DAG's engine Params select Spark: every task that reads private tables opens a Spark
     session (local[2] here, a cluster master in production), the release validates and is
-    published, and the private tables live only under spark_warehouse (the DuckDB file keeps
-    the ledger alone)."""
+    published, and the run's private tables, under spark_warehouse, are removed at publish (the
+    DuckDB file keeps the ledger alone)."""
     from dpngram.engines.spark import java_available
     from dpngram.engines.sql import run_schema_name
 
@@ -414,9 +416,8 @@ def test_dags_test_on_the_spark_engine(airflow, sample):
         "released/synthetic_sequences.parquet",
     ):
         assert (release / name).is_file(), name
-    schema = run_schema_name(release.name)
-    tables = {p.name for p in (base / "tables" / schema).iterdir() if p.is_dir()}
-    assert {"sentences", "dpne_users", "dpne_s1"} <= tables
+    # Spark kept the run's tables under spark_warehouse (its root is there); publish removed them
+    assert (base / "tables").is_dir() and not (base / "tables" / run_schema_name(release.name)).exists()
     import duckdb
 
     with duckdb.connect(str(base / "wh.duckdb"), read_only=True) as db:
