@@ -96,7 +96,7 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
     def compute(wh: Engine) -> StageResult:
         # A worker thread builds P's scorer (and with it the compiled code's start-up, 0.4-0.7 s
         # in a fresh process) and scores P on the held-out public sentences while the engine
-        # counts: public data only.
+        # counts, and stores M while this thread scores it: public data only.
         with ThreadPoolExecutor(1, thread_name_prefix="lm-scorer") as pool:
             try:
                 return count_and_release(wh, pool)
@@ -183,7 +183,7 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
         model = models.released_models.get((adaptation, weight))
         if model is not None and public_heldout is not None:
             report["heldout_public"] = _for_step_lm(
-                config, root, report, model, models.released(adaptation, weight), public_heldout
+                pool, config, root, report, model, models.released(adaptation, weight), public_heldout
             )
         return StageResult(events=[_counts_event(calibration)], report=report)
 
@@ -192,6 +192,7 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
 
 
 def _for_step_lm(
+    pool: ThreadPoolExecutor,
     config: RunConfig,
     root: Path,
     report: dict[str, Any],
@@ -200,19 +201,22 @@ def _for_step_lm(
     public_heldout: Future[dict[str, Any] | None],
 ) -> dict[str, Any] | None:
     """Best effort, once the counts are released: M (the model step ``lm`` writes, built here for
-    the verdict) stored in the public-model cache, and M and P scored on the held-out public
-    sentences, returned for report part key ``heldout_public`` (None: step ``lm`` scores them).
-    Public data and post-processing only. A failure here only leaves the work to step ``lm``; it
-    must not fail this step, whose noise is drawn (such a step cannot be run again: docs/faults.md)."""
+    the verdict) stored in the public-model cache by the worker thread while this one scores M on
+    the held-out public sentences; M's and P's scores are returned for report part key
+    ``heldout_public`` (None: step ``lm`` scores them). Public data and post-processing only. A
+    failure here only leaves the work to step ``lm``; it must not fail this step, whose noise is
+    drawn (such a step cannot be run again: docs/faults.md)."""
+    storing = pool.submit(released_mixture, ReleasedInputs(root), config, report, lambda: model)
     try:
-        released_mixture(ReleasedInputs(root), config, report, lambda: model)
-    except Exception as err:  # noqa: BLE001 - step lm builds M again and reports its own failure
-        log.warning("lm_counts: the released model was not cached for step lm: %s", err)
-    try:
-        return heldout_public_part(heldout_public_metrics(model, config, scorer), public_heldout.result())
+        scored = heldout_public_part(heldout_public_metrics(model, config, scorer), public_heldout.result())
     except Exception as err:  # noqa: BLE001 - step lm scores both models again
         log.warning("lm_counts: the held-out public comparison is left to step lm: %s", err)
-        return None
+        scored = None
+    try:
+        storing.result()
+    except Exception as err:  # noqa: BLE001 - step lm builds M again and reports its own failure
+        log.warning("lm_counts: the released model was not cached for step lm: %s", err)
+    return scored
 
 
 def _read_dp_vocabulary(root: Path) -> list[str]:
