@@ -1105,10 +1105,11 @@ def test_gc_and_the_next_run_complete_an_interrupted_publish_latest_stays_newest
 
 
 def run_tables(ctx: RunContext) -> list[str]:
-    """The tables in the run's private DuckDB schema."""
+    """The tables in the run's private DuckDB schema (read-only: opening it to write would
+    create the schema)."""
     from dpngram.engines.sql import run_schema_name
 
-    with ctx.warehouse() as wh:
+    with ctx.warehouse(read_only=True) as wh:
         rows = wh.con.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = ?",
             [run_schema_name(ctx.run_id)],
@@ -1142,6 +1143,30 @@ def test_publishing_drops_the_runs_private_tables(tmp_path, monkeypatch):
     assert run_tables(hidden) == ["sentences"]  # killed before the drop: kept until completed
     run_release(hidden.config)  # the re-run completes the publish
     assert run_tables(hidden) == []
+
+
+def test_gc_drops_the_private_tables_a_published_run_kept(tmp_path, capsys):
+    """Runs published by a dpngram that kept their private tables: gc lists them and --delete drops
+    them; an unpublished run's tables are left to the unpublished-run rules."""
+    from dpngram.cli import main
+    from dpngram.release.publish import publish_run
+
+    old = staged_for_publish(tmp_path, "published-long-ago")
+    publish_run(old)
+    with_private_table(old)  # as an older dpngram left them
+    pending = RunContext(prepare(make_config(tmp_path, run_id="still-open")))
+    with_private_table(pending)
+    gc = ["gc", "--warehouse", old.config.warehouse]
+    assert main(gc) == 0
+    out = capsys.readouterr().out
+    assert "would drop: the private tables of run published-long-ago" in out and "--delete" in out
+    assert "still-open" not in out  # untouched for 24 h: not listed yet
+    assert run_tables(old) == ["sentences"]
+    assert main([*gc, "--delete"]) == 0
+    assert "dropping: the private tables of run published-long-ago" in capsys.readouterr().out
+    assert run_tables(old) == [] and run_tables(pending) == ["sentences"]
+    assert main(gc) == 0
+    assert "private tables" not in capsys.readouterr().out
 
 
 def test_publishing_a_spark_run_removes_its_local_table_directory(tmp_path):

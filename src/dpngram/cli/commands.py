@@ -260,7 +260,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
     them with what --delete would release; --delete closes their ledger runs (their reservations
     are released, their charges stay), drops their private run schemas and removes their staging
     directories. An interrupted publish (a kill between the rename of a complete release and the
-    ``latest`` swap) is completed, not deleted. ``--run-id`` selects one run whatever its age."""
+    ``latest`` swap) is completed, not deleted. The private tables of runs already closed (published
+    by a dpngram that kept them) are listed, and dropped with --delete. ``--run-id`` selects one
+    run whatever its age."""
     from dpngram.release.cleanup import UnpublishedRuns
 
     console = make_console()
@@ -268,6 +270,14 @@ def cmd_gc(args: argparse.Namespace) -> int:
     with UnpublishedRuns(warehouse, Path(args.out) if args.out else None) as runs:
         for path in runs.complete_publishes():
             console.print(f"completed the interrupted publish of {path} (its reservation is released)")
+        leftovers = runs.closed_leftovers(args.run_id)
+        for run_id in leftovers:
+            console.print(
+                f"{'dropping' if args.delete else 'would drop'}: the private tables of run {run_id}, "
+                "closed in the ledger (published or released), which nothing can use"
+            )
+        if args.delete:
+            runs.drop_leftovers(leftovers)
         found = runs.find(args.run_id, args.older_than)
         note = runs.layout_note()
         if note is not None:
@@ -277,6 +287,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
             console.print(
                 f"no unpublished {scope} in {warehouse}" + (f" or under {args.out}" if args.out else "")
             )
+            if leftovers and not args.delete:
+                console.print("run again with --delete to drop those private tables")
             return EXIT_OK
         for run in found:
             console.print(f"{'deleting' if args.delete else 'would release'}: {run.description}")

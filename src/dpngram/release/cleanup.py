@@ -9,10 +9,11 @@ staging directories under ``OUT/DATASET/runs`` of every dataset (and under the o
 (their reservations are released, their charges stay), drops their private run schemas and
 removes their staging directories. An interrupted publish (a kill between the rename of a
 complete release and the ``latest`` swap) is completed, not deleted
-(:meth:`UnpublishedRuns.complete_publishes`).
+(:meth:`UnpublishedRuns.complete_publishes`). The private schemas of runs already closed (published
+by a dpngram that kept them) are listed and dropped too (:meth:`UnpublishedRuns.closed_leftovers`).
 
 Owns: :class:`UnpublishedRuns`, :class:`Unpublished`.
-Imports: dpngram.release (layout, ledger, publish), dpngram.engines.duckdb.
+Imports: dpngram.release (layout, ledger, publish), dpngram.engines (duckdb, sql).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.sql import run_schema_name
 from dpngram.release.layout import LegacyLayoutError, check_out_layout
 from dpngram.release.ledger import Ledger
 from dpngram.release.publish import complete_publishes
@@ -130,6 +132,33 @@ class UnpublishedRuns:
         except LegacyLayoutError as err:
             return str(err)
         return None
+
+    def closed_leftovers(self, run_id: str | None = None) -> list[str]:
+        """Runs the ledger has closed (published, or released) whose private run schema is still in
+        the warehouse (``run_id`` alone, when given): left by a dpngram that did not drop it at
+        publish, or by a drop that failed. Nothing can use those tables any more. A schema that an
+        unclosed run's id maps to as well is never listed (the mapping truncates and replaces)."""
+        if self.wh is None:
+            return []
+        ledger = Ledger(self.wh.con)
+        schemas = {
+            r[0]
+            for r in self.wh.con.execute("SELECT schema_name FROM information_schema.schemata").fetchall()
+        }
+        in_use = {run_schema_name(run["run_id"]) for run in ledger.open_runs()}
+        return [
+            closed
+            for closed in ledger.closed_runs()
+            if (run_id is None or closed == run_id)
+            and run_schema_name(closed) in schemas
+            and run_schema_name(closed) not in in_use
+        ]
+
+    def drop_leftovers(self, run_ids: list[str]) -> None:
+        """Drop the private run schemas of :meth:`closed_leftovers`."""
+        for closed in run_ids:
+            if self.wh is not None:
+                self.wh.drop_run_schema(closed)
 
     def delete(self, found: list[Unpublished]) -> None:
         """Close the runs' ledger runs (reservations released, charges kept), drop their private

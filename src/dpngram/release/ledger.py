@@ -195,6 +195,11 @@ class Ledger:
             for r in self._rows("ledger/runs_open")
         ]
 
+    def closed_runs(self) -> list[str]:
+        """The ids of the runs the ledger has closed (published, or released by ``dpngram gc``),
+        oldest first."""
+        return [r[0] for r in self._rows("ledger/runs_closed")]
+
     def warehouse_identity(self) -> tuple[str, str]:
         """This warehouse's (id, secret), created on first use: random, no data. A staging
         directory carries the id and a digest keyed by the secret (:mod:`dpngram.release.identity`)."""
