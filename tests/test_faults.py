@@ -1169,6 +1169,25 @@ def test_gc_drops_the_private_tables_a_published_run_kept(tmp_path, capsys):
     assert "private tables" not in capsys.readouterr().out
 
 
+def test_gc_delete_removes_a_failed_spark_runs_table_directory(tmp_path, capsys):
+    """A failed run on the Spark engine keeps its private Parquet tables beside the warehouse
+    (spark_warehouse's default, WAREHOUSE.spark); gc --delete removes them with the run, reading
+    the engine from the run's fingerprint in the ledger."""
+    from dpngram.cli import main
+    from dpngram.engines.spark import default_root
+    from dpngram.engines.sql import run_schema_name
+
+    config = make_config(tmp_path, run_id="failed-on-spark", engine="spark")
+    prepare(config)
+    tables = Path(default_root(config.warehouse)) / run_schema_name("failed-on-spark") / "sentences"
+    tables.mkdir(parents=True)
+    (tables / "part-0.parquet").write_bytes(b"private")
+    gc = ["gc", "--warehouse", config.warehouse, "--older-than", "0"]
+    assert main([*gc, "--delete"]) == 0
+    assert "deleted 1 unpublished run" in capsys.readouterr().out
+    assert not tables.parent.exists() and Path(default_root(config.warehouse)).is_dir()
+
+
 def test_publishing_a_spark_run_removes_its_local_table_directory(tmp_path):
     """With the Spark engine the private tables are Parquet directories under spark_warehouse:
     the run's directory is removed at publish (a local path; other runs' are kept)."""

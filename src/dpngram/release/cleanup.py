@@ -6,10 +6,10 @@ or suspended), a private run schema in the warehouse, and a staging directory
 ledger has not closed, wherever its staging directory is and whatever happened to it, and the
 staging directories under ``OUT/DATASET/runs`` of every dataset (and under the old shared
 ``OUT/runs``) the ledger does not know. :meth:`UnpublishedRuns.delete` closes their ledger runs
-(their reservations are released, their charges stay), drops their private run schemas and
-removes their staging directories. An interrupted publish (a kill between the rename of a
-complete release and the ``latest`` swap) is completed, not deleted
-(:meth:`UnpublishedRuns.complete_publishes`). The private schemas of runs already closed (published
+(their reservations are released, their charges stay), drops their private run schemas (and a
+Spark run's local table directory) and removes their staging directories. An interrupted publish
+(a kill between the rename of a complete release and the ``latest`` swap) is completed, not
+deleted (:meth:`UnpublishedRuns.complete_publishes`). The private schemas of runs already closed (published
 by a dpngram that kept them) are listed and dropped too (:meth:`UnpublishedRuns.closed_leftovers`).
 
 Owns: :class:`UnpublishedRuns`, :class:`Unpublished`.
@@ -27,7 +27,7 @@ from dpngram.engines.duckdb import Warehouse
 from dpngram.engines.sql import run_schema_name
 from dpngram.release.layout import LegacyLayoutError, check_out_layout
 from dpngram.release.ledger import Ledger
-from dpngram.release.publish import complete_publishes
+from dpngram.release.publish import complete_publishes, drop_private_tables
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ class UnpublishedRuns:
         """Drop the private run schemas of :meth:`closed_leftovers`."""
         for closed in run_ids:
             if self.wh is not None:
-                self.wh.drop_run_schema(closed)
+                drop_private_tables(Ledger(self.wh.con), closed, warehouse=str(self.warehouse))
 
     def delete(self, found: list[Unpublished]) -> None:
         """Close the runs' ledger runs (reservations released, charges kept), drop their private
@@ -166,6 +166,6 @@ class UnpublishedRuns:
         for run in found:
             if self.wh is not None:
                 Ledger(self.wh.con).close_run(run.run_id)
-                self.wh.drop_run_schema(run.run_id)
+                drop_private_tables(Ledger(self.wh.con), run.run_id, warehouse=str(self.warehouse))
             if run.staging is not None:
                 shutil.rmtree(run.staging)

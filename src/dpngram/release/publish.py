@@ -252,21 +252,40 @@ def publish_run(ctx: RunContext) -> Path:
     return path
 
 
-def drop_private_tables(ledger: Ledger, run_id: str, config: RunConfig | None = None) -> None:
-    """Remove a published run's private working tables: a published run is never resumed, so they
-    are of no further use, and a warehouse refreshed every week would otherwise keep every run's
-    raw text and working tables (about the input's size again per run). Drops the run's DuckDB
-    schema; with the Spark engine (``config`` given) also the run's table directory under
-    ``spark_warehouse`` when that is a local path (a Hadoop-style URI is left to the operator).
-    Idempotent."""
+def drop_private_tables(
+    ledger: Ledger, run_id: str, config: RunConfig | None = None, warehouse: str | None = None
+) -> None:
+    """Remove a run's private working tables: those of a published run are of no further use (a
+    published run is never resumed), and a warehouse refreshed every week would otherwise keep
+    every run's raw text and working tables (about the input's size again per run); ``dpngram gc
+    --delete`` removes those of a failed run. Drops the run's DuckDB schema and, for a run on the
+    Spark engine, its table directory under ``spark_warehouse`` when that is a local path (a
+    Hadoop-style URI is left to the operator). The engine and ``spark_warehouse`` come from
+    ``config``, else from the run's fingerprint in the ledger (``warehouse``: the DuckDB file's
+    path, for Spark's default location beside it). Idempotent."""
     ledger.con.execute(f"DROP SCHEMA IF EXISTS {run_schema_name(run_id)} CASCADE")
-    if config is None or config.engine.name != "spark":
-        return
+    root = _spark_tables_root(ledger, run_id, config, warehouse)
+    if root is not None and not is_remote_path(root):
+        shutil.rmtree(Path(root.removeprefix("file://")) / run_schema_name(run_id), ignore_errors=True)
+
+
+def _spark_tables_root(
+    ledger: Ledger, run_id: str, config: RunConfig | None, warehouse: str | None
+) -> str | None:
+    """Where a Spark run kept its private tables (``spark_warehouse``, default beside the DuckDB
+    file); None for a DuckDB run or a run the ledger does not know."""
     from dpngram.engines.spark import default_root
 
-    root = config.engine.spark_warehouse or default_root(config.warehouse)
-    if not is_remote_path(root):
-        shutil.rmtree(Path(root.removeprefix("file://")) / run_schema_name(run_id), ignore_errors=True)
+    if config is not None:
+        engine, spark_warehouse, base = config.engine.name, config.engine.spark_warehouse, config.warehouse
+    else:
+        run = ledger.run(run_id)
+        parameters = run["fingerprint"].get("parameters", {}) if run is not None else {}
+        engine, spark_warehouse = parameters.get("engine"), parameters.get("spark_warehouse")
+        base = warehouse or parameters.get("warehouse")
+    if engine != "spark":
+        return None
+    return spark_warehouse or (default_root(str(base)) if base else None)
 
 
 #: The assets a release of a dataset updates, and the last part of their URI (docs/orchestration.md).
