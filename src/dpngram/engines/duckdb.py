@@ -82,6 +82,12 @@ def duckdb_memory_limit(process_limit: str) -> str:
     return f"{max(total - reserve, 128 * 1024**2) // 1024**2}MiB"
 
 
+def drop_run_schema(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    """Drop one run's private schema and every table in it (idempotent), on any connection to the
+    warehouse file (the ledger's, too)."""
+    con.execute(f"DROP SCHEMA IF EXISTS {run_schema_name(run_id)} CASCADE")
+
+
 class Warehouse:
     """A DuckDB connection to the warehouse file with the project's resource settings.
 
@@ -281,7 +287,7 @@ class Warehouse:
         return schema
 
     def drop_run_schema(self, run_id: str) -> None:
-        self.con.execute(f"DROP SCHEMA IF EXISTS {run_schema_name(run_id)} CASCADE")
+        drop_run_schema(self.con, run_id)
 
     def close(self) -> None:
         self.con.close()

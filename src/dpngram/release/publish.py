@@ -12,7 +12,7 @@ Owns: :func:`input_problem` and :func:`public_problem` (the one check of the inp
 the CLI, the DAG's pre-check and the stages), :func:`prepare`, :func:`publish_run`,
 :func:`complete_publishes` (an interrupted publish is completed by the next command),
 :func:`drop_private_tables` (a published run's private tables go), :func:`release_asset_metadata`.
-Imports: dpngram.release (context, ledger), dpngram.engines (base, sql; spark's default path),
+Imports: dpngram.release (context, ledger), dpngram.engines (base, duckdb, sql; spark's default path),
 dpngram.config, dpngram.core.
 """
 
@@ -27,6 +27,7 @@ from dpngram.config import RunConfig
 from dpngram.config.budget_plan import reads_public_corpus
 from dpngram.core.errors import ConfigError
 from dpngram.engines.base import is_remote_path
+from dpngram.engines.duckdb import drop_run_schema
 from dpngram.engines.sql import run_schema_name
 from dpngram.release.context import RunContext, read_parts, record_part, with_run_id
 from dpngram.release.layout import LegacyLayoutError, Release, check_out_layout, write_json_atomic
@@ -263,7 +264,7 @@ def drop_private_tables(
     Hadoop-style URI is left to the operator). The engine and ``spark_warehouse`` come from
     ``config``, else from the run's fingerprint in the ledger (``warehouse``: the DuckDB file's
     path, for Spark's default location beside it). Idempotent."""
-    ledger.con.execute(f"DROP SCHEMA IF EXISTS {run_schema_name(run_id)} CASCADE")
+    drop_run_schema(ledger.con, run_id)
     root = _spark_tables_root(ledger, run_id, config, warehouse)
     if root is not None and not is_remote_path(root):
         shutil.rmtree(Path(root.removeprefix("file://")) / run_schema_name(run_id), ignore_errors=True)
@@ -274,8 +275,6 @@ def _spark_tables_root(
 ) -> str | None:
     """Where a Spark run kept its private tables (``spark_warehouse``, default beside the DuckDB
     file); None for a DuckDB run or a run the ledger does not know."""
-    from dpngram.engines.spark import default_root
-
     if config is not None:
         engine, spark_warehouse, base = config.engine.name, config.engine.spark_warehouse, config.warehouse
     else:
@@ -285,6 +284,8 @@ def _spark_tables_root(
         base = warehouse or parameters.get("warehouse")
     if engine != "spark":
         return None
+    from dpngram.engines.spark import default_root  # sqlglot and the rest: Spark runs only
+
     return spark_warehouse or (default_root(str(base)) if base else None)
 
 
