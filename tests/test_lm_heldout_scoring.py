@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
@@ -126,6 +127,24 @@ def test_selection_sums_match_direct_scoring_in_any_batches(warehouse, users, mo
     assert not np.allclose(got[:3], got[3:])  # the two public variants really differ
     if batch_rows is not None:
         assert engine.batches > len(users) / batch_rows / 4  # many batches, users cut across them
+
+
+def test_a_worker_thread_scoring_half_the_models_changes_no_sum(warehouse, users, models):
+    """With ``pool``, the worker scores models 1, 3, ... of each batch; every model's scores still
+    go to the reduction in the models' order (a swap would change the λ scores' order)."""
+    weights = (0.0, 0.3, 0.9)
+    reduce = partial(lm_counts.selection_batch_sum, weights=weights)
+    engine = BatchedRows(warehouse, 3)
+    alone, count = held_out_user_sums(engine, SQL, {}, scorers(models), reduce, 2 * len(weights))
+    with ThreadPoolExecutor(1) as pool:
+        shared, shared_count = held_out_user_sums(
+            engine, SQL, {}, scorers(models), reduce, 2 * len(weights), pool
+        )
+    assert shared_count == count
+    assert np.array_equal(shared, alone)
+    swapped = [scorers(models)[i] for i in (1, 0, 2)]
+    other, _ = held_out_user_sums(engine, SQL, {}, swapped, reduce, 2 * len(weights))
+    assert not np.array_equal(other, alone)
 
 
 def test_verdict_sums_match_direct_scoring(warehouse, users, models):

@@ -21,6 +21,7 @@ Imports: dpngram.lm.backoff_scorer, dpngram.engines; numpy, polars, pyarrow.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,12 @@ def _user_chunks(wh: Engine, sql: str, params: dict[str, Any]) -> Iterator[pl.Da
         yield held
 
 
+def _score(model: BackoffScorer, rows: np.ndarray | None, flat: pl.Series, offsets: np.ndarray) -> np.ndarray:
+    """``model``'s log10 probabilities of a batch's events (``rows``: the words' rows when every
+    model shares one vocabulary, else None)."""
+    return model.score(model.word_rows(flat) if rows is None else rows, offsets)
+
+
 def held_out_user_sums(
     wh: Engine,
     sql: str,
@@ -68,10 +75,13 @@ def held_out_user_sums(
     models: Sequence[BackoffScorer],
     reduce: Reduce,
     width: int,
+    pool: Executor | None = None,
 ) -> tuple[np.ndarray, int]:
     """(Σ over users of ``reduce``, number of users) for the users of ``sql`` (rows (user_id,
     tokens) in user order; empty sentences are skipped, and so is a user without a non-empty one),
-    scored under ``models`` (the last one is ``reduce``'s second argument). PRIVATE sums."""
+    scored under ``models`` (the last one is ``reduce``'s second argument). PRIVATE sums.
+    ``pool``: an idle worker that scores every other model while this thread scores the rest (the
+    compiled scoring releases the GIL; the sums are the same either way)."""
     total = np.zeros(width, dtype=np.float64)
     count = 0
     shared = all(m.vocabulary.equals(models[0].vocabulary) for m in models[1:])
@@ -84,7 +94,9 @@ def held_out_user_sums(
         np.cumsum(lengths, out=sentence_offsets[1:])
         flat = chunk["tokens"].explode()
         rows = models[0].word_rows(flat) if shared else None
-        scores = [m.score(rows if shared else m.word_rows(flat), sentence_offsets) for m in models]
+        batch = (rows, flat, sentence_offsets)
+        aside = {i: pool.submit(_score, m, *batch) for i, m in enumerate(models) if i % 2} if pool else {}
+        scores = [aside[i].result() if i in aside else _score(m, *batch) for i, m in enumerate(models)]
         *publics, last = scores
         # each sentence's events (its tokens and </s>) follow its predecessor's: a user's events
         # are one slice

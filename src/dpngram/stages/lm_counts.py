@@ -143,6 +143,7 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
                 holdout=holdout,
                 epsilon=selection_epsilon(config),
                 source=source,
+                pool=pool,
             )
         else:
             adaptation, weight = candidates[0]
@@ -161,6 +162,7 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
                 epsilon=epsilon,
                 delta=delta,
                 source=source,
+                pool=pool,
             )
         with ctx.release.writing(LM_COUNTS) as tmp_path:
             pq.write_table(table, tmp_path)
@@ -393,11 +395,13 @@ def _select_mix_weight(
     holdout: int,
     epsilon: float,
     source: NoiseSource,
+    pool: ThreadPoolExecutor | None = None,
 ) -> tuple[float, float, dict[str, Any]]:
-    """(adaptation, weight) chosen by report-noisy-max on the selection users, and its report."""
+    """(adaptation, weight) chosen by report-noisy-max on the selection users, and its report.
+    ``pool``: the stage's idle worker, which builds and scores some of the models meanwhile."""
     betas = sorted({b for b, _ in candidates})
     lams = tuple(sorted({lam for _, lam in candidates}))
-    scores = _selection_scores(wh, schema, models, betas, lams, salt=salt, holdout=holdout)
+    scores = _selection_scores(wh, schema, models, betas, lams, salt=salt, holdout=holdout, pool=pool)
     order_of_scores = [(b, lam) for b in betas for lam in lams]
     # Always through report-noisy-max, even with no selection user (the sum over nobody is
     # the zero vector): whether one user exists must not change what is released.
@@ -426,17 +430,25 @@ def _selection_scores(
     *,
     salt: int,
     holdout: int,
+    pool: ThreadPoolExecutor | None = None,
 ) -> np.ndarray:
     """Summed clipped, centred scores of every (adaptation, weight) candidate over the selection users
-    (PRIVATE, kept in the run's process), through the scorers of the private and public models."""
+    (PRIVATE, kept in the run's process), through the scorers of the private and public models.
+    With ``pool``, its worker adapts P for every other β while this thread adapts the rest (each
+    scorer is built by one thread only: :class:`_Models` is not locked)."""
+    models.public(0.0)  # P's scorer: every adapted variant shares its tables
+    aside = {b: pool.submit(models.public, b) for b in betas[1::2]} if pool else {}
+    mine = {b: models.public(b) for b in betas if b not in aside}  # built while the worker builds
+    publics = [aside[b].result() if b in aside else mine[b] for b in betas]
     scores, _ = score_selection_users(
         wh,
         schema,
         salt=salt,
         holdout_per_mille=holdout,
-        publics=[models.public(b) for b in betas],
+        publics=publics,
         private=models.private(),
         weights=lams,
+        pool=pool,
     )
     return scores
 
@@ -454,6 +466,7 @@ def _private_domain_verdict(
     epsilon: float,
     delta: float,
     source: NoiseSource,
+    pool: ThreadPoolExecutor | None = None,
 ) -> dict[str, Any]:
     """The private-domain verdict (docs/lm_privacy.md): the verdict users' clipped log-losses under
     the released model (the noisy-count model Q and the public model adapted at the chosen β, mixed
@@ -468,6 +481,7 @@ def _private_domain_verdict(
         verdict_per_mille=verdict,
         public=models.public(0.0),
         released=models.released(adaptation, weight),
+        pool=pool,
     )
     out = release_verdict(sums, epsilon=epsilon, delta=delta, noise=source)
     del sums
