@@ -1145,6 +1145,39 @@ def test_publishing_drops_the_runs_private_tables(tmp_path, monkeypatch):
     assert run_tables(hidden) == []
 
 
+def run_schema_exists(ctx: RunContext) -> bool:
+    from dpngram.engines.sql import run_schema_name
+
+    with ctx.warehouse(read_only=True) as wh:
+        found = wh.con.execute(
+            "SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?",
+            [run_schema_name(ctx.run_id)],
+        ).fetchone()
+    return bool(found and found[0])
+
+
+def test_commands_on_a_published_run_do_not_create_its_schema_again(tmp_path):
+    """Opening a published run's warehouse (a re-run with its id, a retried publish, the engine
+    for its quarantine summary) must not leave an empty schema of it behind: nothing drops it
+    again, and gc would list it as a leftover of a closed run."""
+    from dpngram.release.publish import AlreadyPublished, publish_run
+
+    ctx = staged_for_publish(tmp_path, "published")
+    with_private_table(ctx)
+    publish_run(ctx)
+    assert not run_schema_exists(ctx)
+    with pytest.raises(AlreadyPublished):
+        prepare(ctx.config)
+    publish_run(ctx)  # a retried publish task: completes nothing, returns the release
+    with ctx.warehouse() as wh, ctx.engine():
+        assert wh.con.execute("SELECT 1").fetchone() == (1,)
+    assert not run_schema_exists(ctx)
+    unpublished = staged_for_publish(tmp_path, "staged")
+    with unpublished.warehouse():  # a run that is not published yet still gets its schema
+        pass
+    assert run_schema_exists(unpublished)
+
+
 def test_gc_drops_the_private_tables_a_published_run_kept(tmp_path, capsys):
     """Runs published by a dpngram that kept their private tables: gc lists them and --delete drops
     them; an unpublished run's tables are left to the unpublished-run rules."""

@@ -76,16 +76,23 @@ class RunContext:
     def release(self) -> Release:
         return Release(self.config.out, self.run_id, self.config.dataset)
 
+    def _needs_schema(self) -> bool:
+        """Whether opening the warehouse creates the run schema: not for a published run, whose
+        schema the publish dropped (an empty one would be left behind by every later command
+        that opens the warehouse: a re-run with its id, a retried publish task)."""
+        return not self.release.published
+
     @contextmanager
     def engine(self) -> Iterator[Any]:
         """The engine the configuration selects (:func:`dpngram.engines.select.open_engine`): the DuckDB
         warehouse, or a Spark engine (whose ``.con`` is the DuckDB warehouse, for the ledger).
-        The run schema exists in it."""
+        The run schema exists in it, unless the run is published (:meth:`_needs_schema`)."""
         from dpngram.engines.select import open_engine
 
         engine = open_engine(self.config)
         try:
-            engine.run_schema(self.run_id)
+            if self._needs_schema():
+                engine.run_schema(self.run_id)
             yield engine
         finally:
             engine.close()
@@ -101,7 +108,7 @@ class RunContext:
             read_only=read_only,
         )
         try:
-            if not read_only:
+            if not read_only and self._needs_schema():
                 wh.run_schema(self.run_id)
             yield wh
         finally:
