@@ -35,6 +35,7 @@ from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.duckdb import Warehouse
 from dpngram.engines.sql import load_sql
+from dpngram.lm import open_model
 from dpngram.mechanisms import lm_counts
 from dpngram.mechanisms.bayes import calibrate
 from dpngram.release import layout
@@ -795,5 +796,5 @@ def test_the_domain_keeps_the_most_frequent_ngrams_ties_by_string(cap):
         fraction=1.0, shuffle=True, seed=cap
     )
     expected = counts.sort(["count", "ngram"], descending=[True, False]).head(cap)["ngram"].to_list()
-    got = lm_counts.most_frequent(counts, cap)["ngram"].to_list()
+    got = open_model.most_frequent(counts, cap)["ngram"].to_list()
     assert sorted(got) == sorted(expected) and len(got) == min(cap, counts.height)

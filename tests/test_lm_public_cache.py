@@ -148,6 +148,43 @@ def _same_model(a, b) -> bool:
     return True
 
 
+def test_cached_frequent_ngrams_equal_fresh_ones_and_follow_the_vocabulary(tmp_path, monkeypatch):
+    """The counting domain's public n-grams are cached per (P's key, cap): a hit picks nothing
+    again, and a run whose V_LM keeps other public words, or another cap, gets its own picks."""
+    corpus = _corpus(tmp_path / "public.txt", 7)
+    cache = tmp_path / "cache"
+    dp = ["w1", "w2", "w3", "private-only"]
+
+    def frequent(dp_words, cap, cache_dir):
+        vocabulary, model, picks = open_model.public_model_and_frequent(
+            dp_words, str(corpus), order=3, public_cap=30, frequent_cap=cap, cache_dir=cache_dir
+        )
+        _, counts, _ = open_model.open_public_model(dp_words, str(corpus), order=3, public_cap=30)
+        want = {n: set(open_model.most_frequent(counts[n], cap)["ngram"]) for n in (2, 3)}
+        return {n: set(picks[n]["ngram"]) for n in (2, 3)}, want
+
+    got, want = frequent(dp, 5, None)
+    assert got == want and all(len(v) == 5 for v in got.values())
+    assert frequent(dp, 5, cache) == (want, want)
+    assert len(list((cache / "frequent").iterdir())) == 1
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("picked again although cached")
+
+    with monkeypatch.context() as m:
+        m.setattr(open_model, "most_frequent", refuse)
+        _, _, again = open_model.public_model_and_frequent(
+            dp, str(corpus), order=3, public_cap=30, frequent_cap=5, cache_dir=cache
+        )
+    assert {n: set(again[n]["ngram"]) for n in (2, 3)} == want
+    wider_cap, want_cap = frequent(dp, 9, cache)  # another cap: another entry
+    assert wider_cap == want_cap != want
+    # a DP vocabulary that keeps other public words under the cap: other counts, another entry
+    other, other_want = frequent([*dp, *(f"w{i}" for i in range(40, 60))], 5, cache)
+    assert other == other_want
+    assert len(list((cache / "frequent").iterdir())) == 3
+
+
 def test_cached_public_model_equals_a_fresh_one_and_hits_skip_the_work(tmp_path, monkeypatch):
     corpus = _corpus(tmp_path / "public.txt", 7)
     cache = tmp_path / "cache"

@@ -5,7 +5,7 @@ Every run with a public corpus needs P in two stages (``lm_counts`` builds the c
 the selection models on it; ``lm`` mixes it into the released model), fitted on the corpus without
 its held-out sentences; a run with ``lm_eval_text`` also needs P on the whole corpus (the
 public-only baseline there). Before this cache each of them tokenised and counted the whole public
-corpus again and fitted Kneser-Ney again. Six kinds of entries:
+corpus again and fitted Kneser-Ney again. Seven kinds of entries:
 
 * ``counts``: the raw order-1..N counts of one public corpus (``part``: train / all, named with
   the held-out rate: :func:`dpngram.lm.open_model.split_key`), with no vocabulary mapping. Keyed
@@ -25,6 +25,9 @@ corpus again and fitted Kneser-Ney again. Six kinds of entries:
 * ``structure``: the row links of those terms (:func:`dpngram.lm.arpa.terms_structure`: each
   n-gram's context, suffix and last word as row numbers), same key. P carries them, with its
   DP-only unigram rows renumbered, instead of deriving them from its strings in every run.
+* ``frequent``: the ``lm_count_domain`` most frequent public n-grams of each order 2..N, the
+  counting domain's public part (:func:`dpngram.lm.open_model.public_model_and_frequent`): the key
+  of ``models`` plus the cap, since they depend on the same counts.
 
 * ``mixtures`` and ``mixture_links``: one run's released model M (the tables and row links of
   λ·Q + (1 − λ)·P′), stored by stage ``lm_counts``, which builds M to score it for the verdict, and
@@ -64,7 +67,15 @@ from dpngram.lm.arpa import BOS, EOS, UNK
 CACHE_VERSION = 1
 
 #: Entries kept per kind (least recently used removed first).
-KEEP = {"counts": 4, "models": 6, "structure": 6, "heldout": 4, "mixtures": 2, "mixture_links": 2}
+KEEP = {
+    "counts": 4,
+    "models": 6,
+    "structure": 6,
+    "frequent": 6,
+    "heldout": 4,
+    "mixtures": 2,
+    "mixture_links": 2,
+}
 
 #: Parquet compression of the kinds written in every run (a run's released model: lz4 writes SOTU's
 #: in 0.08 s against zstd's 0.13 s, at 1.3x the size); the rest zstd.

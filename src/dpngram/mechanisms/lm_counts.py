@@ -183,13 +183,6 @@ def released_kgrams(root: Path, n: int) -> list[str]:
     return pl.read_parquet(path, columns=["k", "ngram"]).filter(pl.col("k") == n)["ngram"].to_list()
 
 
-def most_frequent(counts: pl.DataFrame, cap: int) -> pl.DataFrame:
-    """The ``cap`` n-grams with the largest counts, ties broken by the n-gram string (as sorting by
-    (count descending, ngram) and keeping the first ``cap`` rows), in no particular order: a
-    partial sort, where sorting every public n-gram's string took seconds."""
-    return counts.top_k(cap, by=["count", "ngram"], reverse=[False, True]).select("ngram")
-
-
 def build_domain(
     dp_vocabulary: list[str],
     public_path: str | None,
@@ -203,19 +196,20 @@ def build_domain(
 ) -> CountDomain:
     """V_LM, the public model P and the counting domain D (module docstring, steps 1-2).
     ``cache_dir``: the public-model cache (:mod:`dpngram.lm.public_cache`)."""
-    from dpngram.lm.open_model import MARKERS, open_public_model
+    from dpngram.lm.open_model import MARKERS, public_model_and_frequent
 
-    vocabulary, counts, model = open_public_model(
+    vocabulary, model, frequent = public_model_and_frequent(
         dp_vocabulary,
         public_path,
         order=order,
         public_cap=public_cap,
+        frequent_cap=domain_cap,
         lowercase=lowercase,
         cache_dir=cache_dir,
     )
     parts = [pl.DataFrame({"n": 1, "ngram": sorted({*vocabulary, *MARKERS})})]
     for n in range(2, order + 1):
-        top = most_frequent(counts[n], domain_cap)
+        top = frequent[n]
         released = pl.DataFrame({"ngram": kgrams.get(n, [])}, schema={"ngram": pl.String})
         grams = pl.concat([top, released]).unique().sort("ngram")
         parts.append(grams.select(pl.lit(n).alias("n"), "ngram"))
