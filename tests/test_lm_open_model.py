@@ -28,6 +28,7 @@ from dpngram.lm.arpa import (
     UNK,
     ArpaError,
     ArpaModel,
+    NgramUnion,
     check_model,
     kneser_ney,
     union_ngrams,
@@ -36,6 +37,7 @@ from dpngram.lm.arpa import (
 from dpngram.lm.kenlm_bin import kenlm_binary
 from dpngram.lm.open_model import (
     MARKERS,
+    adapt_to_unigrams,
     mix_models,
     model_probabilities,
     model_vocabulary,
@@ -505,6 +507,26 @@ def test_public_counts_stream_in_batches_and_merge_to_the_exact_counts(tmp_path,
                 expected.update(g for g in grams if g != BOS)
             got = dict(zip(counts[n]["ngram"].to_list(), counts[n]["count"].to_list(), strict=True))
             assert got == dict(expected), (part, n)
+
+
+def test_a_union_computed_ahead_serves_every_adapted_public_model_and_nothing_else(public, private):
+    """Stage lm_counts computes P ∪ Q once, before it knows the β it will mix: the mixture of any
+    adaptation of P (P's rows, P's structure object) through it equals the one computed alone; a
+    union of other models is not used (NgramUnion.serves)."""
+    ahead = NgramUnion.of(public, private)
+    words = [w for w in public.tables[1]["ngram"].to_list() if w != BOS]
+    target = pl.DataFrame(
+        {"ngram": words, "prob": [(1.0 + i) / sum(range(1, len(words) + 1)) for i in range(len(words))]}
+    )
+    for adapted in (public, adapt_to_unigrams(public, target, 0.5)):
+        assert ahead.serves(adapted, private)
+        a, b = mix_models(adapted, private, 0.3, union=ahead), mix_models(adapted, private, 0.3)
+        assert all(a.tables[n].equals(b.tables[n]) for n in range(1, ORDER + 1))
+    other = kneser_ney(trigram_counts([["b", "a", "c"], ["c", "c", "a", "b"], ["d", "e"]]), ORDER, VOCAB)
+    assert not ahead.serves(public, other) and not ahead.serves(ArpaModel(dict(public.tables)), private)
+    a, b = mix_models(public, other, 0.3, union=ahead), mix_models(public, other, 0.3)
+    assert all(a.tables[n].equals(b.tables[n]) for n in range(1, ORDER + 1))
+    assert any(a.tables[n].height != mix_models(public, private, 0.3).tables[n].height for n in (2, 3))
 
 
 def test_mixture_through_the_public_structure_equals_the_one_from_strings(public, private):

@@ -138,6 +138,29 @@ def _links(table: pl.DataFrame, lower: pl.DataFrame, unigrams: pl.DataFrame, n: 
     )
 
 
+@dataclass(frozen=True)
+class NgramUnion:
+    """:func:`union_ngrams` of ``base`` and ``other``, computed ahead (stage ``lm_counts`` has its
+    worker compute it while the weight selection runs): it serves every model with ``base``'s
+    n-grams in ``base``'s rows, which a model carrying ``base``'s structure object has
+    (:meth:`ArpaModel.with_structure`: an adaptation of ``base``), mixed with ``other`` itself."""
+
+    structure: dict[int, NgramLinks] | None
+    other: ArpaModel
+    union: ArpaModel
+    base_rows: dict[int, np.ndarray] | None
+
+    @classmethod
+    def of(cls, base: ArpaModel, other: ArpaModel) -> NgramUnion:
+        union, rows = union_ngrams(base, other)
+        return cls(base.derived_structure(), other, union, rows)
+
+    def serves(self, base: ArpaModel, other: ArpaModel) -> bool:
+        return (
+            self.structure is not None and base.derived_structure() is self.structure and other is self.other
+        )
+
+
 def union_ngrams(base: ArpaModel, other: ArpaModel) -> tuple[ArpaModel, dict[int, np.ndarray] | None]:
     """The union of two models' n-grams: per order one ``ngram`` column, unique and sorted, with its
     :meth:`ArpaModel.structure`; and, per order, the row in the union of each of ``base``'s rows

@@ -44,6 +44,7 @@ from dpngram.lm.arpa import (
     MIN_PROB,
     UNK,
     ArpaModel,
+    NgramUnion,
     kneser_ney,
     kneser_ney_model,
     kneser_ney_terms,
@@ -51,7 +52,6 @@ from dpngram.lm.arpa import (
     ngrams_of_sentences,
     raw_marginals,
     terms_structure,
-    union_ngrams,
 )
 
 MARKERS = (BOS, EOS, UNK)
@@ -602,7 +602,11 @@ def model_probabilities(model: ArpaModel, ngrams: dict[int, pl.DataFrame]) -> di
 
 
 def mix_models(
-    public: ArpaModel, private: ArpaModel, weight: float, order_weights: dict[int, float] | None = None
+    public: ArpaModel,
+    private: ArpaModel,
+    weight: float,
+    order_weights: dict[int, float] | None = None,
+    union: NgramUnion | None = None,
 ) -> ArpaModel:
     """λ·private + (1 − λ)·public (λ = ``weight``; a static mixture, SRILM's ``-mix-lm``) as one
     ARPA model over the union of the two models' n-grams. ``order_weights``: another λ for the
@@ -612,7 +616,8 @@ def mix_models(
     (1 − Σ listed p(w|h)) / (1 − Σ listed p(w|h')) so every context sums to one (1 for a context
     with no listed continuation). Both models must have the same order and the same unigrams.
     Array arithmetic over the union's rows (:meth:`ArpaModel.structure`); the result carries that
-    structure, so checking and writing it joins no strings again."""
+    structure, so checking and writing it joins no strings again. ``union``: the two models'
+    n-gram union computed ahead, used when it serves them (:meth:`NgramUnion.serves`)."""
     weights = {n: weight for n in range(1, public.order + 1)} | (order_weights or {})
     for n, w in weights.items():
         if not 0.0 <= w <= 1.0:
@@ -623,20 +628,21 @@ def mix_models(
     uni_p, uni_q = set(public.tables[1]["ngram"].to_list()), set(private.tables[1]["ngram"].to_list())
     if uni_p != uni_q:
         raise ArpaError("the two models must have the same unigrams (vocabulary)")
-    union, public_rows = union_ngrams(public, private)
-    links = union.structure()
-    pp, qq = _probabilities_on(public, union, public_rows), _probabilities_on(private, union)
+    ahead = union if union is not None and union.serves(public, private) else NgramUnion.of(public, private)
+    union_model, public_rows = ahead.union, ahead.base_rows
+    links = union_model.structure()
+    pp, qq = _probabilities_on(public, union_model, public_rows), _probabilities_on(private, union_model)
     probs = {n: (1.0 - weights[n]) * pp[n] + weights[n] * qq[n] for n in range(1, order + 1)}
     tables: dict[int, pl.DataFrame] = {}
     for n in range(1, order + 1):
-        frame = union.tables[n].with_columns(
+        frame = union_model.tables[n].with_columns(
             logprob=pl.when(pl.col("ngram") == BOS)
             .then(BOS_LOGPROB)
             .otherwise(pl.Series(np.log10(np.clip(probs[n], MIN_PROB, 1.0))))
         )
         if n < order:
             link = links[n + 1]
-            contexts = union.tables[n].height
+            contexts = union_model.tables[n].height
             listed = np.bincount(link.context, weights=probs[n + 1], minlength=contexts)
             lower = np.bincount(link.context, weights=probs[n][link.suffix], minlength=contexts)
             num, den = 1.0 - listed, 1.0 - lower

@@ -133,6 +133,8 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
         private = _private_model(released, domain, order, threshold, config.lm.count_discount * sigma)
         selection: dict[str, Any]
         models = _Models(domain.public_model, private, public_scorer.result())
+        if verdict > holdout:  # the verdict builds the released model M here
+            models.union_ahead(pool)
         if auto:
             adaptation, weight, selection = _select_mix_weight(
                 wh,
@@ -312,7 +314,26 @@ class _Models:
         self._public, self._private = public_model, private_model
         self._scorers: dict[str, BackoffScorer] = {} if public_scorer is None else {"public": public_scorer}
         self._adapted: dict[float, Any] = {}
+        self._union: Future[Any] | None = None
         self.released_models: dict[tuple[float, float], Any] = {}
+
+    def union_ahead(self, pool: ThreadPoolExecutor) -> None:
+        """Have ``pool``'s worker compute the n-gram union of P and Q now, for the released model
+        (:meth:`released`) that the verdict builds after the selection: the union is the same for
+        every adapted P (P's rows), and the worker is idle while this thread adapts P for the
+        selection. A failure there only makes :meth:`released` compute the union itself."""
+        from dpngram.lm.arpa import NgramUnion
+
+        self._union = pool.submit(NgramUnion.of, self._public, self._private)
+
+    def _union_of(self) -> Any:
+        if self._union is None:
+            return None
+        try:
+            return self._union.result()
+        except Exception as err:  # noqa: BLE001 - mix_models computes it again
+            log.warning("lm_counts: the n-gram union computed ahead failed: %s", err)
+            return None
 
     def _scorer(
         self, name: str, build: Callable[[], Any], like: BackoffScorer | None = None
@@ -349,7 +370,7 @@ class _Models:
         from dpngram.lm.open_model import mix_models
 
         def build() -> Any:
-            model = mix_models(self._adapted_model(beta), self._private, weight)
+            model = mix_models(self._adapted_model(beta), self._private, weight, union=self._union_of())
             self.released_models[(beta, weight)] = model
             return model
 
@@ -433,13 +454,9 @@ def _selection_scores(
     pool: ThreadPoolExecutor | None = None,
 ) -> np.ndarray:
     """Summed clipped, centred scores of every (adaptation, weight) candidate over the selection users
-    (PRIVATE, kept in the run's process), through the scorers of the private and public models.
-    With ``pool``, its worker adapts P for every other β while this thread adapts the rest (each
-    scorer is built by one thread only: :class:`_Models` is not locked)."""
-    models.public(0.0)  # P's scorer: every adapted variant shares its tables
-    aside = {b: pool.submit(models.public, b) for b in betas[1::2]} if pool else {}
-    mine = {b: models.public(b) for b in betas if b not in aside}  # built while the worker builds
-    publics = [aside[b].result() if b in aside else mine[b] for b in betas]
+    (PRIVATE, kept in the run's process), through the scorers of the private and public models
+    (``pool``: the worker scores every other model)."""
+    publics = [models.public(b) for b in betas]
     scores, _ = score_selection_users(
         wh,
         schema,
