@@ -419,7 +419,7 @@ def _select_mix_weight(
     pool: ThreadPoolExecutor | None = None,
 ) -> tuple[float, float, dict[str, Any]]:
     """(adaptation, weight) chosen by report-noisy-max on the selection users, and its report.
-    ``pool``: the stage's idle worker, which builds and scores some of the models meanwhile."""
+    ``pool``: the stage's worker, which scores every other model."""
     betas = sorted({b for b, _ in candidates})
     lams = tuple(sorted({lam for _, lam in candidates}))
     scores = _selection_scores(wh, schema, models, betas, lams, salt=salt, holdout=holdout, pool=pool)
@@ -456,13 +456,12 @@ def _selection_scores(
     """Summed clipped, centred scores of every (adaptation, weight) candidate over the selection users
     (PRIVATE, kept in the run's process), through the scorers of the private and public models
     (``pool``: the worker scores every other model)."""
-    publics = [models.public(b) for b in betas]
     scores, _ = score_selection_users(
         wh,
         schema,
         salt=salt,
         holdout_per_mille=holdout,
-        publics=publics,
+        publics=[models.public(b) for b in betas],
         private=models.private(),
         weights=lams,
         pool=pool,
