@@ -32,6 +32,7 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -310,58 +311,31 @@ def _with(one: pl.DataFrame, other: pl.DataFrame) -> pl.DataFrame:
 
 
 def open_public_model(
-    dp_vocabulary: Iterable[str],
-    public_path: str | None,
-    *,
-    order: int,
-    public_cap: int,
-    lowercase: bool = True,
-    part: str = RELEASED_PART,
-    cache_dir: Path | None = None,
+    dp_vocabulary: Iterable[str], public_path: str | None, **options: Any
 ) -> tuple[list[str], dict[int, pl.DataFrame], ArpaModel]:
-    """(V_LM, public counts per order, P): :func:`_open_public_model` without its cache key."""
-    vocabulary, counts, model, _ = _open_public_model(
-        dp_vocabulary,
-        public_path,
-        order=order,
-        public_cap=public_cap,
-        lowercase=lowercase,
-        part=part,
-        cache_dir=cache_dir,
-    )
+    """(V_LM, public counts per order, P): :func:`_open_public_model` (``options``: its keywords)
+    without its cache key."""
+    vocabulary, counts, model, _ = _open_public_model(dp_vocabulary, public_path, **options)
     return vocabulary, counts, model
 
 
 def public_model_and_frequent(
-    dp_vocabulary: Iterable[str],
-    public_path: str | None,
-    *,
-    order: int,
-    public_cap: int,
-    frequent_cap: int,
-    lowercase: bool = True,
-    cache_dir: Path | None = None,
+    dp_vocabulary: Iterable[str], public_path: str | None, *, frequent_cap: int, **options: Any
 ) -> tuple[list[str], ArpaModel, dict[int, pl.DataFrame]]:
     """(V_LM, P, the ``frequent_cap`` most frequent public n-grams of each order 2..N, as
-    :func:`most_frequent` picks them): the counting domain's public part (stage ``lm_counts``).
-    With ``cache_dir`` the picks are cached beside P's terms, under the same key plus the cap:
-    they depend on nothing else (the counts over V_LM's public words), and picking them from the
-    1.3M n-grams of Brown cost about 0.09 s a run."""
+    :func:`most_frequent` picks them): the counting domain's public part (stage ``lm_counts``;
+    ``options``: :func:`_open_public_model`'s keywords). With a cache the picks are stored beside
+    P's terms, under the same key plus the cap: they depend on nothing else (the counts over the
+    public words V_LM keeps), and picking them from the 1.3M n-grams of Brown cost about 0.09 s a
+    run."""
     from dpngram.lm.public_cache import cached_tables, entry_key
 
-    vocabulary, counts, model, key = _open_public_model(
-        dp_vocabulary,
-        public_path,
-        order=order,
-        public_cap=public_cap,
-        lowercase=lowercase,
-        cache_dir=cache_dir,
-    )
+    vocabulary, counts, model, key = _open_public_model(dp_vocabulary, public_path, **options)
     frequent = cached_tables(
-        cache_dir if key else None,
+        options.get("cache_dir") if key else None,
         "frequent",
         entry_key(key, frequent_cap),
-        lambda: {n: most_frequent(counts[n], frequent_cap) for n in range(2, order + 1)},
+        lambda: {n: most_frequent(counts[n], frequent_cap) for n in range(2, options["order"] + 1)},
     )
     return vocabulary, model, frequent
 
@@ -390,7 +364,7 @@ def _open_public_model(
     corpus's raw counts are read from it (or counted once and stored), and P's Kneser-Ney terms are
     fitted once per (corpus, part, order, the public words V_LM keeps), then completed with the
     run's DP-only words (:func:`dpngram.lm.arpa.kneser_ney_terms`: the same P as a fit over all of
-    V_LM)."""
+    V_LM). Also returns that cache key ("" without a cache)."""
     from dpngram.lm.public_cache import (
         cached_tables,
         entry_key,
