@@ -366,6 +366,43 @@ def test_baselines_end_to_end(tmp_path, sample_files, method):
     )
 
 
+def test_the_tokenised_public_corpus_is_cached_and_read_back_unchanged(tmp_path, monkeypatch):
+    """load_public_corpus keeps the tokenised sentences in the public-model cache per corpus
+    content and lowercasing: a hit tokenises nothing and loads the same rows in the same order
+    (sentence numbers continue across batches); another lowercasing is another entry."""
+    from dpngram.text import public as public_text
+
+    corpus = tmp_path / "public.txt"
+    corpus.write_text("".join(f"The Line {i} of Words.\n" for i in range(23)), encoding="utf-8")
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(bayes, "PUBLIC_BATCH_SENTENCES", 5)  # several batches, in and out
+
+    def loaded(lowercase: bool, cache_dir) -> list[tuple[int, list[str]]]:
+        wh = warehouse_with([])
+        count = bayes.load_public_corpus(wh, SCHEMA, corpus, lowercase, cache_dir)
+        rows = wh.con.execute(
+            f"SELECT user_id, tokens FROM {SCHEMA}.{bayes.PUBLIC_SENTENCES} ORDER BY user_id"
+        )
+        got = [(int(u), list(t)) for u, t in rows.fetchall()]
+        assert count == len(got)
+        return got
+
+    plain = loaded(True, None)
+    assert [u for u, _ in plain] == list(range(23)) and plain[3][1][:3] == ["the", "line", "3"]
+    assert loaded(True, cache) == plain
+    assert len(list((cache / "public_sentences").iterdir())) == 1
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("tokenised again although cached")
+
+    with monkeypatch.context() as m:
+        m.setattr(public_text, "read_public_corpus", refuse)
+        assert loaded(True, cache) == plain
+    cased = loaded(False, cache)
+    assert cased[3][1][:2] == ["The", "Line"] and len(cased) == len(plain)
+    assert len(list((cache / "public_sentences").iterdir())) == 2
+
+
 def test_public_tuning_ignores_the_private_data(tmp_path, sample_files):
     """Tuning reads the public corpus and the (public) V only: two different private datasets give
     the same scores and the same choice."""

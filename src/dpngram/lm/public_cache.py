@@ -5,7 +5,7 @@ Every run with a public corpus needs P in two stages (``lm_counts`` builds the c
 the selection models on it; ``lm`` mixes it into the released model), fitted on the corpus without
 its held-out sentences; a run with ``lm_eval_text`` also needs P on the whole corpus (the
 public-only baseline there). Before this cache each of them tokenised and counted the whole public
-corpus again and fitted Kneser-Ney again. Seven kinds of entries:
+corpus again and fitted Kneser-Ney again. Eight kinds of entries:
 
 * ``counts``: the raw order-1..N counts of one public corpus (``part``: train / all, named with
   the held-out rate: :func:`dpngram.lm.open_model.split_key`), with no vocabulary mapping. Keyed
@@ -28,6 +28,10 @@ corpus again and fitted Kneser-Ney again. Seven kinds of entries:
 * ``frequent``: the ``lm_count_domain`` most frequent public n-grams of each order 2..N, the
   counting domain's public part (:func:`dpngram.lm.open_model.public_model_and_frequent`): the key
   of ``models`` plus the cap, since they depend on the same counts.
+
+* ``public_sentences``: the public corpus tokenised as stage ``bayes`` loads it (one row per
+  sentence, :func:`dpngram.mechanisms.bayes.load_public_corpus`), keyed by the corpus digest and
+  the lowercasing.
 
 * ``mixtures`` and ``mixture_links``: one run's released model M (the tables and row links of
   λ·Q + (1 − λ)·P′), stored by stage ``lm_counts``, which builds M to score it for the verdict, and
@@ -72,6 +76,7 @@ KEEP = {
     "models": 6,
     "structure": 6,
     "frequent": 6,
+    "public_sentences": 4,
     "heldout": 4,
     "mixtures": 2,
     "mixture_links": 2,

@@ -55,6 +55,7 @@ from dpngram.mechanisms.bayes import (
     tune_on_public,
 )
 from dpngram.release.context import RunContext, StageResult, read_parts, released_summary
+from dpngram.release.identity import public_cache_dir
 from dpngram.release.layout import KGRAMS, TRIGRAM_DIST, VOCABULARY
 from dpngram.release.spend import spend_once
 
@@ -84,6 +85,7 @@ def _stage_inputs(ctx: RunContext, wh: Engine, salt: int) -> TrigramInputs:
         vocab_size=config.bayes.vocab_size,
         salt=salt,
         lowercase=config.lowercase,
+        cache_dir=public_cache_dir(config),
     )
 
 
