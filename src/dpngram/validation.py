@@ -629,14 +629,11 @@ def oov_words_suite(src: Sources) -> list[Batch]:
     return batches
 
 
-def validate_model(
-    ctx: RunContext, relative: str = MODEL_ARPA, *, written: WrittenArpa | None = None
-) -> dict[str, Any]:
+def validate_model(ctx: RunContext, *, written: WrittenArpa | None = None) -> dict[str, Any]:
     """Run the ``model.arpa`` suite on the staged model (step ``lm`` runs after step
     ``validation``, so it calls this itself, with the tables it wrote: ``written``). Writes
     ``validation/model_results.json``; returns {success, suites: [...], failures: [...]} without
     raising (the caller decides)."""
-    assert relative == MODEL_ARPA, "the suite reads model/model.arpa"
     sources = Sources(ctx)
     try:
         batches = model_arpa_suite(sources, written)

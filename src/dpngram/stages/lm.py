@@ -86,7 +86,7 @@ def run_lm(ctx: RunContext) -> dict[str, Any]:
             compiling = BinaryBuild(arpa, binary)
             if scored is None:
                 jobs["released scored"] = pool.submit(heldout_public_metrics, model, config)
-            check = validate_model(ctx, MODEL_ARPA, written=written)
+            check = validate_model(ctx, written=written)
             if scored is None:
                 scored = heldout_public_part(jobs["released scored"].result(), jobs["public scored"].result())
             held_out = heldout_public_row(scored)
