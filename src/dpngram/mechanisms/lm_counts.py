@@ -344,11 +344,11 @@ def selection_batch_sum(
     (:func:`_mixture_user_means`), then go through :func:`centred_contributions`."""
     q = np.ascontiguousarray(private, dtype=np.float64)
     lam = np.asarray(weights, dtype=np.float64)
-    starts = np.ascontiguousarray(bounds, dtype=np.int64)
-    means = np.empty((len(publics) * lam.size, starts.size - 1), dtype=np.float64)
+    user_bounds = np.ascontiguousarray(bounds, dtype=np.int64)
+    means = np.empty((len(publics) * lam.size, user_bounds.size - 1), dtype=np.float64)
     for i, public in enumerate(publics):
         _mixture_user_means(
-            np.ascontiguousarray(public, dtype=np.float64), q, starts, lam, means[i * lam.size :]
+            np.ascontiguousarray(public, dtype=np.float64), q, user_bounds, lam, means[i * lam.size :]
         )
     return centred_contributions(means).sum(axis=1)
 
