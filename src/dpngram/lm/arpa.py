@@ -152,8 +152,11 @@ class NgramUnion:
 
     @classmethod
     def of(cls, base: ArpaModel, other: ArpaModel) -> NgramUnion:
+        # the structure union_ngrams starts from (another thread may derive base's meanwhile: a
+        # union built from the strings then serves nobody, and the mixture builds its own)
+        structure = base.derived_structure()
         union, rows = union_ngrams(base, other)
-        return cls(base.derived_structure(), other, union, rows)
+        return cls(structure, other, union, rows)
 
     def serves(self, base: ArpaModel, other: ArpaModel) -> bool:
         return (
