@@ -156,16 +156,19 @@ class UnpublishedRuns:
 
     def drop_leftovers(self, run_ids: list[str]) -> None:
         """Drop the private run schemas of :meth:`closed_leftovers`."""
+        if self.wh is None:
+            return
+        ledger = Ledger(self.wh.con)
         for closed in run_ids:
-            if self.wh is not None:
-                drop_private_tables(Ledger(self.wh.con), closed, warehouse=str(self.warehouse))
+            drop_private_tables(ledger, closed, warehouse=str(self.warehouse))
 
     def delete(self, found: list[Unpublished]) -> None:
         """Close the runs' ledger runs (reservations released, charges kept), drop their private
         run schemas and remove their staging directories."""
+        ledger = Ledger(self.wh.con) if self.wh is not None else None
         for run in found:
-            if self.wh is not None:
-                Ledger(self.wh.con).close_run(run.run_id)
-                drop_private_tables(Ledger(self.wh.con), run.run_id, warehouse=str(self.warehouse))
+            if ledger is not None:
+                ledger.close_run(run.run_id)
+                drop_private_tables(ledger, run.run_id, warehouse=str(self.warehouse))
             if run.staging is not None:
                 shutil.rmtree(run.staging)
