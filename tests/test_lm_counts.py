@@ -798,3 +798,45 @@ def test_the_domain_keeps_the_most_frequent_ngrams_ties_by_string(cap):
     expected = counts.sort(["count", "ngram"], descending=[True, False]).head(cap)["ngram"].to_list()
     got = open_model.most_frequent(counts, cap)["ngram"].to_list()
     assert sorted(got) == sorted(expected) and len(got) == min(cap, counts.height)
+
+
+def test_domain_keys_from_cached_word_codes_equal_the_keys_of_the_strings(tmp_path):
+    """build_domain turns the public picks' cached word codes into counting keys by array
+    arithmetic; they must be the keys counting_tables derives from the strings, on a first run
+    (the picks computed) and on a cache hit, with released k-grams that repeat a pick, that are
+    new, and that hold a word outside V_LM (kept in the domain, never counted). Each order lists
+    every n-gram once: the picks sorted, then the new k-grams sorted."""
+    rng = random.Random(11)
+    words = [f"w{i}" for i in range(60)]
+    lines = [
+        " ".join(rng.choice(words[: rng.randint(5, 60)]) for _ in range(rng.randint(1, 12)))
+        for _ in range(400)
+    ]
+    public = tmp_path / "public.txt"
+    public.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    dp_vocab = ["w1", "w2", "private"]
+    plain = lm_counts.build_domain(dp_vocab, str(public), order=3, public_cap=40, domain_cap=30, kgrams={})
+    pick = {n: plain.frame.filter(pl.col("n") == n)["ngram"][0] for n in (2, 3)}
+    kgrams = {2: [pick[2], "private w1", "w1 nowhere"], 3: [pick[3], "private private w2"]}
+    for attempt in ("computed", "cached"):
+        domain = lm_counts.build_domain(
+            dp_vocab,
+            str(public),
+            order=3,
+            public_cap=40,
+            domain_cap=30,
+            kgrams=kgrams,
+            cache_dir=tmp_path / "cache",
+        )
+        assert domain.keys is not None and len(domain.keys) == domain.size, attempt
+        _, from_codes = lm_counts.counting_tables(domain.vocabulary, domain.frame, domain.keys)
+        _, from_strings = lm_counts.counting_tables(domain.vocabulary, domain.frame)
+        assert from_codes.equals(from_strings), attempt
+        frame = domain.frame
+        assert frame["gid"].to_list() == list(range(1, domain.size + 1))
+        for n in (2, 3):
+            grams = frame.filter(pl.col("n") == n)["ngram"].to_list()
+            assert len(grams) == len(set(grams)) == 30 + (2 if n == 2 else 1), (attempt, n)
+            assert grams[:30] == sorted(grams[:30]) and set(kgrams[n]) <= set(grams)
+        uncounted = set(frame["gid"].to_list()) - set(from_codes["gid"].to_pylist())
+        assert frame.filter(pl.col("gid").is_in(list(uncounted)))["ngram"].to_list() == ["w1 nowhere"]

@@ -156,7 +156,7 @@ def test_cached_frequent_ngrams_equal_fresh_ones_and_follow_the_vocabulary(tmp_p
     dp = ["w1", "w2", "w3", "private-only"]
 
     def frequent(dp_words, cap, cache_dir):
-        vocabulary, model, picks = open_model.public_model_and_frequent(
+        vocabulary, model, picks, _ = open_model.public_model_and_frequent(
             dp_words, str(corpus), order=3, public_cap=30, frequent_cap=cap, cache_dir=cache_dir
         )
         _, counts, _ = open_model.open_public_model(dp_words, str(corpus), order=3, public_cap=30)
@@ -173,7 +173,7 @@ def test_cached_frequent_ngrams_equal_fresh_ones_and_follow_the_vocabulary(tmp_p
 
     with monkeypatch.context() as m:
         m.setattr(open_model, "most_frequent", refuse)
-        _, _, again = open_model.public_model_and_frequent(
+        _, _, again, _ = open_model.public_model_and_frequent(
             dp, str(corpus), order=3, public_cap=30, frequent_cap=5, cache_dir=cache
         )
     assert {n: set(again[n]["ngram"]) for n in (2, 3)} == want

@@ -315,29 +315,33 @@ def open_public_model(
 ) -> tuple[list[str], dict[int, pl.DataFrame], ArpaModel]:
     """(V_LM, public counts per order, P): :func:`_open_public_model` (``options``: its keywords)
     without its cache key."""
-    vocabulary, counts, model, _ = _open_public_model(dp_vocabulary, public_path, **options)
+    vocabulary, counts, model, _, _ = _open_public_model(dp_vocabulary, public_path, **options)
     return vocabulary, counts, model
 
 
 def public_model_and_frequent(
     dp_vocabulary: Iterable[str], public_path: str | None, *, frequent_cap: int, **options: Any
-) -> tuple[list[str], ArpaModel, dict[int, pl.DataFrame]]:
-    """(V_LM, P, the ``frequent_cap`` most frequent public n-grams of each order 2..N, as
-    :func:`most_frequent` picks them): the counting domain's public part (stage ``lm_counts``;
-    ``options``: :func:`_open_public_model`'s keywords). With a cache the picks are stored beside
-    P's terms, under the same key plus the cap: they depend on nothing else (the counts over the
-    public words V_LM keeps), and picking them from the 1.3M n-grams of Brown cost about 0.09 s a
-    run."""
-    from dpngram.lm.public_cache import cached_tables, entry_key
+) -> tuple[list[str], ArpaModel, dict[int, pl.DataFrame], list[str]]:
+    """(V_LM, P, the ``frequent_cap`` most frequent public n-grams of each order 2..N as
+    :func:`most_frequent` picks them, V_LM's public words): the counting domain's public part
+    (stage ``lm_counts``; ``options``: :func:`_open_public_model`'s keywords). The picks are sorted
+    by the n-gram, with their words' codes over the public words
+    (:func:`dpngram.lm.public_cache.word_codes`). With a cache they are stored beside P's terms,
+    under the same key plus the cap: they depend on nothing else (the counts over the public words
+    V_LM keeps), and picking them from the 1.3M n-grams of Brown cost about 0.09 s a run."""
+    from dpngram.lm.public_cache import cached_tables, entry_key, word_codes
 
-    vocabulary, counts, model, key = _open_public_model(dp_vocabulary, public_path, **options)
+    vocabulary, counts, model, key, public_words = _open_public_model(dp_vocabulary, public_path, **options)
     frequent = cached_tables(
         options.get("cache_dir") if key else None,
         "frequent",
-        entry_key(key, frequent_cap),
-        lambda: {n: most_frequent(counts[n], frequent_cap) for n in range(2, options["order"] + 1)},
+        entry_key(key, frequent_cap, "sorted, word codes"),
+        lambda: {
+            n: word_codes(most_frequent(counts[n], frequent_cap).sort("ngram"), public_words, n)
+            for n in range(2, options["order"] + 1)
+        },
     )
-    return vocabulary, model, frequent
+    return vocabulary, model, frequent, public_words
 
 
 def most_frequent(counts: pl.DataFrame, cap: int) -> pl.DataFrame:
@@ -356,8 +360,9 @@ def _open_public_model(
     lowercase: bool = True,
     part: str = RELEASED_PART,
     cache_dir: Path | None = None,
-) -> tuple[list[str], dict[int, pl.DataFrame], ArpaModel, str]:
-    """(V_LM, public counts per order, P) from the DP vocabulary and the public corpus (or none).
+) -> tuple[list[str], dict[int, pl.DataFrame], ArpaModel, str, list[str]]:
+    """(V_LM, public counts per order, P, cache key, V_LM's public words) from the DP vocabulary
+    and the public corpus (or none).
     ``part``: :data:`RELEASED_PART` (the default: without the held-out sentences, as every stage
     fits P) or 'all' (every sentence: the public-only baseline on ``lm_eval_text``).
     ``cache_dir``: the public-model cache (:mod:`dpngram.lm.public_cache`; None: no cache): the
@@ -377,7 +382,7 @@ def _open_public_model(
     if not public_path:
         vocabulary = model_vocabulary(dp_vocabulary, None, public_cap)
         counts = {n: empty for n in range(1, order + 1)}
-        return vocabulary, counts, public_model(counts, order, vocabulary), ""
+        return vocabulary, counts, public_model(counts, order, vocabulary), "", []
     digest = file_digest(public_path) if cache_dir else None  # hashed once for both entries
     raw = raw_public_counts(public_path, order, lowercase, part, cache_dir, digest)
     unigrams = raw[1].filter(~pl.col("ngram").is_in(list(MARKERS)))
@@ -402,7 +407,7 @@ def _open_public_model(
     structure = (
         cached_tables(cache_dir, "structure", key, lambda: terms_structure(terms)) if cache_dir else None
     )
-    return vocabulary, counts, kneser_ney_model(terms, dp_only, structure), key
+    return vocabulary, counts, kneser_ney_model(terms, dp_only, structure), key, public_words
 
 
 def public_model(counts: dict[int, pl.DataFrame], order: int, vocabulary: Iterable[str]) -> ArpaModel:

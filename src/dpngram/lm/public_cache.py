@@ -27,7 +27,9 @@ corpus again and fitted Kneser-Ney again. Eight kinds of entries:
   DP-only unigram rows renumbered, instead of deriving them from its strings in every run.
 * ``frequent``: the ``lm_count_domain`` most frequent public n-grams of each order 2..N, the
   counting domain's public part (:func:`dpngram.lm.open_model.public_model_and_frequent`): the key
-  of ``models`` plus the cap, since they depend on the same counts.
+  of ``models`` plus the cap, since they depend on the same counts. Sorted by the n-gram, with
+  each word's code (:func:`word_codes`), so a run turns them into its counting keys with array
+  arithmetic instead of splitting and mapping 400,000 strings (about 0.1 s a run on Brown).
 
 * ``public_sentences``: the public corpus tokenised as stage ``bayes`` loads it (one row per
   sentence, :func:`dpngram.mechanisms.bayes.load_public_corpus`), keyed by the corpus digest and
@@ -104,6 +106,25 @@ def vocabulary_digest(vocabulary: Iterable[str]) -> str:
     # each word then a NUL byte, the words sorted: one buffer, hashed once
     words = sorted(set(vocabulary))
     return hashlib.sha256("".join(w + "\0" for w in words).encode("utf-8")).hexdigest()
+
+
+#: The first word codes of :func:`word_codes`: no word (an n-gram shorter than the position), then
+#: the markers; the public words follow.
+CODE_WORDS = ("", BOS, EOS, UNK)
+
+
+def word_codes(ngrams: pl.DataFrame, public_words: list[str], order: int) -> pl.DataFrame:
+    """``ngrams`` (column ``ngram``, words of V_LM's public part or markers) with columns ``c0`` ..
+    ``c{order-1}``: each position's word as its index in :data:`CODE_WORDS` followed by
+    ``public_words`` (0: the n-gram has no word there; -1: a word outside both)."""
+    words = [*CODE_WORDS, *public_words]
+    old = pl.Series(words, dtype=pl.String)
+    new = pl.Series(range(len(words)), dtype=pl.Int32)
+    split = ngrams.select(w=pl.col("ngram").str.split_exact(" ", order - 1)).unnest("w")
+    return ngrams.with_columns(
+        pl.Series(f"c{i}", split[f"field_{i}"].fill_null("").replace_strict(old, new, default=-1))
+        for i in range(order)
+    )
 
 
 def entry_key(*parts: object) -> str:

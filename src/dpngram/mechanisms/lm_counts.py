@@ -122,13 +122,10 @@ COUNTING_PARAMS = {
 }
 
 
-def counting_tables(vocabulary: list[str], domain: pl.DataFrame) -> tuple[pa.Table, pa.Table]:
-    """The two public tables ``sql/lm_counts/weighted.sql`` joins: the model vocabulary
-    ``(token, tid)`` (ids from 4, in the given order; the markers are never vocabulary words) and
-    the domain ``(gid, k)`` from ``domain`` (``gid``, ``n``, ``ngram``), k the n-gram's counting
-    key (:data:`WORD_ID_BITS`). An n-gram with a word outside V_LM and the markers is left out:
-    the SQL reads such a text token as ``<unk>``, so it is never counted (its sum stays 0).
-    Raises ConfigError past :data:`MAX_COUNTING_VOCABULARY` words."""
+def counting_ids(vocabulary: list[str]) -> tuple[list[str], dict[str, int]]:
+    """The model vocabulary's words (markers left out) and the counting id of every word and marker:
+    :data:`MARKER_IDS`, then the words from 4 in the given order. Raises ConfigError past
+    :data:`MAX_COUNTING_VOCABULARY` words."""
     words = [w for w in vocabulary if w not in MARKER_IDS]
     if len(words) > MAX_COUNTING_VOCABULARY:
         raise ConfigError(
@@ -136,25 +133,54 @@ def counting_tables(vocabulary: list[str], domain: pl.DataFrame) -> tuple[pa.Tab
             f"{MAX_COUNTING_VOCABULARY:,} its counting keys hold: lower lm_public_vocab_size"
         )
     first = len(MARKER_IDS) + 1
-    ids = {**{w: i for i, w in enumerate(words, start=first)}, **MARKER_IDS}
+    return words, {**{w: i for i, w in enumerate(words, start=first)}, **MARKER_IDS}
+
+
+def _pack(word_ids: list[np.ndarray], order: np.ndarray | int) -> np.ndarray:
+    """Counting keys from each position's word id (positions 0-2; -1 or 0: no known word there),
+    -1 where a position below the n-gram's ``order`` has no known word."""
+    key = np.zeros(len(word_ids[0]), dtype=np.int64)
+    known = np.ones(key.size, dtype=bool)
+    for position, mapped in enumerate(word_ids):
+        used = np.asarray(order) > position
+        known &= ~used | (mapped > 0)
+        key += np.where(used, mapped, 0) << (WORD_ID_BITS * (2 - position))
+    return np.where(known, key, -1)
+
+
+def string_keys(ngrams: pl.Series, order: np.ndarray | int, ids: dict[str, int]) -> np.ndarray:
+    """The counting key of each n-gram string (order ``order``: per row, or one for all) from the
+    word ids ``ids`` (:func:`counting_ids`); -1 for an n-gram with a word outside them."""
+    parts = ngrams.rename("ngram").to_frame().select(w=pl.col("ngram").str.split_exact(" ", 2)).unnest("w")
+    # the mapping as two Series once (lists of every word were converted again for each column)
+    old, new = pl.Series(list(ids), dtype=pl.String), pl.Series(list(ids.values()), dtype=pl.Int64)
+    mapped = [
+        parts[column].fill_null("").replace_strict(old, new, default=-1, return_dtype=pl.Int64).to_numpy()
+        for column in ("field_0", "field_1", "field_2")
+    ]
+    return _pack(mapped, order)
+
+
+def counting_tables(
+    vocabulary: list[str], domain: pl.DataFrame, keys: np.ndarray | None = None
+) -> tuple[pa.Table, pa.Table]:
+    """The two public tables ``sql/lm_counts/weighted.sql`` joins: the model vocabulary
+    ``(token, tid)`` (ids from 4, in the given order; the markers are never vocabulary words) and
+    the domain ``(gid, k)`` from ``domain`` (``gid``, ``n``, ``ngram``), k the n-gram's counting
+    key (:data:`WORD_ID_BITS`; ``keys``: those of ``domain``'s rows when the caller has them,
+    :attr:`CountDomain.keys`). An n-gram with a word outside V_LM and the markers is left out:
+    the SQL reads such a text token as ``<unk>``, so it is never counted (its sum stays 0).
+    Raises ConfigError past :data:`MAX_COUNTING_VOCABULARY` words."""
+    words, ids = counting_ids(vocabulary)
+    first = len(MARKER_IDS) + 1
     vocab = pa.table(
         {"token": pa.array(words, pa.string()), "tid": pa.array(range(first, first + len(words)), pa.int32())}
     )
-    parts = domain.select("gid", "n", w=pl.col("ngram").str.split_exact(" ", 2)).unnest("w")
-    order = parts["n"].to_numpy()
-    key = np.zeros(parts.height, dtype=np.int64)
-    known = np.ones(parts.height, dtype=bool)
-    # the mapping as two Series once (lists of every word were converted again for each column)
-    old, new = pl.Series(list(ids), dtype=pl.String), pl.Series(list(ids.values()), dtype=pl.Int64)
-    for position, column in enumerate(("field_0", "field_1", "field_2")):
-        mapped = (
-            parts[column].fill_null("").replace_strict(old, new, default=-1, return_dtype=pl.Int64).to_numpy()
-        )
-        used = order > position
-        known &= ~used | (mapped > 0)
-        key += np.where(used, mapped, 0) << (WORD_ID_BITS * (2 - position))
+    if keys is None:
+        keys = string_keys(domain["ngram"], domain["n"].to_numpy(), ids)
+    known = keys > 0
     table = pa.table(
-        {"gid": pa.array(parts["gid"].to_numpy()[known].astype(np.int64)), "k": pa.array(key[known])}
+        {"gid": pa.array(domain["gid"].to_numpy()[known].astype(np.int64)), "k": pa.array(keys[known])}
     )
     return vocab, table
 
@@ -165,11 +191,13 @@ COUNTS_SCHEMA = pa.schema([("n", pa.int8()), ("ngram", pa.string()), ("noisy_cou
 @dataclass
 class CountDomain:
     """The public domain D: ``frame`` (gid 1..|D|, n, ngram), the model vocabulary and the public
-    model P (both post-processing of public data and DP outputs)."""
+    model P (both post-processing of public data and DP outputs); ``keys``: each row's counting key
+    (-1: a word outside V_LM; :func:`counting_tables`), None to derive them from the strings."""
 
     frame: pl.DataFrame
     vocabulary: list[str]
     public_model: Any
+    keys: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -194,11 +222,14 @@ def build_domain(
     lowercase: bool = True,
     cache_dir: Path | None = None,
 ) -> CountDomain:
-    """V_LM, the public model P and the counting domain D (module docstring, steps 1-2).
-    ``cache_dir``: the public-model cache (:mod:`dpngram.lm.public_cache`)."""
+    """V_LM, the public model P and the counting domain D (module docstring, steps 1-2), with the
+    rows' counting keys. Order 1 is sorted; each higher order holds the public picks, sorted, then
+    the released k-grams that are not among them, sorted. ``cache_dir``: the public-model cache
+    (:mod:`dpngram.lm.public_cache`)."""
     from dpngram.lm.open_model import MARKERS, public_model_and_frequent
+    from dpngram.lm.public_cache import CODE_WORDS
 
-    vocabulary, model, frequent = public_model_and_frequent(
+    vocabulary, model, frequent, public_words = public_model_and_frequent(
         dp_vocabulary,
         public_path,
         order=order,
@@ -207,16 +238,30 @@ def build_domain(
         lowercase=lowercase,
         cache_dir=cache_dir,
     )
-    parts = [pl.DataFrame({"n": 1, "ngram": sorted({*vocabulary, *MARKERS})})]
+    _, ids = counting_ids(vocabulary)
+    unigrams = sorted({*vocabulary, *MARKERS})
+    parts = [pl.DataFrame({"n": 1, "ngram": unigrams})]
+    keys = [np.array([ids[w] for w in unigrams], dtype=np.int64) << (2 * WORD_ID_BITS)]
+    # a public word's code (public_cache.word_codes) -> its counting id (-1 stays unknown: index -1)
+    remap = np.array(
+        [0, *(ids[w] for w in CODE_WORDS[1:]), *(ids[w] for w in public_words), -1], dtype=np.int64
+    )
     for n in range(2, order + 1):
         top = frequent[n]
-        released = pl.DataFrame({"ngram": kgrams.get(n, [])}, schema={"ngram": pl.String})
-        grams = pl.concat([top, released]).unique().sort("ngram")
-        parts.append(grams.select(pl.lit(n).alias("n"), "ngram"))
+        top_keys = _pack([remap[top[f"c{i}"].to_numpy()] for i in range(n)], n)
+        released = pl.DataFrame({"ngram": kgrams.get(n, [])}, schema={"ngram": pl.String}).unique()
+        released_keys = string_keys(released["ngram"], n, ids)
+        # (a k-gram with a word outside V_LM is never a public pick: their words are V_LM's)
+        extra = (released_keys < 0) | ~pl.Series(released_keys).is_in(pl.Series(top_keys).implode()).to_numpy()
+        released = released.with_columns(k=released_keys).filter(pl.Series(extra)).sort("ngram")
+        parts.append(
+            pl.concat([top.select("ngram"), released.select("ngram")]).select(pl.lit(n).alias("n"), "ngram")
+        )
+        keys += [top_keys, released["k"].to_numpy()]
     frame = pl.concat([p.with_columns(pl.col("n").cast(pl.Int64)) for p in parts]).with_row_index(
         "gid", offset=1
     )
-    return CountDomain(frame, vocabulary, model)
+    return CountDomain(frame, vocabulary, model, np.concatenate(keys))
 
 
 def noisy_release(

@@ -251,7 +251,7 @@ def _count_domain(config: RunConfig, root: Path, dp_vocab: list[str]) -> CountDo
 
 def _load_domain_tables(wh: Engine, schema: str, domain: CountDomain) -> None:
     """Load the model vocabulary and the n-gram domain, as word ids, into the engine's work tables."""
-    vocab_table, domain_table = counting_tables(domain.vocabulary, domain.frame)
+    vocab_table, domain_table = counting_tables(domain.vocabulary, domain.frame, domain.keys)
     wh.load_table(schema, VOCABULARY_TABLE, [vocab_table], vocab_table.schema)
     wh.load_table(schema, DOMAIN_TABLE, [domain_table], domain_table.schema)
 
@@ -281,10 +281,13 @@ def _weighted_counts(
 def _thresholded_release(
     domain: CountDomain, noisy: np.ndarray, threshold: float
 ) -> tuple[pl.DataFrame, pa.Table]:
-    """The released rows (every unigram; longer n-grams at or above the threshold) and their table."""
+    """The released rows (every unigram; longer n-grams at or above the threshold) and their table,
+    sorted by (n, ngram) (the domain's higher orders end with the released k-grams it adds)."""
     released = domain.frame.with_columns(noisy_count=pl.Series(noisy)).filter(
         (pl.col("n") == 1) | (pl.col("noisy_count") >= threshold)
     )
+    ones = released["n"] == 1
+    released = pl.concat([released.filter(ones), released.filter(~ones).sort("n", "ngram")])
     table = pa.table(
         {
             "n": pa.array(released["n"].to_numpy().astype(np.int8)),
