@@ -252,7 +252,8 @@ def build_domain(
         released = pl.DataFrame({"ngram": kgrams.get(n, [])}, schema={"ngram": pl.String}).unique()
         released_keys = string_keys(released["ngram"], n, ids)
         # (a k-gram with a word outside V_LM is never a public pick: their words are V_LM's)
-        extra = (released_keys < 0) | ~pl.Series(released_keys).is_in(pl.Series(top_keys).implode()).to_numpy()
+        picked = pl.Series(released_keys).is_in(pl.Series(top_keys).implode()).to_numpy()
+        extra = (released_keys < 0) | ~picked
         released = released.with_columns(k=released_keys).filter(pl.Series(extra)).sort("ngram")
         parts.append(
             pl.concat([top.select("ngram"), released.select("ngram")]).select(pl.lit(n).alias("n"), "ngram")
