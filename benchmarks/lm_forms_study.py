@@ -1,0 +1,247 @@
+"""Study (issue 25, BENCHMARK ONLY): where does the released model's gain over the adapted public
+model P′ come from, and would the noisy-count model Q serve better in another form?
+
+    python benchmarks/lm_forms_study.py [--epsilons 4,1] [--work DIR]
+                                        [--out benchmarks/results/lm_forms.json]
+
+Per ε: ONE default release (``lm_bench.dp_run``, the product's ``stage_budget``, T = 5, δ = 1e-7) on
+the LM benchmark's SOTU training users (sha256(user_id) % 10 != 0), scored on its held-out users'
+open-vocabulary events (tokens and ``</s>``; an OOV token also pays the spelling model, the same for
+every form). By post-processing of the released files only, per event:
+
+* P′_β — P adapted to Q's unigrams at β ∈ {0, 0.25, 0.5} (β = 0: P), and Q, scored by KenLM;
+* Q's count terms as ``dpngram.lm.open_model.noisy_count_model`` lists them: T_n(w|h) =
+  (ĉ(hw) − D)₊/S(h) for an n-gram Q lists (0 otherwise), γ_n(h) the leftover mass of context h at
+  order n (1 where Q lists none), T₁ and γ₀ at order 1; Q₁, P₁ the unigram distributions of Q, P.
+
+Forms, each with **weights chosen on the evaluation text itself** (an ORACLE on a grid of step
+0.05: the best a private selection could reach):
+
+* ``M``: λ·Q + (1 − λ)·P′ (the product's form);
+* ``counts over P′``: κ·(T₃ + γ₃·T₂ + γ₃γ₂·P′) + (1 − κ)·P′ (Q's counts where it lists a context,
+  backing off to P′ at the full context instead of to Q's lower orders);
+* ``counts over P′ with Q's unigrams``: κ·(T₃ + γ₃(T₂ + γ₂(T₁ + γ₀·P′))) + (1 − κ)·P′;
+* ``Q's unigrams``: μ·Q₁ + (1 − μ)·P′;
+* ``M + Q₁`` and ``M + P₁``: a second weight on a unigram distribution.
+
+Only aggregate perplexities, the oracle weights and released-row counts are written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import lm_bench  # noqa: E402  (benchmarks/ is not a package)
+from lm_bench import DATA, RESULTS, Corpus, log  # noqa: E402
+from lm_sources_study import event_logprobs  # noqa: E402
+
+DELTA = 1e-7  # the product default
+MAX_N = 5  # the product default T (the model's order stays lm_order = 3)
+BETAS = (0.0, 0.25, 0.5)  # the product's adaptation grid
+GRID = np.round(np.arange(0.0, 1.0 + 1e-9, 0.05), 2)
+BOS, EOS, UNK = "<s>", "</s>", "<unk>"
+
+
+def perplexity(prob: np.ndarray, spell: np.ndarray) -> float:
+    return float(10 ** (-(np.log10(np.maximum(prob, 1e-300)) + spell).mean()))
+
+
+def best(weights_to_prob: Any, spell: np.ndarray, two: bool = False) -> dict[str, Any]:
+    """The oracle: the grid point(s) of the lowest perplexity (one weight, or two summing to ≤ 1)."""
+    points = [(k, j) for k in GRID for j in GRID if k + j <= 1 + 1e-9] if two else [(k,) for k in GRID]
+    value, point = min((perplexity(weights_to_prob(*p), spell), p) for p in points)
+    return {"perplexity": value, "weights": [float(x) for x in point]}
+
+
+def count_terms(
+    rows: Any, vocabulary: set[str], threshold: float, discount: float
+) -> tuple[dict[str, float], float, dict[str, float], dict[str, Any], dict[str, Any]]:
+    """(T₁ by word, γ₀, order-2 and order-3 (listed counts, S, γ) by n-gram / context) from the
+    released counts, as ``noisy_count_model`` lists them (closure: an n-gram's context and suffix
+    listed one order below)."""
+    import polars as pl
+
+    c1 = dict(rows.filter(pl.col("n") == 1).select("ngram", "noisy_count").iter_rows())
+    words = {w: c for w, c in c1.items() if w != BOS}
+    listed1 = {w: max(c - discount, 0.0) for w, c in words.items() if c >= threshold}
+    scale = max(sum(words.values()), sum(listed1.values()))
+    t1 = {w: v / scale for w, v in listed1.items()} if scale > 0 else {}
+    gamma0 = max(0.0, 1.0 - sum(t1.values()))
+
+    def order(n: int, lower: dict[str, float]) -> dict[str, Any]:
+        cand = rows.filter((pl.col("n") == n) & (pl.col("noisy_count") >= threshold))
+        listed = {
+            g: c
+            for g, c in cand.select("ngram", "noisy_count").iter_rows()
+            if g.rsplit(" ", 1)[0] in lower and g.split(" ", 1)[1] in lower
+        }
+        total: dict[str, float] = {}
+        kept: dict[str, float] = {}
+        for g, c in listed.items():
+            h = g.rsplit(" ", 1)[0]
+            total[h] = total.get(h, 0.0) + c
+            kept[h] = kept.get(h, 0.0) + max(c - discount, 0.0)
+        s = {h: max(lower.get(h, 0.0), t) for h, t in total.items()}
+        gamma = {h: min(1.0, max(0.0, 1.0 - kept[h] / s[h])) if s[h] > 0 else 1.0 for h in s}
+        return {"listed": listed, "S": s, "gamma": gamma}
+
+    # order 1 lists every word of Q's vocabulary (P's unigrams), so closure at order 2 is on c1
+    o2 = order(2, {w: c for w, c in c1.items() if w in vocabulary or w in (BOS, EOS, UNK)})
+    o3 = order(3, o2["listed"])
+    return t1, gamma0, o2, o3, {"released_rows": {n: int((rows["n"] == n).sum()) for n in (1, 2, 3)}}
+
+
+def event_terms(
+    sentences: list[list[str]],
+    vocabulary: set[str],
+    t1: dict[str, float],
+    o2: dict[str, Any],
+    o3: dict[str, Any],
+    discount: float,
+) -> dict[str, np.ndarray]:
+    """T₁, T₂, T₃, γ₂, γ₃ of every event (the words mapped to V_LM; ``<s> <s>`` before a sentence)."""
+
+    def term(o: dict[str, Any], h: str, w: str) -> float:
+        g = f"{h} {w}"
+        return max(o["listed"][g] - discount, 0.0) / o["S"][h] if g in o["listed"] and o["S"][h] > 0 else 0.0
+
+    out: dict[str, list[float]] = {k: [] for k in ("T1", "T2", "T3", "G2", "G3")}
+    for sentence in sentences:
+        context = [BOS, BOS]
+        for w in [t if t in vocabulary else UNK for t in sentence] + [EOS]:
+            a, b = context[-2], context[-1]
+            out["T1"].append(t1.get(w, 0.0))
+            out["T2"].append(term(o2, b, w))
+            out["G2"].append(o2["gamma"].get(b, 1.0))
+            first = a == BOS and b == BOS  # the first event's context is <s> alone
+            out["T3"].append(0.0 if first else term(o3, f"{a} {b}", w))
+            out["G3"].append(1.0 if first else o3["gamma"].get(f"{a} {b}", 1.0))
+            context.append(w)
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def study(
+    eps: float, corpus: Corpus, prep: dict[str, Any], work: Path, args: argparse.Namespace
+) -> dict[str, Any]:
+    import polars as pl
+
+    from dpngram.config import DEFAULT_STAGE_BUDGET
+    from dpngram.lm.arpa import write_arpa
+    from dpngram.lm.build import ReleasedInputs, adapted_public, mixture_components
+    from dpngram.release.layout import LM_COUNTS
+
+    budget = dict(DEFAULT_STAGE_BUDGET)
+    run_dir = work / f"run-eps{eps:g}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    run = lm_bench.dp_run(corpus, eps, prep["train"], run_dir, args, stage_budget=budget, max_n=MAX_N)
+    root, part = run["root"], run["lm_counts"]
+    config = lm_bench.bench_config(
+        corpus, eps, prep["train"], run_dir, args, stage_budget=budget, max_n=MAX_N
+    )
+    vocabulary, public, private = mixture_components(ReleasedInputs(root), config, part)
+    sentences = lm_bench.eval_sentences(prep["eval"])
+    probs: dict[str, np.ndarray] = {}
+    spell = np.zeros(0)
+    for name, model in [*((f"P{b:g}", adapted_public(public, private, b)) for b in BETAS), ("Q", private)]:
+        path = run_dir / "component.arpa"
+        write_arpa(model, path)
+        logs, spell = event_logprobs(path, sentences)
+        probs[name] = np.power(10.0, logs)
+        path.unlink()
+    words = set(vocabulary)
+    discount = float(config.lm.count_discount) * float(part["sigma"])
+    t1, gamma0, o2, o3, info = count_terms(
+        pl.read_parquet(root / LM_COUNTS), words, float(part["threshold"]), discount
+    )
+    ev = event_terms(sentences, words, t1, o2, o3, discount)
+    uni_q = dict(private.tables[1].select("ngram", "logprob").iter_rows())
+    uni_p = dict(public.tables[1].select("ngram", "logprob").iter_rows())
+    mapped = [w if w in words else UNK for s in sentences for w in [*s, EOS]]
+    q1 = np.power(10.0, np.array([uni_q[w] for w in mapped]))
+    p1 = np.power(10.0, np.array([uni_p[w] for w in mapped]))
+    assert q1.size == spell.size == ev["T1"].size
+    rows: dict[str, Any] = {"P (public-only)": {"perplexity": perplexity(probs["P0"], spell)}}
+    q = probs["Q"]
+    for b in BETAS:
+        pb = probs[f"P{b:g}"]
+        over = ev["T3"] + ev["G3"] * (ev["T2"] + ev["G2"] * pb)
+        over_uni = ev["T3"] + ev["G3"] * (ev["T2"] + ev["G2"] * (ev["T1"] + gamma0 * pb))
+        forms = {
+            "P' alone": {"perplexity": perplexity(pb, spell)},
+            "M": best(lambda k, pb=pb: k * q + (1 - k) * pb, spell),
+            "counts over P'": best(lambda k, pb=pb, o=over: k * o + (1 - k) * pb, spell),
+            "counts over P' with Q's unigrams": best(
+                lambda k, pb=pb, o=over_uni: k * o + (1 - k) * pb, spell
+            ),
+            "Q's unigrams": best(lambda k, pb=pb: k * q1 + (1 - k) * pb, spell),
+            "M + Q1": best(lambda k, j, pb=pb: k * q + j * q1 + (1 - k - j) * pb, spell, two=True),
+            "M + P1": best(lambda k, j, pb=pb: k * q + j * p1 + (1 - k - j) * pb, spell, two=True),
+        }
+        for name, row in forms.items():
+            rows[f"{name}, beta {b:g}"] = row
+            log(f"  ε={eps:g} β={b:g} {name}: {row['perplexity']:.1f} {row.get('weights', '')}")
+    if not args.keep:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return {
+        "epsilon": eps,
+        "released": {
+            "beta": part.get("unigram_adaptation"),
+            "lambda": part.get("mix_weight"),
+            "sigma": part.get("sigma"),
+            **info,
+        },
+        "events": int(spell.size),
+        "rows": rows,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--epsilons", default="4,1")
+    ap.add_argument("--work", default=str(lm_bench.CACHE / "lm_forms"))
+    ap.add_argument("--out", default=str(RESULTS / "lm_forms.json"))
+    ap.add_argument("--memory-limit", default="4GB")
+    ap.add_argument("--keep", action="store_true", help="keep the releases")
+    args = ap.parse_args()
+    args.delta = DELTA
+    corpus = Corpus("sotu", DATA / "sotu_users.jsonl.gz", DATA / "brown_public.txt.gz", 1, {"users": 12_807})
+    work = Path(args.work)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    prep = lm_bench.split_users(corpus, work)
+    out: dict[str, Any] = {
+        "study": "lm_forms: where the model's gain comes from; other forms of Q (ORACLE weights)",
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "git_commit": lm_bench.git_commit(),
+        "machine": lm_bench.machine(),
+        "parameters": {"delta": DELTA, "max_n": MAX_N, "order": 3, "betas": BETAS, "grid_step": 0.05},
+        "corpus": {
+            "name": "sotu",
+            "public": "brown",
+            **{k: v for k, v in prep.items() if isinstance(v, int)},
+        },
+        "runs": [],
+    }
+    for eps in [float(e) for e in args.epsilons.split(",")]:
+        log(f"sotu ε={eps:g}")
+        out["runs"].append(study(eps, corpus, prep, work, args))
+        Path(args.out).write_text(json.dumps(out, indent=1, default=str) + "\n")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("POLARS_MAX_THREADS", "2")
+    main()
