@@ -22,7 +22,13 @@ Forms, each with **weights chosen on the evaluation text itself** (an ORACLE on 
   backing off to P′ at the full context instead of to Q's lower orders);
 * ``counts over P′ with Q's unigrams``: κ·(T₃ + γ₃(T₂ + γ₂(T₁ + γ₀·P′))) + (1 − κ)·P′;
 * ``Q's unigrams``: μ·Q₁ + (1 − μ)·P′;
-* ``M + Q₁`` and ``M + P₁``: a second weight on a unigram distribution.
+* ``M + Q₁`` and ``M + P₁``: a second weight on a unigram distribution;
+* ``exact unigrams``: μ·E₁ + (1 − μ)·P′, E₁ the training users' EXACT unigram distribution over
+  V_LM (tokens and ``</s>``, no clipping, no noise: NON-private, benchmark-only ground truth): what
+  a perfect estimate of the unigram level, the part of Q that carries M's gain, could give; and
+  ``exact unigrams, words of ≥ k users``: E₁ for the words at least k training users use, the
+  rest of the mass spread over the other words in P's proportions (which words a DP estimate
+  could hope to resolve).
 
 Only aggregate perplexities, the oracle weights and released-row counts are written.
 """
@@ -131,6 +137,45 @@ def event_terms(
     return {k: np.asarray(v) for k, v in out.items()}
 
 
+#: The user counts of the ``exact unigrams, words of ≥ k users`` rows.
+USER_CUTS = (20, 100, 500)
+
+
+def exact_unigrams(train: Path, vocabulary: set[str]) -> tuple[dict[str, float], dict[str, int]]:
+    """The training users' exact unigram distribution over V_LM (every token and one ``</s>`` per
+    sentence; a token outside V_LM is ``<unk>``) and the number of users of each word:
+    NON-private, benchmark-only."""
+    import gzip
+    from collections import Counter
+
+    from dpngram.text.tokenizer import tokenize_texts
+
+    tokens: Counter[str] = Counter()
+    users: Counter[str] = Counter()
+    with gzip.open(train, "rt", encoding="utf-8") as fh:
+        documents = [json.loads(line)["text"] for line in fh]
+    for document in tokenize_texts(documents):
+        seen: set[str] = set()
+        for sentence in document:
+            mapped = [w if w in vocabulary else UNK for w in sentence] + [EOS]
+            tokens.update(mapped)
+            seen.update(mapped)
+        users.update(seen)
+    total = sum(tokens.values())
+    return {w: c / total for w, c in tokens.items()}, dict(users)
+
+
+def exact_for_users(
+    exact: dict[str, float], users: dict[str, int], public: dict[str, float], cut: int
+) -> dict[str, float]:
+    """``exact`` for the words at least ``cut`` users use; the rest of the mass over the other
+    words of ``public`` (P's unigrams) in P's proportions."""
+    kept = {w: p for w, p in exact.items() if users.get(w, 0) >= cut}
+    others = {w: p for w, p in public.items() if w not in kept and w != BOS}
+    scale = (1.0 - sum(kept.values())) / sum(others.values())
+    return {**{w: p * scale for w, p in others.items()}, **kept}
+
+
 def study(
     eps: float, corpus: Corpus, prep: dict[str, Any], work: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -171,7 +216,12 @@ def study(
     mapped = [w if w in words else UNK for s in sentences for w in [*s, EOS]]
     q1 = np.power(10.0, np.array([uni_q[w] for w in mapped]))
     p1 = np.power(10.0, np.array([uni_p[w] for w in mapped]))
-    assert q1.size == spell.size == ev["T1"].size
+    exact, users = exact_unigrams(prep["train"], words)
+    public_unigrams = {w: 10.0**lp for w, lp in uni_p.items()}
+    e1 = np.array([exact.get(w, 0.0) for w in mapped])
+    cut = {k: exact_for_users(exact, users, public_unigrams, k) for k in USER_CUTS}
+    e1_cut = {k: np.array([u.get(w, 0.0) for w in mapped]) for k, u in cut.items()}
+    assert q1.size == e1.size == spell.size == ev["T1"].size
     rows: dict[str, Any] = {"P (public-only)": {"perplexity": perplexity(probs["P0"], spell)}}
     q = probs["Q"]
     for b in BETAS:
@@ -188,6 +238,13 @@ def study(
             "Q's unigrams": best(lambda k, pb=pb: k * q1 + (1 - k) * pb, spell),
             "M + Q1": best(lambda k, j, pb=pb: k * q + j * q1 + (1 - k - j) * pb, spell, two=True),
             "M + P1": best(lambda k, j, pb=pb: k * q + j * p1 + (1 - k - j) * pb, spell, two=True),
+            "exact unigrams (NON-private)": best(lambda k, pb=pb: k * e1 + (1 - k) * pb, spell),
+            **{
+                f"exact unigrams, words of >= {c} users (NON-private)": best(
+                    lambda k, pb=pb, e=e: k * e + (1 - k) * pb, spell
+                )
+                for c, e in e1_cut.items()
+            },
         }
         for name, row in forms.items():
             rows[f"{name}, beta {b:g}"] = row
@@ -196,6 +253,7 @@ def study(
         shutil.rmtree(run_dir, ignore_errors=True)
     return {
         "epsilon": eps,
+        "words_by_users": {str(c): sum(1 for n in users.values() if n >= c) for c in USER_CUTS},
         "released": {
             "beta": part.get("unigram_adaptation"),
             "lambda": part.get("mix_weight"),
