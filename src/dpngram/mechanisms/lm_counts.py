@@ -132,8 +132,7 @@ def counting_ids(vocabulary: list[str]) -> tuple[list[str], dict[str, int]]:
             f"lm_counts: the model vocabulary has {len(words):,} words, more than the "
             f"{MAX_COUNTING_VOCABULARY:,} its counting keys hold: lower lm_public_vocab_size"
         )
-    first = len(MARKER_IDS) + 1
-    return words, {**{w: i for i, w in enumerate(words, start=first)}, **MARKER_IDS}
+    return words, {**{w: i for i, w in enumerate(words, start=len(MARKER_IDS) + 1)}, **MARKER_IDS}
 
 
 def _pack(word_ids: list[np.ndarray], order: np.ndarray | int) -> np.ndarray:
@@ -152,7 +151,6 @@ def string_keys(ngrams: pl.Series, order: np.ndarray | int, ids: dict[str, int])
     """The counting key of each n-gram string (order ``order``: per row, or one for all) from the
     word ids ``ids`` (:func:`counting_ids`); -1 for an n-gram with a word outside them."""
     parts = ngrams.rename("ngram").to_frame().select(w=pl.col("ngram").str.split_exact(" ", 2)).unnest("w")
-    # the mapping as two Series once (lists of every word were converted again for each column)
     old, new = pl.Series(list(ids), dtype=pl.String), pl.Series(list(ids.values()), dtype=pl.Int64)
     mapped = [
         parts[column].fill_null("").replace_strict(old, new, default=-1, return_dtype=pl.Int64).to_numpy()
@@ -179,10 +177,8 @@ def counting_tables(
     if keys is None:
         keys = string_keys(domain["ngram"], domain["n"].to_numpy(), ids)
     known = keys > 0
-    table = pa.table(
-        {"gid": pa.array(domain["gid"].to_numpy()[known].astype(np.int64)), "k": pa.array(keys[known])}
-    )
-    return vocab, table
+    gids = domain["gid"].to_numpy()[known].astype(np.int64)
+    return vocab, pa.table({"gid": pa.array(gids), "k": pa.array(keys[known])})
 
 
 COUNTS_SCHEMA = pa.schema([("n", pa.int8()), ("ngram", pa.string()), ("noisy_count", pa.float64())])
