@@ -30,6 +30,21 @@ Forms, each with **weights chosen on the evaluation text itself** (an ORACLE on 
   rest of the mass spread over the other words in P's proportions (which words a DP estimate
   could hope to resolve).
 
+And what might resolve those words better:
+
+* ``unigram estimator``: Q's unigram level estimated otherwise from the same released noisy
+  unigrams — the mass (ĉ − d·σ)₊ of the words with ĉ ≥ t·σ, scaled by max(T, that mass) (T the sum
+  of the noisy unigrams), the rest in P's shape, as ``noisy_count_model`` does for t = 3, d = 1; or
+  no threshold with additive smoothing toward P — in Q (its n-gram terms over it) and as P′'s
+  adaptation target (β ∈ {0.25, 0.5}), oracle λ;
+* ``weighting (simulated)``: the unigram level alone from the counting users' own vectors (a
+  seeded 85% of the training users, as the stage counts 85%) weighted otherwise — every order
+  scaled to unit l2 norm together (the stage's), the unigrams alone, each word once per user, or
+  square-root counts — plus Gaussian noise of the release's σ (two seeded draws), estimated with
+  t = 3, d = 1 and mixed with P′ (oracle weight): a NON-private simulation of other mechanisms;
+* ``clip``: further default releases with ``lm_count_clip`` C ∈ {4, 16, 64} (σ grows with C; the
+  users below C are no longer scaled up), their released models scored as released.
+
 Only aggregate perplexities, the oracle weights and released-row counts are written.
 """
 
@@ -56,6 +71,7 @@ DELTA = 1e-7  # the product default
 MAX_N = 5  # the product default T (the model's order stays lm_order = 3)
 BETAS = (0.0, 0.25, 0.5)  # the product's adaptation grid
 GRID = np.round(np.arange(0.0, 1.0 + 1e-9, 0.05), 2)
+SIMULATION_SEED = 20261128
 BOS, EOS, UNK = "<s>", "</s>", "<unk>"
 
 
@@ -176,6 +192,80 @@ def exact_for_users(
     return {**{w: p * scale for w, p in others.items()}, **kept}
 
 
+#: Other unigram estimators from the released noisy unigrams: (threshold t, discount d) in σ, and
+#: (discount a, smoothing b) of the additive form without a threshold.
+THRESHOLDED = ((3.0, 1.0), (2.0, 1.0), (2.0, 0.5), (1.0, 0.5), (0.5, 0.25))
+SMOOTHED = ((1.0, 0.2), (0.0, 0.05))
+#: The weightings of the simulated unigram release, and its noise draws.
+WEIGHTINGS = (
+    "all orders, unit norm (the stage's)",
+    "unigrams, unit norm",
+    "each word once",
+    "square-root counts",
+)
+DRAWS = 2
+#: The further clips of the ``clip`` rows (the main release has the default, 1).
+CLIPS = (4.0, 16.0, 64.0)
+
+
+def thresholded(noisy: np.ndarray, public: np.ndarray, sigma: float, t: float, d: float) -> np.ndarray:
+    """A unigram distribution from noisy counts: the mass (ĉ − d·σ)₊ of the words with ĉ ≥ t·σ,
+    scaled by max(Σ ĉ, that mass), the rest in ``public``'s shape (as ``noisy_count_model``)."""
+    mass = np.where(noisy >= t * sigma, np.maximum(noisy - d * sigma, 0.0), 0.0)
+    mass = mass / max(float(noisy.sum()), float(mass.sum()), 1e-300)
+    return mass + max(0.0, 1.0 - float(mass.sum())) * public
+
+
+def smoothed(noisy: np.ndarray, public: np.ndarray, sigma: float, a: float, b: float) -> np.ndarray:
+    """(ĉ − a·σ)₊ + b·(Σ ĉ)·P(w), normalised: every word, no threshold."""
+    mass = np.maximum(noisy - a * sigma, 0.0) + b * float(noisy.sum()) * public
+    return mass / mass.sum()
+
+
+def user_vectors(train: Path, vocabulary: set[str]) -> list[tuple[Any, float]]:
+    """Each training user's unigram counts over V_LM (tokens and ``</s>``) and the l2 norm of their
+    order-1..3 counts together (``<s>``-padded as the stage counts; every n-gram of the user, where
+    the stage's norm is over its domain only: a slight over-estimate): NON-private."""
+    import gzip
+    from collections import Counter
+
+    from dpngram.text.tokenizer import tokenize_texts
+
+    with gzip.open(train, "rt", encoding="utf-8") as fh:
+        documents = [json.loads(line)["text"] for line in fh]
+    out = []
+    for document in tokenize_texts(documents):
+        grams: Counter[tuple[str, ...]] = Counter()
+        for sentence in document:
+            m = [BOS, BOS, *(w if w in vocabulary else UNK for w in sentence), EOS]
+            for i in range(2, len(m)):
+                grams[(m[i],)] += 1
+                grams[(m[i - 1], m[i])] += 1
+                grams[(m[i - 2], m[i - 1], m[i])] += 1
+        unigrams = Counter({g[0]: c for g, c in grams.items() if len(g) == 1})
+        out.append((unigrams, float(np.sqrt(sum(c * c for c in grams.values())))))
+    return out
+
+
+def weighted_unigrams(users: list[tuple[Any, float]], index: dict[str, int], weighting: str) -> np.ndarray:
+    """The summed unigram vectors of ``users`` under ``weighting`` (:data:`WEIGHTINGS`), each
+    user's vector of l2 norm at most 1 (so the same σ applies)."""
+    total = np.zeros(len(index))
+    for unigrams, norm in users:
+        if weighting == WEIGHTINGS[0]:
+            scale, values = 1.0 / norm, dict(unigrams)
+        elif weighting == WEIGHTINGS[1]:
+            scale, values = 1.0 / float(np.sqrt(sum(c * c for c in unigrams.values()))), dict(unigrams)
+        elif weighting == WEIGHTINGS[2]:
+            scale, values = 1.0 / float(np.sqrt(len(unigrams))), dict.fromkeys(unigrams, 1.0)
+        else:
+            scale = 1.0 / float(np.sqrt(sum(unigrams.values())))
+            values = {w: float(np.sqrt(c)) for w, c in unigrams.items()}
+        for w, v in values.items():
+            total[index[w]] += v * scale
+    return total
+
+
 def study(
     eps: float, corpus: Corpus, prep: dict[str, Any], work: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -249,6 +339,11 @@ def study(
         for name, row in forms.items():
             rows[f"{name}, beta {b:g}"] = row
             log(f"  ε={eps:g} β={b:g} {name}: {row['perplexity']:.1f} {row.get('weights', '')}")
+    released_model = lm_bench.evaluate(root / "model" / "model.binary", prep["eval"])
+    rows["clip 1 (the default): released model"] = {"perplexity": released_model["open_vocab_perplexity"]}
+    rows.update(other_unigrams(public, private, part, ev, mapped, sentences, spell, run_dir, root))
+    rows.update(simulated_weightings(prep["train"], words, public, mapped, probs["P0.25"], spell, part))
+    rows.update(clipped_releases(corpus, eps, prep, work, args, budget))
     if not args.keep:
         shutil.rmtree(run_dir, ignore_errors=True)
     return {
@@ -263,6 +358,138 @@ def study(
         "events": int(spell.size),
         "rows": rows,
     }
+
+
+def other_unigrams(
+    public: Any,
+    private: Any,
+    part: dict[str, Any],
+    ev: dict[str, np.ndarray],
+    mapped: list[str],
+    sentences: list[list[str]],
+    spell: np.ndarray,
+    run_dir: Path,
+    root: Path,
+) -> dict[str, Any]:
+    """The ``unigram estimator`` rows: Q over each estimate, P′ adapted to it, oracle λ, best β."""
+    import polars as pl
+
+    from dpngram.lm.arpa import write_arpa
+    from dpngram.lm.open_model import adapt_to_unigrams
+
+    table = public.tables[1].filter(pl.col("ngram") != BOS)
+    words = table["ngram"].to_list()
+    p1 = np.power(10.0, table["logprob"].to_numpy())
+    from dpngram.release.layout import LM_COUNTS
+
+    released = dict(
+        pl.read_parquet(root / LM_COUNTS).filter(pl.col("n") == 1).select("ngram", "noisy_count").iter_rows()
+    )
+    noisy = np.array([released.get(w, 0.0) for w in words])
+    sigma = float(part["sigma"])
+    index = {w: i for i, w in enumerate(words)}
+    events = np.array([index[w] for w in mapped])
+    estimates = {
+        f"threshold {t:g} sigma, discount {d:g} sigma": thresholded(noisy, p1, sigma, t, d)
+        for t, d in THRESHOLDED
+    }
+    estimates.update(
+        {
+            f"no threshold, discount {a:g} sigma, smoothing {b:g}": smoothed(noisy, p1, sigma, a, b)
+            for a, b in SMOOTHED
+        }
+    )
+    rows: dict[str, Any] = {}
+    for name, u in estimates.items():
+        q = ev["T3"] + ev["G3"] * (ev["T2"] + ev["G2"] * u[events])
+        target = pl.DataFrame({"ngram": words, "prob": u})
+        found: dict[str, Any] = {"perplexity": float("inf")}
+        for beta in (0.25, 0.5):
+            path = run_dir / "estimate.arpa"
+            write_arpa(adapt_to_unigrams(public, target, beta), path)
+            logs, _ = event_logprobs(path, sentences)
+            path.unlink()
+            pb = np.power(10.0, logs)
+            r = best(lambda k, pb=pb, q=q: k * q + (1 - k) * pb, spell)
+            if r["perplexity"] < found["perplexity"]:
+                found = {**r, "beta": beta}
+        rows[f"unigram estimator: {name}"] = found
+        log(f"  {name}: {found['perplexity']:.1f} β={found['beta']:g} {found['weights']}")
+    return rows
+
+
+def simulated_weightings(
+    train: Path,
+    words: set[str],
+    public: Any,
+    mapped: list[str],
+    adapted: np.ndarray,
+    spell: np.ndarray,
+    part: dict[str, Any],
+) -> dict[str, Any]:
+    """The ``weighting (simulated)`` rows (NON-private simulation; mean over :data:`DRAWS`)."""
+    import polars as pl
+
+    table = public.tables[1].filter(pl.col("ngram") != BOS)
+    index = {w: i for i, w in enumerate(table["ngram"].to_list())}
+    p1 = np.power(10.0, table["logprob"].to_numpy())
+    events = np.array([index[w] for w in mapped])
+    users = user_vectors(train, words)
+    counting = np.random.default_rng(SIMULATION_SEED).random(len(users)) < 0.85
+    users = [u for u, keep in zip(users, counting, strict=True) if keep]
+    sigma = float(part["sigma"])
+    rows: dict[str, Any] = {}
+    for weighting in WEIGHTINGS:
+        summed = weighted_unigrams(users, index, weighting)
+        values = []
+        for draw in range(DRAWS):
+            noise = np.random.default_rng(SIMULATION_SEED + 1 + draw).normal(0.0, sigma, summed.size)
+            u = thresholded(summed + noise, p1, sigma, 3.0, 1.0)[events]
+            values.append(best(lambda k, u=u: k * u + (1 - k) * adapted, spell)["perplexity"])
+        rows[f"weighting (simulated, NON-private): {weighting}"] = {
+            "perplexity": float(np.mean(values)),
+            "draws": values,
+        }
+        log(f"  simulated {weighting}: {values}")
+    return rows
+
+
+def clipped_releases(
+    corpus: Corpus,
+    eps: float,
+    prep: dict[str, Any],
+    work: Path,
+    args: argparse.Namespace,
+    budget: dict[str, float],
+) -> dict[str, Any]:
+    """The ``clip`` rows: default releases with ``lm_count_clip`` C, scored as released."""
+    rows: dict[str, Any] = {}
+    for clip in CLIPS:
+        run_dir = work / f"run-eps{eps:g}-clip{clip:g}"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir.mkdir(parents=True)
+        run = lm_bench.dp_run(
+            corpus,
+            eps,
+            prep["train"],
+            run_dir,
+            args,
+            stage_budget=budget,
+            max_n=MAX_N,
+            options={"lm_count_clip": clip},
+        )
+        metrics = lm_bench.evaluate(run["root"] / "model" / "model.binary", prep["eval"])
+        part = run["lm_counts"]
+        rows[f"clip {clip:g}: released model"] = {
+            "perplexity": metrics["open_vocab_perplexity"],
+            "sigma": part["sigma"],
+            "beta": part.get("unigram_adaptation"),
+            "lambda": part["mix_weight"],
+            "released_rows": part.get("released_by_order"),
+        }
+        log(f"  clip {clip:g}: {metrics['open_vocab_perplexity']:.1f}")
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return rows
 
 
 def main() -> None:

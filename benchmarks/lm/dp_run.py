@@ -126,13 +126,17 @@ def bench_config(
     stage_budget: dict[str, float] | None = None,
     max_n: int | None = None,
     warehouse: Path | None = None,
+    options: dict[str, Any] | None = None,
 ) -> Any:
     """The run configuration of one release on the training users (every lm_* option at its
     default; also used by benchmarks/lm_threshold_study.py and, with another ``stage_budget`` /
-    ``max_n`` / a ``warehouse`` whose public-model cache is shared, benchmarks/lm_split_bench.py)."""
+    ``max_n`` / a ``warehouse`` whose public-model cache is shared, benchmarks/lm_split_bench.py).
+    ``options``: further settings by their flat names (benchmarks/lm_forms_study.py's
+    ``lm_count_clip``)."""
     from dpngram.config import RunConfig
 
     return RunConfig.build(
+        **(options or {}),
         dataset=f"lm-bench-{corpus.name}-eps{eps:g}",
         input=str(train),
         public=str(corpus.public),
