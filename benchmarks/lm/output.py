@@ -306,7 +306,9 @@ def missed_targets(out: dict[str, Any]) -> list[dict[str, Any]]:
                     "counts over the DP model's own domain the mixture closed about 0.32 at ε = 4 "
                     "(docs/lm.md, 'Benchmark'), so about half the shortfall is the domain (public "
                     "n-grams + DPNE keys: private n-grams outside it never reach the model) and half "
-                    "the noise of lm_counts"
+                    "the noise of lm_counts; at ε = 1, the noise on the unigram counts of mid-frequency "
+                    "words (exact frequencies of the words >= 100 users use would be worth about 5% "
+                    "perplexity: results/lm_forms.json, docs/lm.md 'Other forms of the model')"
                 )
             elif t["target"].startswith("dp_over_nonprivate"):
                 row["cause"] = (
