@@ -341,7 +341,7 @@ def study(
             log(f"  ε={eps:g} β={b:g} {name}: {row['perplexity']:.1f} {row.get('weights', '')}")
     released_model = lm_bench.evaluate(root / "model" / "model.binary", prep["eval"])
     rows["clip 1 (the default): released model"] = {"perplexity": released_model["open_vocab_perplexity"]}
-    rows.update(other_unigrams(public, private, part, ev, mapped, sentences, spell, run_dir, root))
+    rows.update(other_unigrams(public, part, ev, mapped, sentences, spell, run_dir, root))
     rows.update(simulated_weightings(prep["train"], words, public, mapped, probs["P0.25"], spell, part))
     rows.update(clipped_releases(corpus, eps, prep, work, args, budget))
     if not args.keep:
@@ -362,7 +362,6 @@ def study(
 
 def other_unigrams(
     public: Any,
-    private: Any,
     part: dict[str, Any],
     ev: dict[str, np.ndarray],
     mapped: list[str],
