@@ -85,8 +85,9 @@ def mixture_components(
 
 
 def noisy_counts_model(inputs: ReleasedInputs, public: Any, part: dict[str, Any]) -> Any:
-    """Q: the model of the released noisy counts (backing off to P), with the released threshold
-    and discount."""
+    """Q: the model of the released noisy counts (backing off to P), with the released threshold,
+    discount and spread of the unresolved unigram mass (``public`` for a release that predates
+    the key)."""
     from dpngram.lm.open_model import noisy_count_model
 
     return noisy_count_model(
@@ -95,7 +96,14 @@ def noisy_counts_model(inputs: ReleasedInputs, public: Any, part: dict[str, Any]
         int(part["order"]),
         threshold=float(part["threshold"]),
         discount=float(part["discount"]),
+        unresolved=unresolved_unigrams(part),
+        sigma=float(part["sigma"]),
     )
+
+
+def unresolved_unigrams(part: dict[str, Any]) -> str:
+    """How report part ``lm_counts`` says Q spreads the unigram mass below the threshold."""
+    return str(part.get("unresolved_unigrams", "public"))
 
 
 def mixture_of(public: Any, inputs: ReleasedInputs, part: dict[str, Any]) -> Any:
@@ -138,6 +146,7 @@ def mixture_key(inputs: ReleasedInputs, config: RunConfig, part: dict[str, Any])
         config.lm.public_vocab_size,
         *(part[k] for k in ("order", "threshold", "discount", "mix_weight")),
         part.get("unigram_adaptation", 0.0),
+        unresolved_unigrams(part),
     )
 
 

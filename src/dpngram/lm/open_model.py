@@ -23,7 +23,7 @@ up, each part would be read only by the next.
 
 Owns: the model vocabulary V_LM, the public model P, the noisy-count model Q, the mixture, the
 held-out public split (:data:`HELDOUT_EVERY`).
-Imports: dpngram.lm.arpa, dpngram.text, dpngram.core; polars.
+Imports: dpngram.lm.arpa, dpngram.lm.unigram_shrinkage, dpngram.text, dpngram.core; numpy, polars.
 """
 
 from __future__ import annotations
@@ -432,6 +432,8 @@ def noisy_count_model(
     *,
     threshold: float,
     discount: float,
+    unresolved: str = "public",
+    sigma: float | None = None,
 ) -> ArpaModel:
     """Q from noisy counts ``noisy`` (columns ``n``, ``ngram``, ``noisy_count``; order 1 holds every
     word of the domain, higher orders the released rows). ``base``: P, whose unigrams are Q's
@@ -447,14 +449,25 @@ def noisy_count_model(
       ``</s>``), Q(w|h) = (ĉ(hw) − D)₊/S(h) + γ(h) Q(w|h'), γ(h) = 1 − Σ_w (ĉ(hw) − D)₊/S(h).
 
     ``discount`` D (in count units) is the absolute discount; ``threshold`` the release threshold.
+    ``unresolved``: how γ₀ is spread — ``"public"``, in P's shape over every word (as above), or
+    ``"empirical_bayes"`` (:data:`UNRESOLVED_SHAPES`), over the words below the threshold in
+    proportion to their empirical-Bayes posterior counts from their own noisy counts and the
+    release's noise ``sigma`` (:mod:`dpngram.lm.unigram_shrinkage`; P's shape where the counts carry
+    no usable total).
     """
+    if unresolved not in UNRESOLVED_SHAPES:
+        raise ArpaError(f"unresolved: one of {', '.join(UNRESOLVED_SHAPES)} (got {unresolved!r})")
+    if unresolved == "empirical_bayes" and sigma is None:
+        raise ArpaError("unresolved='empirical_bayes' needs the release's sigma")
     if order < 1:
         raise ArpaError(f"order: must be >= 1 (got {order})")
     rows = noisy.select(
         pl.col("n").cast(pl.Int64), pl.col("ngram").cast(pl.String), pl.col("noisy_count").cast(pl.Float64)
     )
     ones = rows.filter(pl.col("n") == 1)
-    uni = _noisy_unigrams(ones, base, threshold=threshold, discount=discount)
+    uni = _noisy_unigrams(
+        ones, base, threshold=threshold, discount=discount, unresolved=unresolved, sigma=sigma
+    )
     probs: dict[int, pl.DataFrame] = {1: uni}
     counts: dict[int, pl.DataFrame] = {1: ones.select("ngram", count=pl.col("noisy_count"))}
     listed: dict[int, pl.DataFrame] = {1: uni.select("ngram")}
@@ -475,10 +488,17 @@ def noisy_count_model(
 
 
 def _noisy_unigrams(
-    ones: pl.DataFrame, base: ArpaModel, *, threshold: float, discount: float
+    ones: pl.DataFrame,
+    base: ArpaModel,
+    *,
+    threshold: float,
+    discount: float,
+    unresolved: str = "public",
+    sigma: float | None = None,
 ) -> pl.DataFrame:
     """Q's order 1 (columns ngram, prob) from the order-1 noisy counts ``ones``: Q(w) =
-    (ĉ(w) − D)₊/T + γ₀ P(w) over P's vocabulary (:func:`noisy_count_model`)."""
+    (ĉ(w) − D)₊/T + γ₀ S(w) over P's vocabulary, S = P or the empirical-Bayes shape of the words
+    below the threshold (:func:`noisy_count_model`)."""
     base1 = _probs(base, 1).rename({"prob": "base"})
     words = ones.filter(pl.col("ngram") != BOS)
     total = float(words["noisy_count"].sum()) if words.height else 0.0
@@ -494,11 +514,21 @@ def _noisy_unigrams(
     else:
         disc1 = disc1.with_columns(mass=pl.col("mass") / scale)
         gamma0 = max(0.0, 1.0 - mass_sum / scale)
+    shape = base1.select("ngram", shape=pl.col("base"))
+    if unresolved == "empirical_bayes":
+        from dpngram.lm.unigram_shrinkage import unresolved_shape
+
+        shape = unresolved_shape(words, base1, threshold, float(sigma or 0.0)) if scale > 0 else shape
     return (
         base1.join(disc1, on="ngram", how="left")
-        .with_columns(prob=pl.col("mass").fill_null(0.0) + gamma0 * pl.col("base"))
+        .join(shape, on="ngram", how="left")
+        .with_columns(prob=pl.col("mass").fill_null(0.0) + gamma0 * pl.col("shape").fill_null(0.0))
         .select("ngram", "prob")
     )
+
+
+#: How Q spreads the unigram mass the threshold leaves (:func:`noisy_count_model`).
+UNRESOLVED_SHAPES = ("public", "empirical_bayes")
 
 
 def _noisy_order(

@@ -130,7 +130,7 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
         sigma = calibration.sigma
         threshold = config.lm.count_threshold * sigma
         released, table = _thresholded_release(domain, noisy, threshold)
-        private = _private_model(released, domain, order, threshold, config.lm.count_discount * sigma)
+        private = _private_model(released, domain, order, threshold, config.lm.count_discount * sigma, sigma)
         selection: dict[str, Any]
         models = _Models(domain.public_model, private, public_scorer.result())
         if verdict > holdout:  # the verdict builds the released model M here
@@ -380,8 +380,18 @@ class _Models:
         return self._scorer(f"released_{beta!r}_{weight!r}", build)
 
 
+#: How Q spreads the unigram mass below the threshold (``noisy_count_model``'s ``unresolved``;
+#: report part key ``unresolved_unigrams``, which step ``lm`` reads back).
+UNRESOLVED_UNIGRAMS = "empirical_bayes"
+
+
 def _private_model(
-    released: pl.DataFrame, domain: CountDomain, order: int, threshold: float, discount: float
+    released: pl.DataFrame,
+    domain: CountDomain,
+    order: int,
+    threshold: float,
+    discount: float,
+    sigma: float,
 ) -> Any:
     """Q: the model of the released noisy counts (post-processing; lm/open_model.py)."""
     from dpngram.lm.open_model import noisy_count_model
@@ -392,6 +402,8 @@ def _private_model(
         order,
         threshold=threshold,
         discount=discount,
+        unresolved=UNRESOLVED_UNIGRAMS,
+        sigma=sigma,
     )
 
 
@@ -545,6 +557,7 @@ def _counts_report(
         "snapped_sensitivity": calibration.snapped_sensitivity,
         "threshold": threshold,
         "discount": config.lm.count_discount * sigma,
+        "unresolved_unigrams": UNRESOLVED_UNIGRAMS,
         "released_by_order": {
             str(n): int(released.filter(pl.col("n") == n).height) for n in range(1, order + 1)
         },
