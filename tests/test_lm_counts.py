@@ -684,6 +684,8 @@ def test_run_lm_counts_end_to_end(tmp_path, sample_files):
 
     assert part["mix_weight"] in lm_counts.WEIGHT_GRID
     assert part["unigram_adaptation"] in lm_counts.ADAPTATION_GRID
+    # step lm rebuilds Q with the spread the stage used (lm/build.py reads this key back)
+    assert part["unresolved_unigrams"] == lm_counts_stage.UNRESOLVED_UNIGRAMS == "empirical_bayes"
     assert "ran" not in part["weight_selection"]  # whether anyone was selected is private
     # the selection runs at the pure ε the run's total leaves it (docs/lm_privacy.md, section 4)
     eps_selection = part["weight_selection"]["epsilon"]

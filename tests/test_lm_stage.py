@@ -424,6 +424,29 @@ def _public(inputs, ctx, part):
     return build.load_public(inputs, ctx.config, part)[1]
 
 
+def test_step_lm_rebuilds_q_with_the_spread_the_release_records(released_run):
+    """Report part lm_counts names how Q spreads its unresolved unigram mass; step lm's Q follows
+    it, a part without the key (a release from before 2026-12-01) gets P's shape, and the released
+    model's cache key tells the two apart."""
+    from dpngram.lm.open_model import noisy_count_model
+
+    ctx, _ = released_run
+    part = read_parts(ctx)["lm_counts"]
+    assert part["unresolved_unigrams"] == "empirical_bayes"
+    old = {k: v for k, v in part.items() if k != "unresolved_unigrams"}
+    inputs = build.ReleasedInputs(ctx.release.root)
+    public = _public(inputs, ctx, part)
+    counts = pl.read_parquet(ctx.release.root / layout.LM_COUNTS)
+    common = dict(threshold=part["threshold"], discount=part["discount"], sigma=part["sigma"])
+    for p, spread in ((part, "empirical_bayes"), (old, "public")):
+        expected = noisy_count_model(counts, public, part["order"], unresolved=spread, **common)
+        got = build.noisy_counts_model(inputs, public, p)
+        assert got.tables[1].equals(expected.tables[1]), spread
+    new_q, old_q = (build.noisy_counts_model(inputs, public, p).tables[1] for p in (part, old))
+    assert not new_q.equals(old_q)  # the sample's counts leave words below the threshold
+    assert build.mixture_key(inputs, ctx.config, part) != build.mixture_key(inputs, ctx.config, old)
+
+
 @pytest.mark.parametrize(
     "breakage, message",
     [("positive", "Positive log probability"), ("context", "context of every 3-gram should appear")],

@@ -78,19 +78,16 @@ def test_recovers_a_private_shape_better_than_the_public_one(seed):
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_keeps_the_public_shape_where_the_truth_is_public(seed):
-    """True counts exactly T·P(w): the posterior shape below the threshold stays close to P's —
-    far closer than the noisy counts themselves (clipped at 0), which is the estimator with no
-    shrinkage at all."""
+    """True counts exactly T·P(w), little signal (T = 1,500 over 4,000 words, σ = 5: nearly every
+    word's count is below σ): the posterior shape below the threshold stays within 0.01 nats (KL)
+    of P's, so even where P is exactly right the spread costs under 1% perplexity on those words.
+    A prior per band of e(w), the variant the module docstring says was dropped, fails this
+    (0.04–0.2 nats on these draws)."""
     public = zipf(WORDS)
-    truth_counts = 20_000 * public
-    noisy = draw(truth_counts, seed)
+    noisy = draw(1_500 * public, seed)
     posterior = posterior_counts(noisy, public, SIGMA)
     assert posterior is not None
-    target = below_shape(public, noisy)
-    raw = below_shape(np.maximum(noisy, 1e-12), noisy)
-    ours = kl(target, below_shape(posterior, noisy))
-    assert ours < 0.1 * kl(target, raw)
-    assert ours < 0.05
+    assert kl(below_shape(public, noisy), below_shape(posterior, noisy)) < 0.01
 
 
 def test_posterior_mean_is_monotone_in_the_noisy_count():

@@ -11,8 +11,9 @@ vocabulary, the noisy counts, the selected weight λ) and public parameters. No 
 * :func:`public_model` — P: interpolated modified Kneser-Ney on the public counts
   (:func:`dpngram.lm.arpa.kneser_ney`).
 * :func:`noisy_count_model` — Q: interpolated absolute discounting on noisy counts whose context
-  totals are the noisy counts of the contexts themselves; its unigram level backs off to P's
-  unigrams, so with no private evidence Q's unigram level is P's.
+  totals are the noisy counts of the contexts themselves; its unigram level spreads the mass left
+  below the threshold in P's shape or by empirical-Bayes counts (:mod:`dpngram.lm.unigram_shrinkage`),
+  so with no private evidence Q's unigram level is P's.
 * :func:`mix_models` — λ·Q + (1 − λ)·P as one ARPA model (a static mixture, as SRILM's
   ``-mix-lm``): exact for every n-gram listed in P or Q; other n-grams back off with weights that
   make every context sum to one.
@@ -449,11 +450,10 @@ def noisy_count_model(
       ``</s>``), Q(w|h) = (ĉ(hw) − D)₊/S(h) + γ(h) Q(w|h'), γ(h) = 1 − Σ_w (ĉ(hw) − D)₊/S(h).
 
     ``discount`` D (in count units) is the absolute discount; ``threshold`` the release threshold.
-    ``unresolved``: how γ₀ is spread — ``"public"``, in P's shape over every word (as above), or
-    ``"empirical_bayes"`` (:data:`UNRESOLVED_SHAPES`), over the words below the threshold in
-    proportion to their empirical-Bayes posterior counts from their own noisy counts and the
-    release's noise ``sigma`` (:mod:`dpngram.lm.unigram_shrinkage`; P's shape where the counts carry
-    no usable total).
+    ``unresolved`` (:data:`UNRESOLVED_SHAPES`): how γ₀ is spread — ``"public"``, in P's shape over
+    every word (as above), or ``"empirical_bayes"``, over the words below the threshold by their
+    posterior counts given their noisy counts and the release's ``sigma``
+    (:mod:`dpngram.lm.unigram_shrinkage`; P's shape where the counts carry no usable total).
     """
     if unresolved not in UNRESOLVED_SHAPES:
         raise ArpaError(f"unresolved: one of {', '.join(UNRESOLVED_SHAPES)} (got {unresolved!r})")

@@ -25,9 +25,9 @@ This is "g-modelling" in Efron's sense (a prior on the true values fitted from m
 a Gaussian likelihood of known σ: the noise is the release's own. No private data enters: inputs
 are the released noisy unigrams, σ (released in report part ``lm_counts``) and P.
 
-Measured (benchmarks/results/lm_unigram_shape.json; docs/lm.md): on SOTU's held-out users the
-released model's perplexity drops 2–3% at ε = 1 and 4 against P's shape; on text with no private
-signal the shape stays within a KL of 0.08 nats of P's (tests/test_lm_unigram_shrinkage.py).
+Measured: benchmarks/results/lm_unigram_shape.json and docs/lm.md, "The unresolved unigram mass".
+Where the truth is exactly P and the signal is small, the shape stays within 0.01 nats (KL) of P's
+(tests/test_lm_unigram_shrinkage.py).
 
 Owns: the empirical-Bayes posterior counts of the unresolved unigrams, and Q's shape from them.
 Imports: numpy, polars.
