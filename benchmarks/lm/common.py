@@ -108,12 +108,14 @@ def generated_corpus(n_users: int) -> Corpus:
     return Corpus("generated", paths["users"], paths["public"], GENERATED_SCORE_EVERY, info)
 
 
-def study_arguments(parser: Any, name: str, runs: int = 2) -> Any:
+def study_arguments(
+    parser: Any, name: str, runs: int = 2, corpora: str = "sotu,generated", epsilons: str = "1,4"
+) -> Any:
     """The options every LM study shares: --corpora, --epsilons, --runs, --generated-users,
     --delta, --memory-limit, --work (``benchmarks/.data/<name>_work``) and --out
     (``benchmarks/results/<name>.json``). Returns the parsed arguments."""
-    parser.add_argument("--corpora", default="sotu,generated")
-    parser.add_argument("--epsilons", default="1,4")
+    parser.add_argument("--corpora", default=corpora)
+    parser.add_argument("--epsilons", default=epsilons)
     parser.add_argument("--runs", type=int, default=runs, help="releases per corpus and ε (fresh noise each)")
     parser.add_argument("--generated-users", type=int, default=GENERATED_USERS)
     parser.add_argument("--delta", type=float, default=DELTA)
@@ -147,22 +149,27 @@ def study_header(benchmark: str, args: Any, **parameters: Any) -> dict[str, Any]
 
 
 def study_corpora(args: Any):
-    """A study's corpora (``args.corpora``: 'sotu' — SOTU with Brown public — and/or 'generated' —
+    """A study's corpora (``args.corpora``: 'sotu' — SOTU with Brown public —, 'sotu-2k' — its
+    users with sha256(user_id) % 6 == 0, lm_speed_bench's small corpus — and/or 'generated' —
     :func:`generated_corpus` of ``args.generated_users``), each yielded as (name, corpus, fresh
     scratch folder ``args.work/name``, :func:`split_users`'s result); the folder is removed
     afterwards. SOTU is skipped, with a message, when the shared data is missing."""
     import shutil
 
     names = [c.strip() for c in args.corpora.split(",") if c.strip()]
-    unknown = [n for n in names if n not in ("sotu", "generated")]
+    unknown = [n for n in names if n not in ("sotu", "sotu-2k", "generated")]
     if unknown:
-        raise SystemExit(f"--corpora: unknown corpus {unknown[0]!r} (sotu, generated)")
+        raise SystemExit(f"--corpora: unknown corpus {unknown[0]!r} (sotu, sotu-2k, generated)")
     for name in names:
-        if name == "sotu":
+        if name in ("sotu", "sotu-2k"):
             corpus = Corpus("sotu", DATA / "sotu_users.jsonl.gz", DATA / "brown_public.txt.gz", 1, {})
             if not corpus.private.is_file():
-                print(f"skipped sotu: {corpus.private} not found")
+                print(f"skipped {name}: {corpus.private} not found")
                 continue
+            if name == "sotu-2k":  # lm_speed_bench's small corpus: sha256(user_id) % 6 == 0
+                from lm_speed_bench import corpus_paths
+
+                corpus = Corpus("sotu-2k", corpus_paths("sotu-2k")[0], corpus.public, 1, {})
         else:
             corpus = generated_corpus(args.generated_users)
         work = Path(args.work) / name

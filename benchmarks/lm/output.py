@@ -308,7 +308,9 @@ def missed_targets(out: dict[str, Any]) -> list[dict[str, Any]]:
                     "n-grams + DPNE keys: private n-grams outside it never reach the model) and half "
                     "the noise of lm_counts; at ε = 1, the noise on the unigram counts of mid-frequency "
                     "words (exact frequencies of the words >= 100 users use would be worth about 5% "
-                    "perplexity: results/lm_forms.json, docs/lm.md 'Other forms of the model')"
+                    "perplexity: results/lm_forms.json, docs/lm.md 'Other forms of the model'; the "
+                    "empirical-Bayes spread of the unresolved unigram mass recovers about 2.3% of it: "
+                    "results/lm_unigram_shape.json)"
                 )
             elif t["target"].startswith("dp_over_nonprivate"):
                 row["cause"] = (
