@@ -79,10 +79,17 @@ def posterior_counts(noisy: np.ndarray, public: np.ndarray, sigma: float) -> np.
     expected = total * public
     ratios = ratio_grid()
     prior = fit_prior(*_fit_sample(noisy, expected), ratios, sigma)
-    like, means = _likelihood(noisy, expected, ratios, sigma)
-    posterior = like * prior
-    out = (posterior * means).sum(axis=1) / posterior.sum(axis=1)
+    out = np.empty_like(noisy)
+    for start in range(0, noisy.size, CHUNK):  # a (words × grid) matrix of CHUNK rows at a time
+        part = slice(start, start + CHUNK)
+        like, means = _likelihood(noisy[part], expected[part], ratios, sigma)
+        posterior = like * prior
+        out[part] = (posterior * means).sum(axis=1) / posterior.sum(axis=1)
     return np.maximum(out, 0.0)
+
+
+#: Words per block of the posterior pass (its matrices stay a few MB on any vocabulary).
+CHUNK = 8_192
 
 
 def fit_prior(
