@@ -11,15 +11,15 @@ mean under a model of the release:
 
 where r(w) is how much more (or less) the private users use w than public text predicts. r has a
 prior π on a log grid (:data:`RATIO_GRID` points from :data:`RATIO_LOW` to :data:`RATIO_HIGH`, and
-r = 0 for a word nobody uses), shared by all words, fitted by EM started at
-π₀: log r ~ N(0, :data:`PRIOR_SCALE`²) plus a small mass at r = 0, :data:`ITERATIONS` steps. EM
-moves π only where the noisy counts tell grid points apart; the frequent words, whose counts stand
-well above σ, teach it how far the private text departs from P, and the rare words, whose counts
-cannot, inherit that. (Tried and dropped, docs/lm.md: a prior per band of e(w) — a rare band's
-likelihood is flat, its π stays at π₀, whose heavy tail (E[r] = e² under π₀) lifts every rare word
-and bends the shape away from P even where the truth is P; EM from a uniform start — the same; a
-Dirichlet pull toward π₀ — worse on held-out users.) The posterior mean E[c(w) | ĉ(w)] is then
-the weight of w in the unresolved mass.
+r = 0 for a word nobody uses), shared by all words, fitted (on a weighted sample of at most
+:data:`FIT_TOP` + :data:`FIT_REST` of them) by EM started at π₀: log r ~ N(0, :data:`PRIOR_SCALE`²)
+plus a small mass at r = 0, :data:`ITERATIONS` steps. EM moves π only where the noisy counts tell
+grid points apart; the frequent words, whose counts stand well above σ, teach it how far the private
+text departs from P, and the rare words, whose counts cannot, inherit that. (Tried and dropped,
+docs/lm.md: a prior per band of e(w) — a rare band's likelihood is flat, its π stays at π₀, whose
+heavy tail (E[r] = e² under π₀) lifts every rare word and bends the shape away from P even where the
+truth is P; EM from a uniform start — the same; a Dirichlet pull toward π₀ — worse on held-out
+users.) The posterior mean E[c(w) | ĉ(w)] is then the weight of w in the unresolved mass.
 
 This is "g-modelling" in Efron's sense (a prior on the true values fitted from many noisy ones) with
 a Gaussian likelihood of known σ: the noise is the release's own. No private data enters: inputs
