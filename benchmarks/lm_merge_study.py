@@ -34,8 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import lm_bench  # noqa: E402  (benchmarks/ is not a package)
-from lm.common import log, study_arguments, study_corpora, study_header  # noqa: E402
+from lm.common import log, start_study, study_arguments, study_corpora  # noqa: E402
 from lm.dp_run import study_releases  # noqa: E402
 
 
@@ -102,14 +101,7 @@ def _rows(release_root: Path, config: Any, eval_text: Path) -> dict[str, Any]:
 
 def main() -> None:
     args = parse_args()
-    epsilons = [float(e) for e in args.epsilons.split(",")]
-    started = time.perf_counter()
-    out: dict[str, Any] = study_header(
-        "lm_merge",
-        args,
-        split="lm_bench's: sha256(user_id) % 10 == 0 held out; its scored users",
-        stage_budget=lm_bench.STAGE_BUDGET,
-    )
+    epsilons, started, out = start_study("lm_merge", args)
     for name, corpus, work, split in study_corpora(args):
         runs = []
         for eps, run, release, config in study_releases(

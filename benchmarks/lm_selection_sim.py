@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lm.common import (  # noqa: E402
     HOLDOUT_MOD,
     Corpus,
+    finish_study,
     log,
     study_arguments,
     study_corpora,
@@ -194,10 +195,7 @@ def main() -> None:
                 if isinstance(mine[0][k], dict)
             }
         out["results"][name] = {"runs": rows, "mean_excess_pct_by_epsilon": summary}
-    out["seconds"] = round(time.perf_counter() - started, 1)
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    print(json.dumps({k: v["mean_excess_pct_by_epsilon"] for k, v in out["results"].items()}, indent=1))
-    print(f"wrote {args.out}")
+    finish_study(out, args, started, "mean_excess_pct_by_epsilon")
 
 
 if __name__ == "__main__":

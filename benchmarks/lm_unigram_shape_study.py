@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lm_bench  # noqa: E402  (benchmarks/ is not a package)
-from lm.common import log, study_arguments, study_corpora, study_header  # noqa: E402
+from lm.common import finish_study, log, start_study, study_arguments, study_corpora  # noqa: E402
 from lm.dp_run import study_releases  # noqa: E402
 from lm_sources_study import event_logprobs  # noqa: E402
 
@@ -137,13 +136,9 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main() -> None:
     args = parse_args()
-    epsilons = [float(e) for e in args.epsilons.split(",")]
-    started = time.perf_counter()
-    out: dict[str, Any] = study_header(
+    epsilons, started, out = start_study(
         "lm_unigram_shape",
         args,
-        split="lm_bench's: sha256(user_id) % 10 == 0 held out; its scored users",
-        stage_budget=lm_bench.STAGE_BUDGET,
         betas=list(BETAS),
         weight_grid_step=0.05,
         weights="ORACLE: best on the evaluation text, per spread",
@@ -166,10 +161,7 @@ def main() -> None:
             "summary": _summary(runs),
         }
         Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    out["seconds"] = round(time.perf_counter() - started, 1)
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    print(json.dumps({k: v["summary"] for k, v in out["results"].items()}, indent=1))
-    print(f"wrote {args.out}")
+    finish_study(out, args, started, "summary")
 
 
 if __name__ == "__main__":

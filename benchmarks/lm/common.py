@@ -148,6 +148,30 @@ def study_header(benchmark: str, args: Any, **parameters: Any) -> dict[str, Any]
     }
 
 
+#: The held-out split every LM study scores on (lm_bench's).
+STUDY_SPLIT = "lm_bench's: sha256(user_id) % 10 == 0 held out; its scored users"
+
+
+def start_study(benchmark: str, args: Any, **parameters: Any) -> tuple[list[float], float, dict[str, Any]]:
+    """(the ε of ``args.epsilons``, the start time, :func:`study_header` with the held-out split
+    and lm_bench's stage split unless ``parameters`` name others)."""
+    parameters.setdefault("split", STUDY_SPLIT)
+    parameters.setdefault("stage_budget", STAGE_BUDGET)
+    epsilons = [float(e) for e in args.epsilons.split(",")]
+    return epsilons, time.perf_counter(), study_header(benchmark, args, **parameters)
+
+
+def finish_study(out: dict[str, Any], args: Any, started: float, summary_key: str) -> None:
+    """Close a study: its seconds into ``out``, the JSON to ``args.out``, and each corpus's
+    ``summary_key`` printed, then the path."""
+    import json
+
+    out["seconds"] = round(time.perf_counter() - started, 1)
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps({k: v[summary_key] for k, v in out["results"].items()}, indent=1))
+    print(f"wrote {args.out}")
+
+
 def study_corpora(args: Any):
     """A study's corpora (``args.corpora``: 'sotu' — SOTU with Brown public —, 'sotu-2k' — its
     users with sha256(user_id) % 6 == 0, lm_speed_bench's small corpus — and/or 'generated' —
