@@ -424,7 +424,7 @@ def _public(inputs, ctx, part):
     return build.load_public(inputs, ctx.config, part)[1]
 
 
-def test_step_lm_rebuilds_q_with_the_spread_the_release_records(released_run):
+def test_step_lm_rebuilds_q_with_the_spread_the_release_records(released_run, tmp_path):
     """Report part lm_counts names how Q spreads its unresolved unigram mass; step lm's Q follows
     it, a part without the key (a release from before 2026-12-01) gets P's shape, and the released
     model's cache key tells the two apart."""
@@ -445,6 +445,10 @@ def test_step_lm_rebuilds_q_with_the_spread_the_release_records(released_run):
     new_q, old_q = (build.noisy_counts_model(inputs, public, p).tables[1] for p in (part, old))
     assert not new_q.equals(old_q)  # the sample's counts leave words below the threshold
     assert build.mixture_key(inputs, ctx.config, part) != build.mixture_key(inputs, ctx.config, old)
+    # and the model card's "smoothing" line says which spread the model has
+    for p, words in ((part, "by empirical-Bayes counts"), (old, "in the public model's shape")):
+        info = build.build_route_mixture(p, inputs, ctx.config, tmp_path / "model.arpa")
+        assert words in info["smoothing"], info["smoothing"]
 
 
 @pytest.mark.parametrize(

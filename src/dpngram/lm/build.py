@@ -101,6 +101,13 @@ def noisy_counts_model(inputs: ReleasedInputs, public: Any, part: dict[str, Any]
     )
 
 
+#: The model card's words for each spread of Q's unresolved unigram mass.
+UNRESOLVED_WORDS = {
+    "public": "the unigram mass below the threshold in the public model's shape",
+    "empirical_bayes": "the unigram mass below the threshold by empirical-Bayes counts",
+}
+
+
 def unresolved_unigrams(part: dict[str, Any]) -> str:
     """How report part ``lm_counts`` says Q spreads the unigram mass below the threshold."""
     return str(part.get("unresolved_unigrams", "public"))
@@ -223,6 +230,7 @@ def build_route_mixture(
             "lm: the model is built from the noisy counts of stage lm_counts (set stage_budget.lm_counts)"
         )
     weight, adaptation = float(part["mix_weight"]), float(part.get("unigram_adaptation", 0.0))
+    spread = UNRESOLVED_WORDS[unresolved_unigrams(part)]
     load = public or (lambda: load_public(inputs, config, part)[1])
     model = released_mixture(inputs, config, part, lambda: mixture_of(load(), inputs, part))
     digest = hashlib.sha256()
@@ -243,7 +251,8 @@ def build_route_mixture(
         "sources": sources,
         "counts": counts,
         "smoothing": (
-            f"{weight:g} × noisy-count model (absolute discounting) + {1 - weight:g} × {public_part} "
+            f"{weight:g} × noisy-count model (absolute discounting; {spread}) "
+            f"+ {1 - weight:g} × {public_part} "
             f"adapted to the noisy unigrams with strength {adaptation:g}, "
             "merged into one backoff model"
         ),
