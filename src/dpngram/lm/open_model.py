@@ -55,6 +55,7 @@ from dpngram.lm.arpa import (
     raw_marginals,
     terms_structure,
 )
+from dpngram.lm.unigram_shrinkage import unresolved_shape
 
 MARKERS = (BOS, EOS, UNK)
 
@@ -516,8 +517,6 @@ def _noisy_unigrams(
         gamma0 = max(0.0, 1.0 - mass_sum / scale)
     shape = base1.select("ngram", shape=pl.col("base"))
     if unresolved == "empirical_bayes":
-        from dpngram.lm.unigram_shrinkage import unresolved_shape
-
         shape = unresolved_shape(words, base1, threshold, float(sigma or 0.0)) if scale > 0 else shape
     return (
         base1.join(disc1, on="ngram", how="left")

@@ -115,8 +115,8 @@ FIT_TOP, FIT_REST = 2_000, 6_000
 
 
 def _fit_sample(noisy: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(noisy, expected, weight) of the words the prior is fitted on (:data:`FIT_TOP`); every word
-    with weight 1 when there are few."""
+    """(noisy, expected, weight) of the words the prior is fitted on (:data:`FIT_TOP`,
+    :data:`FIT_REST`); every word with weight 1 when there are few."""
     if noisy.size <= FIT_TOP + FIT_REST:
         return noisy, expected, np.ones(noisy.size)
     order = np.argsort(-expected, kind="stable")
