@@ -232,3 +232,51 @@ def test_gx_is_imported_without_its_unloaded_integrations_which_stay_importable(
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "hidden-ok"
+
+
+def test_narrow_numbers_are_widened_for_gx_with_the_same_values_and_verdicts():
+    """validation.widened: numpy int8/16/32, uint and float32 columns become int64 / float64 (GX
+    compares only those as arrays), values unchanged; strings, bools, 64-bit and nullable columns
+    are left as they are; and a range expectation gives the same verdict either way."""
+    import numpy as np
+    import pandas as pd
+
+    from dpngram.validation import Batch, Expect, gx_context, run_batch, widened
+
+    frame = pd.DataFrame(
+        {
+            "i8": np.array([-3, 0, 7], np.int8),
+            "i32": np.array([0, 5, 2**31 - 1], np.int32),
+            "u16": np.array([0, 1, 65535], np.uint16),
+            "f32": np.array([0.5, -1.25, 3.0], np.float32),
+            "i64": np.array([1, 2, 3], np.int64),
+            "flag": [True, False, True],
+            "word": ["a", "b", "c"],
+            "nullable": pd.array([1, None, 3], dtype="Int32"),
+        }
+    )
+    wide = widened(frame)
+    widened_to = {"i8": "int64", "i32": "int64", "u16": "int64", "f32": "float64"}
+    assert {c: str(t) for c, t in wide.dtypes.items()} == {
+        c: widened_to.get(c, str(t)) for c, t in frame.dtypes.items()
+    }
+    assert str(wide["nullable"].dtype) == "Int32"
+    for column in frame.columns:
+        assert wide[column].astype(object).tolist() == frame[column].astype(object).tolist()
+    assert widened(wide) is wide  # nothing narrow left: the frame itself
+
+    def verdicts(max_value: int) -> list[bool]:
+        batch = Batch(
+            "test.widened",
+            frame,
+            [
+                Expect("ExpectColumnValuesToBeBetween", {"column": c, "max_value": max_value})
+                for c in ("i8", "i32")
+            ],
+            False,
+        )
+        with gx_context() as (gx, context, _docs):
+            return [e["success"] for e in run_batch(gx, context, batch)["expectations"]]
+
+    assert verdicts(2**31 - 1) == [True, True]
+    assert verdicts(6) == [False, False]  # 7 in i8, 2**31 - 1 and 5 in i32
