@@ -138,6 +138,7 @@ class Setting:
                 salt=self.salt,
                 holdout=self.holdout,
                 clip=float(config.lm.count_clip),
+                power=float(config.lm.count_power),
             )
         import numpy as np
 

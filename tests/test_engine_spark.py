@@ -556,7 +556,9 @@ def test_lm_counts_sums_and_selection_users_identical(runs, engines, corpus) -> 
     sums, sentences, scored = {}, {}, {}
     for name, (engine, schema) in engines.items():
         weighted = {
-            h: lm_counts_stage._weighted_counts(engine, schema, domain, salt=salt, holdout=h, clip=1.0)
+            h: lm_counts_stage._weighted_counts(
+                engine, schema, domain, salt=salt, holdout=h, clip=1.0, power=0.5
+            )
             for h in (0, 500, 1000)
         }
         sums[name] = weighted[0]

@@ -31,6 +31,7 @@ import pytest
 from conftest import run_through_dpne
 from scipy import stats
 
+from dpngram.config.sections import LmConfig
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.duckdb import Warehouse
@@ -85,8 +86,10 @@ def weighted_sums(
     clip: float,
     holdout: int = 0,
     salt: int = 1,
+    power: float = 1.0,
 ) -> np.ndarray:
-    """The stage's exact weighted sums over ``domain`` (n-grams; gid = position + 1)."""
+    """The stage's exact weighted sums over ``domain`` (n-grams; gid = position + 1), each user's
+    counts to the power ``power``."""
     wh = warehouse(users)
     try:
         frame = pl.DataFrame(
@@ -104,7 +107,13 @@ def weighted_sums(
                 vocabulary=lm_counts.VOCABULARY_TABLE,
                 domain=lm_counts.DOMAIN_TABLE,
             ),
-            {"salt": salt, "holdout_per_mille": holdout, "clip": float(clip), **lm_counts.COUNTING_PARAMS},
+            {
+                "salt": salt,
+                "holdout_per_mille": holdout,
+                "clip": float(clip),
+                "count_power": power,
+                **lm_counts.COUNTING_PARAMS,
+            },
         )
         out = np.zeros(len(domain))
         for gid, value in wh.con.execute(
@@ -126,22 +135,24 @@ def selection_users(users: dict[str, list[list[str]]], *, holdout: int, salt: in
         wh.close()
 
 
-def user_vector(sentences: list[list[str]], vocabulary: set[str], domain: list[str]) -> np.ndarray:
+def user_vector(
+    sentences: list[list[str]], vocabulary: set[str], domain: list[str], power: float = 1.0
+) -> np.ndarray:
     """A user's count vector over the domain, all orders 1..3 together, computed directly: one
     <s> and one </s> per sentence, tokens outside the vocabulary as <unk>, every n-gram of the
-    padded sentence counted (order 1 includes <s>)."""
+    padded sentence counted (order 1 includes <s>); each count c enters as c**power (0 stays 0)."""
     counts: Counter[str] = Counter()
     for sentence in sentences:
         padded = [BOS, *(t if t in vocabulary else UNK for t in sentence), EOS]
         for n in (1, 2, 3):
             counts.update(" ".join(padded[i : i + n]) for i in range(len(padded) - n + 1))
-    return np.array([counts[g] for g in domain], dtype=np.float64)
+    return np.array([counts[g] ** power if counts[g] else 0.0 for g in domain], dtype=np.float64)
 
 
-def bounded_sum(users, vocabulary, domain, clip) -> np.ndarray:
+def bounded_sum(users, vocabulary, domain, clip, power=1.0) -> np.ndarray:
     total = np.zeros(len(domain))
     for sentences in users.values():
-        x = user_vector(sentences, set(vocabulary), domain)
+        x = user_vector(sentences, set(vocabulary), domain, power)
         norm = float(np.linalg.norm(x))
         if norm > 0:
             total += min(1.0, clip / norm) * x
@@ -196,17 +207,18 @@ ADVERSARIAL = {
 }
 
 
-@pytest.mark.parametrize("clip", [1.0, 3.0])
-def test_weighted_sql_is_the_l2_bounded_sum_and_one_user_moves_it_by_at_most_c(clip):
-    """Real SQL vs a direct computation of Σ_u min(1, C/‖x_u‖₂) x_u, and the neighbour gap.
-    Both sides sum ≤ 10 float64 terms per coordinate: they agree to ~1e-15 relative (rel 1e-12);
-    ‖ΔW‖₂ ≤ C up to the same rounding (factor 1 + 1e-12)."""
-    base = weighted_sums(BASE_USERS, VOCAB, DOMAIN, clip=clip)
-    assert base == pytest.approx(bounded_sum(BASE_USERS, VOCAB, DOMAIN, clip), rel=1e-12, abs=1e-12)
+@pytest.mark.parametrize(("clip", "power"), [(1.0, 1.0), (3.0, 1.0), (1.0, 0.5), (3.0, 0.5), (3.0, 0.0)])
+def test_weighted_sql_is_the_l2_bounded_sum_and_one_user_moves_it_by_at_most_c(clip, power):
+    """Real SQL vs a direct computation of Σ_u min(1, C/‖x_u‖₂) x_u (x_u: the user's counts to the
+    power p, ``lm_count_power``), and the neighbour gap. Both sides sum ≤ 10 float64 terms per
+    coordinate: they agree to ~1e-15 relative (rel 1e-12); ‖ΔW‖₂ ≤ C up to the same rounding
+    (factor 1 + 1e-12), whatever p."""
+    base = weighted_sums(BASE_USERS, VOCAB, DOMAIN, clip=clip, power=power)
+    assert base == pytest.approx(bounded_sum(BASE_USERS, VOCAB, DOMAIN, clip, power), rel=1e-12, abs=1e-12)
     for name, sentences in ADVERSARIAL.items():
-        neighbour = weighted_sums({**BASE_USERS, name: sentences}, VOCAB, DOMAIN, clip=clip)
+        neighbour = weighted_sums({**BASE_USERS, name: sentences}, VOCAB, DOMAIN, clip=clip, power=power)
         gap = neighbour - base
-        x = user_vector(sentences, set(VOCAB), DOMAIN)
+        x = user_vector(sentences, set(VOCAB), DOMAIN, power)
         norm = float(np.linalg.norm(x))
         assert gap == pytest.approx(min(1.0, clip / norm) * x, rel=1e-12, abs=1e-12), name
         assert np.linalg.norm(gap) <= clip * (1 + 1e-12), name
@@ -304,8 +316,11 @@ def test_released_counts_are_dp_on_adversarial_neighbours_and_the_test_has_power
     δ(ε=1) is Φ(C/2σ' − εσ'/C) − e^ε Φ(−C/2σ' − εσ'/C) ≈ 0.15 at σ' ≈ 0.94, far above δ + the
     binomial slack (≤ 0.05 at 20,000 draws and the bounds' level)."""
     epsilon, delta, clip, draws = 1.0, 1e-2, 1.0, 20_000
-    d = weighted_sums(BASE_USERS, VOCAB, DOMAIN, clip=clip)
-    d_prime = weighted_sums({**BASE_USERS, "repeat": ADVERSARIAL["repeat"]}, VOCAB, DOMAIN, clip=clip)
+    power = LmConfig().count_power  # the released default (the worst case is the same for any power)
+    d = weighted_sums(BASE_USERS, VOCAB, DOMAIN, clip=clip, power=power)
+    d_prime = weighted_sums(
+        {**BASE_USERS, "repeat": ADVERSARIAL["repeat"]}, VOCAB, DOMAIN, clip=clip, power=power
+    )
     gap = d_prime - d
     assert np.linalg.norm(gap) == pytest.approx(clip, rel=1e-12)
     v = gap / np.linalg.norm(gap)

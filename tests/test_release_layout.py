@@ -54,6 +54,7 @@ ADDED_PARAMS: dict[str, list[str] | None] = {
     "dpsu_sips_admission_floor": None,
     "dpsu_sips_admission_ratio": None,
     "dpsu_sips_admission_max_n": None,
+    "lm_count_power": None,  # issue 25: square-root counts per user
 }
 
 

@@ -15,7 +15,8 @@
 -- BIGINT (docs/engines.md, "Scale").
 -- Users whose keyed hash falls below $holdout_per_mille are left out: they are the disjoint
 -- selection users of the mixture weight (parallel composition).
--- Each user's count vector x_u over the domain (all orders together) is scaled by
+-- Each user's vector x_u over the domain (all orders together) holds c^$count_power for an n-gram
+-- the user has c times (lm_count_power: 1 counts, 0.5 square roots, 0 presence) and is scaled by
 -- min(1, $clip / ||x_u||_2), so one user changes the summed vector by at most $clip in l2 norm.
 -- DuckDB estimates the unnested occurrences far below their size on a corpus of few, long
 -- sentences and then builds its hash tables on them instead of on the vocabulary and the domain
@@ -73,15 +74,15 @@ runs AS (
     FROM user_ids
 ),
 user_counts AS (
-    -- (gid, c): each distinct id of the user and its count, the length of its run
+    -- (gid, c): each distinct id of the user and its count (the length of its run) to the power
     SELECT list_transform(
                generate_series(1, array_length(starts)),
                lambda j: struct_pack(
                    gid := s[starts[j]],
-                   c := CAST(
+                   c := pow(CAST(
                        CASE WHEN j < array_length(starts) THEN starts[least(j + 1, array_length(starts))]
                             ELSE array_length(s) + 1 END
-                       - starts[j] AS DOUBLE)
+                       - starts[j] AS DOUBLE), $count_power)
                )
            ) AS counts
     FROM runs

@@ -654,20 +654,22 @@ def audit_lm_counts(
     runs: int, noise: NoiseSource, *, epsilon: float = 1.0, delta: float = 1e-5, clip: float | None = None
 ) -> Scores:
     """The noisy LM counts (stage ``lm_counts``): :func:`~dpngram.mechanisms.lm_counts.noisy_release`
-    on the summed per-user count vectors, each scaled to l2 norm at most C (``lm_count_clip``, the
-    l2 sensitivity). The canary's vector has norm above C, so it is scaled to exactly C: the
-    largest shift one user can make. Score: the projection of the noisy vector on the canary's
-    direction (the most powerful test for Gaussian noise)."""
+    on the summed per-user count vectors (each count to the power ``lm_count_power``), each scaled
+    to l2 norm at most C (``lm_count_clip``, the l2 sensitivity). The canary's vector has norm
+    above C, so it is scaled to exactly C: the largest shift one user can make. Score: the
+    projection of the noisy vector on the canary's direction (the most powerful test for Gaussian
+    noise)."""
     from dpngram.config.sections import LmConfig
     from dpngram.mechanisms.lm_counts import noisy_release
 
     C = float(LmConfig().count_clip if clip is None else clip)
+    power = float(LmConfig().count_power)
     size = 64  # coordinates of the count domain (orders 1..N together)
 
     def clipped(counts: dict[int, float]) -> np.ndarray:
         x = np.zeros(size)
         for j, c in counts.items():
-            x[j] = c
+            x[j] = c**power
         return x * min(1.0, C / float(np.linalg.norm(x)))
 
     base = [clipped({0: 3, 1: 1}), clipped({0: 1, 2: 2, 5: 1}), clipped({3: 4}), clipped({1: 1, 4: 1, 6: 2})]
@@ -686,6 +688,7 @@ def audit_lm_counts(
     setting = {
         "domain_size": size,
         "clip_l2": C,
+        "count_power": power,
         "canary_shift_l2": float(np.linalg.norm(canary)),
         "sigma": calibration.sigma,
         "grid": calibration.grid,

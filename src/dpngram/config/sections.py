@@ -270,6 +270,7 @@ class LmConfig(Section):
         "public_vocab_size": "lm_public_vocab_size",
         "count_domain": "lm_count_domain",
         "count_clip": "lm_count_clip",
+        "count_power": "lm_count_power",
         "count_threshold": "lm_count_threshold",
         "count_discount": "lm_count_discount",
         "mix_weight": "lm_mix_weight",
@@ -313,6 +314,16 @@ class LmConfig(Section):
         le=1e6,
         title="LM counts: per-user l2 bound C",
         description="Each user's n-gram count vector is scaled to l2 norm at most C (the sensitivity).",
+    )
+
+    count_power: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        title="LM counts: power of a user's counts",
+        description="A user's count c of an n-gram enters their vector as c^p before the l2 bound: 1 counts "
+        "every occurrence, 0.5 (square roots) keeps a user's repeats from drowning other users' words, "
+        "0 counts presence only. Any p keeps the sensitivity C.",
     )
 
     count_threshold: float = Field(

@@ -189,6 +189,7 @@ _PARAMETERS = (
     "lm_public_vocab_size",
     "lm_count_domain",
     "lm_count_clip",
+    "lm_count_power",
     "lm_count_threshold",
     "lm_count_discount",
     "lm_mix_weight",

@@ -120,12 +120,9 @@ def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[
             if verdict > holdout
             else None
         )
-        weighted = _weighted_counts(
-            wh, schema, domain, salt=salt, holdout=verdict, clip=float(config.lm.count_clip)
-        )
-        noisy, calibration = noisy_release(
-            weighted, epsilon=epsilon, delta=delta, clip=float(config.lm.count_clip), noise=source
-        )
+        clip, power = float(config.lm.count_clip), float(config.lm.count_power)
+        weighted = _weighted_counts(wh, schema, domain, salt=salt, holdout=verdict, clip=clip, power=power)
+        noisy, calibration = noisy_release(weighted, epsilon=epsilon, delta=delta, clip=clip, noise=source)
         del weighted
         sigma = calibration.sigma
         threshold = config.lm.count_threshold * sigma
@@ -257,9 +254,10 @@ def _load_domain_tables(wh: Engine, schema: str, domain: CountDomain) -> None:
 
 
 def _weighted_counts(
-    wh: Engine, schema: str, domain: CountDomain, *, salt: int, holdout: int, clip: float
+    wh: Engine, schema: str, domain: CountDomain, *, salt: int, holdout: int, clip: float, power: float
 ) -> np.ndarray:
-    """The summed per-user l2-bounded n-gram counts over the domain (index gid - 1), before noise."""
+    """The summed per-user l2-bounded n-gram counts over the domain (index gid - 1), before noise:
+    each user's counts to the power ``power`` (``lm_count_power``), the vector scaled to norm ≤ ``clip``."""
     _load_domain_tables(wh, schema, domain)
     wh.execute(
         load_sql(
@@ -270,7 +268,13 @@ def _weighted_counts(
             vocabulary=VOCABULARY_TABLE,
             domain=DOMAIN_TABLE,
         ),
-        {"salt": int(salt), "holdout_per_mille": holdout, "clip": clip, **COUNTING_PARAMS},
+        {
+            "salt": int(salt),
+            "holdout_per_mille": holdout,
+            "clip": clip,
+            **COUNTING_PARAMS,
+            "count_power": power,
+        },
     )
     cols = wh.fetch_numpy(f"SELECT gid, weighted FROM {schema}.{WEIGHTED_TABLE}")
     weighted = np.zeros(domain.size, dtype=np.float64)
@@ -543,7 +547,8 @@ def _counts_report(
     order = config.lm.order
     sigma = calibration.sigma
     return {
-        "method": "Gaussian mechanism on per-user l2-bounded n-gram counts over a public domain",
+        "method": "Gaussian mechanism on per-user l2-bounded n-gram counts over a public domain, "
+        f"each user's counts to the power {config.lm.count_power:g}",
         "order": order,
         "domain_size": domain.size,
         "domain_by_order": {
@@ -552,6 +557,7 @@ def _counts_report(
         "model_vocabulary_size": len(domain.vocabulary),
         "dp_vocabulary_size": len(dp_vocab),
         "clip_l2": float(config.lm.count_clip),
+        "count_power": float(config.lm.count_power),
         "sigma": sigma,
         "grid": calibration.grid,
         "snapped_sensitivity": calibration.snapped_sensitivity,
