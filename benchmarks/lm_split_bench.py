@@ -56,11 +56,18 @@ SPLITS: dict[str, dict[str, float]] = {
     "d40-l40-b10-s10": {"dpne": 0.4, "lm_counts": 0.4, "bayes": 0.1, "synth": 0.1},
     "d50-l50 (model only)": {"dpne": 0.5, "lm_counts": 0.5},
 }
-PREVIOUS_DEFAULT = "d40-l30-b15-s15"
+PREVIOUS_DEFAULT = "d40-l30-b15-s15"  # the default until 2026-11-25
+
+
+def product_default() -> str:
+    """The split that is the product's default now (``DEFAULT_STAGE_BUDGET``): the one the rule judges."""
+    from dpngram.config.budget_plan import DEFAULT_STAGE_BUDGET
+
+    return next(name for name, budget in SPLITS.items() if budget == DEFAULT_STAGE_BUDGET)
 #: stage -> the released table whose rows show that the stage delivered its artifact
 ARTIFACTS = {"lm_counts": "lm_counts", "bayes": "trigram_dist", "synth": "synthetic_sequences"}
 PERPLEXITY_TOLERANCE = 0.05  # the issue: the default within 5% of the best split's perplexity
-DPNE_TOLERANCE = 0.10  # the brief: keep DPNE's n-gram count within ~10% of the previous default's
+DPNE_TOLERANCE = 0.10  # the brief: keep DPNE's n-gram count within ~10% of the default split's
 
 
 def load() -> dict[str, float]:
@@ -294,19 +301,21 @@ def summarise_cells(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def decide(cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The issue's rule on the means: the previous default must deliver every artifact and be within
-    5% perplexity of the best split that does, at every ε; else the best such split whose DPNE
-    n-gram count stays within ~10% of the previous default's (at every ε) becomes the default."""
+    """The issue's rule on the means: the product's default split (:func:`product_default`) must
+    deliver every artifact and be within 5% perplexity of the best split that does, at every ε;
+    else the best such split whose DPNE n-gram count stays within ~10% of the default's (at every
+    ε) becomes the default."""
+    default = product_default()
     per_eps = {}
     ok_everywhere = True
     for eps, block in cells.items():
         full = {n: c for n, c in block.items() if c["every_artifact_delivered"]}
-        if PREVIOUS_DEFAULT not in full:
+        if default not in full:
             per_eps[eps] = {"note": "the default's runs are missing or did not deliver every artifact"}
             ok_everywhere = False
             continue
         best = min(full, key=lambda n: full[n]["open_vocab_perplexity"]["mean"])
-        d = full[PREVIOUS_DEFAULT]["open_vocab_perplexity"]["mean"]
+        d = full[default]["open_vocab_perplexity"]["mean"]
         b = full[best]["open_vocab_perplexity"]["mean"]
         ratio = d / b
         per_eps[eps] = {
@@ -318,7 +327,12 @@ def decide(cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "model_only_reference": (block.get("d50-l50 (model only)") or {}).get("open_vocab_perplexity"),
         }
         ok_everywhere &= ratio <= 1 + PERPLEXITY_TOLERANCE
-    out: dict[str, Any] = {"rule": decide.__doc__, "per_epsilon": per_eps, "keep_default": ok_everywhere}
+    out: dict[str, Any] = {
+        "rule": decide.__doc__,
+        "default_judged": default,
+        "per_epsilon": per_eps,
+        "keep_default": ok_everywhere,
+    }
     if not ok_everywhere:
         # candidates: deliver every artifact at every ε, DPNE n-grams within 10% of the default's
         eligible = []
@@ -328,7 +342,7 @@ def decide(cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 continue
             dpne_ok = all(
                 cells[e][name]["dpne_ngrams_total"]["mean"]
-                >= (1 - DPNE_TOLERANCE) * cells[e][PREVIOUS_DEFAULT]["dpne_ngrams_total"]["mean"]
+                >= (1 - DPNE_TOLERANCE) * cells[e][default]["dpne_ngrams_total"]["mean"]
                 for e in cells
             )
             # rank by the geometric mean of perplexity relative to the best at each ε
@@ -365,7 +379,7 @@ def plot(out: dict[str, Any], path: Path) -> None:
         xs = list(range(len(names)))
         ppl = [block[n]["open_vocab_perplexity"] for n in names]
         colors = [
-            "C3" if n == PREVIOUS_DEFAULT else ("0.55" if not block[n]["every_artifact_delivered"] else "C0")
+            "C3" if n == product_default() else ("0.55" if not block[n]["every_artifact_delivered"] else "C0")
             for n in names
         ]
         top, bottom = axes[0][col], axes[1][col]
@@ -475,6 +489,7 @@ def cmd_summarise(args: argparse.Namespace) -> None:
             "other_parameters": "product defaults (RunConfig), budget_calibration joint",
             "splits": SPLITS,
             "previous_default": PREVIOUS_DEFAULT,
+            "default_judged": product_default(),
             "noise": "fresh secure noise per run (no seed)",
             "metrics": "lm_bench.evaluate: open-vocabulary perplexity, top-1/top-3 next-word accuracy",
         },
