@@ -93,7 +93,7 @@ from lm.common import (  # noqa: E402, F401
 from lm.corpus import headline, run_corpus, targets  # noqa: E402, F401
 from lm.dp_run import bench_config, dp_run, run_lm_stage  # noqa: E402, F401
 from lm.models import evaluate, lmplz_model, oracle_model  # noqa: E402, F401
-from lm.output import parameters, previous_summary, print_table, write_out  # noqa: E402, F401
+from lm.output import parameters, previous_summary, print_table, refresh_derived, write_out  # noqa: E402, F401
 
 
 def parse_args() -> argparse.Namespace:
@@ -121,6 +121,12 @@ def parse_args() -> argparse.Namespace:
         "JSON if it exists, read before it is replaced; 'none' to skip)",
     )
     ap.add_argument(
+        "--refresh-derived",
+        action="store_true",
+        help="only recompute missed_targets and ablations of the existing --out from its results and "
+        "the studies' JSON (no run)",
+    )
+    ap.add_argument(
         "--out",
         default=None,
         help="JSON path (default benchmarks/results/lm.json; --quick: benchmarks/.data/lm_quick.json)",
@@ -140,6 +146,10 @@ def main() -> None:
     out_json = (
         Path(args.out) if args.out else (CACHE / "lm_quick.json" if args.quick else RESULTS / "lm.json")
     )
+    if args.refresh_derived:
+        refresh_derived(out_json)
+        print(f"refreshed missed_targets and ablations of {out_json}")
+        return
     names = [c.strip() for c in args.corpora.split(",") if c.strip()]
     started = time.perf_counter()
     date = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
