@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import sys
 import time
 from pathlib import Path
@@ -121,6 +122,12 @@ def parse_args() -> argparse.Namespace:
         "JSON if it exists, read before it is replaced; 'none' to skip)",
     )
     ap.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the results of the corpora not run from the existing --out (each corpus block "
+        "keeps its own commit and date under parameters.merged)",
+    )
+    ap.add_argument(
         "--refresh-derived",
         action="store_true",
         help="only recompute missed_targets and ablations of the existing --out from its results and "
@@ -165,6 +172,13 @@ def main() -> None:
     previous = Path(args.previous) if args.previous not in (None, "none") else out_json
     if args.previous != "none" and previous.is_file():
         out["previous_run"] = previous_summary(previous)
+    if args.merge and out_json.is_file():
+        old = json.loads(out_json.read_text(encoding="utf-8"))
+        kept = {n: block for n, block in old.get("results", {}).items() if n not in names}
+        out["results"].update(kept)
+        out["parameters"]["merged"] = {
+            n: {"git_commit": old.get("git_commit"), "date": old.get("date")} for n in kept
+        }
     for name in names:
         if name == "sotu":
             if not Path(args.sotu).is_file() or not Path(args.brown).is_file():

@@ -248,7 +248,7 @@ def ablations() -> dict[str, Any]:
         out["sources"] = {
             "from": "lm_sources.json",
             "date": sources.get("date"),
-            "commit": (sources.get("git_commit") or {}).get("head"),
+            "commit": _commit(sources.get("git_commit")),
             "reading": "perplexity change in % against M = λ·Q + (1 − λ)·P′ with its oracle λ (weights "
             "chosen on the evaluation text: an upper bound on what a source could add); negative is "
             "better. θ: stage bayes; C: stage synth (Chen et al.); Q without DPNE-only n-grams: the "
@@ -269,7 +269,7 @@ def ablations() -> dict[str, Any]:
         out["split"] = {
             "from": "lm_split.json",
             "date": split.get("date"),
-            "commit": (split.get("git_commit") or {}).get("head"),
+            "commit": _commit(split.get("git_commit")),
             "per_epsilon": decision["per_epsilon"],
             "candidates": decision["candidates"],
             "reading": "mean open-vocabulary perplexity on SOTU per split (3 runs each); relative_perplexity "
