@@ -64,6 +64,8 @@ def product_default() -> str:
     from dpngram.config.budget_plan import DEFAULT_STAGE_BUDGET
 
     return next(name for name, budget in SPLITS.items() if budget == DEFAULT_STAGE_BUDGET)
+
+
 #: stage -> the released table whose rows show that the stage delivered its artifact
 ARTIFACTS = {"lm_counts": "lm_counts", "bayes": "trigram_dist", "synth": "synthetic_sequences"}
 PERPLEXITY_TOLERANCE = 0.05  # the issue: the default within 5% of the best split's perplexity
@@ -423,7 +425,9 @@ def plot(out: dict[str, Any], path: Path) -> None:
         hi = max(p["max"] for p in ppl)
         top.set_ylim(lo * 0.97, hi * 1.06)
         top.set_ylabel("open-vocabulary perplexity")
-        top.set_title(f"ε = {eps} (red: default before this study; grey: not every artifact)", fontsize=9)
+        top.set_title(
+            f"ε = {eps} (red: the product default, {product_default()}; grey: not every artifact)", fontsize=9
+        )
         top.legend(fontsize=7, loc="lower left")
         if base:
             bottom.axhline(
