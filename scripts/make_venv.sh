@@ -47,7 +47,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 vpy="$venv/bin/python"
 
-install_args=(-e ".[${DPNGRAM_EXTRAS:-dev,spark,bench,postgres}]" -c "$constraints")
+install_args=(-e ".[${DPNGRAM_EXTRAS:-dev,spark,bench,postgres,s3,celery}]" -c "$constraints")
 case "$installer" in
 uv)
     if ! "$venv/bin/uv" --version >/dev/null 2>&1; then

@@ -95,7 +95,7 @@ def test_test_demo_bench_run_the_right_programs():
 def test_setup_installs_with_the_constraints_file():
     script = (SCRIPTS / "make_venv.sh").read_text()
     # the developer environment: tests, the Spark engine and the benchmark-only libraries
-    assert '-e ".[${DPNGRAM_EXTRAS:-dev,spark,bench,postgres}]" -c "$constraints"' in script
+    assert '-e ".[${DPNGRAM_EXTRAS:-dev,spark,bench,postgres,s3,celery}]" -c "$constraints"' in script
     assert "constraints-3.11.txt" in _rule("$(STAMP)")[0] or "$(CONSTRAINTS)" in _rule("$(STAMP)")[0]
     assert re.search(r"^CONSTRAINTS\s*:=\s*constraints-3\.11\.txt$", MAKEFILE.read_text(), re.M)
 
