@@ -1,2 +1,2 @@
--- This warehouse's identity (the first one, should two connections have raced to create it).
-SELECT id, secret FROM ledger.warehouse_identity ORDER BY created_at, id LIMIT 1;
+-- The ledger's identity (the first one, should two connections have raced to create it).
+SELECT id, secret FROM ledger.identity ORDER BY created_at, id LIMIT 1;

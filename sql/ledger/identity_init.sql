@@ -1,3 +1,3 @@
--- Give the warehouse its identity once.
-INSERT INTO ledger.warehouse_identity SELECT $id, $secret, now()
-WHERE NOT EXISTS (SELECT 1 FROM ledger.warehouse_identity);
+-- Give the ledger its identity once.
+INSERT INTO ledger.identity SELECT $id, $secret, now()
+WHERE NOT EXISTS (SELECT 1 FROM ledger.identity);

@@ -32,6 +32,12 @@ class WarehouseBusy(RuntimeError):
     holder's process id."""
 
 
+class LedgerBusy(RuntimeError):
+    """The privacy ledger could not be reached in time: its embedded file stayed locked by other
+    processes, or its PostgreSQL server did not answer. Not a user error: a retry later succeeds.
+    One line naming the ledger (never its password)."""
+
+
 class ResourceExhausted(RuntimeError):
     """A privacy-spending stage ran out of memory or disk space, or hit an I/O error, in the engine
     or on the driver. Not a user error (a resume with more resources can succeed), so Airflow

@@ -1,8 +1,10 @@
-"""The privacy ledger: each dataset's lifetime spend, kept in the warehouse database.
+"""The privacy ledger: each dataset's lifetime spend, one source of truth for every run.
 
 :class:`Ledger` records one entry per (dataset, run, stage) in ``ledger.privacy_spend`` (SQL in
 ``sql/ledger/``), with the stage's (ε, δ) and its privacy events. Across runs the spends add up by
-basic composition.
+basic composition. It keeps its tables in a :class:`~dpngram.release.ledger_store.LedgerStore`:
+an embedded DuckDB file (one per user by default) or PostgreSQL (every worker of a multi-worker
+Airflow), chosen by :func:`open_ledger` (docs/accounting.md, "Where the ledger is kept").
 
 Three rules make the ledger hold under crashes and concurrent runs (docs/accounting.md, "The
 ledger under faults"):
@@ -18,37 +20,49 @@ ledger under faults"):
 * **Check-and-spend is atomic.** :meth:`Ledger.open_run` (at ``prepare``) reserves the run's whole
   (ε, δ) and :meth:`Ledger.charge_pending` charges a stage, each in one transaction that first
   takes the dataset's lock row, re-reads what is committed and refuses (one-line
-  :class:`~dpngram.core.errors.BudgetError`) what would pass the lifetime limit. While a run is
-  open it counts as max(reserved, charged); once closed (published, or abandoned via
-  ``dpngram gc``) by its charges.
+  :class:`~dpngram.core.errors.BudgetError`) what would pass the lifetime limit. On PostgreSQL the
+  row lock makes a concurrent transaction on the same dataset wait until this one commits, so of
+  two workers racing for the last of a budget exactly one wins. While a run is open it counts as
+  max(reserved, charged); once closed (published, or abandoned via ``dpngram gc``) by its charges.
 
 ``ledger.runs`` also holds each run's identity (the fingerprint of its parameters and input), so a
-resume that does not match is refused (:func:`dpngram.release.identity.compare`).
+resume that does not match is refused (:func:`dpngram.release.identity.compare`). Named locks
+(:meth:`Ledger.run_lock`) keep the tasks of one run from running at once on any machine.
 
-Owns: :class:`Ledger` (the ``ledger.*`` tables, the lifetime-budget checks, run identities),
-:func:`check_lifetime_values`.
-Imports: dpngram.engines.sql, dpngram.core.
+Why one module (about 600 lines): every rule above reads and writes the same few tables in the
+same transactions; split, a reader would have to hold the pieces together to check that a charge
+is atomic with its lifetime check.
+
+Owns: :class:`Ledger` (the ``ledger.*`` tables, the lifetime-budget checks, run identities, the
+budget forecast and the export), :func:`open_ledger`, :func:`check_lifetime_values`.
+Imports: dpngram.release (ledger_store, forecast), dpngram.core.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import threading
+import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dpngram.core.budget import Budget
 from dpngram.core.errors import BudgetError, ConfigError
+from dpngram.release.forecast import Forecast, forecast
+from dpngram.release.ledger_store import (
+    LedgerStore,
+    RetryTransaction,
+    describe_location,
+    open_store,
+)
 
 T = TypeVar("T")
 
-#: Serialises check-and-spend between threads of one process; the dataset's lock row (a
-#: write-write conflict) does it between connections, the DuckDB file lock between processes.
-_PROCESS_LOCK = threading.RLock()
-
 #: Relative slack when comparing a spend with a lifetime limit (floating-point sums).
 _SLACK = 1e-12
+#: How often a conflicting transaction is run again before the ledger gives up.
+_ATTEMPTS = 50
 
 if TYPE_CHECKING:
     from dpngram.core.accounting import PrivacyEvent
@@ -57,80 +71,127 @@ if TYPE_CHECKING:
 def check_lifetime_values(epsilon: float | None, delta: float | None) -> None:
     """Refuse lifetime limits no run could mean (epsilon <= 0, delta outside (0, 1)) with a
     one-line :class:`ConfigError`; None (keep the stored limit) passes. ``dpngram budget`` checks
-    its flags with it before opening the warehouse; :meth:`Ledger.set_lifetime` checks again."""
+    its flags with it before opening the ledger; :meth:`Ledger.set_lifetime` checks again."""
     if epsilon is not None and not epsilon > 0:
         raise ConfigError(f"lifetime_epsilon: must be > 0 (got {epsilon})")
     if delta is not None and not 0 < delta < 1:
         raise ConfigError(f"lifetime_delta: must be > 0 and < 1 (got {delta})")
 
 
+def open_ledger(location: str | None = None) -> Ledger:
+    """The ledger at ``location`` (a URL or path), else :data:`~dpngram.release.ledger_store.LEDGER_ENV`,
+    else the per-user embedded file. Use it as a context manager (it closes its connection)."""
+    return Ledger(open_store(location))
+
+
 # ----------------------------------------------------------------------------------------------
-# The privacy ledger: lifetime budget per dataset, kept in the warehouse database
+# The privacy ledger: lifetime budget per dataset, in its store
 # ----------------------------------------------------------------------------------------------
 class Ledger:
-    """Spend per (dataset, run, stage) in the warehouse's ``ledger`` schema.
+    """Spend per (dataset, run, stage), kept in a :class:`LedgerStore`.
 
     Across runs spends add up by basic composition (sound, if conservative). A stage's entry is
     written once: recording the same (dataset, run, stage) again is a no-op, so a retried task
-    cannot charge twice.
-    """
+    cannot charge twice. Every method runs in one transaction of the store (a method called inside
+    another's transaction joins it)."""
 
-    def __init__(self, con, *, create: bool = True) -> None:  # con: duckdb.DuckDBPyConnection
-        """``create=False`` (a read-only connection: ``dpngram ledger``) reads the ledger as it is
-        and creates nothing; a warehouse without ledger tables then has no dataset."""
-        import duckdb
+    def __init__(self, store: LedgerStore) -> None:
+        self.store = store
+        self._tx: Any = None
 
-        from dpngram.engines.sql import load_sql
+    @property
+    def location(self) -> str:
+        """Where the ledger is, as it may be shown (no password)."""
+        return describe_location(self.store.location)
 
-        self.con = con
-        if not create:
-            return
-        with _PROCESS_LOCK:
-            for attempt in range(20):
-                try:
-                    self.con.execute(load_sql("ledger/create"))
-                    break
-                except duckdb.TransactionException:  # another connection is creating them too
-                    time.sleep(0.01 * (attempt + 1))
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- plumbing -----------------------------------------------------------------------------
-    def _rows(self, name: str, **params: object) -> list[tuple]:
-        from dpngram.engines.sql import load_sql
+    def _in_transaction(self, body: Callable[[], T], dataset: str | None = None) -> T:
+        """Run ``body`` in one transaction (joining the current one, if any); with ``dataset``,
+        first take that dataset's lock row. A conflict with a concurrent transaction is retried."""
+        if self._tx is not None:
+            if dataset is not None:
+                self._lock_row(dataset)
+            return body()
+        for attempt in range(_ATTEMPTS):
+            try:
+                with self.store.transaction() as tx:
+                    self._tx = tx
+                    try:
+                        if dataset is not None:
+                            self._lock_row(dataset)
+                        return body()
+                    finally:
+                        self._tx = None
+            except RetryTransaction:
+                time.sleep(0.01 * (attempt + 1))
+        raise BudgetError(f"dataset '{dataset}': the ledger stayed busy; retry the run")
 
-        return self.con.execute(load_sql(name), params).fetchall()
+    def _lock_row(self, dataset: str) -> None:
+        self._tx.execute("ledger/lifetime_ensure", dataset=dataset)
+        self._tx.execute("ledger/lifetime_lock", dataset=dataset)
+
+    def _rows(self, name: str, **params: object) -> list[tuple]:
+        return self._in_transaction(lambda: self._tx.rows(name, **params))
 
     def _one_row(self, name: str, **params: object) -> tuple:
         return self._rows(name, **params)[0]
 
     def _exec(self, name: str, **params: object) -> None:
-        from dpngram.engines.sql import load_sql
+        self._in_transaction(lambda: self._tx.execute(name, **params))
 
-        self.con.execute(load_sql(name), params)
+    def in_transaction(self, body: Callable[[], T]) -> T:
+        """Run ``body`` in one transaction; the ledger's methods and :meth:`execute` called inside
+        it join it (e.g. an import that must land whole or not at all)."""
+        return self._in_transaction(body)
+
+    def execute(self, name: str, **params: object) -> None:
+        """Run one of the ledger's statements (``ledger/import_spend``) in the current transaction,
+        or in one of its own."""
+        self._exec(name, **params)
 
     def _locked(self, dataset: str, body: Callable[[], T]) -> T:
-        """Run ``body`` in one transaction holding ``dataset``'s lock row; a write-write conflict
-        with a concurrent transaction (another connection) is retried."""
-        import duckdb
+        """Run ``body`` in one transaction holding ``dataset``'s lock row."""
+        return self._in_transaction(body, dataset=dataset)
 
-        with _PROCESS_LOCK:
-            try:
-                self._exec("ledger/lifetime_ensure", dataset=dataset)
-            except duckdb.TransactionException:
-                pass  # a concurrent transaction created the row
-            for attempt in range(50):
-                self.con.execute("BEGIN TRANSACTION")
-                try:
-                    self._exec("ledger/lifetime_lock", dataset=dataset)
-                    result = body()
-                    self.con.execute("COMMIT")
-                    return result
-                except duckdb.TransactionException:
-                    self.con.execute("ROLLBACK")
-                    time.sleep(0.01 * (attempt + 1))
-                except BaseException:
-                    self.con.execute("ROLLBACK")
-                    raise
-            raise BudgetError(f"dataset '{dataset}': the ledger stayed busy; retry the run")
+    # -- locks across processes and machines --------------------------------------------------
+    @contextlib.contextmanager
+    def run_lock(self, run_id: str, *, wait: float | None = None, log_every: float = 60.0) -> Iterator[bool]:
+        """Hold run ``run_id``'s lock: the tasks of one run take turns, on any worker (they share
+        the run's warehouse and its report parts). Waits at most ``wait`` seconds (None: as long
+        as it takes), saying so in the log every ``log_every`` seconds; yields whether it holds
+        the lock. A killed holder's lock is released with its process (DuckDB: ``flock``) or its
+        connection (PostgreSQL: advisory lock)."""
+        with self.store.lock(f"run:{run_id}", wait=0) as got:
+            if got:
+                yield True
+                return
+        log = logging.getLogger("dpngram")
+        started = time.monotonic()
+        while True:
+            chunk = (
+                log_every if wait is None else min(log_every, max(0.0, wait - (time.monotonic() - started)))
+            )
+            log.info("run '%s': waiting for its other task to finish (the run's lock is held)", run_id)
+            with self.store.lock(f"run:{run_id}", wait=chunk) as got:
+                if got:
+                    yield True
+                    return
+            if wait is not None and time.monotonic() - started >= wait:
+                yield False
+                return
+
+    def lock(self, name: str, *, wait: float | None = None) -> contextlib.AbstractContextManager[bool]:
+        """Any named lock of the store (e.g. ``publish:DATASET``, which moves ``latest``)."""
+        return self.store.lock(name, wait=wait)
 
     # -- reading ------------------------------------------------------------------------------
     def spent(self, dataset: str, run_id: str | None = None) -> Budget:
@@ -165,22 +226,24 @@ class Ledger:
         return bool(self._one_row("ledger/recorded", dataset=dataset, run_id=run_id, stage=stage)[0])
 
     def run(self, run_id: str) -> dict[str, Any] | None:
-        """A run's registration: dataset, fingerprint (dict), reservation, state; None if new."""
+        """A run's registration: dataset, fingerprint (dict), reservation, state, staging path and
+        warehouse directory; None if new."""
         rows = self._rows("ledger/run_get", run_id=run_id)
         if not rows:
             return None
-        dataset, fingerprint, eps, delta, state, staging = rows[0]
+        dataset, fingerprint, eps, delta, state, staging, warehouse = rows[0]
         return {
             "dataset": dataset,
             "fingerprint": json.loads(fingerprint),
             "reserved": Budget(float(eps), float(delta)),
             "state": state,
             "staging": staging,
+            "warehouse": warehouse,
         }
 
     def open_runs(self) -> list[dict[str, Any]]:
         """Every run not closed, oldest first: 'open' (holding its reservation) or 'suspended'
-        (failed before drawing: no reservation), with its charges, staging path and age."""
+        (failed before drawing: no reservation), with its charges, staging path, warehouse and age."""
         return [
             {
                 "run_id": r[0],
@@ -191,50 +254,70 @@ class Ledger:
                 "age_seconds": float(r[6] or 0),
                 "charged": Budget(float(r[7]), float(r[8])),
                 "entries": int(r[9]),
+                "warehouse": r[10],
             }
             for r in self._rows("ledger/runs_open")
         ]
 
-    def closed_runs(self) -> list[str]:
-        """The ids of the runs the ledger has closed (published, or released by ``dpngram gc``),
-        oldest first."""
-        return [r[0] for r in self._rows("ledger/runs_closed")]
+    def closed_runs(self) -> list[tuple[str, str | None]]:
+        """(run id, warehouse directory) of the runs the ledger has closed (published, or released
+        by ``dpngram gc``), oldest first."""
+        return [(r[0], r[1]) for r in self._rows("ledger/runs_closed")]
 
-    def warehouse_identity(self) -> tuple[str, str]:
-        """This warehouse's (id, secret), created on first use: random, no data. A staging
-        directory carries the id and a digest keyed by the secret (:mod:`dpngram.release.identity`)."""
+    def identity(self, *, create: bool = True) -> tuple[str, str] | None:
+        """This ledger's (id, secret), created on first use (``create=False``: None when it has
+        none yet): random, no data. A staging directory carries the id and a digest keyed by the
+        secret (:mod:`dpngram.release.identity`)."""
         import secrets
 
-        with _PROCESS_LOCK:
-            rows = self._rows("ledger/warehouse_identity_get")
-            if not rows:
-                self._exec(
-                    "ledger/warehouse_identity_init", id=secrets.token_hex(16), secret=secrets.token_hex(32)
+        def body() -> tuple[str, str] | None:
+            rows = self._tx.rows("ledger/identity_get")
+            if not rows and create:
+                self._tx.execute(
+                    "ledger/identity_init", id=secrets.token_hex(16), secret=secrets.token_hex(32)
                 )
-                rows = self._rows("ledger/warehouse_identity_get")
-        identity, secret = rows[0]
-        return str(identity), str(secret)
+                rows = self._tx.rows("ledger/identity_get")
+            return (str(rows[0][0]), str(rows[0][1])) if rows else None
+
+        return self._in_transaction(body)
+
+    def schema_versions(self) -> list[tuple[int, str]]:
+        """The migrations this ledger has applied: (version, name), in order."""
+        return [(int(v), str(n)) for v, n in self._rows("ledger/schema_versions")]
 
     def datasets(self) -> list[str]:
-        """Every dataset the ledger knows (a charge, a run or a lifetime budget), sorted; [] when
-        the warehouse has no ledger yet."""
-        tables = {
-            r[0]
-            for r in self.con.execute(
-                "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'ledger'"
-            ).fetchall()
-        }
-        if not {"privacy_spend", "runs", "lifetime_budget"} <= tables:
-            return []
+        """Every dataset the ledger knows (a charge, a run or a lifetime budget), sorted."""
         return [str(r[0]) for r in self._rows("ledger/datasets")]
 
     def entries(self, dataset: str) -> list[dict]:
         """Spend history of ``dataset``, oldest first."""
-        from dpngram.engines.sql import load_sql
+        records = self._in_transaction(lambda: self._tx.records("ledger/history", dataset=dataset))
+        return [{"dataset": dataset, **r} for r in records]
 
-        cursor = self.con.execute(load_sql("ledger/history"), {"dataset": dataset})
-        names = [d[0] for d in cursor.description]
-        return [{"dataset": dataset, **dict(zip(names, row, strict=True))} for row in cursor.fetchall()]
+    def export(self, dataset: str | None = None) -> list[dict[str, Any]]:
+        """Every charge (of ``dataset``, or of all), oldest first, with its run's state and its
+        events (JSON text): the view ``ledger.audit_charges`` an auditor queries."""
+        return self._in_transaction(lambda: self._tx.records("ledger/export", dataset=dataset))
+
+    def runs_of(self, dataset: str) -> list[dict[str, Any]]:
+        """Every run of ``dataset``, oldest first: run id, reservation, state, creation time."""
+        return self._in_transaction(lambda: self._tx.records("ledger/runs_of_dataset", dataset=dataset))
+
+    def forecast(self, dataset: str, per_run: Budget | None = None) -> Forecast:
+        """How many more runs of ``per_run`` (default: the dataset's latest run's reservation)
+        fit in what is left of its lifetime budget."""
+
+        def body() -> Forecast:
+            lifetime = self.lifetime(dataset)
+            used = self.committed(dataset)
+            size = per_run
+            if size is None:
+                runs = self._tx.records("ledger/runs_of_dataset", dataset=dataset)
+                if runs:
+                    size = Budget(float(runs[-1]["reserved_epsilon"]), float(runs[-1]["reserved_delta"]))
+            return forecast(dataset, lifetime, used, size)
+
+        return self._in_transaction(body)
 
     # -- lifetime limits ----------------------------------------------------------------------
     def set_lifetime(self, dataset: str, epsilon: float | None, delta: float | None) -> None:
@@ -314,13 +397,16 @@ class Ledger:
         lifetime_delta: float | None = None,
         compare: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
         staging: str | None = None,
+        warehouse: str | None = None,
     ) -> None:
         """Register run ``run_id`` (or check a resume of it) and reserve ``budget`` for it, in one
         transaction: refused if the dataset's lifetime limit (stored, or set now from the run's
         flags) cannot hold it next to what other runs committed. A resume is checked by
         ``compare(stored_fingerprint, fingerprint)``, which raises on a mismatch, and must stage in
-        the same directory (``staging``: the resolved ``OUT/runs/RUN_ID.staging``). A resume of a
-        suspended run (it failed before drawing and released its reservation) reserves again."""
+        the same directory (``staging``: the resolved ``OUT/DATASET/runs/RUN_ID.staging``, or the
+        run's staging URL). ``warehouse``: the directory of the run's private tables, for
+        ``dpngram gc``. A resume of a suspended run (it failed before drawing and released its
+        reservation) reserves again."""
 
         def body() -> None:
             existing = self.run(run_id)
@@ -362,6 +448,7 @@ class Ledger:
                     epsilon=budget.epsilon,
                     delta=budget.delta,
                     staging=staging,
+                    warehouse=warehouse,
                 )
             elif existing["state"] == "suspended":
                 self._exec("ledger/run_reopen", run_id=run_id, epsilon=budget.epsilon, delta=budget.delta)
@@ -373,7 +460,10 @@ class Ledger:
 
     def close_run(self, run_id: str) -> None:
         """The run will spend no more: release its reservation (its charges stay)."""
-        self._exec("ledger/run_close", run_id=run_id)
+        run = self.run(run_id)
+        if run is None:
+            return
+        self._locked(run["dataset"], lambda: self._exec("ledger/run_close", run_id=run_id))
 
     def suspend_if_unspent(self, run_id: str) -> bool:
         """Release the reservation of open run ``run_id`` if it has no ledger entry at all: no
@@ -439,21 +529,25 @@ class Ledger:
         """The stage's exact charge, once its noisy output is persisted: replaces its pending entry,
         or records it if it has none (a stage that drew no noise). Idempotent; returns False when
         the entry was already final."""
-        entry = self.entry(dataset, run_id, stage)
-        if entry is None:
-            return self.record(dataset, run_id, stage, epsilon, delta, events)
-        if entry["status"] != "pending":
-            return False
-        self._exec(
-            "ledger/finalize",
-            dataset=dataset,
-            run_id=run_id,
-            stage=stage,
-            epsilon=float(epsilon),
-            delta=float(delta),
-            events=json.dumps([e.to_dict() for e in events]),
-        )
-        return True
+
+        def body() -> bool:
+            entry = self.entry(dataset, run_id, stage)
+            if entry is None:
+                return self.record(dataset, run_id, stage, epsilon, delta, events)
+            if entry["status"] != "pending":
+                return False
+            self._exec(
+                "ledger/finalize",
+                dataset=dataset,
+                run_id=run_id,
+                stage=stage,
+                epsilon=float(epsilon),
+                delta=float(delta),
+                events=json.dumps([e.to_dict() for e in events]),
+            )
+            return True
+
+        return self._locked(dataset, body)
 
     def record(
         self,
@@ -465,10 +559,14 @@ class Ledger:
         events: Sequence[PrivacyEvent],
     ) -> bool:
         """Record a stage's (final) spend once. Returns False if it was already recorded."""
-        if self.recorded(dataset, run_id, stage):
-            return False
-        self._insert(dataset, run_id, stage, epsilon, delta, events, "final")
-        return True
+
+        def body() -> bool:
+            if self.recorded(dataset, run_id, stage):
+                return False
+            self._insert(dataset, run_id, stage, epsilon, delta, events, "final")
+            return True
+
+        return self._locked(dataset, body)
 
     def _insert(
         self,
