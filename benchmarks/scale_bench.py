@@ -6,7 +6,7 @@ vocabulary (the ``dpngram sample`` default has 10,000 words; a larger vocabulary
 the plans), about 100 tokens a user, seed 20261124 — the recipe is :func:`corpus` below. Recorded
 per run: wall seconds, seconds per stage (the operator directory's timings), the peak RSS of the
 process tree (sampled every 0.2 s from /proc), the peak size of DuckDB's spill folder
-(``WAREHOUSE.tmp``, sampled likewise), the input's size, and the n-grams released per k.
+(``WAREHOUSE/runs/RUN_ID.duckdb.tmp``, sampled likewise), the input's size, and the n-grams released per k.
 
 The targets (issue "Scale"), checked on the 1M-user row of the default mechanism:
 wall ≤ 120 s with ingest ≤ 40 s; ``--memory-limit 4GB`` holds (peak RSS ≤ limit + 10%); spill
@@ -112,8 +112,12 @@ class Sampler(PeriodicSampler):
         self.series.append((time.time(), rss, spill))
 
     def _spill(self) -> int:
+        """Bytes in DuckDB's spill folders under the warehouse: ``WAREHOUSE/runs/RUN_ID.duckdb.tmp``
+        (``WAREHOUSE.tmp`` for a baseline before 2026-12-06), not the database files."""
         total = 0
         for dirpath, _, files in os.walk(self.folder):
+            if not any(part.endswith(".tmp") for part in Path(dirpath).relative_to(self.folder).parts):
+                continue
             for name in files:
                 try:
                     total += os.path.getsize(os.path.join(dirpath, name))
@@ -174,7 +178,9 @@ def run_point(
         / f"u{users}_{policy}{'_full' if full_split else ''}{'_' + code.name if code else ''}"
     )
     shutil.rmtree(work, ignore_errors=True)
-    warehouse = work / "wh" / "warehouse.duckdb"
+    # the warehouse directory (one DuckDB file per run inside); a baseline before 2026-12-06 takes
+    # the path of its one warehouse file, in the same folder (its operator files are there too)
+    warehouse = work / "wh" / "warehouse.duckdb" if code else work / "wh"
     args = [
         *(
             [str(ROOT / ".venv" / "bin" / "python"), "-m", "dpngram.cli"]
@@ -204,8 +210,8 @@ def run_point(
     load_before = load_average()
     started = time.perf_counter()
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    warehouse.parent.mkdir(parents=True, exist_ok=True)
-    with Sampler(proc.pid, warehouse.with_name(warehouse.name + ".tmp")) as sampler:
+    (work / "wh").mkdir(parents=True, exist_ok=True)
+    with Sampler(proc.pid, work / "wh") as sampler:
         stdout, stderr = proc.communicate()
     wall = time.perf_counter() - started
     row: dict[str, Any] = {
@@ -230,7 +236,7 @@ def run_point(
         return row
     summary = json.loads(stdout)
     run_id = summary.get("run_id") or Path(summary["release"]).name
-    timings = warehouse.parent / "operator" / run_id / "timings"
+    timings = work / "wh" / "operator" / run_id / "timings"
     row["stage_seconds"] = {
         p.stem: json.loads(p.read_text())["seconds"] for p in sorted(timings.glob("*.json"))
     }

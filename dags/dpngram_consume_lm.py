@@ -29,6 +29,7 @@ scores ``OUT/DATASET/latest``'s model (training corpus: Param ``training_corpus`
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -36,19 +37,36 @@ from typing import Any
 import pendulum
 from airflow.sdk import Asset, Param, dag, task
 
+# parse-time: the standard library only (dpngram.release.layout)
+from dpngram.release.layout import asset_key
+
 REPO = Path(__file__).resolve().parent.parent
 DEMO_DIR = Path(os.environ.get("DPNGRAM_DEMO_DIR", str(REPO / ".dpngram"))).resolve()
-OUT_DIR = Path(os.environ.get("DPNGRAM_OUT", str(REPO / "demo-output"))).resolve()
+#: Where the releases are published: a directory, or a URL on object storage (s3://...).
+OUT = os.environ.get("DPNGRAM_OUT", str(REPO / "demo-output"))
+_LOCAL_OUT = (
+    Path(OUT.removeprefix("file://")).resolve() if "://" not in OUT or OUT.startswith("file://") else None
+)
 CONSUMER_OUT = Path(
-    os.environ.get("DPNGRAM_CONSUMER_OUT", str(OUT_DIR.parent / "consumer-output" / "dpngram_consume_lm"))
+    os.environ.get(
+        "DPNGRAM_CONSUMER_OUT",
+        str((_LOCAL_OUT.parent if _LOCAL_OUT else DEMO_DIR) / "consumer-output" / "dpngram_consume_lm"),
+    )
 ).resolve()
+#: Where downloaded models are kept (by release run id), each checked against its release's manifest.
+MODEL_CACHE = Path(os.environ.get("DPNGRAM_CONSUMER_CACHE", str(CONSUMER_OUT / "models"))).resolve()
 #: The team's held-out text: never the public corpus the model was built from.
 EVAL_TEXT = os.environ.get("DPNGRAM_CONSUMER_TEXT", str(DEMO_DIR / "sample" / "heldout_users.txt"))
+log = logging.getLogger("dpngram")
+#: The Celery queue the scoring task runs on (``DPNGRAM_CONSUMER_QUEUE``): the downstream team's own
+#: workers, which share nothing with dpngram's but the object store; Airflow's default queue unset.
+QUEUE = os.environ.get("DPNGRAM_CONSUMER_QUEUE") or "default"
 #: The one dataset this consumer follows.
 DATASET = os.environ.get("DPNGRAM_CONSUMER_DATASET", "default")
 
-#: The dataset's language-model asset (dpngram.release.publish.asset_key: the published interface).
-LM_ASSET = Asset(name=f"dpngram_{DATASET}_language_model", uri=f"dpngram://{DATASET}/language-model")
+#: The dataset's language-model asset (dpngram.release.layout.asset_key: the published interface):
+#: name ``dpngram_DATASET_language_model``, URI ``OUT/DATASET/latest/model``.
+LM_ASSET = Asset(*asset_key(DATASET, "language_model", OUT))
 
 
 @dag(
@@ -82,7 +100,7 @@ LM_ASSET = Asset(name=f"dpngram_{DATASET}_language_model", uri=f"dpngram://{DATA
     doc_md=__doc__,
 )
 def dpngram_consume_lm() -> None:
-    @task(multiple_outputs=False, task_display_name="Score on held-out text")
+    @task(multiple_outputs=False, task_display_name="Score on held-out text", queue=QUEUE)
     def perplexity(**context: Any) -> dict[str, Any]:
         """Score the triggering release's model on held-out text, after checking that the text is
         not in the training corpus; record it beside the release's private-domain verdict."""
@@ -90,6 +108,7 @@ def dpngram_consume_lm() -> None:
 
         from dpngram.lm.consumer import TrainingOverlapError, score_heldout
         from dpngram.release.layout import write_json_atomic
+        from dpngram.release.storage import fetch_verified, join, latest_release
 
         events = (
             context["triggering_asset_events"].get(LM_ASSET)
@@ -99,22 +118,28 @@ def dpngram_consume_lm() -> None:
         params = context["params"]
         if events:
             extra = dict(events[-1].extra)  # the newest model if several releases queued up
-            run_id, model, report = extra["run_id"], extra["paths"]["binary"], extra["report"]
+            run_id, release = extra["run_id"], extra["release"]
             corpus = params["training_corpus"] or extra.get("training_corpus")
         else:  # manual trigger: the dataset's latest published release
-            release = (OUT_DIR / DATASET / "latest").resolve()
-            run_id, model, report = (
-                release.name,
-                str(release / "model" / "model.binary"),
-                str(release / "report.json"),
-            )
+            release = latest_release(OUT, DATASET)
+            run_id = release.rstrip("/").rsplit("/", 1)[-1]
             corpus = params["training_corpus"]
+        # downloaded (object storage) or read in place, and checked against the release's manifest
+        model = fetch_verified(release, "model/model.binary", MODEL_CACHE)
+        report = fetch_verified(release, "report.json", MODEL_CACHE)
+        log.info("scoring the model of %s (%s, SHA-256 checked)", join(release, "model/model.binary"), model)
         try:
-            record = score_heldout(model, params["eval_text"], corpus, report)
+            record = score_heldout(str(model), params["eval_text"], corpus, str(report))
             failure = None
         except TrainingOverlapError as err:
             record, failure = err.record, str(err)
-        result = {"run_id": run_id, "dataset": DATASET, **record, "refused": failure}
+        result = {
+            "run_id": run_id,
+            "dataset": DATASET,
+            "release": release,
+            **record,
+            "refused": failure,
+        }
         write_json_atomic(CONSUMER_OUT / f"{run_id}.json", result)
         if failure:
             raise AirflowFailException(failure)

@@ -116,9 +116,13 @@ from dpngram.orchestration.plan import (
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_DIR = Path(os.environ.get("DPNGRAM_DEMO_DIR", str(REPO / ".dpngram"))).resolve()
-OUT_DIR = Path(os.environ.get("DPNGRAM_OUT", str(REPO / "demo-output"))).resolve()
-POOL = "dpngram_warehouse"
+#: Where releases are published: a directory, or an fsspec URL (s3://bucket/prefix) on object storage.
+_OUT = os.environ.get("DPNGRAM_OUT", str(REPO / "demo-output"))
+OUT_DIR = _OUT if "://" in _OUT and not _OUT.startswith("file://") else str(Path(_OUT).resolve())
 DAG_ID = "dpngram_release"
+#: Runs of this DAG at once (each dataset's run has a warehouse of its own; the tasks of one run
+#: take turns through the run's lock in the ledger): ``DPNGRAM_MAX_ACTIVE_RUNS``, default 4.
+MAX_ACTIVE_RUNS = int(os.environ.get("DPNGRAM_MAX_ACTIVE_RUNS", "4"))
 
 #: The whole published release (report, validation, every released table): asset
 #: ``dpngram://DATASET/latest`` of the run's dataset, emitted through this alias.
@@ -141,8 +145,7 @@ def _param_defaults() -> dict[str, Any]:
     defaults: dict[str, Any] = {
         "input": str(DEMO_DIR / "sample" / "users.jsonl.gz"),
         "public": str(DEMO_DIR / "sample" / "public.txt.gz"),
-        "out": str(OUT_DIR),
-        "warehouse": str(DEMO_DIR / "warehouse.duckdb"),
+        "out": OUT_DIR,
     }
     raw = os.environ.get("DPNGRAM_PARAMS", "").strip()
     if raw:
@@ -262,6 +265,25 @@ def _config(context: dict[str, Any]) -> RunConfig:
         raise  # unreachable: _refuse raises
 
 
+def _log_forecast(config: Any, location: str) -> None:
+    """The operator's view of the lifetime budget, in the pre-check's log: how many more refreshes
+    at this run's (epsilon, delta) it allows and, with a schedule, on which date it would stop."""
+    import datetime as dt
+    import logging
+
+    from dpngram.release.forecast import schedule_stop
+    from dpngram.release.ledger import open_ledger
+
+    log = logging.getLogger("dpngram")
+    with open_ledger() as ledger:
+        after_this = ledger.forecast(config.dataset, per_run=config.budget)
+    log.info("privacy ledger: %s", location)
+    log.info("%s", after_this.sentence())
+    stop = schedule_stop(_schedule(), after_this.runs_left, dt.datetime.now(dt.UTC))
+    if stop:
+        log.info("%s", stop)
+
+
 def _log_notices(config: Any) -> None:
     """What the operator should know about this run (stages that will not run and why, a model
     without a public corpus): one warning line each in the pre-check's log, as the CLI prints them."""
@@ -343,23 +365,50 @@ def _skip(reason: str | None) -> None:
         raise AirflowSkipException(reason)
 
 
-@task(pool=POOL, multiple_outputs=False, trigger_rule="none_failed")
+@task(multiple_outputs=False, trigger_rule="none_failed")
 @_fail_fast
 def run_step(step_name: str, **context: Any) -> dict[str, Any]:
     """One task of the plan: skipped when none of its steps applies to this run's parameters,
-    otherwise its steps run (each timed under its own name); returns only the public summary of
-    its last step (XCom)."""
+    otherwise its steps run (each timed under its own name) in the task's scope (the run's lock;
+    with a run store, the run's state brought to this worker and shared again after); returns only
+    the public summary of its last step (XCom)."""
     task_spec: Task = TASK_BY_NAME[step_name]
     config = _config(context)
     _skip(task_spec.skip_reason(config))
-    from dpngram.release.context import RunContext, public_summary, stage_timer
+    from dpngram.orchestration.task import task_scope
+    from dpngram.release.context import public_summary, stage_timer
 
-    ctx = RunContext(config)
+    _use_ledger()
     summary: dict[str, Any] = {}
-    for step in task_spec.applicable(config):
-        with stage_timer(ctx, step.name):
-            summary = public_summary(step.run(ctx))
+    with task_scope(config, writes_private=task_spec.writes_private) as ctx:
+        for step in task_spec.applicable(config):
+            with stage_timer(ctx, step.name):
+                summary = public_summary(step.run(ctx))
     return summary
+
+
+def _connection_uri(name: str) -> str | None:
+    """The URI of Airflow connection ``name``, or None when it is not defined."""
+    try:
+        from airflow.sdk import Connection
+
+        return Connection.get(name).get_uri()
+    except Exception:  # noqa: BLE001 - not defined (the task SDK raises its own not-found error)
+        return None
+
+
+def _use_ledger() -> str:
+    """This task's privacy ledger: the connection ``dpngram_ledger``, else the embedded file
+    (:func:`dpngram.orchestration.task.use_ledger`); a deployment whose workers share no disk
+    without a shared ledger is refused (one line, no retry)."""
+    from dpngram.core.errors import ConfigError
+    from dpngram.orchestration.task import use_ledger
+
+    try:
+        return use_ledger(_connection_uri)
+    except ConfigError as err:
+        _refuse(str(err))
+        raise  # unreachable: _refuse raises
 
 
 TASK_BY_NAME = {spec.name: spec for spec in TASKS}
@@ -371,20 +420,21 @@ TASK_BY_NAME = {spec.name: spec for spec in TASKS}
     schedule=_schedule(),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
-    max_active_runs=1,
+    max_active_runs=MAX_ACTIVE_RUNS,
     default_args=DEFAULT_ARGS,
     params=_params(),
     tags=["dpngram", "differential-privacy"],
     doc_md=__doc__,
 )
 def dpngram_release() -> None:
-    @task(pool=POOL, multiple_outputs=False, task_display_name=TASK_LABELS["privacy_precheck"])
+    @task(multiple_outputs=False, task_display_name=TASK_LABELS["privacy_precheck"])
     @_fail_fast
     def privacy_precheck(**context: Any) -> dict[str, Any]:
         """Privacy pre-check: refuse the run (no retry, one-line reason) if the dataset's ledger
-        says it would exceed its lifetime budget; nothing is read before this. Fixes run_id and
-        stages the parameters."""
+        says it would exceed its lifetime budget; nothing is read before this. Fixes run_id, stages
+        the parameters, and logs how many more refreshes the lifetime budget allows."""
         from dpngram.core.errors import BudgetError, ConfigError
+        from dpngram.orchestration.task import task_scope
         from dpngram.release.publish import input_problem, prepare
 
         config = _config(context)
@@ -397,34 +447,42 @@ def dpngram_release() -> None:
         problem = input_problem(config)
         if problem is not None:  # before the reservation: nothing is reserved
             _refuse(f"privacy pre-check refused the run: {problem}; nothing was reserved", context)
+        location = _use_ledger()
         try:
-            prepared = prepare(config)
+            with task_scope(config):
+                prepared = prepare(config)
         except (BudgetError, ConfigError) as err:
             _refuse(f"privacy pre-check refused the run: {err}", context)
         _log_notices(prepared)
+        _log_forecast(prepared, location)
         return {"run_id": prepared.run_id}
 
     @task(
-        pool=POOL,  # it closes the ledger run and drops the run's private tables
         outlets=[NGRAMS_ALIAS, RELEASE_ALIAS],
         multiple_outputs=False,
         task_display_name=TASK_LABELS["publish"],
     )
     @_fail_fast
     def publish(**context: Any) -> dict[str, Any]:
-        """Atomic publish (staging -> OUT/DATASET/runs/RUN_ID, then OUT/DATASET/latest), the ledger
-        run closed and the run's private tables dropped; emits the dataset's n-gram and release
-        asset events with the release's public metadata."""
-        from dpngram.release.context import RunContext
+        """Atomic publish (locally: staging -> OUT/DATASET/runs/RUN_ID, then OUT/DATASET/latest; on
+        object storage: upload, manifest, then the pointer OUT/DATASET/latest.json), the ledger run
+        closed and the run's private tables removed (and its prefix in the run store); emits the
+        dataset's n-gram and release asset events with the release's public metadata."""
+        from dpngram.orchestration.task import task_scope
         from dpngram.release.publish import asset_key, publish_run, release_asset_metadata
+        from dpngram.release.run_store import RunStore, configured_run_store
 
         config = _config(context)
-        path = publish_run(RunContext(config))
-        metadata = release_asset_metadata(path)
+        _use_ledger()
+        with task_scope(config, push=False) as ctx:
+            location = publish_run(ctx)
+            if configured_run_store():
+                RunStore(configured_run_store(), ctx).remove()
+        metadata = release_asset_metadata(location)
         for kind, alias in (("ngrams", NGRAMS_ALIAS), ("release", RELEASE_ALIAS)):
-            name, uri = asset_key(config.dataset, kind)
+            name, uri = asset_key(config.dataset, kind, config.out)
             context["outlet_events"][alias].add(Asset(name=name, uri=uri), extra=metadata[kind])
-        return {"path": str(path), "run_id": path.name}
+        return {"path": str(location), "run_id": config.run_id}
 
     @task(outlets=[LM_ALIAS], multiple_outputs=False, task_display_name=TASK_LABELS["publish_lm"])
     @_fail_fast
@@ -436,13 +494,13 @@ def dpngram_release() -> None:
         from dpngram.release.publish import asset_key, release_asset_metadata
 
         config = _config(context)
-        path = RunContext(config).release.final
-        metadata = release_asset_metadata(path, training_corpus=config.public)["language_model"]
+        location = RunContext(config).release.final
+        metadata = release_asset_metadata(location, training_corpus=config.public)["language_model"]
         if metadata is None:
             _skip("this release has no language model")
-        name, uri = asset_key(config.dataset, "language_model")
+        name, uri = asset_key(config.dataset, "language_model", config.out)
         context["outlet_events"][LM_ALIAS].add(Asset(name=name, uri=uri), extra=metadata)
-        return {"path": metadata["paths"]["binary"], "run_id": path.name}
+        return {"path": metadata["paths"]["binary"], "run_id": config.run_id}
 
     # the graph's groups (dpne, and the chains before and after the parallel stages, folded so
     # that the graph is readable at the default zoom) and edges: both from the plan

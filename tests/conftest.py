@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,10 @@ from dpngram.core.noise import TEST_SEED_ENV, TEST_SEED_VALUE, NoiseSource  # no
 from dpngram.stages import ingest as ingest_stage  # noqa: E402
 
 os.environ.setdefault(TEST_SEED_ENV, TEST_SEED_VALUE)
+# Never the real ~/.local/share/dpngram (the per-user ledger and warehouse): a directory per test
+# process, which session fixtures (an Airflow environment captured before any module's own, see
+# _module_ledger_and_warehouse) inherit.
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="dpngram-test-data-")
 
 # A statistical test draws fresh CSPRNG noise and fails by chance with its stated probability α
 # (1e-4 per check; 119 such tests hold several hundred checks, so a correct tree failed
@@ -44,6 +49,85 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(
                 pytest.mark.skip(reason="PostgreSQL + Airflow, minutes: make test-postgres (in make bench)")
             )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_ledger_and_warehouse(tmp_path_factory):
+    """Each test module has a privacy ledger and a default warehouse directory of its own (the
+    per-user defaults under ``XDG_DATA_HOME``), so that one module's lifetime budgets and charges
+    never meet another's, and no test touches the real ``~/.local/share/dpngram``. Processes a
+    test starts inherit it."""
+    patch = pytest.MonkeyPatch()
+    home = tmp_path_factory.mktemp("xdg-data")
+    patch.setenv("XDG_DATA_HOME", str(home))
+    for name in ("DPNGRAM_LEDGER", "DPNGRAM_WAREHOUSE", "DPNGRAM_RUN_STORE"):
+        patch.delenv(name, raising=False)
+    yield home
+    patch.undo()
+
+
+def open_test_ledger():
+    """The ledger this test module's runs charge (the per-user default of
+    :func:`_module_ledger_and_warehouse`)."""
+    from dpngram.release.ledger import open_ledger
+
+    return open_ledger()
+
+
+@pytest.fixture
+def own_ledger(tmp_path):
+    """A privacy ledger of this test's own (an embedded file in its temporary directory), for tests
+    that set lifetime budgets or count a dataset's charges. Its own MonkeyPatch: a test's
+    ``monkeypatch.undo()`` does not take it away."""
+    path = tmp_path / "ledger.duckdb"
+    patch = pytest.MonkeyPatch()
+    patch.setenv("DPNGRAM_LEDGER", str(path))
+    yield path
+    patch.undo()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One throw-away PostgreSQL server per test process (Debian's server binaries, started on
+    127.0.0.1 by tests/airflow_compose.py); skipped with the reason when none is installed."""
+    from airflow_compose import PostgresServer, postgres_bindir
+
+    if postgres_bindir() is None:
+        pytest.skip("no PostgreSQL server binaries: install Debian's 'postgresql' (scripts/system_deps.sh)")
+    server = PostgresServer(user="dpngram", database="dpngram", password="ledger-test-password")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_ledger_url(postgres_server) -> str:
+    """A fresh, empty PostgreSQL database on :func:`postgres_server` for one test's ledger."""
+    import uuid
+
+    import psycopg2
+
+    name = f"ledger_{uuid.uuid4().hex[:12]}"
+    admin = psycopg2.connect(
+        host="127.0.0.1",
+        port=postgres_server.port,
+        user=postgres_server.user,
+        password=postgres_server.password,
+        dbname=postgres_server.database,
+    )
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {name}")
+    admin.close()
+    return f"postgresql://{postgres_server.user}:{postgres_server.password}@127.0.0.1:{postgres_server.port}/{name}"
+
+
+@pytest.fixture(params=["duckdb", "postgresql"])
+def ledger_url(request, tmp_path) -> str:
+    """A fresh ledger on each backend: an embedded DuckDB file, and a PostgreSQL database."""
+    if request.param == "duckdb":
+        return str(tmp_path / "ledger.duckdb")
+    return request.getfixturevalue("postgres_ledger_url")
 
 
 @pytest.fixture

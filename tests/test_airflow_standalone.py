@@ -488,6 +488,8 @@ def session(tmp_path_factory) -> dict[str, Any]:
         "lifetime_epsilon": 6.0,
     }
     airflow.env["DPNGRAM_PARAMS"] = json.dumps(conf)
+    # the consumer follows the assets of the releases under the deployment's OUT (their URIs name it)
+    airflow.env["DPNGRAM_OUT"] = conf["out"]
     out["conf"] = conf
     try:
         airflow.start()
@@ -582,7 +584,7 @@ def session(tmp_path_factory) -> dict[str, Any]:
         # dataset's (waiting for any one of them let the language model's be missing)
         from dpngram.release.publish import ASSET_KINDS, asset_key
 
-        wanted = {asset_key(OTHER_DATASET, kind)[1] for kind in ASSET_KINDS}
+        wanted = {asset_key(OTHER_DATASET, kind, conf["out"])[1] for kind in ASSET_KINDS}
 
         def registered() -> list[dict[str, Any]] | None:
             status, body = airflow.request("GET", "/api/v2/assets?limit=100")
@@ -658,19 +660,18 @@ def test_asset_events_carry_release_metadata_and_trigger_the_consumer(session):
     assert session["state"] == "success", _detail(session)
     release = _release(session)
     by_uri = {e["uri"]: e for e in session["events"] if e["extra"].get("run_id") == release.name}
-    # one set of assets per dataset: this run's dataset is 'standalone'
-    assert set(by_uri) == {
-        "dpngram://standalone/ngrams",
-        "dpngram://standalone/latest",
-        "dpngram://standalone/language-model",
-    }, session["events"]
+    # one set of assets per dataset: this run's dataset is 'standalone'; each URI is where the
+    # dataset's latest release keeps that part
+    latest = "file://" + str(Path(session["conf"]["out"]).resolve() / "standalone" / "latest")
+    ngrams_uri, release_uri, model_uri = f"{latest}/released", latest, f"{latest}/model"
+    assert set(by_uri) == {ngrams_uri, release_uri, model_uri}, session["events"]
     assert {e["name"] for e in by_uri.values()} == {
         "dpngram_standalone_ngrams",
         "dpngram_standalone_release",
         "dpngram_standalone_language_model",
     }
     report = json.loads((release / "report.json").read_text())
-    ngrams = by_uri["dpngram://standalone/ngrams"]["extra"]
+    ngrams = by_uri[ngrams_uri]["extra"]
     assert ngrams["dataset"] == "standalone"
     assert ngrams["epsilon"] == pytest.approx(report["privacy"]["total"]["epsilon"])
     assert ngrams["delta"] == pytest.approx(session["conf"].get("delta", 1e-7))
@@ -680,8 +681,11 @@ def test_asset_events_carry_release_metadata_and_trigger_the_consumer(session):
 
     for name, path in ngrams["paths"].items():
         assert ngrams["released_rows"][name] == pq.ParquetFile(path).metadata.num_rows, name
-    model = by_uri["dpngram://standalone/language-model"]["extra"]
+    model = by_uri[model_uri]["extra"]
     assert model["paths"]["binary"] == str(release / "model" / "model.binary")
+    # with the SHA-256 the release's manifest records, which the consumer checks
+    manifest = json.loads((release / "MANIFEST.json").read_text())
+    assert model["sha256"]["binary"] == manifest["files"]["model/model.binary"]["sha256"]
     assert model["order"] == report["model"]["order"]
 
     (consumer,) = session["consumer_runs"]
@@ -728,18 +732,9 @@ def test_second_run_over_the_lifetime_budget_fails_at_the_precheck(session):
     # a refusal is one line, not a traceback: Airflow records "Task exited" for TaskRefused (a
     # SystemExit) and attaches no exception detail (AirflowFailException would carry one)
     assert "Task exited" in text and "error_detail" not in text and "Traceback" not in text, text[-3000:]
-    # nothing was read: no staged release, no private table in the run's schema
+    # nothing was read: no staged release, no private tables (the run's own DuckDB file)
     assert not (Path(session["conf"]["out"]) / "standalone" / "runs" / f"{run_id}.staging").exists()
-    import duckdb
-
-    con = duckdb.connect(session["conf"]["warehouse"], read_only=True)
-    try:
-        tables = con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_schema = ?", [run_schema_name(run_id)]
-        ).fetchone()[0]
-    finally:
-        con.close()
-    assert tables == 0
+    assert not (Path(session["conf"]["warehouse"]) / "runs" / f"{run_id}.duckdb").exists()
     assert (Path(session["conf"]["out"]) / "standalone" / "latest").resolve() == _release(session)
 
 
@@ -787,21 +782,13 @@ def test_a_mostly_malformed_input_is_refused_at_ingest_with_nothing_reserved(ses
     )
     assert f"{MALFORMED_LINES} of" not in note and "malformed_json" not in note, note
     assert "budget reservation was released" in note, note
-    # nothing is reserved or charged for the dataset
-    import duckdb
+    # nothing is reserved or charged for the dataset (the ledger the tasks used: the per-user one)
+    from dpngram.release.ledger import open_ledger
 
-    con = duckdb.connect(session["conf"]["warehouse"], read_only=True)
-    try:
-        state = con.execute(
-            "SELECT state FROM ledger.runs WHERE run_id = ?",
-            [run_id_from(session["malformed_run"]["dag_run_id"])],
-        ).fetchone()
-        charged = con.execute(
-            "SELECT count(*) FROM ledger.privacy_spend WHERE dataset = 'standalone-malformed'"
-        ).fetchone()
-    finally:
-        con.close()
-    assert state == ("suspended",) and charged == (0,)
+    with open_ledger() as ledger:
+        state = ledger.run(run_id_from(session["malformed_run"]["dag_run_id"]))["state"]
+        charged = ledger.entries("standalone-malformed")
+    assert state == "suspended" and charged == []
 
 
 def _browser(session: dict[str, Any]) -> dict[str, Any]:
@@ -834,21 +821,23 @@ def test_two_datasets_have_separate_latest_and_assets(session):
     # one set of assets per dataset (REST API /api/v2/assets), each run's events on its own set
     registered = {a["uri"] for a in session["assets"]}
     for dataset in ("standalone", OTHER_DATASET):
-        mine = {asset_key(dataset, kind)[1] for kind in ASSET_KINDS}
+        mine = {asset_key(dataset, kind, out)[1] for kind in ASSET_KINDS}
         assert mine <= registered, (dataset, registered)
     fired = {
         run: {e["uri"] for e in session["all_events"] if e["extra"].get("run_id") == run}
         for run in (_release(session).name, other.name)
     }
-    assert fired[other.name] == {asset_key(OTHER_DATASET, kind)[1] for kind in ASSET_KINDS}, fired
-    assert fired[_release(session).name] == {asset_key("standalone", kind)[1] for kind in ASSET_KINDS}, fired
+    assert fired[other.name] == {asset_key(OTHER_DATASET, kind, out)[1] for kind in ASSET_KINDS}, fired
+    assert fired[_release(session).name] == {asset_key("standalone", kind, out)[1] for kind in ASSET_KINDS}
+    # the URIs name where the dataset's latest release keeps each part (OUT/DATASET/latest/...)
+    assert asset_key("standalone", "language_model", out)[1] == f"file://{out.resolve()}/standalone/latest/model"
     # the consumer follows 'standalone' only: the other dataset's model did not trigger it
     assert len(session["consumer_runs_final"]) == 1, session["consumer_runs_final"]
     browser = session.get("browser")
     if browser is not None:  # the UI's Assets page lists both datasets' assets by name
         for dataset in ("standalone", OTHER_DATASET):
             for kind in ASSET_KINDS:
-                assert asset_key(dataset, kind)[0] in browser["assets_page"], (dataset, kind)
+                assert asset_key(dataset, kind, out)[0] in browser["assets_page"], (dataset, kind)
 
 
 def test_budget_split_above_one_is_refused_in_the_trigger_form(session):
@@ -921,8 +910,10 @@ def _ingested_counts(conf: dict[str, Any], work: Path) -> tuple[int, int, int, i
     from dpngram.release.publish import prepare
     from dpngram.stages.ingest import run_ingest
 
-    values = {k: v for k, v in conf.items() if k not in ("out", "warehouse", "lifetime_epsilon")}
-    config = RunConfig.build(**values, out=str(work / "out"), warehouse=str(work / "scratch.duckdb"))
+    values = {k: v for k, v in conf.items() if k not in ("out", "warehouse", "lifetime_epsilon", "dataset")}
+    config = RunConfig.build(
+        **values, out=str(work / "out"), warehouse=str(work / "scratch"), dataset="standalone-counts"
+    )
     ctx = RunContext(prepare(config))
     run_ingest(ctx)
     schema = run_schema_name(ctx.run_id)
@@ -948,17 +939,8 @@ def test_no_marker_or_exact_statistic_in_logs_xcom_or_release(session, tmp_path)
     # vacuous), and the exact statistics below are what such a run holds privately
     n_users, n_docs, n_sentences, n_tokens, marked = _ingested_counts(session["conf"], tmp_path)
     assert marked == 1 and n_tokens > n_sentences > 0
-    # the published run's own private tables were dropped at publish
-    import duckdb
-
-    con = duckdb.connect(session["conf"]["warehouse"], read_only=True)
-    try:
-        left = con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_schema = ?", [run_schema_name(run_id)]
-        ).fetchone()[0]
-    finally:
-        con.close()
-    assert left == 0
+    # the published run's own private tables (its DuckDB file) were deleted at publish
+    assert not (Path(session["conf"]["warehouse"]) / "runs" / f"{run_id}.duckdb").exists()
 
     # logs: every file under AIRFLOW_HOME (task logs, dag-processor logs) and the processes' output
     scanned = [p for p in airflow.paths["airflow_home"].rglob("*") if p.is_file() and p.suffix != ".db"]

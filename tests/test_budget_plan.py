@@ -19,7 +19,6 @@ from dpngram.mechanisms.bayes import calibrate
 from dpngram.mechanisms.dpne import level_sigmas
 from dpngram.mechanisms.dpsu import vocabulary_parameters
 from dpngram.release.context import RunContext, StageResult
-from dpngram.release.ledger import Ledger
 from dpngram.release.publish import prepare
 from dpngram.release.spend import spend_once
 from dpngram.stages.triehh import privacy_plan
@@ -239,8 +238,8 @@ def test_ledger_charges_of_a_run_add_up_to_its_composed_total(tmp_path):
         by_stage.setdefault(event.stage, []).append(event)
     for stage in ("dpne.k1", "dpne.k2", "dpne.k3", "bayes", "synth"):
         _stage(ctx, stage, by_stage[stage])
-    with ctx.warehouse() as wh:
-        spent = Ledger(wh.con).spent(config.dataset, ctx.run_id)
+    with ctx.ledger() as ledger:
+        spent = ledger.spent(config.dataset, ctx.run_id)
     assert spent.epsilon == pytest.approx(Accountant(events).total_epsilon(1e-7), rel=1e-12)
     assert spent.epsilon == pytest.approx(4.0, rel=PRECISION) and spent.epsilon <= 4.0 * (1 + 1e-12)
     assert spent.delta == pytest.approx(1e-7, rel=1e-12)

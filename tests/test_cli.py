@@ -114,9 +114,7 @@ def test_run_end_to_end_publishes_a_release(first_result):
 def test_ledger_shows_the_runs_spend(first_result, capsys):
     base, proc = first_result
     assert proc.returncode == 0
-    code, out, _ = run_cli(
-        capsys, "ledger", "--dataset", "clitest", "--warehouse", str(base / "wh.duckdb"), "--json"
-    )
+    code, out, _ = run_cli(capsys, "ledger", "--dataset", "clitest", "--json")
     assert code == 0
     history = json.loads(out)
     assert {e["run_id"] for e in history["entries"]} == {"first"}
@@ -128,8 +126,10 @@ def test_ledger_shows_the_runs_spend(first_result, capsys):
         report["privacy"]["ledger_charged"]["epsilon_exact"], rel=1e-9
     )
     assert report["privacy"]["total"]["epsilon"] <= charged * (1 + 1e-9)
-    code, out, _ = run_cli(capsys, "ledger", "--dataset", "clitest", "--warehouse", str(base / "wh.duckdb"))
+    code, out, _ = run_cli(capsys, "ledger", "--dataset", "clitest")
     assert code == 0 and "first" in out and "total" in out
+    # it says where the ledger is: the per-user default, whatever the working directory
+    assert "ledger: " in out and "dpngram/ledger.duckdb" in out
 
 
 def test_quarantine_below_the_limit_runs_and_the_counts_stay_operator_only(first_result):
@@ -141,7 +141,7 @@ def test_quarantine_below_the_limit_runs_and_the_counts_stay_operator_only(first
         rows = sum(1 for _ in fh)
     assert f"quarantine: {GARBAGE} of {rows:,} rows read were quarantined" in proc.stderr
     assert "malformed_json  the line is not valid JSON" in proc.stderr and SECRET not in proc.stderr
-    operator = json.loads((base / "operator" / "first" / "operator_report.json").read_text())
+    operator = json.loads((base / "wh.duckdb" / "operator" / "first" / "operator_report.json").read_text())
     assert operator["quarantine"] == {
         "rows_read": rows,
         "rows_quarantined": GARBAGE,
@@ -159,8 +159,7 @@ def test_quarantine_below_the_limit_runs_and_the_counts_stay_operator_only(first
 
 
 def test_quarantine_above_the_limit_is_refused_with_nothing_reserved(sample, tmp_path, capsys):
-    from dpngram.engines.duckdb import Warehouse
-    from dpngram.release.ledger import Ledger
+    from dpngram.release.ledger import open_ledger
 
     users, rows = with_garbage(sample["users"], tmp_path / "bad.jsonl.gz", 0)
     garbage = int(0.06 * rows) + 1  # just above 5% of the rows read once it is added
@@ -180,8 +179,7 @@ def test_quarantine_above_the_limit_is_refused_with_nothing_reserved(sample, tmp
     ), err
     assert f"quarantine: {garbage:,} of {rows:,} rows read were quarantined" in err  # the summary
     assert SECRET not in out + err
-    with Warehouse(tmp_path / "wh.duckdb", read_only=True) as wh:
-        ledger = Ledger(wh.con, create=False)
+    with open_ledger() as ledger:
         assert ledger.run("refused")["state"] == "suspended"  # its reservation was released
         assert ledger.committed("bad").epsilon == 0 and ledger.entries("bad") == []
     assert (
@@ -193,25 +191,23 @@ def test_quarantine_above_the_limit_is_refused_with_nothing_reserved(sample, tmp
 def test_ledger_unknown_dataset_is_an_error_naming_the_known_ones(first_result, capsys):
     base, proc = first_result
     assert proc.returncode == 0
-    warehouse = str(base / "wh.duckdb")
-    code, out, err = run_cli(capsys, "ledger", "--dataset", "clitset", "--warehouse", warehouse)
+    code, out, err = run_cli(capsys, "ledger", "--dataset", "clitset")
     assert code == 2 and out == ""
     assert err.count("\n") == 1, err
-    assert "dataset 'clitset' is not in the ledger" in err and "known datasets: clitest" in err
+    assert "dataset 'clitset' is not in the ledger" in err and "known datasets: " in err
+    assert "clitest" in err.strip().split("known datasets: ", 1)[1].split(", ")  # and the module's others
 
 
 def test_ledger_table_fits_80_columns(tmp_path, capsys, monkeypatch):
     """A long Airflow run id folds inside its column instead of widening the table past 80."""
-    from dpngram.engines.duckdb import Warehouse
-    from dpngram.release.ledger import Ledger
+    from dpngram.release.ledger import open_ledger
 
     run_id = "manual__2026-11-24T10_00_00.123456_00_00"
-    with Warehouse(tmp_path / "wh.duckdb") as wh:
-        ledger = Ledger(wh.con)
+    with open_ledger() as ledger:
         for stage in ("dpne.k1", "dpne.k2", "lm_counts"):
             ledger.record("chats", run_id, stage, 1.3333333, 3.3e-8, [])
     monkeypatch.setenv("COLUMNS", "80")
-    code, out, _ = run_cli(capsys, "ledger", "--dataset", "chats", "--warehouse", str(tmp_path / "wh.duckdb"))
+    code, out, _ = run_cli(capsys, "ledger", "--dataset", "chats")
     assert code == 0
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= 80, out

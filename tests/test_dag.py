@@ -206,8 +206,10 @@ def test_dag_imports_and_params_mirror_run_config(airflow):
     assert list(dict.fromkeys(sections)) == list(SECTION_ORDER)
     assert params["bayes_clip_count"]["schema"]["section"] == "Stage: Bayesian trigram distribution"
     assert params["lifetime_epsilon"]["schema"]["section"] == "Privacy details"
-    for name in ("input", "public", "out", "warehouse"):
+    for name in ("input", "public", "out"):
         assert Path(params[name]["default"]).is_absolute(), name
+    # no warehouse default: each worker's own directory (DPNGRAM_WAREHOUSE) when the run names none
+    assert params["warehouse"]["default"] is None
 
     tasks = info["tasks"]
     # TrieHH runs in the vocabulary task and the levels 2..T in the k-gram task: no task is
@@ -269,10 +271,10 @@ def test_dag_imports_and_params_mirror_run_config(airflow):
     relaxed = set(order[2:-2])  # every step after ingest
     for name in order:
         assert tasks[name]["trigger_rule"] == ("none_failed" if name in relaxed else "all_success"), name
-    # every task that opens the DuckDB warehouse is in the one-slot pool (publish closes the
-    # ledger run and drops the private tables); publish_lm only emits an asset event
-    assert all(tasks[t]["pool"] == "dpngram_warehouse" for t in order[:-1])
-    assert tasks["publish_lm"]["pool"] != "dpngram_warehouse"
+    # no task is in a one-slot pool any more (issue 50): each run has a warehouse of its own and
+    # the tasks of one run take turns through the run's lock in the ledger, so two datasets' runs
+    # go on side by side
+    assert all(tasks[t]["pool"] == "default_pool" for t in order)
     assert all(tasks[t]["retries"] == 2 for t in order)
     # per-dataset assets, emitted through aliases (the dataset is a run parameter)
     assert tasks["publish"]["outlets"] == ["alias:dpngram_ngrams_events", "alias:dpngram_release_events"]
@@ -281,10 +283,11 @@ def test_dag_imports_and_params_mirror_run_config(airflow):
 
     consumer = bag["dags"]["dpngram_consume_lm"]
     # the consumer subscribes to ONE dataset's model (DPNGRAM_CONSUMER_DATASET, default 'default')
-    assert "dpngram://default/language-model" in json.dumps(consumer["schedule"])
+    out_uri = "file://" + str(Path(airflow["env"]["DPNGRAM_OUT"]).resolve())
+    assert f"{out_uri}/default/latest/model" in json.dumps(consumer["schedule"])
     other = dagbag(airflow, DPNGRAM_CONSUMER_DATASET="chats")["dags"]["dpngram_consume_lm"]
-    assert "dpngram://chats/language-model" in json.dumps(other["schedule"])
-    assert "dpngram://default/" not in json.dumps(other["schedule"])
+    assert f"{out_uri}/chats/latest/model" in json.dumps(other["schedule"])
+    assert f"{out_uri}/default/" not in json.dumps(other["schedule"])
     assert set(consumer["tasks"]) == {"perplexity"}
 
 
@@ -364,7 +367,7 @@ def test_dags_test_publishes_a_release(airflow, sample):
     assert (release / "model" / "model.binary").is_file()
     # timings are operator-only: in the run's operator report beside the warehouse, not the release
     assert "timings_seconds" not in report
-    (operator_report,) = (airflow["base"] / "operator").glob("*/operator_report.json")
+    (operator_report,) = (airflow["base"] / "wh.duckdb" / "operator").glob("*/operator_report.json")
     timings = json.loads(operator_report.read_text())["timings_seconds"]
     assert set(timings) >= {"dpne.k1", "lm_counts", "bayes", "synth", "validation", "lm"}
     # the level steps keep their names (timings) though they run in one task; none beyond T
@@ -382,8 +385,8 @@ def test_dags_test_publishes_a_release(airflow, sample):
 def test_dags_test_on_the_spark_engine(airflow, sample):
     """The DAG's engine Params select Spark: every task that reads private tables opens a Spark
     session (local[2] here, a cluster master in production), the release validates and is
-    published, and the run's private tables, under spark_warehouse, are removed at publish (the
-    DuckDB file keeps the ledger alone)."""
+    published, and the run's private tables, under spark_warehouse, are removed at publish (no DuckDB
+    file of the run is left; the ledger is its own store)."""
     from dpngram.engines.spark import java_available
     from dpngram.engines.sql import run_schema_name
 
@@ -418,16 +421,13 @@ def test_dags_test_on_the_spark_engine(airflow, sample):
         assert (release / name).is_file(), name
     # Spark kept the run's tables under spark_warehouse (its root is there); publish removed them
     assert (base / "tables").is_dir() and not (base / "tables" / run_schema_name(release.name)).exists()
-    import duckdb
+    from dpngram.release.ledger import open_ledger
 
-    with duckdb.connect(str(base / "wh.duckdb"), read_only=True) as db:
-        private = db.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_schema LIKE 'run_%'"
-        ).fetchone()[0]
-        charged = db.execute(
-            "SELECT count(*) FROM ledger.privacy_spend WHERE dataset = 'dagspark'"
-        ).fetchone()[0]
-    assert private == 0 and charged > 0
+    # no DuckDB file of the run is left in the warehouse directory, and the ledger (the tasks' own,
+    # the per-user default of the Airflow environment) holds the charges
+    assert not list((base / "wh.duckdb" / "runs").glob("*.duckdb"))
+    with open_ledger(str(Path(airflow["env"]["XDG_DATA_HOME"]) / "dpngram" / "ledger.duckdb")) as ledger:
+        assert ledger.spent("dagspark").epsilon > 0
 
 
 def test_invalid_conf_fails_the_dag_test(airflow, sample):
@@ -467,10 +467,12 @@ PRECHECK_SCRIPT = textwrap.dedent("""
 
 
 def _run_precheck(airflow, params: dict) -> tuple[dict, str]:
-    """PRECHECK_SCRIPT with DPNGRAM_PARAMS = ``params``: (its result per case, everything logged)."""
+    """PRECHECK_SCRIPT with DPNGRAM_PARAMS = ``params``: (its result per case, everything logged).
+    Each call has a ledger of its own, beside its warehouse directory: the cases reuse run ids."""
+    ledger = str(params["warehouse"]) + ".ledger.duckdb"
     proc = subprocess.run(
         [sys.executable, "-c", PRECHECK_SCRIPT],
-        env={**airflow["env"], "DPNGRAM_PARAMS": json.dumps(params)},
+        env={**airflow["env"], "DPNGRAM_PARAMS": json.dumps(params), "DPNGRAM_LEDGER": ledger},
         capture_output=True,
         text=True,
         timeout=600,

@@ -24,7 +24,6 @@ from dpngram.engines.duckdb import Warehouse
 from dpngram.mechanisms import dpne, dpne_domain
 from dpngram.release import layout
 from dpngram.release.context import RunContext, read_parts
-from dpngram.release.ledger import Ledger
 from dpngram.release.publish import prepare
 from dpngram.stages import dpne as dpne_stage
 from dpngram.stages import vocabulary as vocabulary_stage
@@ -372,8 +371,8 @@ def test_theorem_2_1_accounting(tmp_path):
     run_dpne(ctx)
     summary = read_parts(ctx)["dpne.kgrams"]
     assert summary["composed_epsilon"] == pytest.approx(3.0, rel=1e-6)
-    with Warehouse(ctx.config.warehouse) as wh:
-        spent_eps, spent_delta = Ledger(wh.con).spent(ctx.config.dataset)
+    with ctx.ledger() as ledger:
+        spent_eps, spent_delta = ledger.spent(ctx.config.dataset, ctx.run_id)
     assert spent_eps == pytest.approx(3.0, rel=1e-6)
     assert spent_delta <= 1e-4 * (1 + 1e-9)
 

@@ -119,11 +119,14 @@ def test_no_statement_profile_without_the_variable(tmp_path, monkeypatch) -> Non
 
 
 def test_open_engine_default_is_duckdb(tmp_path) -> None:
-    config = RunConfig.build(input="x.jsonl", out=str(tmp_path / "out"), warehouse=str(tmp_path / "w.duckdb"))
+    config = RunConfig.build(
+        input="x.jsonl", out=str(tmp_path / "out"), warehouse=str(tmp_path / "w"), run_id="r1"
+    )
     assert config.engine.name == "duckdb"
     engine = open_engine(config)
     try:
         assert isinstance(engine, Warehouse)
+        assert engine.path == tmp_path / "w" / "runs" / "r1.duckdb"  # the run's own file
     finally:
         engine.close()
 

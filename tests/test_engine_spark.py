@@ -41,7 +41,7 @@ from dpngram.config import RunConfig
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.duckdb import Warehouse
 from dpngram.engines.ingest_stats import ingest_stats
-from dpngram.engines.spark import SparkEngine, java_available  # noqa: E402
+from dpngram.engines.spark import SparkEngine, default_root, java_available  # noqa: E402
 from dpngram.engines.sql import load_sql
 from dpngram.mechanisms import bayes, dpne, dpne_domain, dpsu, synth
 from dpngram.release import layout
@@ -130,10 +130,18 @@ def runs(spark, corpus, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engines(runs, spark):
-    duck = Warehouse(runs["duckdb"].config.warehouse, memory_limit="1GB")
-    sp = SparkEngine(spark, runs["spark"].config.warehouse + ".spark")
+    duck = Warehouse(runs["duckdb"].config.run_warehouse, memory_limit="1GB")
+    sp = SparkEngine(spark, default_root(runs["spark"].config.warehouse))
     yield {"duckdb": (duck, runs["duckdb"].schema), "spark": (sp, runs["spark"].schema)}
     duck.close()
+
+
+def assert_no_duckdb_copy(config: RunConfig, schema: str) -> None:
+    """The run's DuckDB file (``WAREHOUSE/runs/RUN_ID.duckdb``), if a step opened it, holds no copy
+    or view of the private tables, which live on the Spark engine only."""
+    if config.run_warehouse.exists():
+        with Warehouse(config.run_warehouse, memory_limit="256MB", read_only=True) as wh:
+            assert not wh.table_exists(schema, "sentences")
 
 
 def _sorted(table: pa.Table, keys: list[str]) -> pa.Table:
@@ -317,16 +325,15 @@ def test_spark_tables_persist_across_engines(runs, engines, spark) -> None:
     """A new engine (a new Airflow task) finds the run's tables: re-registered from the files."""
     ctx = runs["spark"]
     duck, duck_schema = engines["duckdb"]
-    fresh = SparkEngine(spark, ctx.config.warehouse + ".spark")
+    fresh = SparkEngine(spark, default_root(ctx.config.warehouse))
     spark.sql(f"DROP DATABASE IF EXISTS {ctx.schema} CASCADE")  # as in a new session
     assert fresh.object_type(ctx.schema, "sentences") == "BASE TABLE"
     assert fresh.object_type(ctx.schema, "tokens") == "VIEW"
     assert fresh.fetch_scalar(f"SELECT count(*) FROM {ctx.schema}.tokens") == duck.fetch_scalar(
         f"SELECT count(*) FROM {duck_schema}.tokens"
     )
-    # Private tables live only on the engine: the DuckDB file (the ledger) has no copy or view.
-    with Warehouse(ctx.config.warehouse, memory_limit="512MB") as wh:
-        assert not wh.table_exists(ctx.schema, "sentences")
+    # Private tables live only on the engine: the run's DuckDB file, if any, has no copy or view.
+    assert_no_duckdb_copy(ctx.config, ctx.schema)
 
 
 def test_parquet_quarantine_identical(spark, tmp_path) -> None:
@@ -359,7 +366,7 @@ def test_parquet_quarantine_identical(spark, tmp_path) -> None:
             run_ingest(ctx)
             with ctx.warehouse() as wh:
                 if name == "spark":
-                    engine = SparkEngine(spark, config.warehouse + ".spark")
+                    engine = SparkEngine(spark, default_root(config.warehouse))
                     sentences = engine.fetch_arrow(
                         f"SELECT user_id, doc_id, sent_id, tokens FROM {ctx.schema}.sentences"
                     )
@@ -484,8 +491,8 @@ def test_private_validation_runs_on_the_spark_engine(runs, spark, tmp_path) -> N
     ctx = runs["spark"]
     config = ctx.config.model_copy(
         update={
-            "warehouse": str(tmp_path / "empty.duckdb"),
-            "spark_warehouse": ctx.config.warehouse + ".spark",
+            "warehouse": str(tmp_path / "empty"),
+            "spark_warehouse": default_root(ctx.config.warehouse),
         }
     )
     sources = validate.Sources(RunContext(config))
@@ -498,8 +505,7 @@ def test_private_validation_runs_on_the_spark_engine(runs, spark, tmp_path) -> N
     assert len(batches["ingest.tokens_sample"].frame) > 1000
     consistency = batches["ingest.consistency"].frame
     assert len(consistency) == 1 and int(consistency.to_numpy().sum()) == 0
-    with Warehouse(config.warehouse, memory_limit="256MB") as wh:  # nothing was exposed to DuckDB
-        assert not wh.table_exists(ctx.schema, "sentences")
+    assert_no_duckdb_copy(config, ctx.schema)  # nothing was exposed to DuckDB
 
 
 def test_triehh_user_words_identical_and_stage_runs_on_spark(runs, engines) -> None:

@@ -1,7 +1,8 @@
 """Trust under faults, round two (issue 26, item 7): the CLI's rough edges. Each failure is one
 line that says what is wrong and what to do: filesystem failures name the path and the flag,
 negative numbers reach validation, duplicate budget shares and a zero memory limit are refused,
-`dpngram ingest` prints the quarantine summary it refers to, and the ledger shows tiny ε readably.
+an older dpngram's one-file warehouse is refused saying to import its ledger, `dpngram ingest`
+prints the quarantine summary it refers to, and the ledger shows tiny ε readably.
 docs/faults.md, "Rough edges". Fast: no full run."""
 
 from __future__ import annotations
@@ -114,6 +115,47 @@ def test_a_warehouse_below_a_file_is_one_line_naming_the_flag_and_the_fix(tmp_pa
     assert "choose another path" in line
 
 
+def old_warehouse_file(tmp_path: Path) -> Path:
+    """The one-file warehouse of an older dpngram (which also held the privacy ledger)."""
+    import duckdb
+
+    path = tmp_path / "warehouse.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE SCHEMA ledger")
+    con.execute("CREATE TABLE ledger.privacy_spend (dataset VARCHAR, run_id VARCHAR, stage VARCHAR)")
+    con.close()
+    return path
+
+
+def test_a_warehouse_that_is_a_file_is_refused_in_one_line_saying_to_import_its_ledger(tmp_path, capsys):
+    """Warehouses are directories now (one DuckDB file per run) and the ledger is kept apart: a
+    --warehouse naming an older dpngram's one-file warehouse is refused before anything is read,
+    staged or reserved, saying to import its ledger; the file is left as it was."""
+    src = write_input(tmp_path / "in.jsonl")
+    old = old_warehouse_file(tmp_path)
+    before = old.read_bytes()
+    code, _, err = run_cli(
+        capsys, "run", "--input", str(src), "--out", str(tmp_path / "o"), "--warehouse", str(old), "-q",
+    )  # fmt: skip
+    line = one_error_line(err)
+    assert code == 2 and line.startswith("dpngram: error: warehouse: ")
+    assert f"{old} is a file" in line and "import its ledger" in line and "pass a directory" in line
+    assert not (tmp_path / "o").exists() and old.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", ["run", "gc"])
+def test_the_refusal_of_a_warehouse_file_names_the_import_command_that_works(tmp_path, capsys, command):
+    src = write_input(tmp_path / "in.jsonl")
+    old = old_warehouse_file(tmp_path)
+    argv = ["--warehouse", str(old)]
+    if command == "run":
+        argv = ["--input", str(src), "--out", str(tmp_path / "o"), *argv, "-q"]
+    code, _, err = run_cli(capsys, command, *argv)
+    line = one_error_line(err)
+    assert code == 2 and "unexpected" not in line
+    assert f"`dpngram ledger --import {old}`" in line
+
+
 def test_a_full_disk_says_to_free_space(tmp_path, capsys, monkeypatch):
     import errno
 
@@ -156,15 +198,12 @@ def test_format_epsilon_never_shows_a_spend_as_zero():
 
 def test_the_ledger_shows_an_epsilon_below_5e_5_in_scientific_notation(tmp_path, capsys):
     from dpngram.core.accounting import PrivacyEvent
-    from dpngram.engines.duckdb import Warehouse
-    from dpngram.release.ledger import Ledger
+    from dpngram.release.ledger import open_ledger
 
-    warehouse = tmp_path / "w.duckdb"
-    with Warehouse(warehouse) as wh:
-        Ledger(wh.con).record(
-            "tiny", "r1", "synth", 2e-7, 0.0, [PrivacyEvent("synth", "laplace", epsilon=2e-7)]
-        )
-    code, out, _ = run_cli(capsys, "ledger", "--dataset", "tiny", "--warehouse", str(warehouse))
+    ledger_path = tmp_path / "ledger.duckdb"
+    with open_ledger(str(ledger_path)) as ledger:
+        ledger.record("tiny", "r1", "synth", 2e-7, 0.0, [PrivacyEvent("synth", "laplace", epsilon=2e-7)])
+    code, out, _ = run_cli(capsys, "ledger", "--dataset", "tiny", "--ledger", str(ledger_path))
     assert code == 0
     assert "2.000e-07" in out
     assert "0.0000" not in out

@@ -41,7 +41,6 @@ from dpngram.mechanisms import lm_counts
 from dpngram.mechanisms.bayes import calibrate
 from dpngram.release import layout
 from dpngram.release.context import read_parts
-from dpngram.release.ledger import Ledger
 from dpngram.stages import lm_counts as lm_counts_stage
 from dpngram.text.sample import write_sample
 
@@ -639,8 +638,8 @@ def counts_run(tmp_path, files, **overrides):
 
 
 def lm_ledger_rows(ctx) -> list[dict]:
-    with ctx.warehouse() as wh:
-        entries = Ledger(wh.con).entries(ctx.config.dataset)
+    with ctx.ledger() as ledger:
+        entries = ledger.entries(ctx.config.dataset)
     return [e for e in entries if e["run_id"] == ctx.run_id and e["stage"] == lm_counts.STAGE]
 
 

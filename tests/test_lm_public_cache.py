@@ -323,7 +323,7 @@ def test_heldout_text_is_cached_per_corpus_and_equals_a_fresh_one(tmp_path, monk
     work.mkdir()
     first = heldout_text(config, work)
     assert first is not None and first.read_text(encoding="utf-8") == fresh.read_text(encoding="utf-8")
-    assert first.is_relative_to(tmp_path / "wh" / "cache" / "public" / "heldout")
+    assert first.is_relative_to(tmp_path / "wh" / "w.duckdb" / "cache" / "public" / "heldout")
 
     def refuse(*args, **kwargs):
         raise AssertionError("written again although cached")
@@ -334,7 +334,7 @@ def test_heldout_text_is_cached_per_corpus_and_equals_a_fresh_one(tmp_path, monk
     _corpus(corpus, 12, lines=200)  # same path, other content: a new entry
     changed = heldout_text(config, work)
     assert changed != first and changed.read_text(encoding="utf-8") != fresh.read_text(encoding="utf-8")
-    assert len(list((tmp_path / "wh" / "cache" / "public" / "heldout").iterdir())) == 2
+    assert len(list((tmp_path / "wh" / "w.duckdb" / "cache" / "public" / "heldout").iterdir())) == 2
 
     (tmp_path / "blocked").write_text("a file where the warehouse directory should be", encoding="utf-8")
     blocked = config.model_copy(update={"warehouse": str(tmp_path / "blocked" / "w.duckdb")})

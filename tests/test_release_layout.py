@@ -74,6 +74,24 @@ ADDED_COLUMNS: dict[str, list[list[str]]] = {
 }
 
 
+#: Issue 50: flags added to commands (not run parameters) and removed from them: the privacy ledger
+#: is its own store (``--ledger URL`` wherever a command charges or reads it), no longer a schema of
+#: the warehouse file (``dpngram ledger`` lost ``--warehouse``); ``dpngram ledger`` also exports the
+#: charges, imports an older warehouse's ledger and forecasts against a refresh schedule.
+ADDED_FLAGS = {
+    "run": {"--ledger"},
+    "baseline": {"--ledger"},
+    "ingest": {"--ledger"},
+    "ledger": {"--ledger", "--export", "--import", "--schedule"},
+}
+REMOVED_FLAGS = {"ledger": {"--warehouse"}}
+ADDED_FLAG_CHOICES = {"ledger": {"--export": ["csv", "json"]}}
+
+#: Issue 50: files added to every release: MANIFEST.json (each file's size and SHA-256, which a
+#: consumer checks what it downloaded against).
+ADDED_FILES = ["MANIFEST.json"]
+
+
 #: Of those, the on/off ones (their flag also has a ``--no-`` form).
 ADDED_SWITCHES = {"follow_external_symlinks", "dpsu_sips_admission"}
 
@@ -111,6 +129,10 @@ def test_cli_flags_and_choices_are_unchanged(command: str) -> None:
         for name, gone in REMOVED_CHOICES.items():
             flag = "--" + name.replace("_", "-")
             recorded_choices[flag] = sorted(set(recorded_choices[flag]) - gone)
+    recorded_flags = sorted(
+        {*recorded_flags, *ADDED_FLAGS.get(command, ())} - REMOVED_FLAGS.get(command, set())
+    )
+    recorded_choices = {**recorded_choices, **ADDED_FLAG_CHOICES.get(command, {})}
     assert flags == recorded_flags
     assert choices == recorded_choices
 
@@ -145,7 +167,8 @@ def test_a_full_release_has_the_same_files_columns_and_report_sections(tmp_path:
         for p in release.rglob("*")
         if p.is_file() and not p.relative_to(release).as_posix().startswith("validation/data_docs/")
     )
-    assert files == sorted(_renamed(f) for f in expected["files"] if not f.startswith("report.timings/"))
+    recorded = [_renamed(f) for f in expected["files"] if not f.startswith("report.timings/")]
+    assert files == sorted([*recorded, *ADDED_FILES])
     for relative, columns in expected["parquet"].items():
         schema = pq.read_schema(release / relative)
         assert [[f.name, str(f.type)] for f in schema] == columns + ADDED_COLUMNS.get(relative, []), relative
@@ -160,12 +183,11 @@ def test_a_full_release_has_the_same_files_columns_and_report_sections(tmp_path:
     assert sum(charged.values()) == pytest.approx(total["epsilon_exact"], rel=1e-9)
     # issue 28, item 5: the report's per-stage charges are the ledger's entries (the run's delta
     # charged once, not a share repeated per level); epsilon rounded for people, exact beside it
-    from dpngram.engines.duckdb import Warehouse
-    from dpngram.release.ledger import Ledger
+    from dpngram.release.ledger import open_ledger
     from dpngram.release.publish import release_asset_metadata
 
-    with Warehouse(tmp_path / "wh.duckdb", read_only=True) as wh:
-        entries = Ledger(wh.con, create=False).entries(config.dataset)
+    with open_ledger() as ledger:
+        entries = [e for e in ledger.entries(config.dataset) if e["run_id"] == report["run_id"]]
     ledger = {e["stage"]: (e["epsilon"], e["delta"]) for e in entries}
     assert set(ledger) <= set(stages) and len(ledger) >= 4
     assert {n: (stages[n]["charged_epsilon"], stages[n]["charged_delta"]) for n in ledger} == ledger

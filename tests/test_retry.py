@@ -33,10 +33,9 @@ import pytest
 
 from dpngram.config import RunConfig
 from dpngram.demo import airflow_env
-from dpngram.engines.duckdb import Warehouse
 from dpngram.orchestration.plan import run_release
 from dpngram.release.context import RunContext, run_id_from
-from dpngram.release.ledger import Ledger
+from dpngram.release.ledger import open_ledger
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
@@ -150,11 +149,8 @@ def drive(
 
 
 def ledger(setting: dict, run_id: str) -> list[tuple[str, float, float]]:
-    wh = Warehouse(setting["conf"]["warehouse"])  # also replays the WAL a killed writer left
-    try:
-        entries = Ledger(wh.con).entries(setting["conf"]["dataset"])
-    finally:
-        wh.close()
+    with open_ledger() as ledger:  # the module's ledger, which the Airflow tasks charged
+        entries = ledger.entries(setting["conf"]["dataset"])
     return sorted((e["stage"], e["epsilon"], e["delta"]) for e in entries if e["run_id"] == run_id)
 
 

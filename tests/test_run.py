@@ -30,6 +30,9 @@ from dpngram.release.ledger import Ledger
 from dpngram.release.publish import prepare, publish_run
 from dpngram.release.spend import spend_once
 
+#: each test its own ledger: several set a lifetime budget on dataset "runtest"
+pytestmark = pytest.mark.usefixtures("own_ledger")
+
 
 def make_config(tmp_path: Path, **overrides) -> RunConfig:
     values = {
@@ -46,8 +49,8 @@ def make_config(tmp_path: Path, **overrides) -> RunConfig:
 
 
 def ledger_entries(ctx: RunContext) -> list[dict]:
-    with ctx.warehouse() as wh:
-        return Ledger(wh.con).entries(ctx.config.dataset)
+    with ctx.ledger() as ledger:
+        return [e for e in ledger.entries(ctx.config.dataset) if e["run_id"] == ctx.run_id]
 
 
 class CountingStage:
@@ -103,10 +106,11 @@ def test_crash_after_outputs_but_before_commit_is_recovered_by_the_retry(tmp_pat
     def crash(*args, **kwargs):
         raise OSError("simulated crash before the ledger commit")
 
+    original = Ledger.record
     monkeypatch.setattr(Ledger, "record", crash)
     with pytest.raises(OSError):
         spend_once(ctx, "dpne", [stage.output], stage)
-    monkeypatch.undo()
+    monkeypatch.setattr(Ledger, "record", original)  # (not undo(): it would drop own_ledger too)
     assert ledger_entries(ctx) == []
     result = spend_once(ctx, "dpne", [stage.output], stage)  # the retry
     assert stage.calls == 1 and result["reused"] is True

@@ -26,7 +26,6 @@ from dpngram.mechanisms import triehh
 from dpngram.orchestration.plan import release_steps
 from dpngram.release import layout
 from dpngram.release.context import RunContext, read_parts
-from dpngram.release.ledger import Ledger
 from dpngram.release.publish import prepare
 from dpngram.stages import ingest as ingest_stage
 from dpngram.stages import triehh as triehh_stage
@@ -256,13 +255,13 @@ def test_retry_reuses_the_release_and_charges_once(tmp_path):
     ctx = triehh_context(tmp_path, files, triehh_users_per_layer=40, triehh_max_depth=8)
     first = triehh_stage.run_triehh(ctx)
     words = pq.read_table(ctx.release.root / layout.OOV_WORDS).column("word").to_pylist()
-    with ctx.warehouse() as wh:
-        spent = Ledger(wh.con).spent(ctx.config.dataset, ctx.run_id)
+    with ctx.ledger() as ledger:
+        spent = ledger.spent(ctx.config.dataset, ctx.run_id)
     second = triehh_stage.run_triehh(ctx)
     assert first["reused"] is False and second["reused"] is True
     assert pq.read_table(ctx.release.root / layout.OOV_WORDS).column("word").to_pylist() == words
-    with ctx.warehouse() as wh:
-        assert Ledger(wh.con).spent(ctx.config.dataset, ctx.run_id) == spent
+    with ctx.ledger() as ledger:
+        assert ledger.spent(ctx.config.dataset, ctx.run_id) == spent
     assert spent.epsilon == pytest.approx(first["epsilon"])
 
 

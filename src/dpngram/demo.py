@@ -9,11 +9,12 @@ Idempotent set-up, then one DAG run:
    ingests and receives as ``lm_eval_text``;
 2. Airflow state lives in ``<repo>/.airflow`` (``AIRFLOW_HOME``, absolute path; SQLite metadata
    DB), DAGs are read from ``<repo>/dags``, examples are off; ``airflow db migrate`` runs once
-   per Airflow version and the one-slot pool ``dpngram_warehouse`` is created once (a stamp file
-   records both);
+   per Airflow version (a stamp file records it);
 3. ``airflow dags test dpngram_release -c '{conf}'`` runs the DAG in-process with input/public
-   pointing at the sample, the warehouse at ``<repo>/.dpngram/warehouse.duckdb`` and
-   out=``<repo>/demo-output``; its full log goes to ``<repo>/.airflow/demo-logs/``;
+   pointing at the sample, the warehouse directory at ``<repo>/.dpngram/warehouse`` and
+   out=``<repo>/demo-output``; its full log goes to ``<repo>/.airflow/demo-logs/``. The privacy
+   ledger is the user's embedded one (``~/.local/share/dpngram/ledger.duckdb``, or
+   ``DPNGRAM_LEDGER``): no server is needed;
 4. the paths of report.json, report.html, the Data Docs index (and the language model, when the
    run builds one) are printed, then the released model against the public-only model on the
    held-out users (private domain) and on held-out public sentences (report.json's
@@ -48,12 +49,6 @@ DAG_ID = "dpngram_release"
 DEMO_SEED = 20260101
 
 
-POOL = "dpngram_warehouse"
-
-
-POOL_DESCRIPTION = "dpngram DuckDB warehouse: one writer at a time"
-
-
 def _repository() -> Path:
     """The checkout the demo runs in (its ``dags/`` folder and state directories): the repository
     this module lives in (``src/dpngram/demo.py``), else the current directory."""
@@ -73,7 +68,7 @@ def demo_paths(repo: Path = REPO) -> dict[str, Path]:
         "repo": repo,
         "state": state,
         "sample": state / "sample",
-        "warehouse": state / "warehouse.duckdb",
+        "warehouse": state / "warehouse",
         "airflow_home": repo / ".airflow",
         "dags": repo / "dags",
         "out": repo / "demo-output",
@@ -94,6 +89,8 @@ def airflow_env(paths: dict[str, Path], base: dict[str, str] | None = None) -> d
             "GX_ANALYTICS_ENABLED": "False",
         }
     )
+    if "warehouse" in paths:  # each task's warehouse directory, when the run names none
+        env["DPNGRAM_WAREHOUSE"] = str(paths["warehouse"])
     env.pop("DPNGRAM_INSECURE_TEST_SEED", None)  # a real run never uses seeded noise
     return env
 
@@ -211,11 +208,11 @@ def _run(cmd: list[str], env: dict[str, str], log: Path) -> int:
 
 
 def ensure_airflow(paths: dict[str, Path], env: dict[str, str], log: Path) -> None:
-    """``airflow db migrate`` and the pool, once per Airflow version (stamp file)."""
+    """``airflow db migrate``, once per Airflow version (stamp file)."""
     home = paths["airflow_home"]
     home.mkdir(parents=True, exist_ok=True)
     stamp = home / ".dpngram-setup.json"
-    wanted = {"airflow": _airflow_version(), "migrated": True, "pool": POOL}
+    wanted = {"airflow": _airflow_version(), "migrated": True}
     if (
         stamp.is_file()
         and json.loads(stamp.read_text(encoding="utf-8")) == wanted
@@ -225,8 +222,6 @@ def ensure_airflow(paths: dict[str, Path], env: dict[str, str], log: Path) -> No
     airflow = _airflow_bin()
     if _run([airflow, "db", "migrate"], env, log) != 0:
         raise RuntimeError(f"airflow db migrate failed (log: {log})")
-    if _run([airflow, "pools", "set", POOL, "1", POOL_DESCRIPTION], env, log) != 0:
-        raise RuntimeError(f"airflow pools set failed (log: {log})")
     stamp.write_text(json.dumps(wanted) + "\n", encoding="utf-8")
 
 
@@ -279,7 +274,7 @@ def run_demo(
 
     console.print(f"[bold]1/3[/bold] sample corpus in {paths['sample']}")
     sample = ensure_sample(paths, users, fresh_sample)
-    console.print(f"[bold]2/3[/bold] Airflow home {paths['airflow_home']} (metadata DB, pool {POOL})")
+    console.print(f"[bold]2/3[/bold] Airflow home {paths['airflow_home']} (metadata DB)")
     ensure_airflow(paths, env, log)
 
     conf = demo_conf(paths, sample, max_n, epsilon)

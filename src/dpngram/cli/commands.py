@@ -96,7 +96,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     refusal = quarantine_refusal(stats, config.max_quarantine_fraction, f"table {ctx.schema}.quarantine")
     if refusal is not None:  # `ingest` spends nothing: it reports what `run` would refuse
         console.print(f"note: `dpngram run` would refuse this input: {refusal}", markup=False)
-    console.print(f"run id {ctx.run_id}; private tables in schema {ctx.schema} of {config.warehouse}")
+    console.print(f"run id {ctx.run_id}; private tables in schema {ctx.schema} of {config.run_warehouse}")
     return EXIT_OK
 
 
@@ -146,29 +146,44 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     return _release(args, baseline=args.method, baseline_k=args.k)
 
 
+def _ledger_dataset(ledger, dataset: str) -> None:
+    """Refuse an unknown dataset (a typo) with an error naming the known ones (exit 2)."""
+    known = ledger.datasets()
+    if dataset not in known:
+        names = ", ".join(known) if known else "none (no run has used this ledger)"
+        raise ConfigError(
+            f"dataset '{dataset}' is not in the ledger {ledger.location}; known datasets: {names}"
+        )
+
+
 def cmd_ledger(args: argparse.Namespace) -> int:
-    """A dataset's spend history. An unknown dataset (a typo) is an error naming the known ones
-    (exit 2), not an empty history; the table fits an 80-column terminal (the run id, the one
-    long value, folds onto a second line rather than widening it)."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
+    """A dataset's spend history and what its lifetime budget still allows; ``--export`` writes
+    every charge (of ``--dataset``, or of every dataset) as CSV or JSON for an auditor, ``--import``
+    copies an older dpngram's ledger out of its warehouse file. An unknown dataset (a typo) is an
+    error naming the known ones (exit 2), not an empty history; the table fits an 80-column
+    terminal (the run id, the one long value, folds onto a second line rather than widening it)."""
+    from dpngram.release.ledger import open_ledger
+    from dpngram.release.ledger_import import import_legacy
 
-    from dpngram.engines.duckdb import Warehouse
-    from dpngram.release.ledger import Ledger
-
-    path = Path(args.warehouse)
-    if not path.is_file():
-        raise FileNotFoundError(f"warehouse {path} does not exist (no run has used it yet)")
-    with Warehouse(path, read_only=True) as wh:
-        ledger = Ledger(wh.con, create=False)
-        known = ledger.datasets()
-        if args.dataset not in known:
-            names = ", ".join(known) if known else "none (no run has used this warehouse's ledger)"
-            raise ConfigError(
-                f"dataset '{args.dataset}' is not in the ledger of {path}; known datasets: {names}"
+    with open_ledger() as ledger:
+        if args.import_path:
+            added = import_legacy(ledger, Path(args.import_path))
+            make_console().print(
+                f"imported into the ledger {ledger.location} from {args.import_path}: "
+                + ", ".join(f"{n} {name.replace('_', ' ')}" for name, n in added.items())
+                + " (rows it already held were kept as they were)"
             )
-        rows = ledger.entries(args.dataset)
+            return EXIT_OK
+        if args.export:
+            if args.dataset is not None:
+                _ledger_dataset(ledger, args.dataset)
+            _export_ledger(ledger.export(args.dataset), args.export)
+            return EXIT_OK
+        dataset = args.dataset or RunConfig.model_fields["dataset"].default
+        _ledger_dataset(ledger, dataset)
+        rows = ledger.entries(dataset)
+        forecast = ledger.forecast(dataset)
+        location = ledger.location
     entries = [
         {
             "run_id": r["run_id"],
@@ -184,13 +199,70 @@ def cmd_ledger(args: argparse.Namespace) -> int:
         "delta": sum(e["delta"] for e in entries),
         "runs": len({e["run_id"] for e in entries}),
     }
+    stop = _schedule_sentence(args.schedule, forecast.runs_left)
     if args.json:
-        sys.stdout.write(
-            json.dumps({"dataset": args.dataset, "entries": entries, "total": totals}, indent=2) + "\n"
-        )
+        payload = {
+            "dataset": dataset,
+            "ledger": location,
+            "entries": entries,
+            "total": totals,
+            "forecast": {
+                "runs_left": forecast.runs_left,
+                "per_run": None
+                if forecast.per_run is None
+                else {"epsilon": forecast.per_run.epsilon, "delta": forecast.per_run.delta},
+                "limited_by": forecast.limited_by,
+                "schedule": stop,
+            },
+        }
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
         return EXIT_OK
+    _print_ledger_table(dataset, entries, totals)
+    console = make_console()
+    console.print(forecast.sentence(), highlight=False)
+    if stop:
+        console.print(stop, highlight=False)
+    console.print(f"ledger: {location}", highlight=False)
+    return EXIT_OK
+
+
+def _schedule_sentence(schedule: str | None, runs_left: int | None) -> str | None:
+    """When the refresh schedule (``--schedule``, else ``DPNGRAM_SCHEDULE``) would stop."""
+    import datetime as dt
+    import os
+
+    from dpngram.release.forecast import schedule_stop
+
+    chosen = schedule or os.environ.get("DPNGRAM_SCHEDULE") or None
+    return schedule_stop(chosen, runs_left, dt.datetime.now(dt.UTC))
+
+
+def _export_ledger(rows: list[dict], fmt: str) -> None:
+    """Every charge as CSV (one row each, the events as JSON text) or JSON, on stdout."""
+    import csv
+
+    cleaned = [{k: (str(v) if k == "recorded_at" else v) for k, v in row.items()} for row in rows]
+    if fmt == "json":
+        for row in cleaned:
+            row["events"] = json.loads(row["events"])
+        sys.stdout.write(json.dumps(cleaned, indent=2) + "\n")
+        return
+    columns = [
+        *("dataset", "run_id", "stage", "epsilon", "delta"),
+        *("status", "recorded_at", "run_state", "events"),
+    ]
+    writer = csv.DictWriter(sys.stdout, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(cleaned)
+
+
+def _print_ledger_table(dataset: str, entries: list[dict], totals: dict) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(
-        title=f"Privacy ledger of dataset '{args.dataset}' (runs add up by basic composition)",
+        title=f"Privacy ledger of dataset '{dataset}' (runs add up by basic composition)",
         title_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -213,27 +285,25 @@ def cmd_ledger(args: argparse.Namespace) -> int:
         f"[bold]{totals['delta']:.3g}[/bold]",
     )
     Console(highlight=False).print(table)
-    return EXIT_OK
 
 
 def cmd_budget(args: argparse.Namespace) -> int:
     """Show a dataset's lifetime budget and what counts against it; with --lifetime-epsilon /
     --lifetime-delta, set or change it (the only way to change a stored limit)."""
     from dpngram.core.budget import Budget
-    from dpngram.engines.duckdb import Warehouse
-    from dpngram.release.ledger import Ledger, check_lifetime_values
+    from dpngram.release.ledger import check_lifetime_values, open_ledger
 
     check_lifetime_values(args.lifetime_epsilon, args.lifetime_delta)
     changing = args.lifetime_epsilon is not None or args.lifetime_delta is not None
-    if not changing and not Path(args.warehouse).is_file():
-        raise FileNotFoundError(f"warehouse {args.warehouse} does not exist (no run has used it yet)")
-    with Warehouse(args.warehouse) as wh:
-        ledger = Ledger(wh.con)
+    with open_ledger() as ledger:
+        if not changing:
+            _ledger_dataset(ledger, args.dataset)
         before = ledger.lifetime(args.dataset)
         if changing:
             ledger.set_lifetime(args.dataset, args.lifetime_epsilon, args.lifetime_delta)
         lifetime_eps, lifetime_delta = ledger.lifetime(args.dataset)
         used: Budget = ledger.committed(args.dataset)
+        forecast = ledger.forecast(args.dataset)
 
     def shown(value: float | None, fmt: str) -> str:
         return "no limit" if value is None else format(value, fmt)
@@ -249,32 +319,39 @@ def cmd_budget(args: argparse.Namespace) -> int:
         f"{shown(lifetime_delta, '.3g')}; committed epsilon {used.epsilon:.4g}, delta {used.delta:.3g} "
         "(charges, plus the reservations of runs still open)"
     )
+    if forecast.per_run is not None and forecast.runs_left is not None:
+        console.print(forecast.sentence(), highlight=False)
     return EXIT_OK
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    """What failed runs left behind: every run the warehouse's ledger has not closed (holding a
-    budget reservation, or suspended), wherever its staging directory is and whatever happened to
-    it, and the staging directories under ``OUT/DATASET/runs`` of every dataset (``--out``; and under
-    the old shared ``OUT/runs``) the ledger does not know. Lists
-    them with what --delete would release; --delete closes their ledger runs (their reservations
-    are released, their charges stay), drops their private run schemas and removes their staging
-    directories. An interrupted publish (a kill between the rename of a complete release and the
-    ``latest`` swap) is completed, not deleted. The private tables of runs already closed (published
-    by a dpngram that kept them) are listed, and dropped with --delete. ``--run-id`` selects one
-    run whatever its age."""
+    """What failed runs left behind: every run the ledger has not closed (holding a budget
+    reservation, or suspended), wherever its staging directory is and whatever happened to it,
+    and the staging directories under ``OUT/DATASET/runs`` of every dataset (``--out``; and under
+    the old shared ``OUT/runs``) the ledger does not know. Lists them with what --delete would
+    release; --delete closes their ledger runs (their reservations are released, their charges
+    stay), deletes their private tables and removes their staging directories. An interrupted
+    publish (a kill after the commit point, before ``latest`` moved) is completed, not deleted.
+    The private tables of runs already closed that are still in this machine's warehouse
+    directory are listed, and deleted with --delete. ``--run-id`` selects one run whatever its age."""
+    from dpngram.config.run import warehouse_directory
     from dpngram.release.cleanup import UnpublishedRuns
+    from dpngram.release.ledger import open_ledger
 
     console = make_console()
-    warehouse = Path(args.warehouse)
-    with UnpublishedRuns(warehouse, Path(args.out) if args.out else None) as runs:
+    try:
+        warehouse = warehouse_directory(args.warehouse)
+    except ValueError as err:
+        raise ConfigError(f"warehouse: {err}") from None
+    with open_ledger() as ledger:
+        runs = UnpublishedRuns(ledger, warehouse, args.out)
         for path in runs.complete_publishes():
             console.print(f"completed the interrupted publish of {path} (its reservation is released)")
         leftovers = runs.closed_leftovers(args.run_id)
         for run_id in leftovers:
             console.print(
-                f"{'dropping' if args.delete else 'would drop'}: the private tables of run {run_id}, "
-                "closed in the ledger (published or released), which nothing can use"
+                f"{'deleting' if args.delete else 'would delete'}: the private tables of run {run_id}, "
+                f"closed in the ledger (published or released), which nothing can use ({warehouse})"
             )
         if args.delete:
             runs.drop_leftovers(leftovers)
@@ -285,16 +362,17 @@ def cmd_gc(args: argparse.Namespace) -> int:
         if not found:
             scope = f"run {args.run_id}" if args.run_id else f"run older than {args.older_than:g} h"
             console.print(
-                f"no unpublished {scope} in {warehouse}" + (f" or under {args.out}" if args.out else "")
+                f"no unpublished {scope} in the ledger {ledger.location}"
+                + (f" or under {args.out}" if args.out else "")
             )
             if leftovers and not args.delete:
-                console.print("run again with --delete to drop those private tables")
+                console.print("run again with --delete to delete those private tables")
             return EXIT_OK
         for run in found:
             console.print(f"{'deleting' if args.delete else 'would release'}: {run.description}")
         if not args.delete:
             console.print(
-                "run again with --delete to release their reservations, drop their private tables and "
+                "run again with --delete to release their reservations, delete their private tables and "
                 "remove their staging directories (their ledger charges stay; they can no longer be resumed)"
             )
             return EXIT_OK

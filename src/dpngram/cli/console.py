@@ -95,19 +95,28 @@ class StageProgress:
 
 def run_summary(result: dict[str, Any]) -> dict[str, Any]:
     """What a finished release reports to the operator (from its report.json: public facts only)."""
-    release = Path(result["release"]).resolve()
-    report = json.loads((release / "report.json").read_text(encoding="utf-8"))
+    from dpngram.release.storage import POINTER, is_object_url, join, read_json
+
+    if is_object_url(result["release"]):
+        release = result["release"].rstrip("/")
+        report = read_json(join(release, "report.json"))
+        latest = join(release.rsplit("/", 2)[0], POINTER)  # OUT/DATASET/latest.json
+    else:
+        release = str(Path(result["release"]).resolve())
+        report = json.loads((Path(release) / "report.json").read_text(encoding="utf-8"))
+        latest = str(Path(release).parent.parent / "latest")  # OUT/DATASET/latest
     privacy = report["privacy"]
     return {
         "run_id": report["run_id"],
         "dataset": report["dataset"],
-        "release": str(release),
-        "latest": str(release.parent.parent / "latest"),  # OUT/DATASET/latest
-        "report": str(release / "report.json"),
-        "report_html": str(release / "report.html"),
-        "data_docs": str(release / report["validation"]["data_docs"])
+        "release": release,
+        "latest": latest,
+        "report": join(release, "report.json"),
+        "report_html": join(release, "report.html"),
+        "data_docs": join(release, report["validation"]["data_docs"])
         if report["validation"].get("ran")
         else None,
+        "ledger": result.get("ledger"),
         "ngrams_per_k": report["released"]["ngrams_per_k"],
         "released_tables": {name: t["rows"] for name, t in report["released"]["tables"].items()},
         "epsilon_per_stage": {name: s["charged_epsilon"] for name, s in privacy["stages"].items()},
@@ -154,7 +163,7 @@ def print_summary(summary: dict[str, Any]) -> None:
     paths = Table(title=f"Release {summary['run_id']}", title_justify="left", show_header=False, min_width=40)
     paths.add_column(no_wrap=True)
     paths.add_column(overflow="fold")
-    for key in ("release", "latest", "report", "report_html", "data_docs"):
+    for key in ("release", "latest", "report", "report_html", "data_docs", "ledger"):
         if summary.get(key):
             paths.add_row(key, summary[key])
     console.print(counts)

@@ -16,16 +16,18 @@ Imports: dpngram.cli (commands, parser), dpngram.engines.base, dpngram.core.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import logging
+import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from dpngram.cli.commands import EXIT_FAILED, EXIT_USAGE, PROG
 from dpngram.cli.parser import build_parser
-from dpngram.core.errors import USER_ERRORS, ResourceExhausted, ValidationFailed, WarehouseBusy
+from dpngram.core.errors import USER_ERRORS, LedgerBusy, ResourceExhausted, ValidationFailed, WarehouseBusy
 from dpngram.engines.base import is_remote_path
 
 
@@ -107,6 +109,26 @@ def _os_error_line(err: OSError, args: argparse.Namespace) -> str:
     return f"{where}: {what}; {hint}"
 
 
+@contextlib.contextmanager
+def _ledger_for_this_command(location: str | None) -> Iterator[None]:
+    """``--ledger URL``: the ledger every part of this command uses (``DPNGRAM_LEDGER`` while it
+    runs; the previous value is restored, for callers that run several commands in one process)."""
+    from dpngram.release.ledger_store import LEDGER_ENV
+
+    if not location:
+        yield
+        return
+    previous = os.environ.get(LEDGER_ENV)
+    os.environ[LEDGER_ENV] = location
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(LEDGER_ENV, None)
+        else:
+            os.environ[LEDGER_ENV] = previous
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dpngram`` console script; returns the process exit code."""
     parser = build_parser()
@@ -120,7 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Callable[[argparse.Namespace], int] = args.func
     args.argv = raw_argv  # to print a resume command
     try:
-        return func(args)
+        with _ledger_for_this_command(getattr(args, "ledger", None)):
+            return func(args)
     except ValidationFailed as err:
         if args.debug:
             raise
@@ -138,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             message = f"{err.strerror or 'not found'}: {err.filename}"
         _error(_with_notes(message, err))
         return EXIT_USAGE
-    except WarehouseBusy as err:
+    except (WarehouseBusy, LedgerBusy) as err:
         if args.debug:
             raise
         _error(_with_notes(str(err), err))

@@ -68,11 +68,13 @@ def _add_release_commands(sub: _Subparsers, common: argparse.ArgumentParser) -> 
     """The commands that read the private corpus: ``ingest``, ``run`` and ``baseline``."""
     p = sub.add_parser("ingest", parents=[common], help="ingest only and print the operator summary")
     add_config_flags(p, optional=("out",))
+    _ledger_flag(p)
     p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     p.set_defaults(func=commands.cmd_ingest)
 
     p = sub.add_parser("run", parents=[common], help="run a whole release in this process")
     add_config_flags(p)
+    _ledger_flag(p)
     p.add_argument("--json", action="store_true", help="print the final summary as JSON")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     p.set_defaults(func=commands.cmd_run)
@@ -86,17 +88,57 @@ def _add_release_commands(sub: _Subparsers, common: argparse.ArgumentParser) -> 
     )
     p.add_argument("--k", type=int, default=None, metavar="K", help="the single length for dpsu-single")
     add_config_flags(p)
+    _ledger_flag(p)
     p.add_argument("--json", action="store_true", help="print the final summary as JSON")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     p.set_defaults(func=commands.cmd_baseline)
 
 
+def _ledger_flag(p: argparse.ArgumentParser) -> None:
+    """``--ledger URL``: the privacy ledger this command uses (:func:`dpngram.cli.main.main` puts
+    it in ``DPNGRAM_LEDGER`` for the process)."""
+    p.add_argument(
+        "--ledger",
+        default=None,
+        metavar="URL",
+        help="privacy ledger: postgresql://USER:PASSWORD@HOST:PORT/DB, or the path of an embedded DuckDB "
+        "file (default: DPNGRAM_LEDGER, else ~/.local/share/dpngram/ledger.duckdb)",
+    )
+
+
 def _add_ledger_command(sub: _Subparsers, common: argparse.ArgumentParser) -> None:
-    """``dpngram ledger``: the privacy spend history of a dataset."""
-    p = sub.add_parser("ledger", parents=[common], help="privacy spend history of a dataset")
-    p.add_argument("--dataset", default=RunConfig.model_fields["dataset"].default, metavar="NAME")
-    p.add_argument("--warehouse", default=RunConfig.model_fields["warehouse"].default, metavar="PATH")
+    """``dpngram ledger``: the privacy spend history of a dataset, its forecast, the auditor's
+    export and the import of an older ledger."""
+    p = sub.add_parser(
+        "ledger", parents=[common], help="privacy spend history of a dataset; export; import an older ledger"
+    )
+    p.add_argument(
+        "--dataset",
+        default=None,
+        metavar="NAME",
+        help="the dataset (default: 'default'; with --export: every dataset)",
+    )
+    _ledger_flag(p)
     p.add_argument("--json", action="store_true", help="print the history as JSON")
+    p.add_argument(
+        "--schedule",
+        default=None,
+        metavar="CRON",
+        help="refresh schedule (cron or @weekly ...; default: DPNGRAM_SCHEDULE) for the date it would stop",
+    )
+    p.add_argument(
+        "--export",
+        choices=["csv", "json"],
+        default=None,
+        help="write every charge (of --dataset, else of every dataset) to stdout, for an auditor",
+    )
+    p.add_argument(
+        "--import",
+        dest="import_path",
+        default=None,
+        metavar="WAREHOUSE_FILE",
+        help="copy the ledger an older dpngram kept in its warehouse file into this ledger",
+    )
     p.set_defaults(func=commands.cmd_ledger)
 
 
@@ -108,7 +150,7 @@ def _add_budget_command(sub: _Subparsers, common: argparse.ArgumentParser) -> No
         help="show or change a dataset's lifetime budget (stored in the ledger)",
     )
     p.add_argument("--dataset", default=RunConfig.model_fields["dataset"].default, metavar="NAME")
-    p.add_argument("--warehouse", default=RunConfig.model_fields["warehouse"].default, metavar="PATH")
+    _ledger_flag(p)
     p.add_argument("--lifetime-epsilon", type=float, default=None, metavar="E", help="new lifetime epsilon")
     p.add_argument("--lifetime-delta", type=float, default=None, metavar="D", help="new lifetime delta")
     p.set_defaults(func=commands.cmd_budget)
@@ -127,7 +169,14 @@ def _add_gc_command(sub: _Subparsers, common: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="also list staging directories under DIR/DATASET/runs (every dataset) the ledger does not know",
     )
-    p.add_argument("--warehouse", default=RunConfig.model_fields["warehouse"].default, metavar="PATH")
+    p.add_argument(
+        "--warehouse",
+        default=None,
+        metavar="DIR",
+        help="this machine's warehouse directory (default: DPNGRAM_WAREHOUSE, else "
+        "~/.local/share/dpngram/warehouse)",
+    )
+    _ledger_flag(p)
     p.add_argument(
         "--older-than",
         type=float,

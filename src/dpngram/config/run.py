@@ -19,7 +19,9 @@ pydantic.
 from __future__ import annotations
 
 import json
+import os
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -110,10 +112,14 @@ class RunConfig(BaseModel):
         description="Releases go to OUT/DATASET/runs/RUN_ID; OUT/DATASET/latest points to the "
         "dataset's newest.",
     )
-    warehouse: str = Field(
-        ".dpngram/warehouse.duckdb",
-        title="Warehouse database",
-        description="DuckDB file holding private working tables (never published) and the privacy ledger.",
+    warehouse: str | None = Field(
+        None,
+        title="Warehouse directory",
+        description="Directory of the private working tables (never published): each run has a DuckDB "
+        "file of its own there, WAREHOUSE/runs/RUN_ID.duckdb, removed when the run publishes. Empty: "
+        "the machine's DPNGRAM_WAREHOUSE, else ~/.local/share/dpngram/warehouse. The privacy ledger is "
+        "not kept here (docs/accounting.md).",
+        validate_default=True,
     )
     run_id: str | None = Field(None, title="Run id", description="Defaults to a timestamped id.")
 
@@ -197,6 +203,11 @@ class RunConfig(BaseModel):
         if any(e.lower() == ".gz" for e in items):
             raise ValueError("'.gz' is not an extension of its own: name the one before it (.txt.gz -> .txt)")
         return ",".join(items)
+
+    @field_validator("warehouse")
+    @classmethod
+    def _warehouse(cls, value: str | None) -> str:
+        return str(warehouse_directory(value))
 
     @field_validator("run_id")
     @classmethod
@@ -310,6 +321,15 @@ class RunConfig(BaseModel):
         return out
 
     @property
+    def run_warehouse(self) -> Path:
+        """The DuckDB file of this run's private tables: ``WAREHOUSE/runs/RUN_ID.duckdb`` (a run
+        id is fixed once the run has started)."""
+        if not self.run_id:
+            raise ConfigError("run_id: is required once a run has started (call prepare() first)")
+        assert self.warehouse is not None  # the validator fills it
+        return Path(self.warehouse) / "runs" / f"{self.run_id}.duckdb"
+
+    @property
     def budget(self) -> Budget:
         """The run's (epsilon, delta)."""
         return Budget(self.epsilon, self.delta)
@@ -376,3 +396,29 @@ def param_schema() -> dict[str, dict[str, Any]]:
             frag["section"] = SECTIONS[section].TITLE
         out[name] = frag
     return out
+
+
+#: The machine's warehouse directory when a run names none (each Airflow worker its own).
+WAREHOUSE_ENV = "DPNGRAM_WAREHOUSE"
+
+
+def default_warehouse() -> Path:
+    """Where private working tables go when neither the run nor :data:`WAREHOUSE_ENV` names a
+    directory: ``$XDG_DATA_HOME/dpngram/warehouse`` (XDG's default ``~/.local/share``)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "dpngram" / "warehouse"
+
+
+def warehouse_directory(value: str | None) -> Path:
+    """The absolute warehouse directory for ``value`` (None: :data:`WAREHOUSE_ENV`, else
+    :func:`default_warehouse`). A file there is the one-file warehouse of an older dpngram, which
+    also held the privacy ledger: refused, saying how to keep its ledger."""
+    chosen = value or os.environ.get(WAREHOUSE_ENV) or str(default_warehouse())
+    path = Path(chosen).expanduser().resolve()
+    if path.is_file():
+        raise ValueError(
+            f"{path} is a file: the one-file warehouse of an older dpngram, which also held the privacy "
+            f"ledger. Warehouses are directories now (one DuckDB file per run) and the ledger is kept "
+            f"apart: import its ledger with `dpngram ledger --import {path}`, then pass a directory"
+        )
+    return path

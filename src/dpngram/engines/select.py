@@ -17,7 +17,8 @@ from dpngram.engines.base import ENGINES, Engine
 
 def open_engine(config: RunConfig, *, spark: Any = None) -> Engine:
     """The engine a run's configuration selects (``config.engine.name``), opened on the run's
-    warehouse. ``spark``: an existing SparkSession to reuse (tests); otherwise the Spark engine
+    warehouse (DuckDB: the run's own file, ``WAREHOUSE/runs/RUN_ID.duckdb``).
+    ``spark``: an existing SparkSession to reuse (tests); otherwise the Spark engine
     creates one from ``config.engine.spark_master``/``config.engine.spark_conf`` and stops it on
     close."""
     engine = config.engine.name
@@ -25,7 +26,7 @@ def open_engine(config: RunConfig, *, spark: Any = None) -> Engine:
         from dpngram.engines.duckdb import Warehouse
 
         return Warehouse(
-            config.warehouse, memory_limit=config.engine.memory_limit, threads=config.engine.threads
+            config.run_warehouse, memory_limit=config.engine.memory_limit, threads=config.engine.threads
         )
     if engine == "spark":
         if importlib.util.find_spec("pyspark") is None:

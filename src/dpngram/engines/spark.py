@@ -44,8 +44,8 @@ Design (``docs/engines.md`` has the full argument):
 * **Ingest**: in :mod:`dpngram.engines.spark_ingest` (JSONL or Parquet from any Hadoop-compatible
   path, numbered, classified and tokenized by the same code as the DuckDB path).
 
-* **Ledger**: the privacy ledger stays in the DuckDB warehouse file (``.con`` is a DuckDB
-  connection to it): it is small, written by the driver, and shared with DuckDB runs.
+* **Ledger**: the privacy ledger is its own store (:mod:`dpngram.release.ledger_store`), written by
+  the driver, the same for DuckDB and Spark runs; a Spark run needs no DuckDB file.
 
 Owns: :class:`SparkEngine`, the DuckDB -> Spark SQL transpilation (:func:`to_spark`), the Spark
 session set-up.
@@ -70,7 +70,6 @@ import sqlglot
 from sqlglot import exp
 
 from dpngram.config import RunConfig
-from dpngram.engines.duckdb import Warehouse
 from dpngram.engines.sql import run_schema_name, safe_identifier
 
 _PARAM_RE = re.compile(r":([A-Za-z_][A-Za-z0-9_]*)")
@@ -298,9 +297,9 @@ def ship_package(spark: Any) -> None:
 
 
 def default_root(warehouse: str) -> str:
-    """Where the Spark engine keeps a run's private tables by default: next to the DuckDB
-    warehouse file (``WAREHOUSE.spark``)."""
-    return str(Path(warehouse).resolve()) + ".spark"
+    """Where the Spark engine keeps a run's private tables by default: in the warehouse
+    directory, ``WAREHOUSE/spark``."""
+    return str(Path(warehouse).resolve() / "spark")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -317,13 +316,11 @@ class SparkEngine:
         root: str,
         *,
         owns_session: bool = False,
-        ledger: Warehouse | None = None,
         batch_rows: int = 1 << 20,
     ) -> None:
         self.spark = spark
         self.root = root.rstrip("/")
         self.owns_session = owns_session
-        self.ledger = ledger
         self.batch_rows = batch_rows
         self._registered_schemas: set[str] = set()
         jvm = spark.sparkContext._jvm
@@ -335,31 +332,19 @@ class SparkEngine:
     @classmethod
     def for_config(cls, config: RunConfig, *, spark: Any = None) -> SparkEngine:
         """The engine of a run: session from ``spark_master``/``spark_conf`` (or ``spark``), tables
-        under ``spark_warehouse`` (default: next to the warehouse file), ledger in the DuckDB file."""
+        under ``spark_warehouse`` (default: ``WAREHOUSE/spark``)."""
+        assert config.warehouse
         root = config.engine.spark_warehouse or default_root(config.warehouse)
         owns = spark is None
         if spark is None:
             conf = config.engine.spark_settings()
             conf.setdefault("spark.sql.warehouse.dir", root.rstrip("/") + "/_spark_sql")
             spark = spark_session(config.engine.spark_master, conf)
-        ledger = Warehouse(
-            config.warehouse, memory_limit=config.engine.memory_limit, threads=config.engine.threads
-        )
-        return cls(spark, root, owns_session=owns, ledger=ledger)
-
-    # -- DuckDB side (ledger) -----------------------------------------------------------------
-    @property
-    def con(self) -> Any:
-        """DuckDB connection to the warehouse file: the privacy ledger lives there."""
-        if self.ledger is None:
-            raise RuntimeError("this Spark engine has no ledger warehouse")
-        return self.ledger.con
+        return cls(spark, root, owns_session=owns)
 
     def run_schema(self, run_id: str) -> str:
         schema = run_schema_name(run_id)
         self.create_schema(schema)
-        if self.ledger is not None:
-            self.ledger.run_schema(run_id)
         return schema
 
     # -- storage ------------------------------------------------------------------------------
@@ -584,11 +569,9 @@ class SparkEngine:
         self.sql(sql, params).write.mode("overwrite").parquet(str(path))
 
     def close(self) -> None:
-        if self.ledger is not None:
-            self.ledger.close()
-            self.ledger = None
-        # The session is not stopped here: the next stage of the same process (a CLI run)
-        # reuses it; it is stopped when the process exits (an Airflow task ends).
+        """Nothing to close per stage. The session is not stopped here: the next stage of the
+        same process (a CLI run) reuses it; it is stopped when the process exits (an Airflow task
+        ends)."""
 
     def __enter__(self) -> SparkEngine:
         return self

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpngram.config import RunConfig
 from dpngram.config.budget_plan import lm_skip_reason, triehh_skip_reason
+from dpngram.core.errors import WarehouseBusy
 
 if TYPE_CHECKING:
     from dpngram.release.context import RunContext
@@ -196,6 +197,13 @@ class Step:
         return self.target(ctx, **self.kwargs, **extra)
 
 
+#: The artifacts that are private tables in the run's warehouse (every other artifact is a file
+#: of the staged release): a task that writes one leaves state that later tasks read from the
+#: warehouse itself, which a deployment whose workers share no disk must carry to them
+#: (:attr:`Task.writes_private`, :mod:`dpngram.release.run_store`). The DPNE levels' private
+#: tables are rebuilt from the released files when missing, so they are not listed.
+PRIVATE_ARTIFACTS = ("tokens",)
+
 #: The released tables (what validation checks and the report describes).
 RELEASED = (
     "vocabulary",
@@ -332,6 +340,11 @@ class Task:
     @property
     def writes(self) -> frozenset[str]:
         return frozenset(a for step in self.steps for a in step.writes)
+
+    @property
+    def writes_private(self) -> bool:
+        """Whether the task writes private tables later tasks read (:data:`PRIVATE_ARTIFACTS`)."""
+        return bool(self.writes & set(PRIVATE_ARTIFACTS))
 
     @property
     def reads(self) -> frozenset[str]:
@@ -524,7 +537,34 @@ def run_release(
 
     ``on_stage(name, event, summary)`` is called with event 'start' and 'done' (summary: the
     step's public summary). Any exception propagates; nothing is published unless every step
-    (including validation) succeeded. Returns run_id, the release path and the summaries."""
+    (including validation) succeeded. Returns run_id, the release (a path, or a URL on object
+    storage), the summaries and the privacy ledger's location."""
+    from dpngram.release.context import with_run_id
+    from dpngram.release.ledger import open_ledger
+
+    config = with_run_id(config)
+    # one process runs every step: the run's lock keeps a second process (a resume started twice)
+    # from working on the same run at the same time
+    with open_ledger() as ledger, ledger.run_lock(config.run_id, wait=0) as locked:
+        if not locked:
+            raise WarehouseBusy(
+                f"run '{config.run_id}' is being worked on by another process (its lock in the ledger "
+                f"{ledger.location} is held); wait for it to finish"
+            )
+        return {
+            **_run_steps(config, baseline, baseline_k, on_stage, ingest_progress),
+            "ledger": ledger.location,
+        }
+
+
+def _run_steps(
+    config: RunConfig,
+    baseline: str | None,
+    baseline_k: int | None,
+    on_stage: Callable[[str, str, dict[str, Any]], None] | None,
+    ingest_progress: Callable[[int], None] | None,
+) -> dict[str, Any]:
+    """:func:`run_release` once it holds the run's lock."""
     from dpngram.release.context import RunContext, public_summary, stage_timer
     from dpngram.release.publish import AlreadyPublished, prepare, publish_run
 
@@ -566,14 +606,12 @@ def run_release(
 def release_if_unspent(ctx: RunContext) -> bool:
     """After a failure or refusal: release the run's budget reservation if no stage was charged
     (:meth:`~dpngram.release.ledger.Ledger.suspend_if_unspent`). Returns whether the run holds no
-    reservation now; never raises (False when, e.g., the warehouse is busy)."""
-    from dpngram.release.ledger import Ledger
-
+    reservation now; never raises (False when, e.g., the ledger cannot be reached)."""
     try:
         if ctx.release.published:
             return False
-        with ctx.warehouse() as wh:
-            return Ledger(wh.con).suspend_if_unspent(ctx.run_id)
+        with ctx.ledger() as ledger:
+            return ledger.suspend_if_unspent(ctx.run_id)
     except (Exception, KeyboardInterrupt):  # noqa: BLE001 - the caller says what is left reserved
         return False
 
@@ -582,7 +620,7 @@ def after_failure(ctx: RunContext, err: BaseException) -> str | None:
     """What a failed run leaves behind, in one sentence for the error line, after releasing its
     budget reservation when it spent nothing (no ledger entry: no stage drew noise,
     :meth:`~dpngram.release.ledger.Ledger.suspend_if_unspent`). A run that was charged, or whose
-    warehouse cannot be opened now, keeps its reservation: the sentence names the run id, how to
+    ledger cannot be reached now, keeps its reservation: the sentence names the run id, how to
     resume it and how to release it. Never raises (it runs on the way out of a failure)."""
     from dpngram.core.errors import ResourceExhausted, ResumeError
 
@@ -594,10 +632,21 @@ def after_failure(ctx: RunContext, err: BaseException) -> str | None:
         if isinstance(err, ResourceExhausted):
             return None  # its message says how to resume; nothing is reserved any more
         return f"run '{run_id}' spent nothing: its budget reservation was released"
-    release = f"dpngram gc --warehouse {shlex.quote(str(ctx.config.warehouse))} --run-id {run_id} --delete"
+    release = f"dpngram gc{_ledger_flag()} --run-id {run_id} --delete"
     if isinstance(err, ResumeError) or (isinstance(err, ResourceExhausted) and err.charged):
         return f"release run '{run_id}''s budget reservation (its charges stay) with `{release}`"
     return (
         f"run '{run_id}' keeps its budget reservation and any charges: resume it with the same command "
         f"and --run-id {run_id}, or release the reservation (its charges stay) with `{release}`"
     )
+
+
+def _ledger_flag() -> str:
+    """`` --ledger LOCATION`` for a command the operator should run next, when this process's
+    ledger is not the per-user default (a PostgreSQL URL is shown without its password)."""
+    from dpngram.release.ledger_store import default_ledger_path, describe_location, ledger_location
+
+    location = ledger_location()
+    if location == str(default_ledger_path().resolve()):
+        return ""
+    return f" --ledger {shlex.quote(describe_location(location))}"

@@ -23,7 +23,7 @@ import json
 import re
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +38,8 @@ if TYPE_CHECKING:  # imported where used: a task that only skips, times or publi
     # scipy (accounting) nor duckdb/pyarrow (the warehouse); see docs/orchestration.md
     from dpngram.core.accounting import PrivacyEvent
     from dpngram.engines.duckdb import Warehouse
+    from dpngram.release.ledger import Ledger
+    from dpngram.release.storage import ObjectRelease
 
 
 def new_run_id() -> str:
@@ -53,11 +55,32 @@ def with_run_id(config: RunConfig) -> RunConfig:
     return config if config.run_id else config.with_values(run_id=new_run_id())
 
 
+def make_release(config: RunConfig, run_id: str) -> Release | ObjectRelease:
+    """The release of run ``run_id`` of ``config``'s dataset into ``config.out`` (local or object
+    storage)."""
+    from dpngram.release.storage import ObjectRelease, is_object_url, local_path
+
+    if is_object_url(config.out):
+        assert config.warehouse
+        staging = Path(config.warehouse) / "staging" / config.dataset / run_id
+        return ObjectRelease(config.out, run_id, config.dataset, staging)
+    return Release(local_path(config.out), run_id, config.dataset)
+
+
 @dataclass
 class RunContext:
-    """Where one run keeps its state."""
+    """Where one run keeps its state. ``on_checkpoint``: called when a stage has persisted its
+    noisy output (:meth:`checkpoint`); a deployment whose workers share no disk pushes the staged
+    files to its run store there (:mod:`dpngram.release.run_store`)."""
 
     config: RunConfig
+    on_checkpoint: Callable[[], None] | None = None
+
+    def checkpoint(self) -> None:
+        """A stage's noisy output and report part are persisted: make them durable beyond this
+        machine, where the deployment asks for it (:attr:`on_checkpoint`)."""
+        if self.on_checkpoint is not None:
+            self.on_checkpoint()
 
     def __post_init__(self) -> None:
         if not self.config.run_id:
@@ -73,8 +96,11 @@ class RunContext:
         return run_schema_name(self.run_id)
 
     @property
-    def release(self) -> Release:
-        return Release(self.config.out, self.run_id, self.config.dataset)
+    def release(self) -> Release | ObjectRelease:
+        """The run's staged release: under a local ``OUT``, or (``OUT`` on object storage) staged
+        in ``WAREHOUSE/staging/DATASET/RUN_ID`` and published by upload
+        (:class:`~dpngram.release.storage.ObjectRelease`)."""
+        return make_release(self.config, self.run_id)
 
     def _needs_schema(self) -> bool:
         """Whether opening the warehouse creates the run schema: not for a published run, whose
@@ -83,10 +109,22 @@ class RunContext:
         return not self.release.published
 
     @contextmanager
+    def ledger(self) -> Iterator[Ledger]:
+        """The privacy ledger (:func:`dpngram.release.ledger.open_ledger`: ``DPNGRAM_LEDGER``, set
+        by ``--ledger`` and by the DAG from its connection, else the per-user file), closed after."""
+        from dpngram.release.ledger import open_ledger
+
+        ledger = open_ledger()
+        try:
+            yield ledger
+        finally:
+            ledger.close()
+
+    @contextmanager
     def engine(self) -> Iterator[Any]:
-        """The engine the configuration selects (:func:`dpngram.engines.select.open_engine`): the DuckDB
-        warehouse, or a Spark engine (whose ``.con`` is the DuckDB warehouse, for the ledger).
-        The run schema exists in it, unless the run is published (:meth:`_needs_schema`)."""
+        """The engine the configuration selects (:func:`dpngram.engines.select.open_engine`): the
+        run's DuckDB warehouse, or a Spark engine. The run schema exists in it, unless the run is
+        published (:meth:`_needs_schema`)."""
         from dpngram.engines.select import open_engine
 
         engine = open_engine(self.config)
@@ -102,7 +140,7 @@ class RunContext:
         from dpngram.engines.duckdb import Warehouse
 
         wh = Warehouse(
-            self.config.warehouse,
+            self.config.run_warehouse,
             memory_limit=self.config.engine.memory_limit,
             threads=self.config.engine.threads,
             read_only=read_only,

@@ -17,10 +17,10 @@ Parameters that only set resources (memory, threads, Spark settings) may change 
 more memory after an out-of-memory kill); every other parameter may not.
 
 The staging directory carries the same identity (:func:`staging_token`, :func:`check_staging`),
-because reuse is driven by the files staged there while the fingerprint lives in the warehouse's
-ledger: ``OUT/runs/RUN_ID.staging/.run-identity.json`` holds the warehouse's random id and an
-HMAC-SHA256 of the run id and its registered fingerprint, keyed by the warehouse's secret (no path,
-no content hash in clear). A resume whose warehouse is another one, or whose warehouse registered
+because reuse is driven by the files staged there while the fingerprint lives in the privacy
+ledger: ``OUT/DATASET/runs/RUN_ID.staging/.run-identity.json`` holds the ledger's random id and an
+HMAC-SHA256 of the run id and its registered fingerprint, keyed by the ledger's secret (no path,
+no content hash in clear). A resume whose ledger is another one, or whose ledger registered
 the run with another fingerprint, is refused with one line before it reserves anything; every
 stage checks it again before it reuses a staged output (:func:`dpngram.release.spend.spend_once`).
 
@@ -33,7 +33,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +47,12 @@ FULL_HASH_BYTES = 64 << 20
 BLOCK_BYTES = 1 << 20
 
 #: Parameters that change only resources, not what the run computes: a resume may change them.
+#: ``warehouse`` is where this machine keeps the run's private tables: each Airflow worker may have
+#: its own (the run's tables reach it through the run store, docs/orchestration.md).
 #: ``max_quarantine_fraction`` is a go/no-go threshold checked before any draw: a run refused by
 #: it may be resumed with a higher one.
 RESOURCE_PARAMETERS = frozenset(
-    {"run_id", "memory_limit", "threads", "spark_conf", "max_quarantine_fraction"}
+    {"run_id", "memory_limit", "threads", "spark_conf", "max_quarantine_fraction", "warehouse"}
 )
 
 
@@ -161,26 +162,27 @@ def compare(stored: dict[str, Any], current: dict[str, Any]) -> None:
 
 
 def operator_dir(config: RunConfig) -> Path:
-    """Where a run's operator-only files live (outside the published release): beside the
-    warehouse, ``WAREHOUSE_DIR/operator/RUN_ID``."""
-    assert config.run_id
-    return Path(os.fspath(config.warehouse)).resolve().parent / "operator" / config.run_id
+    """Where a run's operator-only files live (outside the published release): in the warehouse
+    directory, ``WAREHOUSE/operator/RUN_ID``."""
+    assert config.run_id and config.warehouse
+    return Path(config.warehouse) / "operator" / config.run_id
 
 
 def public_cache_dir(config: RunConfig) -> Path:
-    """The public-model cache (:mod:`dpngram.lm.public_cache`): beside the warehouse,
-    ``WAREHOUSE_DIR/cache/public``, shared by the runs of that warehouse. Public data only."""
-    return Path(os.fspath(config.warehouse)).resolve().parent / "cache" / "public"
+    """The public-model cache (:mod:`dpngram.lm.public_cache`): ``WAREHOUSE/cache/public``, shared
+    by the runs of that warehouse. Public data only."""
+    assert config.warehouse
+    return Path(config.warehouse) / "cache" / "public"
 
 
-def staging_token(run_id: str, registered: dict[str, Any], warehouse: tuple[str, str]) -> dict[str, Any]:
-    """What a run's staging directory carries: the warehouse's id and a keyed digest of the run
-    id and the fingerprint the warehouse registered for it (``warehouse``: (id, secret) from
-    :meth:`dpngram.release.ledger.Ledger.warehouse_identity`)."""
-    warehouse_id, secret = warehouse
+def staging_token(run_id: str, registered: dict[str, Any], ledger: tuple[str, str]) -> dict[str, Any]:
+    """What a run's staging directory carries: the ledger's id and a keyed digest of the run id
+    and the fingerprint the ledger registered for it (``ledger``: (id, secret) from
+    :meth:`dpngram.release.ledger.Ledger.identity`)."""
+    ledger_id, secret = ledger
     canonical = json.dumps(registered, sort_keys=True, default=str)
     digest = hmac.new(bytes.fromhex(secret), f"{run_id}\0{canonical}".encode(), hashlib.sha256)
-    return {"version": 1, "run_id": run_id, "warehouse_id": warehouse_id, "run_digest": digest.hexdigest()}
+    return {"version": 2, "run_id": run_id, "ledger_id": ledger_id, "run_digest": digest.hexdigest()}
 
 
 def _staged_files(staging: Path) -> bool:
@@ -190,9 +192,9 @@ def _staged_files(staging: Path) -> bool:
     )
 
 
-def check_staging(release: Release, token: dict[str, Any], warehouse_path: str | os.PathLike[str]) -> bool:
+def check_staging(release: Release, token: dict[str, Any], ledger_location: str) -> bool:
     """Refuse (one-line :class:`ResumeError`) a staging directory that belongs to another run
-    identity: another warehouse, or another fingerprint of this run id. Returns whether the
+    identity: another privacy ledger, or another fingerprint of this run id. Returns whether the
     directory already carries this identity (False: it is new, or holds only unfinished writes,
     and the caller writes ``token`` with :func:`write_staging_token` before staging anything)."""
     staging = release.staging
@@ -213,14 +215,15 @@ def check_staging(release: Release, token: dict[str, Any], warehouse_path: str |
             f"run_id: {where} carries no run identity (staged by an older dpngram, or by hand); "
             "it cannot be resumed safely: start a new run with a new --run-id"
         )
-    if stored.get("warehouse_id") != token["warehouse_id"]:
+    # "warehouse_id": written by a dpngram that kept the ledger in the warehouse file
+    if stored.get("ledger_id", stored.get("warehouse_id")) != token["ledger_id"]:
         raise ResumeError(
-            f"run_id: {where} was started with another warehouse than {warehouse_path}; resume it "
-            "with the warehouse it was started with, or start a new run with a new --run-id"
+            f"run_id: {where} was started with another privacy ledger than {ledger_location}; resume "
+            "it with the ledger it was started with, or start a new run with a new --run-id"
         )
     if stored.get("run_digest") != token["run_digest"] or stored.get("run_id") != release.run_id:
         raise ResumeError(
-            f"run_id: {where} was staged for other parameters or input than this warehouse "
+            f"run_id: {where} was staged for other parameters or input than the ledger "
             "registered for the run; start a new run with a new --run-id"
         )
     return True
@@ -231,11 +234,11 @@ def write_staging_token(release: Release, token: dict[str, Any]) -> None:
     write_json_atomic(release.staging / IDENTITY_FILE, token)
 
 
-def verify_staging(release: Release, ledger: Any, warehouse_path: str | os.PathLike[str]) -> None:
+def verify_staging(release: Release, ledger: Any) -> None:
     """The check a stage makes before it reuses anything staged: the staging directory must carry
-    the identity of the run this warehouse registered (``ledger``: a
-    :class:`~dpngram.release.ledger.Ledger` on it). A staging directory of a run the warehouse
-    does not know, or without an identity but with staged files, is refused."""
+    the identity of the run the ledger registered (``ledger``: a
+    :class:`~dpngram.release.ledger.Ledger`). A staging directory of a run the ledger does not
+    know, or without an identity but with staged files, is refused."""
     if release.published:
         return  # published: the ledger decides (a published run is never resumed)
     run = ledger.run(release.run_id)
@@ -245,10 +248,10 @@ def verify_staging(release: Release, ledger: Any, warehouse_path: str | os.PathL
         ):
             raise ResumeError(
                 f"run_id: {release.staging} (run '{release.run_id}') was not started with the "
-                f"warehouse {warehouse_path}; resume it with the warehouse it was started with, or "
+                f"privacy ledger {ledger.location}; resume it with the ledger it was started with, or "
                 "start a new run with a new --run-id"
             )
         return
-    token = staging_token(release.run_id, run["fingerprint"], ledger.warehouse_identity())
-    if not check_staging(release, token, warehouse_path):
+    token = staging_token(release.run_id, run["fingerprint"], ledger.identity())
+    if not check_staging(release, token, ledger.location):
         write_staging_token(release, token)

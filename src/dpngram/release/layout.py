@@ -20,6 +20,8 @@ Imports: nothing from dpngram; the standard library only.
 
 from __future__ import annotations
 
+import datetime as _dt
+import hashlib
 import json
 import os
 import shutil
@@ -67,10 +69,14 @@ PARTS_DIR = "report.parts"  # per-stage report fragments, merged into report.jso
 #: Wall-clock seconds per stage: OPERATOR-ONLY (they grow with the private input's size), kept in
 #: the run's operator directory (dpngram.release.identity.operator_dir), never in the release.
 TIMINGS_DIR = "timings"
-#: The staging directory's run identity (dpngram.release.identity.check_staging): the warehouse's
-#: random id and a digest of the run's fingerprint keyed by the warehouse's secret. Removed when
-#: the release is published.
+#: The staging directory's run identity (dpngram.release.identity.check_staging): the ledger's
+#: random id and a digest of the run's fingerprint keyed by the ledger's secret. Removed when the
+#: release is published.
 IDENTITY_FILE = ".run-identity.json"
+#: Every published file with its size and SHA-256, the run id and the publish stamp: written last
+#: into a release (:func:`write_manifest`), so a consumer checks what it downloaded against it, and
+#: on object storage its presence is what makes ``runs/RUN_ID`` a complete release.
+MANIFEST = "MANIFEST.json"
 
 #: What each released table's non-key columns hold (README "What comes out"): DP-noisy values, or
 #: post-processing of them. A table not listed holds keys only.
@@ -159,7 +165,62 @@ def check_out_layout(out_dir: str | os.PathLike[str]) -> None:
     )
 
 
-class Release:
+def published_files(directory: Path) -> list[str]:
+    """The files of a staged release that are published (relative POSIX paths, sorted): not the
+    unfinished writes, the run identity or an earlier manifest."""
+    return sorted(
+        p.relative_to(directory).as_posix()
+        for p in directory.rglob("*")
+        if p.is_file() and not is_temporary(p.name) and p.name not in (IDENTITY_FILE, MANIFEST)
+    )
+
+
+def sha256_file(path: Path) -> str:
+    """The SHA-256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def build_manifest(directory: Path, run_id: str, dataset: str) -> dict[str, Any]:
+    """The manifest of the release staged in ``directory`` (:data:`MANIFEST`): each published
+    file's size and SHA-256, and ``published_at``, the publish stamp (UTC, microseconds) by which
+    ``latest`` names the newest release."""
+    files = {
+        rel: {"size": (directory / rel).stat().st_size, "sha256": sha256_file(directory / rel)}
+        for rel in published_files(directory)
+    }
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {"version": 1, "run_id": run_id, "dataset": dataset, "published_at": stamp, "files": files}
+
+
+class StagedFiles:
+    """Writing into a staged release: :meth:`path` and :meth:`writing`, relative to :attr:`root`."""
+
+    @property
+    def root(self) -> Path:
+        raise NotImplementedError
+
+    def path(self, *parts: str) -> Path:
+        """A path inside the (staging) release; parent directories are created."""
+        target = self.root.joinpath(*parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target
+
+    @contextmanager
+    def writing(self, *parts: str) -> Iterator[Path]:
+        """Yield a temporary path; on success it is renamed to ``parts`` (never half-written)."""
+        target = self.path(*parts)
+        tmp = target.with_name(f".{target.name}.partial")
+        if tmp.exists():
+            tmp.unlink()
+        yield tmp
+        os.replace(tmp, target)
+
+
+class Release(StagedFiles):
     """The output directory of one run of one dataset: staged, then published atomically."""
 
     def __init__(self, out_dir: str | os.PathLike[str], run_id: str, dataset: str) -> None:
@@ -182,21 +243,10 @@ class Release:
         """Where this run's files are now: the staging dir until published, then the final one."""
         return self.final if self.published else self.staging
 
-    def path(self, *parts: str) -> Path:
-        """A path inside the (staging) release; parent directories are created."""
-        target = self.root.joinpath(*parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        return target
-
-    @contextmanager
-    def writing(self, *parts: str) -> Iterator[Path]:
-        """Yield a temporary path; on success it is renamed to ``parts`` (never half-written)."""
-        target = self.path(*parts)
-        tmp = target.with_name(f".{target.name}.partial")
-        if tmp.exists():
-            tmp.unlink()
-        yield tmp
-        os.replace(tmp, target)
+    @property
+    def staged_name(self) -> str:
+        """What the ledger records as the run's staging: the resolved staging directory."""
+        return str(self.staging.resolve())
 
     def publish(self) -> Path:
         """Rename staging -> runs/RUN_ID, then point the dataset's ``latest`` at it unless a newer release is
@@ -215,6 +265,9 @@ class Release:
             # its rename) are never published.
             for leftover in [p for p in self.staging.rglob("*") if p.is_file() and is_temporary(p.name)]:
                 leftover.unlink()
+            write_json_atomic(
+                self.staging / MANIFEST, build_manifest(self.staging, self.run_id, self.dataset)
+            )
             os.utime(self.staging)  # the publish stamp
             os.replace(self.staging, self.final)
         identity = self.final / IDENTITY_FILE
@@ -244,3 +297,24 @@ class Release:
         tmp_link.symlink_to(Path("runs") / self.run_id)
         os.replace(tmp_link, link)
         return True
+
+
+#: The assets a release of a dataset updates, and where each is under the dataset's latest
+#: release (docs/orchestration.md, "Assets").
+ASSET_KINDS = {"release": "", "ngrams": "released", "language_model": "model"}
+
+
+def asset_key(dataset: str, kind: str, out: str | os.PathLike[str]) -> tuple[str, str]:
+    """(name, URI) of the Airflow asset of kind ``kind`` (:data:`ASSET_KINDS`) of ``dataset``
+    published into ``out``: one set of assets per dataset, named ``dpngram_DATASET_KIND``, whose
+    URI is where the dataset's latest release keeps it, e.g. ``s3://releases/dpngram/chats/latest/
+    model`` (on object storage ``latest`` is reached through the pointer ``latest.json``), or
+    ``file:///srv/out/chats/latest/model`` for a local ``out``. A consumer schedules on the one
+    dataset it wants by declaring this name and URI."""
+    text = str(out)
+    if "://" in text and not text.startswith("file://"):
+        base = text.rstrip("/")
+    else:
+        base = "file://" + str(Path(text.removeprefix("file://")).resolve())
+    uri = "/".join(part for part in (base, dataset, "latest", ASSET_KINDS[kind]) if part)
+    return f"dpngram_{dataset}_{kind}", uri

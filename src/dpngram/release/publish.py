@@ -27,11 +27,18 @@ from dpngram.config import RunConfig
 from dpngram.config.budget_plan import reads_public_corpus
 from dpngram.core.errors import ConfigError
 from dpngram.engines.base import is_remote_path
-from dpngram.engines.duckdb import drop_run_schema
 from dpngram.engines.sql import run_schema_name
 from dpngram.release.context import RunContext, read_parts, record_part, with_run_id
-from dpngram.release.layout import LegacyLayoutError, Release, check_out_layout, write_json_atomic
+from dpngram.release.layout import (  # noqa: F401 - asset_key, ASSET_KINDS: the DAGs' import
+    ASSET_KINDS,
+    LegacyLayoutError,
+    Release,
+    asset_key,
+    check_out_layout,
+    write_json_atomic,
+)
 from dpngram.release.ledger import Ledger
+from dpngram.release.storage import ObjectRelease, is_object_url, release_for_staged
 
 #: Parameters holding paths of the operator's machine: withheld from the published report (they are
 #: in the operator file, :func:`dpngram.release.identity.operator_dir`).
@@ -112,19 +119,18 @@ def prepare(config: RunConfig, *, reserve: bool = True) -> RunConfig:
     )
 
     config = with_run_id(config)
-    try:
-        check_out_layout(config.out)  # an OUT of the old shared layout: refused, nothing reserved
-    except LegacyLayoutError as err:
-        raise ConfigError(str(err)) from None
+    if not is_object_url(config.out):
+        try:
+            check_out_layout(config.out)  # an OUT of the old shared layout: refused, nothing reserved
+        except LegacyLayoutError as err:
+            raise ConfigError(str(err)) from None
     # the stages that read the public corpus would fail only after earlier stages have spent budget
     if reads_public_corpus(config) and (problem := public_problem(config)) is not None:
         raise ConfigError(problem)
     ctx = RunContext(config)
     release = ctx.release
     identity = fingerprint(config)
-    staging = str(release.staging.resolve())
-    with ctx.warehouse() as wh:
-        ledger = Ledger(wh.con)
+    with ctx.ledger() as ledger:
         if release.published:
             completed = complete_publish(release, ledger) if _open_in(ledger, ctx.run_id) else False
             note = " (its interrupted publish was completed now)" if completed else ""
@@ -138,8 +144,8 @@ def prepare(config: RunConfig, *, reserve: bool = True) -> RunConfig:
         if existing is not None:
             compare(existing["fingerprint"], identity)  # the dataset is a parameter too
         registered = existing["fingerprint"] if existing is not None else identity
-        token = staging_token(ctx.run_id, registered, ledger.warehouse_identity())
-        created = not check_staging(release, token, config.warehouse)
+        token = staging_token(ctx.run_id, registered, ledger.identity())
+        created = not check_staging(release, token, ledger.location)
         if created:
             try:
                 write_staging_token(release, token)
@@ -158,7 +164,8 @@ def prepare(config: RunConfig, *, reserve: bool = True) -> RunConfig:
                 config.lifetime_epsilon,
                 config.lifetime_delta,
                 compare=compare,
-                staging=staging,
+                staging=release.staged_name,
+                warehouse=config.warehouse,
             )
         except BaseException:
             if created:  # nothing was staged: leave no directory behind
@@ -167,7 +174,8 @@ def prepare(config: RunConfig, *, reserve: bool = True) -> RunConfig:
         try:
             operator = operator_dir(config)
             write_json_atomic(
-                operator / "run.json", {"run_id": ctx.run_id, "fingerprint": identity, "staging": staging}
+                operator / "run.json",
+                {"run_id": ctx.run_id, "fingerprint": identity, "staging": release.staged_name},
             )
             record_part(ctx, "parameters", {"parameters": published_parameters(config), "run_id": ctx.run_id})
         except BaseException as err:
@@ -182,63 +190,83 @@ def _open_in(ledger: Ledger, run_id: str) -> bool:
     return run is not None and run["state"] != "closed"
 
 
-def complete_publish(release: Release, ledger: Ledger) -> bool:
-    """Finish an interrupted publish of a renamed release: point ``latest`` at it unless a newer
-    release is ``latest`` (:meth:`Release.publish`), then close its ledger run (its reservation is
-    released; its charges stay), and drop its private DuckDB schema (:func:`drop_private_tables`).
-    Idempotent. Returns whether the run was still open."""
+def complete_publish(release: Release | ObjectRelease, ledger: Ledger) -> bool:
+    """Finish an interrupted publish of a complete release (renamed, or its manifest uploaded):
+    point ``latest`` at it unless a newer release is ``latest``, then close its ledger run (its
+    reservation is released; its charges stay), and remove its private tables
+    (:func:`drop_private_tables`). Idempotent. Returns whether the run was still open."""
     was_open = _open_in(ledger, release.run_id)
-    release.publish()
+    _publish(release, ledger)
+    run = ledger.run(release.run_id)
     ledger.close_run(release.run_id)
-    drop_private_tables(ledger, release.run_id)
+    drop_private_tables(ledger, release.run_id, warehouse=run["warehouse"] if run else None)
     return was_open
 
 
-def complete_publishes(ledger: Ledger, out: Path | None = None) -> list[Path]:
-    """Complete every interrupted publish this warehouse knows of (in ``out`` only, when given): a
-    run not closed in the ledger whose staging directory was already renamed to its release. A
-    renamed release is complete (validation passed, report written, temporary files removed before
-    the rename), so completing it is always right; there is nothing to roll back. Returns the
-    releases completed."""
+def _publish(release: Release | ObjectRelease, ledger: Ledger) -> Path | str:
+    """Publish (or finish publishing) ``release``: a rename and a symlink swap locally, upload +
+    manifest + pointer on object storage, under the ledger's lock ``publish:DATASET`` there (two
+    publishers of one dataset must not both read the old pointer)."""
+    if isinstance(release, ObjectRelease):
+        return release.publish(lock=lambda: ledger.lock(f"publish:{release.home}"))
+    return release.publish()
+
+
+def complete_publishes(ledger: Ledger, out: str | Path | None = None) -> list[Path | str]:
+    """Complete every interrupted publish the ledger knows of (in ``out`` only, when given): a run
+    not closed in the ledger whose release is already complete (its staging directory renamed, or
+    its manifest uploaded). A complete release passed validation and has its report, so completing
+    it is always right; there is nothing to roll back. Returns the releases completed."""
     done = []
     for run in ledger.open_runs():
-        if not run["staging"]:
+        release = _release_of(run)
+        if release is None:
             continue
-        staging = Path(run["staging"])  # OUT/DATASET/runs/RUN_ID.staging
-        try:
-            release = Release(staging.parent.parent.parent, run["run_id"], run["dataset"])
-        except ValueError:
-            continue
-        if release.staging != staging:
-            continue  # registered in another layout (an older dpngram): not completed here
-        if out is not None and release.out_dir.resolve() != Path(out).resolve():
-            continue
+        if out is not None and str(release.out_dir).rstrip("/") != str(out).rstrip("/"):
+            if is_object_url(str(out)) or Path(release.out_dir).resolve() != Path(out).resolve():
+                continue
         if release.published:
             complete_publish(release, ledger)
             done.append(release.final)
     return done
 
 
-def publish_run(ctx: RunContext) -> Path:
-    """Publish the staged release (atomic rename, then swap ``OUT/DATASET/latest``), then close the run in
-    the ledger (its reservation is released; its charges stay) and drop its private tables
-    (:func:`drop_private_tables`).
+def _release_of(run: dict[str, Any]) -> Release | ObjectRelease | None:
+    """The release a ledger run stages (from its recorded staging name), or None."""
+    staged = run.get("staging")
+    if not staged:
+        return None
+    scratch = Path(run["warehouse"] or ".") / "staging" / run["dataset"] / run["run_id"]
+    remote = release_for_staged(staged, run["run_id"], run["dataset"], scratch)
+    if remote is not None:
+        return remote
+    staging = Path(staged)  # OUT/DATASET/runs/RUN_ID.staging
+    try:
+        release = Release(staging.parent.parent.parent, run["run_id"], run["dataset"])
+    except ValueError:
+        return None
+    return release if release.staging == staging else None  # an older layout: not completed here
+
+
+def publish_run(ctx: RunContext) -> Path | str:
+    """Publish the staged release (locally: atomic rename, then swap ``OUT/DATASET/latest``; on
+    object storage: upload, manifest, pointer), then close the run in the ledger (its reservation
+    is released; its charges stay) and remove its private tables (:func:`drop_private_tables`).
 
     Refused unless the run passed validation (report part 'validation' with success) and its
     report was written, and unless the staging directory carries the run's identity in this
-    warehouse: a run that failed anywhere before stays staged and unpublished, and ``latest`` keeps
-    pointing at the previous release. A kill after the rename leaves a complete release that the
-    next command (a re-run, ``dpngram gc``, another run into the same OUT) finishes publishing
-    (:func:`complete_publishes`)."""
+    ledger: a run that failed anywhere before stays staged and unpublished, and ``latest`` keeps
+    pointing at the previous release. A kill after the commit point (the rename, or the manifest)
+    leaves a complete release that the next command (a re-run, ``dpngram gc``, another run into the
+    same OUT) finishes publishing (:func:`complete_publishes`)."""
     from dpngram.release.identity import verify_staging
 
     release = ctx.release
-    with ctx.warehouse() as wh:
-        ledger = Ledger(wh.con)
+    with ctx.ledger() as ledger:
         if release.published:  # a retried publish: complete it (re-point latest, close the run)
             complete_publish(release, ledger)
             return release.final
-        verify_staging(release, ledger, ctx.config.warehouse)
+        verify_staging(release, ledger)
         validation = read_parts(ctx).get("validation")
         if not validation or validation.get("success") is not True:
             raise RuntimeError(
@@ -247,7 +275,7 @@ def publish_run(ctx: RunContext) -> Path:
             )
         if not (release.staging / "report.json").is_file():
             raise RuntimeError(f"run {ctx.run_id} has no report.json; write the report before publishing")
-        path = release.publish()
+        path = _publish(release, ledger)
         ledger.close_run(ctx.run_id)  # the run spends no more: its reservation is released
         drop_private_tables(ledger, ctx.run_id, ctx.config)
     return path
@@ -257,31 +285,45 @@ def drop_private_tables(
     ledger: Ledger, run_id: str, config: RunConfig | None = None, warehouse: str | None = None
 ) -> None:
     """Remove a run's private working tables: those of a published run are of no further use (a
-    published run is never resumed), and a warehouse refreshed every week would otherwise keep
-    every run's raw text and working tables (about the input's size again per run); ``dpngram gc
-    --delete`` removes those of a failed run. Drops the run's DuckDB schema and, for a run on the
-    Spark engine, its table directory under ``spark_warehouse`` when that is a local path (a
-    Hadoop-style URI is left to the operator). The engine and ``spark_warehouse`` come from
-    ``config``, else from the run's fingerprint in the ledger (``warehouse``: the DuckDB file's
-    path, for Spark's default location beside it). Idempotent."""
-    drop_run_schema(ledger.con, run_id)
-    root = _spark_tables_root(ledger, run_id, config, warehouse)
+    published run is never resumed), and ``dpngram gc --delete`` removes those of a failed run.
+    Deletes the run's DuckDB file (``WAREHOUSE/runs/RUN_ID.duckdb``, with its spill and WAL) and,
+    for a run on the Spark engine, its table directory under ``spark_warehouse`` when that is a
+    local path (a Hadoop-style URI is left to the operator). The warehouse directory and the
+    engine come from ``config``, else from the ledger (``warehouse``, or the run's registration).
+    On this machine only: another worker's copy goes when that worker next starts a task
+    (:func:`dpngram.release.run_store.sweep_closed`). Idempotent."""
+    if config is not None:
+        base: str | None = config.warehouse
+    else:
+        run = ledger.run(run_id)
+        base = warehouse or (run["warehouse"] if run is not None else None)
+    if base:
+        remove_run_files(Path(base), run_id)
+    root = _spark_tables_root(ledger, run_id, config, base)
     if root is not None and not is_remote_path(root):
         shutil.rmtree(Path(root.removeprefix("file://")) / run_schema_name(run_id), ignore_errors=True)
+
+
+def remove_run_files(warehouse: Path, run_id: str) -> None:
+    """Delete a run's DuckDB file in ``warehouse`` and what DuckDB keeps beside it."""
+    database = Path(warehouse) / "runs" / f"{run_id}.duckdb"
+    for path in (database, database.with_name(database.name + ".wal")):
+        path.unlink(missing_ok=True)
+    shutil.rmtree(database.with_name(database.name + ".tmp"), ignore_errors=True)
 
 
 def _spark_tables_root(
     ledger: Ledger, run_id: str, config: RunConfig | None, warehouse: str | None
 ) -> str | None:
-    """Where a Spark run kept its private tables (``spark_warehouse``, default beside the DuckDB
-    file); None for a DuckDB run or a run the ledger does not know."""
+    """Where a Spark run kept its private tables (``spark_warehouse``, default
+    ``WAREHOUSE/spark``); None for a DuckDB run or a run the ledger does not know."""
     if config is not None:
         engine, spark_warehouse, base = config.engine.name, config.engine.spark_warehouse, config.warehouse
     else:
         run = ledger.run(run_id)
         parameters = run["fingerprint"].get("parameters", {}) if run is not None else {}
         engine, spark_warehouse = parameters.get("engine"), parameters.get("spark_warehouse")
-        base = warehouse or parameters.get("warehouse")
+        base = warehouse
     if engine != "spark":
         return None
     from dpngram.engines.spark import default_root  # sqlglot and the rest: Spark runs only
@@ -289,38 +331,37 @@ def _spark_tables_root(
     return spark_warehouse or (default_root(str(base)) if base else None)
 
 
-#: The assets a release of a dataset updates, and the last part of their URI (docs/orchestration.md).
-ASSET_KINDS = {"release": "latest", "ngrams": "ngrams", "language_model": "language-model"}
-
-
-def asset_key(dataset: str, kind: str) -> tuple[str, str]:
-    """(name, URI) of the Airflow asset of kind ``kind`` (:data:`ASSET_KINDS`) of ``dataset``: one
-    set of assets per dataset, e.g. ``("dpngram_chats_language_model", "dpngram://chats/language-model")``.
-    A consumer schedules on the one dataset it wants by declaring this name and URI."""
-    return f"dpngram_{dataset}_{kind}", f"dpngram://{dataset}/{ASSET_KINDS[kind]}"
-
-
-def release_asset_metadata(release: Path, training_corpus: str | None = None) -> dict[str, Any]:
+def release_asset_metadata(release: Path | str, training_corpus: str | None = None) -> dict[str, Any]:
     """Public metadata of a published release, for downstream consumers (the ``extra`` of the
-    Airflow asset events emitted by ``dags/dpngram_release.py``). ``training_corpus``: the public
-    corpus the model was built from (a path the operator's machine sees; the report withholds it),
-    given to the model's consumers so that they can check their evaluation text against it.
+    Airflow asset events emitted by ``dags/dpngram_release.py``). ``release``: its directory, or
+    its URL on object storage. ``training_corpus``: the public corpus the model was built from (a
+    path the operator's machine sees; the report withholds it), given to the model's consumers so
+    that they can check their evaluation text against it.
 
     Read only from the release's ``report.json`` (itself public: DP values, released row counts
-    and parameters) and the file tree; never from the warehouse. Returns ``{"release": {...},
-    "ngrams": {...}, "language_model": {...} | None}``; each holds run_id, dataset, the run's
-    composed epsilon and its delta, what the ledger was charged, and absolute paths. The model
-    entry is None when the run built no model. ``epsilon``/``ledger_epsilon`` are rounded to 6
-    significant digits for people (``4.0``, not ``3.9999999999859774``); ``epsilon_exact`` and
-    ``ledger_epsilon_exact`` hold the exact values."""
-    release = Path(release).resolve()
-    report = json.loads((release / "report.json").read_text(encoding="utf-8"))
+    and parameters) and its ``MANIFEST.json``; never from the warehouse. Returns ``{"release":
+    {...}, "ngrams": {...}, "language_model": {...} | None}``; each holds run_id, dataset, the
+    run's composed epsilon and its delta, what the ledger was charged, the release's location and
+    the locations (``paths``: absolute paths, or URLs on object storage) and SHA-256 (``sha256``,
+    from the manifest) of its files. The model entry is None when the run built no model.
+    ``epsilon``/``ledger_epsilon`` are rounded to 6 significant digits for people (``4.0``, not
+    ``3.9999999999859774``); ``epsilon_exact`` and ``ledger_epsilon_exact`` hold the exact values."""
+    from dpngram.release.storage import join, local_path, read_json, read_manifest
+
+    remote = is_object_url(str(release))
+    location = str(release).rstrip("/") if remote else str(local_path(release).resolve())
+    report = (
+        read_json(join(location, "report.json"))
+        if remote
+        else json.loads((Path(location) / "report.json").read_text(encoding="utf-8"))
+    )
+    files = read_manifest(location)["files"]
     privacy = report.get("privacy", {})
     charged = privacy.get("ledger_charged", {})
     released = report.get("released", {})
     total = privacy.get("total", {})
     common = {
-        "run_id": report.get("run_id", release.name),
+        "run_id": report.get("run_id", location.rsplit("/", 1)[-1]),
         "dataset": report.get("dataset"),
         # rounded for people (6 significant digits, as report.json's); exact values beside them
         "epsilon": total.get("epsilon"),
@@ -330,32 +371,36 @@ def release_asset_metadata(release: Path, training_corpus: str | None = None) ->
         "ledger_epsilon": charged.get("epsilon"),
         "ledger_epsilon_exact": charged.get("epsilon_exact", charged.get("epsilon")),
         "ledger_delta": charged.get("delta"),
-        "release": str(release),
-        "report": str(release / "report.json"),
+        "release": location,
+        "report": join(location, "report.json"),
     }
+
+    def located(rels: dict[str, str]) -> dict[str, Any]:
+        present = {name: rel for name, rel in rels.items() if rel in files}
+        return {
+            "paths": {name: join(location, rel) for name, rel in present.items()},
+            "sha256": {name: files[rel]["sha256"] for name, rel in present.items()},
+        }
+
     tables = {name: t.get("rows") for name, t in released.get("tables", {}).items() if "/" not in name}
     release_meta = {**common, "released_rows": tables}
-    ngram_paths = {
-        name: str(release / "released" / f"{name}.parquet")
-        for name in ("vocabulary", "kgrams")
-        if (release / "released" / f"{name}.parquet").is_file()
-    }
+    ngram_files = located({name: f"released/{name}.parquet" for name in ("vocabulary", "kgrams")})
     ngrams = {
         **common,
         "ngrams_per_k": released.get("ngrams_per_k", {}),
-        "released_rows": {name: tables.get(name) for name in ngram_paths},
-        "paths": ngram_paths,
+        "released_rows": {name: tables.get(name) for name in ngram_files["paths"]},
+        **ngram_files,
     }
     model = report.get("model") or {}
-    model_paths = {name: release / rel for name, rel in (model.get("paths") or {}).items()}
+    model_files = located(dict(model.get("paths") or {}))
     language_model = None
-    if model_paths.get("binary") is not None and model_paths["binary"].is_file():
+    if "binary" in model_files["paths"]:
         language_model = {
             **common,
             "order": model.get("order"),
             "route": model.get("route"),
             "ngram_counts": model.get("counts", {}),
-            "paths": {name: str(p) for name, p in model_paths.items() if p.is_file()},
+            **model_files,
             "training_corpus": training_corpus,
         }
     return {"release": release_meta, "ngrams": ngrams, "language_model": language_model}

@@ -16,7 +16,8 @@ the run, so a run's ledger total is its composed total (docs/accounting.md, "Joi
 and "What the ledger is charged").
 
 Owns: :func:`spend_once` (charge-before-draw, persist, finalize; the per-stage ledger charge).
-Imports: dpngram.release (layout, context, ledger), dpngram.engines, dpngram.config, dpngram.core.
+Imports: dpngram.release (layout, context, identity, ledger), dpngram.engines, dpngram.config,
+dpngram.core.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def spend_once(
     """Run a privacy-spending stage at most once per run, and never draw its noise twice.
 
     ``engine=True``: ``compute`` receives the configured engine (:meth:`RunContext.engine`: DuckDB
-    or Spark) instead of the DuckDB warehouse; the ledger is in the DuckDB file either way.
+    or Spark) instead of the run's DuckDB warehouse; the ledger is its own store either way
+    (:meth:`RunContext.ledger`).
 
     ``compute`` draws the noise, writes every file named in ``outputs`` (relative to the release,
     via :meth:`Release.writing`) and returns its events. In this order:
@@ -76,10 +78,9 @@ def spend_once(
     release = ctx.release
     marker = release.path(PARTS_DIR, f"{stage}.json")
     dataset, run_id = ctx.config.dataset, ctx.run_id
-    with ctx.engine() if engine else ctx.warehouse() as wh:
-        ledger = Ledger(wh.con)
-        # reuse is driven by the staged files: they must be this run's, in this warehouse
-        verify_staging(release, ledger, ctx.config.warehouse)
+    with ctx.ledger() as ledger, ctx.engine() if engine else ctx.warehouse() as wh:
+        # reuse is driven by the staged files: they must be this run's, registered in this ledger
+        verify_staging(release, ledger)
         reused = marker.exists() and all((release.root / o).exists() for o in outputs)
         if reused:
             fragment = json.loads(marker.read_text(encoding="utf-8"))
@@ -96,8 +97,7 @@ def spend_once(
 
             def charge_before_drawing() -> None:
                 nonlocal charged
-                # A connection of its own: compute may hold an open result on wh.con.
-                Ledger(wh.con.cursor()).charge_pending(dataset, run_id, stage, bound)
+                ledger.charge_pending(dataset, run_id, stage, bound)
                 charged = True
 
             try:
@@ -128,6 +128,7 @@ def spend_once(
                     "refusing to commit (this is a bug in the stage's calibration)"
                 )
             write_part(ctx, marker, stage, fragment)
+            ctx.checkpoint()  # the noisy output is persisted where every worker finds it
         privacy = fragment["privacy"]
         ledger.finalize(dataset, run_id, stage, privacy["charged_epsilon"], privacy["charged_delta"], events)
     return {

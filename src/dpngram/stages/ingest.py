@@ -68,7 +68,7 @@ def run_ingest(
         log.info("%s", line)
     if enforce_quarantine_limit:
         where = (
-            f"table {ctx.schema}.quarantine in {config.warehouse}"
+            f"table {ctx.schema}.quarantine in {config.run_warehouse}"
             if config.engine.name == "duckdb"
             else f"table {ctx.schema}.quarantine of the run's Spark tables"
         )

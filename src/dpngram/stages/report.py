@@ -87,15 +87,10 @@ def _ngrams_per_k(tables: dict[str, dict[str, Any]]) -> dict[int, int]:
 
 def _ledger_charged(ctx: RunContext) -> dict[str, Any] | None:
     """What the ledger recorded for this run: the total and each stage's (ε, δ) entry (None if
-    there is no warehouse or ledger yet). The report's per-stage charges are read from here, so
+    the ledger knows nothing of the dataset). The report's per-stage charges are read from here, so
     the report and ``dpngram ledger`` say the same (e.g. the run's whole δ charged to the first
     stage that uses δ, ``dpne.k1``, and 0 to the later levels)."""
-    from dpngram.release.ledger import Ledger
-
-    if not Path(ctx.config.warehouse).exists():
-        return None
-    with ctx.warehouse(read_only=True) as wh:
-        ledger = Ledger(wh.con, create=False)
+    with ctx.ledger() as ledger:
         if ctx.config.dataset not in ledger.datasets():
             return None
         entries = [e for e in ledger.entries(ctx.config.dataset) if e["run_id"] == ctx.run_id]
@@ -141,7 +136,7 @@ def write_operator_report(ctx: RunContext) -> Path:
             "quarantine": _quarantine_counts(ctx),
             "timings_seconds": read_timings(ctx),
             "paths": {name: flat[name] for name in PATH_PARAMETERS if flat.get(name) is not None},
-            "release": str(ctx.release.final.resolve()),
+            "release": str(ctx.release.final),
         },
     )
     return path
