@@ -28,6 +28,7 @@ from pathlib import Path
 from dpngram.release.layout import LegacyLayoutError, check_out_layout
 from dpngram.release.ledger import Ledger
 from dpngram.release.publish import complete_publishes, drop_private_tables, remove_run_files
+from dpngram.release.run_store import forget_run
 from dpngram.release.storage import is_object_url
 
 
@@ -150,6 +151,7 @@ class UnpublishedRuns:
                 drop_private_tables(self.ledger, run.run_id)
             if run.staging is not None:
                 shutil.rmtree(run.staging)
+            forget_run(run.run_id)  # its prefix in the run store, where workers share one
 
 
 def _local_staging(run: dict) -> Path | None:

@@ -190,7 +190,7 @@ class Ledger:
                 return
 
     def lock(self, name: str, *, wait: float | None = None) -> contextlib.AbstractContextManager[bool]:
-        """Any named lock of the store (e.g. ``publish:DATASET``, which moves ``latest``)."""
+        """Any named lock of the store (e.g. ``publish:OUT/DATASET``, which moves ``latest``)."""
         return self.store.lock(name, wait=wait)
 
     # -- reading ------------------------------------------------------------------------------

@@ -93,11 +93,11 @@ def prepare(config: RunConfig, *, reserve: bool = True) -> RunConfig:
     """Fix the run id, register the run's identity and reserve its budget, and create the staging
     directory with the run's identity and parameters; all before any private data is read.
 
-    In this order, so that a refusal reserves nothing: the run id's registration in the warehouse
-    (:meth:`Ledger.run`) must have the same fingerprint (parameters and input,
+    In this order, so that a refusal reserves nothing: the run id's registration in the privacy
+    ledger (:meth:`Ledger.run`) must have the same fingerprint (parameters and input,
     :mod:`dpngram.release.identity`) and staging directory, else a one-line
     :class:`~dpngram.core.errors.ResumeError` names what changed; an existing staging directory must
-    carry this warehouse's identity and the run's registered fingerprint
+    carry this ledger's identity and the run's registered fingerprint
     (:func:`~dpngram.release.identity.check_staging`), a new one gets it (an OUT that cannot be
     written is refused here); then, in one ledger transaction (:meth:`Ledger.open_run`), the run's
     (ε, δ) is reserved against the dataset's lifetime budget (stored per dataset; a run's
@@ -195,17 +195,20 @@ def complete_publish(release: Release | ObjectRelease, ledger: Ledger) -> bool:
     point ``latest`` at it unless a newer release is ``latest``, then close its ledger run (its
     reservation is released; its charges stay), and remove its private tables
     (:func:`drop_private_tables`). Idempotent. Returns whether the run was still open."""
+    from dpngram.release.run_store import forget_run
+
     was_open = _open_in(ledger, release.run_id)
     _publish(release, ledger)
     run = ledger.run(release.run_id)
     ledger.close_run(release.run_id)
     drop_private_tables(ledger, release.run_id, warehouse=run["warehouse"] if run else None)
+    forget_run(release.run_id)
     return was_open
 
 
 def _publish(release: Release | ObjectRelease, ledger: Ledger) -> Path | str:
     """Publish (or finish publishing) ``release``: a rename and a symlink swap locally, upload +
-    manifest + pointer on object storage, under the ledger's lock ``publish:DATASET`` there (two
+    manifest + pointer on object storage, under the ledger's lock ``publish:OUT/DATASET`` there (two
     publishers of one dataset must not both read the old pointer)."""
     if isinstance(release, ObjectRelease):
         return release.publish(lock=lambda: ledger.lock(f"publish:{release.home}"))
@@ -278,6 +281,9 @@ def publish_run(ctx: RunContext) -> Path | str:
         path = _publish(release, ledger)
         ledger.close_run(ctx.run_id)  # the run spends no more: its reservation is released
         drop_private_tables(ledger, ctx.run_id, ctx.config)
+        from dpngram.release.run_store import forget_run
+
+        forget_run(ctx.run_id)  # and its prefix in the run store, where workers share one
     return path
 
 

@@ -24,7 +24,8 @@ finalized, so a worker killed later in the task loses no charged output. The run
 ledger (:meth:`dpngram.release.ledger.Ledger.run_lock`) keeps two tasks of one run from syncing at
 once. After the publish the run's prefix is removed (:meth:`RunStore.remove`).
 
-Owns: :data:`RUN_STORE_ENV`, :class:`RunStore`, :func:`configured_run_store`, :func:`sweep_closed`.
+Owns: :data:`RUN_STORE_ENV`, :class:`RunStore`, :func:`configured_run_store`, :func:`forget_run`,
+:func:`sweep_closed`.
 Imports: dpngram.release (context, identity, layout, storage, publish); fsspec.
 """
 
@@ -158,6 +159,15 @@ class RunStore:
         remove_tree(self.prefix)
 
 
+def forget_run(run_id: str) -> None:
+    """Remove run ``run_id``'s prefix from the deployment's run store, if it has one: the run is
+    published (a publish completed by another command than the DAG's ``publish``) or abandoned
+    (``dpngram gc --delete``), and its private snapshot must not outlive it."""
+    url = configured_run_store()
+    if url is not None:
+        remove_tree(join(url, run_id))
+
+
 def sweep_closed(ledger: Any, warehouse: Path) -> list[str]:
     """Delete this machine's copies of the private tables (and object-storage staging) of runs the
     ledger has closed: a worker that ran a task of a run keeps its copy until the run publishes,
@@ -165,6 +175,7 @@ def sweep_closed(ledger: Any, warehouse: Path) -> list[str]:
     from dpngram.release.publish import remove_run_files
 
     local = {p.name.removesuffix(".duckdb") for p in (Path(warehouse) / "runs").glob("*.duckdb")}
+    local |= {p.name for p in Path(warehouse).glob("staging/*/*") if p.is_dir()}  # e.g. a pre-check only
     if not local:
         return []
     swept = []

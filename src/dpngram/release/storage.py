@@ -9,7 +9,7 @@ rename and a symlink swap (:class:`dpngram.release.layout.Release`). Object stor
    publish stamp) is written last: its presence is what makes the run a complete release;
 3. the pointer ``OUT/DATASET/latest.json`` is replaced (one PUT, atomic for readers) to name the run
    and its manifest's SHA-256, unless it names a release published later; two publishers of one
-   dataset take the ledger's lock ``publish:DATASET`` around the read-compare-write.
+   dataset take the ledger's lock ``publish:OUT/DATASET`` around the read-compare-write.
 
 A reader that follows the pointer (:func:`latest_release`) only ever reaches a run whose manifest
 exists, so it never sees a partial release; :func:`fetch_verified` downloads a file and checks it
@@ -29,6 +29,7 @@ Imports: dpngram.release.layout, dpngram.core; fsspec.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -86,10 +87,24 @@ def read_json(url: str) -> Any:
         return None
 
 
+def json_bytes(payload: Any) -> bytes:
+    """The bytes :func:`write_json` writes for ``payload`` (indented, sorted keys, a final newline)."""
+    return (json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n").encode()
+
+
 def write_json(url: str, payload: Any) -> None:
     """Write a JSON object in one PUT (a reader sees the old object or the new, never half)."""
     fs, path = filesystem(url)
-    fs.pipe_file(path, (json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n").encode())
+    fs.pipe_file(path, json_bytes(payload))
+
+
+def read_bytes(url: str) -> bytes | None:
+    """The bytes of the object at ``url``; None when there is none."""
+    fs, path = filesystem(url)
+    try:
+        return bytes(fs.cat_file(path))
+    except FileNotFoundError:
+        return None
 
 
 def upload_file(local: Path, url: str) -> None:
@@ -97,12 +112,19 @@ def upload_file(local: Path, url: str) -> None:
     fs.put_file(str(local), path)
 
 
-def download_file(url: str, local: Path) -> None:
-    """Download to ``local`` through a temporary sibling and a rename (never half a file)."""
+def download_file(url: str, local: Path, check: Callable[[Path], None] | None = None) -> None:
+    """Download to ``local`` through a temporary sibling and a rename (never half a file);
+    ``check(tmp)`` may refuse the bytes (raise) before they take the final name."""
     fs, path = filesystem(url)
     local.parent.mkdir(parents=True, exist_ok=True)
     tmp = local.with_name(f".{local.name}.partial")
     fs.get_file(path, str(tmp))
+    try:
+        if check is not None:
+            check(tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, local)
 
 
@@ -166,9 +188,8 @@ class ObjectRelease(StagedFiles):
     def publish(self, lock: Callable[[], contextlib.AbstractContextManager[Any]] | None = None) -> str:
         """Upload, manifest, pointer (module docstring); then remove the local staging. Idempotent:
         after a kill it finishes what the last attempt began. ``lock``: a context manager factory
-        held around the pointer's read-compare-write (the ledger's ``publish:DATASET`` lock)."""
-        manifest = read_json(join(self.final, MANIFEST))
-        if manifest is None:
+        held around the pointer's read-compare-write (the ledger's ``publish:OUT/DATASET`` lock)."""
+        if read_bytes(join(self.final, MANIFEST)) is None:
             if not self.staging.is_dir():
                 raise FileNotFoundError(f"nothing staged for run {self.run_id} in {self.staging}")
             manifest = build_manifest(self.staging, self.run_id, self.dataset)
@@ -176,21 +197,23 @@ class ObjectRelease(StagedFiles):
                 upload_file(self.staging / rel, join(self.final, rel))
             write_json(join(self.final, MANIFEST), manifest)  # the commit point
         with lock() if lock is not None else contextlib.nullcontext():
-            self.point_latest(manifest)
+            self.point_latest()
         shutil.rmtree(self.staging, ignore_errors=True)
         return self.final
 
-    def point_latest(self, manifest: dict[str, Any] | None = None) -> bool:
+    def point_latest(self) -> bool:
         """Point ``OUT/DATASET/latest.json`` at this (published) release unless it names a release
-        published later. Returns whether it names this release now."""
-        manifest = manifest or read_json(join(self.final, MANIFEST))
-        if manifest is None:
+        published later. The pointer carries the SHA-256 of the manifest object's bytes (what
+        ``sha256sum MANIFEST.json`` prints). Returns whether it names this release now."""
+        raw = read_bytes(join(self.final, MANIFEST))
+        if raw is None:
             raise FileNotFoundError(f"run {self.run_id} is not published in {self.final}")
+        manifest = json.loads(raw)
         current = read_json(self.latest)
         if current and current.get("run_id") != self.run_id:
             if str(current.get("published_at", "")) > str(manifest["published_at"]):
                 return False
-        manifest_sha = _sha256_json(manifest)
+        manifest_sha = hashlib.sha256(raw).hexdigest()
         write_json(
             self.latest,
             {
@@ -202,12 +225,6 @@ class ObjectRelease(StagedFiles):
             },
         )
         return True
-
-
-def _sha256_json(payload: Any) -> str:
-    import hashlib
-
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def release_for_staged(staged: str, run_id: str, dataset: str, staging: Path) -> ObjectRelease | None:
@@ -234,8 +251,8 @@ def latest_release(out: str, dataset: str) -> str:
     if pointer is None:
         raise FileNotFoundError(f"dataset '{dataset}' has no published release in {out} (no {POINTER})")
     release = join(home, pointer["release"])
-    manifest = read_json(join(release, MANIFEST))
-    if manifest is None or _sha256_json(manifest) != pointer.get("manifest_sha256"):
+    raw = read_bytes(join(release, MANIFEST))
+    if raw is None or hashlib.sha256(raw).hexdigest() != pointer.get("manifest_sha256"):
         raise ChecksumMismatch(f"{join(home, POINTER)} names {release}, whose manifest does not match it")
     return release
 
@@ -260,16 +277,19 @@ def fetch_verified(release: str, rel: str, cache: Path) -> Path:
     expected = manifest["files"].get(rel)
     if expected is None:
         raise FileNotFoundError(f"{release} has no {rel} (not in its {MANIFEST})")
+    def verify(path: Path) -> None:
+        actual = sha256_file(path)
+        if actual != expected["sha256"]:
+            raise ChecksumMismatch(
+                f"{rel} of {release}: SHA-256 {actual[:12]}... does not match the manifest's "
+                f"{expected['sha256'][:12]}..."
+            )
+
     if is_object_url(release):
         target = Path(cache) / manifest["run_id"] / rel
         if not (target.is_file() and sha256_file(target) == expected["sha256"]):
-            download_file(join(release, rel), target)
+            download_file(join(release, rel), target, check=verify)  # bad bytes never take its name
     else:
         target = local_path(release) / rel
-    actual = sha256_file(target)
-    if actual != expected["sha256"]:
-        raise ChecksumMismatch(
-            f"{rel} of {release}: SHA-256 {actual[:12]}... does not match the manifest's "
-            f"{expected['sha256'][:12]}..."
-        )
+    verify(target)
     return target
