@@ -2,12 +2,20 @@
 language model of ONE dataset, scored on text the model never saw.
 
 Subscribing: releases are kept apart per dataset, and so are their assets. This DAG is scheduled
-on the language-model asset of one dataset, ``dpngram://DATASET/language-model`` (name
-``dpngram_DATASET_language_model``; ``DATASET`` = ``DPNGRAM_CONSUMER_DATASET``, default
-``default``), which ``dpngram_release``'s ``publish_lm`` task emits whenever a release of that
-dataset includes a KenLM model. Releases of other datasets never trigger it. A team in another
-repository copies this file and declares the asset by name and URI only, e.g.
-``Asset(name="dpngram_chats_language_model", uri="dpngram://chats/language-model")``.
+on the language-model asset of one dataset, ``OUT/DATASET/latest/model`` (name
+``dpngram_DATASET_language_model``; ``OUT`` = ``DPNGRAM_OUT``, ``DATASET`` =
+``DPNGRAM_CONSUMER_DATASET``, default ``default``), which ``dpngram_release``'s ``publish_lm`` task
+emits whenever a release of that dataset includes a KenLM model. Releases of other datasets never
+trigger it. A team in another repository copies this file and declares the asset by name and URI
+only, e.g. ``Asset(name="dpngram_chats_language_model", uri="s3://releases/dpngram/chats/latest/model")``.
+
+Reading the model: the event's ``extra["release"]`` names the release (a URL on object storage, or
+a directory); :func:`dpngram.release.storage.fetch_verified` downloads ``model/model.binary`` and
+``report.json`` into ``DPNGRAM_CONSUMER_CACHE`` (read in place for a local release) and checks each
+against the SHA-256 the release's ``MANIFEST.json`` records, so the task fails with one line rather
+than score a corrupted or substituted file. The task runs on the Celery queue
+``DPNGRAM_CONSUMER_QUEUE`` (default ``default``): the team's own workers, which need to share
+nothing with dpngram's but the object store.
 
 What it records (:func:`dpngram.lm.consumer.score_heldout`): the model's perplexity and OOV rate
 on the team's own held-out text (Param ``eval_text``, one sentence a line, ``.gz`` accepted;
@@ -24,7 +32,8 @@ one line (the score would measure memorisation); the overlap is recorded either 
 
 The model is differentially private (built only from DP releases) and the evaluation text is the
 team's non-private text, so the score is safe to log. A manual trigger without an asset event
-scores ``OUT/DATASET/latest``'s model (training corpus: Param ``training_corpus``).
+scores the dataset's latest release (through ``latest.json`` or the ``latest`` link; training
+corpus: Param ``training_corpus``).
 """
 
 from __future__ import annotations

@@ -35,27 +35,30 @@ it is four nodes long and readable at the default zoom; the task ids do not chan
   released tables, epsilon/delta. Exact statistics and raw text stay in the private warehouse.
 * Retries are safe: every privacy-spending stage persists its noisy output before its spend is
   committed (:func:`dpngram.release.spend.spend_once`), so a retried task (or a re-run of the same DAG run)
-  reuses it and is not charged twice; publishing is an atomic rename, so a failed run leaves
-  ``OUT/DATASET/latest`` at the previous release. See docs/orchestration.md.
+  reuses it and is not charged twice; publishing is atomic for readers (a rename locally; on object
+  storage the manifest is written last and the pointer ``latest.json`` moved after it), so a failed
+  run leaves ``OUT/DATASET/latest`` at the previous release. See docs/orchestration.md.
 * Refusals (invalid parameters, a budget refusal, any of the pipeline's one-line user errors): the
   reason is logged as one error line, then the task raises
   :class:`dpngram.orchestration.plan.TaskRefused` (a SystemExit: Airflow logs "Task exited", no
   traceback) and the tasks' retry policy fails it at once (no retry).
-* Tasks that open the DuckDB warehouse run in the one-slot pool ``dpngram_warehouse`` (DuckDB
-  allows one writing process per file). Create it once:
-  ``airflow pools set dpngram_warehouse 1 "dpngram DuckDB warehouse: one writer at a time"``
-  (``dpngram demo`` and the docker init job do). ``airflow dags test`` runs tasks in-process one
-  at a time and does not need the pool to exist.
+* Every task runs in :func:`dpngram.orchestration.task.task_scope`: the privacy ledger is the
+  Airflow connection ``dpngram_ledger`` (PostgreSQL) when it exists, else the embedded per-user
+  file; the task takes its run's lock in the ledger (the tasks of one run take turns on any worker;
+  a task that finds it held is rescheduled after ``DPNGRAM_LOCK_WAIT_SECONDS`` instead of holding
+  its slot); with ``DPNGRAM_RUN_STORE`` (workers that share no disk) the run's state is pulled from
+  the run store before the step and pushed after it. No pool: each run has a warehouse file of its
+  own, so different datasets run side by side (``max_active_runs``: ``DPNGRAM_MAX_ACTIVE_RUNS``, 4).
 * Assets, one set per dataset (the interface for downstream teams; event ``extra`` from
   :func:`dpngram.release.publish.release_asset_metadata`: run_id, dataset, epsilon, delta, ledger charge,
-  released sizes, absolute paths). The dataset is a run parameter, so the tasks emit the events
-  through asset aliases (declared here) for the assets of the run's dataset
-  (:func:`dpngram.release.publish.asset_key`):
+  released sizes, the release's location and each file's location and SHA-256). The dataset is a
+  run parameter, so the tasks emit the events through asset aliases (declared here) for the assets
+  of the run's dataset (:func:`dpngram.release.layout.asset_key`), whose URIs name the storage:
 
-  - ``dpngram://DATASET/ngrams`` (vocabulary + k-grams) and ``dpngram://DATASET/latest`` (the
+  - ``OUT/DATASET/latest/released`` (vocabulary + k-grams) and ``OUT/DATASET/latest`` (the
     whole release) are updated by ``publish`` (aliases ``dpngram_ngrams_events``,
     ``dpngram_release_events``);
-  - ``dpngram://DATASET/language-model`` is updated by ``publish_lm`` (alias
+  - ``OUT/DATASET/latest/model`` is updated by ``publish_lm`` (alias
     ``dpngram_language_model_events``) only when the run built a model (a skipped task emits no
     asset event). ``dpngram_consume_lm`` is scheduled on one dataset's model asset.
 
@@ -75,9 +78,14 @@ Param defaults (trigger form and scheduled runs): ``input``/``public`` point at 
 corpus and ``out`` at the demo's output, resolved from environment variables so the same file works
 for the demo, tests and deployments:
 
-* ``DPNGRAM_DEMO_DIR`` (default ``<repo>/.dpngram``): ``sample/users.jsonl.gz``,
-  ``sample/public.txt.gz`` and ``warehouse.duckdb`` live there;
-* ``DPNGRAM_OUT`` (default ``<repo>/demo-output``): where releases are published;
+* ``DPNGRAM_DEMO_DIR`` (default ``<repo>/.dpngram``): ``sample/users.jsonl.gz`` and
+  ``sample/public.txt.gz`` live there;
+* ``DPNGRAM_OUT`` (default ``<repo>/demo-output``): where releases are published (a directory, or
+  an fsspec URL such as ``s3://bucket/prefix``);
+* ``DPNGRAM_WAREHOUSE`` (each worker's own; default ``~/.local/share/dpngram/warehouse``): the
+  directory of the runs' private tables when the run's ``warehouse`` Param is empty;
+* ``DPNGRAM_RUN_STORE`` (optional): an fsspec URL where workers that share no disk keep each run's
+  working state (docs/orchestration.md, "Several workers");
 * ``DPNGRAM_PARAMS`` (optional): a JSON object of Param defaults for this deployment, e.g.
   ``{"dataset": "support-chats", "input": "/data/in/chats.jsonl.gz", "lifetime_epsilon": 40}``;
 * ``DPNGRAM_TASK_RETRIES`` (default 2), ``DPNGRAM_RETRY_DELAY_SECONDS`` (default 30).
@@ -380,11 +388,35 @@ def run_step(step_name: str, **context: Any) -> dict[str, Any]:
 
     _use_ledger()
     summary: dict[str, Any] = {}
-    with task_scope(config, writes_private=task_spec.writes_private) as ctx:
+    scope = task_scope(
+        config, writes_private=task_spec.writes_private, lock_wait=LOCK_WAIT_SECONDS, busy=_reschedule
+    )
+    with scope as ctx:
         for step in task_spec.applicable(config):
             with stage_timer(ctx, step.name):
                 summary = public_summary(step.run(ctx))
     return summary
+
+
+#: How long a task waits for its run's lock (another task of the same run holds it: the three stages
+#: after DPNE are scheduled side by side) before it is rescheduled, and when it tries again. A
+#: rescheduled task frees its executor slot for other datasets' tasks (docs/orchestration.md).
+LOCK_WAIT_SECONDS = float(os.environ.get("DPNGRAM_LOCK_WAIT_SECONDS", "5"))
+RESCHEDULE_SECONDS = float(os.environ.get("DPNGRAM_RESCHEDULE_SECONDS", "10"))
+
+
+def _reschedule() -> None:
+    """Give the task's slot back and try again in :data:`RESCHEDULE_SECONDS` (state
+    ``up_for_reschedule``; not a failure and not a retry)."""
+    import logging
+
+    from airflow.sdk.exceptions import AirflowRescheduleException
+
+    logging.getLogger("dpngram").info(
+        "another task of this run holds the run's lock: rescheduled in %g s", RESCHEDULE_SECONDS
+    )
+    when = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=RESCHEDULE_SECONDS)
+    raise AirflowRescheduleException(reschedule_date=when)
 
 
 def _connection_uri(name: str) -> str | None:
@@ -474,7 +506,7 @@ def dpngram_release() -> None:
 
         config = _config(context)
         _use_ledger()
-        with task_scope(config, push=False) as ctx:
+        with task_scope(config, push=False, lock_wait=LOCK_WAIT_SECONDS, busy=_reschedule) as ctx:
             location = publish_run(ctx)
             if configured_run_store():
                 RunStore(configured_run_store(), ctx).remove()

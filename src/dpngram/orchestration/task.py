@@ -8,7 +8,9 @@
 2. the run's lock in the ledger is taken: the tasks of one run (the three stages that may run
    side by side after DPNE, a retry that lands while a killed task's worker is being cleaned up)
    take turns on any worker, while the runs of other datasets, each with a warehouse of its own,
-   go on in parallel;
+   go on in parallel. A task that finds the lock held does not sit in its executor slot waiting:
+   after ``lock_wait`` seconds it calls ``busy`` (the DAG reschedules the task, which frees the
+   slot for another dataset's task);
 3. with a run store (:mod:`dpngram.release.run_store`), this worker's copy of the run's state is
    brought up to date before the step and what the step changed is uploaded after it (and after
    every stage's persisted noisy output); the private tables of runs closed since are removed from
@@ -58,20 +60,32 @@ def use_ledger(connection_uri: Callable[[str], str | None]) -> str:
 
 
 @contextmanager
-def task_scope(config: RunConfig, *, writes_private: bool = False, push: bool = True) -> Iterator:
+def task_scope(
+    config: RunConfig,
+    *,
+    writes_private: bool = False,
+    push: bool = True,
+    lock_wait: float | None = None,
+    busy: Callable[[], None] | None = None,
+) -> Iterator:
     """Run one task of run ``config.run_id`` (module docstring): the run's lock, then (with a run
     store) pull, the step (the yielded :class:`~dpngram.release.context.RunContext`), push.
     ``writes_private``: the task writes private tables later tasks read (``ingest``), so a new
     snapshot of the run's warehouse is pushed. ``push=False``: the task leaves nothing to share
-    (``publish``, which removes the run's prefix itself)."""
+    (``publish``, which removes the run's prefix itself). ``lock_wait``: how long to wait for the
+    run's lock (None: as long as it takes); then ``busy()`` is called, which must raise (the DAG
+    reschedules the task)."""
     from dpngram.release.context import RunContext
     from dpngram.release.ledger import open_ledger
     from dpngram.release.run_store import RunStore, configured_run_store, sweep_closed
 
     ctx = RunContext(config)
     url = configured_run_store()
-    with open_ledger() as ledger, ledger.run_lock(ctx.run_id) as locked:
-        assert locked  # waits as long as it takes
+    with open_ledger() as ledger, ledger.run_lock(ctx.run_id, wait=lock_wait) as locked:
+        if not locked:
+            assert busy is not None, "lock_wait needs busy"
+            busy()
+            raise RuntimeError("busy() must raise")  # pragma: no cover - a contract of the caller
         if url is None:
             yield ctx
             return
