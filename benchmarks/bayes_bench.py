@@ -137,7 +137,7 @@ def run_epsilons(args: argparse.Namespace, epsilons: list[float], started: float
             input=args.private,
             public=args.public,
             out=f"{tmp}/out",
-            warehouse=f"{tmp}/wh.duckdb",
+            warehouse=f"{tmp}/wh",
             epsilon=1.0,
             delta=args.delta,
             memory_limit="4GB",

@@ -87,7 +87,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     config = RunConfig.build(
         input=args.input,
         out=str(work / "out"),
-        warehouse=str(work / "warehouse.duckdb"),
+        warehouse=str(work / "wh"),
         engine=args.engine,
         spark_master=args.spark_master,
         max_n=args.max_n,

@@ -99,7 +99,7 @@ def worker(input_path: str, memory_limit: str, warehouse: str) -> None:
     config = RunConfig.build(
         input=input_path,
         out=str(Path(warehouse).parent / "out"),
-        warehouse=warehouse,
+        warehouse=str(Path(warehouse).parent),  # the directory; the file below is opened directly
         memory_limit=memory_limit,
     )
     started = time.perf_counter()

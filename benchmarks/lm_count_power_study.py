@@ -58,7 +58,7 @@ def _release(
             split["train"],
             folder,
             args,
-            warehouse=work / "wh.duckdb",  # the public-model cache, shared
+            warehouse=work / "wh",  # the public-model cache, shared
             options={"lm_count_power": power},
         )
         metrics = lm_bench.evaluate(run["root"] / "model" / "model.binary", split["eval"])

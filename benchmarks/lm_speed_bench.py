@@ -110,7 +110,7 @@ def one_run(
         "--out",
         str(out),
         "--warehouse",
-        str(work / "warehouse.duckdb"),
+        str(work),  # the directory: runs/, operator/ (read by _timings) and cache/public/
         "--dataset",
         f"{corpus_name}-{phase}",
         "--epsilon",

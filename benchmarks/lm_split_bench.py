@@ -96,7 +96,7 @@ def run_record(
         args,
         stage_budget=budget,
         max_n=MAX_N,
-        warehouse=prep["warehouses"] / f"{work.name}.duckdb",  # one cache/public beside them all
+        warehouse=prep["warehouses"],  # one directory: each run its own file, one cache/public
     )
     model = run["root"] / "model" / "model.binary"
     metrics = lm_bench.evaluate(model, prep["eval"])
@@ -168,7 +168,7 @@ def run_record(
         "metrics": metrics,
     }
     shutil.rmtree(work, ignore_errors=True)
-    for p in prep["warehouses"].glob(f"{work.name}.duckdb*"):  # the file, its WAL, its .tmp dir
+    for p in (prep["warehouses"] / "runs").glob("*"):  # a run's file, its WAL, its spill dir
         if p.is_dir():
             shutil.rmtree(p, ignore_errors=True)
         else:

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             "run",
             "--input", str(corpus / "users.jsonl.gz"),
             "--out", f"{work}/out",
-            "--warehouse", f"{work}/wh.duckdb",
+            "--warehouse", f"{work}/wh",
             "--memory-limit", args.memory_limit,
             "--threads", str(args.threads),
             "--max-n", str(args.max_n),

@@ -294,7 +294,7 @@ def run_one(args: argparse.Namespace, cluster: Cluster, users: int, work: Path) 
         "--epsilon", str(args.epsilon), "--delta", str(args.delta),
         "--dpsu-policy", args.policy,
         "--input", str(corpus_path), "--out", str(work / "out"),
-        "--warehouse", str(work / "warehouse.duckdb"), "--run-id", f"scale-u{users}",
+        "--warehouse", str(work / "wh"), "--run-id", f"scale-u{users}",
         "--dataset", f"scale{users}", "--json", "--quiet",
     ]  # fmt: skip
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
@@ -326,7 +326,7 @@ def run_one(args: argparse.Namespace, cluster: Cluster, users: int, work: Path) 
         return row
     summary = json.loads(stdout[stdout.index("{") :])
     operator = next((work / "out").rglob("operator_report.json"), None)
-    if operator is None:  # the operator directory may live next to the warehouse
+    if operator is None:  # the operator directory is in the warehouse directory
         operator = next(work.rglob("operator_report.json"))
     timings = json.loads(operator.read_text())["timings_seconds"]
     windows = _stage_windows(operator.parent)

@@ -99,7 +99,7 @@ def job_main(spec_path: str, spawned_at: str) -> None:
     out.update(
         {
             "schema": ctx.schema,
-            "warehouse": ctx.config.warehouse,
+            "warehouse": str(ctx.config.run_warehouse),  # the run's own DuckDB file
             "corpus": corpus_size,
             "timing": {
                 "startup_seconds": round(startup_s, 2),
@@ -149,7 +149,7 @@ def new_context(
     config = RunConfig.build(
         input=input_path,
         out=str(workdir / name / "out"),
-        warehouse=warehouse or str(workdir / name / "wh.duckdb"),
+        warehouse=warehouse or str(workdir / name / "wh"),
         memory_limit=memory_limit,
         max_n=max_n,
         **{**PAPER, **(overrides or {})},
@@ -158,14 +158,14 @@ def new_context(
 
 
 def clone_sentences(ctx: Any, source: dict[str, str]) -> None:
-    """Copy the ingested sentences of an earlier job (its warehouse file and schema) into this
+    """Copy the ingested sentences of an earlier job (its run's DuckDB file and schema) into this
     run's schema, so several runs share one ingest (benchmark plumbing; private table to private
     table)."""
     from dpngram.engines.sql import safe_identifier
 
     schema = safe_identifier(source["schema"])
     with ctx.warehouse() as wh:
-        same = Path(source["warehouse"]).resolve() == Path(ctx.config.warehouse).resolve()
+        same = Path(source["warehouse"]).resolve() == ctx.config.run_warehouse.resolve()
         prefix = schema
         if not same:
             location = str(Path(source["warehouse"]).resolve()).replace("'", "''")
@@ -337,7 +337,7 @@ def run_one_baseline(
     ctx = new_context(
         workdir, name, source_ctx.config.input, max_n, memory_limit, source_ctx.config.warehouse
     )
-    clone_sentences(ctx, {"warehouse": source_ctx.config.warehouse, "schema": source_ctx.schema})
+    clone_sentences(ctx, {"warehouse": str(source_ctx.config.run_warehouse), "schema": source_ctx.schema})
     started = time.perf_counter()
     dpne_stage.run_baseline(ctx, method, k)
     seconds = round(time.perf_counter() - started, 2)

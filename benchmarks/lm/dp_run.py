@@ -141,7 +141,7 @@ def bench_config(
         input=str(train),
         public=str(corpus.public),
         out=str(work / "out"),
-        warehouse=str(warehouse or work / "wh.duckdb"),
+        warehouse=str(warehouse or work / "wh"),
         epsilon=eps,
         delta=args.delta,
         max_n=max_n or MAX_N,
@@ -205,11 +205,11 @@ def study_releases(
     **options: Any,
 ):
     """A study's releases: ``runs`` per ε (:func:`dp_run`, fresh noise each, the public-model cache
-    shared in ``work/wh.duckdb`` unless ``options`` names a warehouse), each yielded as
+    shared in ``work/wh`` unless ``options`` names a warehouse), each yielded as
     (ε, run, dp_run's result, its run configuration) and its folder removed afterwards."""
     import shutil
 
-    options.setdefault("warehouse", work / "wh.duckdb")
+    options.setdefault("warehouse", work / "wh")
     for eps in epsilons:
         for run in range(runs):
             run_dir = work / f"eps{eps:g}_{run}"
