@@ -5,8 +5,10 @@
 #                     KenLM lmplz/build_binary in a per-machine cache shared by all clones
 #   make test         setup, then the test suite (pytest, 2 workers)
 #   make demo         setup, then `dpngram demo`
-#   make bench        setup, then every benchmarks/*_bench.py and make test-postgres
-#   make test-postgres  setup, then Airflow on a real PostgreSQL as docker/compose.yaml configures it (2-3 min)
+#   make bench        setup, then every benchmarks/*_bench.py and make test-platform
+#   make test-platform  setup, then docker/compose.yaml's two-worker platform without Docker (~5 min)
+#                     (PostgreSQL, Redis, S3 on moto, Celery Airflow; tests/test_platform.py)
+#   make test-postgres  the old name of make test-platform
 #   make lint         ruff check
 #   make constraints  re-freeze constraints-3.11.txt from the venv
 #   make clean        remove .venv and runtime state (keeps the KenLM cache)
@@ -37,7 +39,7 @@ export KENLM_VERSION KENLM_MAX_ORDER KENLM_PREFIX
 # (Airflow homes, DuckDB files) are never shared across processes. Override with PYTEST_ARGS=...
 PYTEST_ARGS ?= -n 2 --dist loadfile --timeout 1200
 
-.PHONY: help setup test test-postgres demo bench lint constraints clean
+.PHONY: help setup test test-platform test-postgres demo bench lint constraints clean
 
 help:
 	@sed -n 's/^#   make /  make /p' $(MAKEFILE_LIST)
@@ -63,19 +65,23 @@ test: setup
 demo: setup
 	$(VENV)/bin/dpngram demo
 
-# The production configuration (docker/compose.yaml: PostgreSQL, LocalExecutor, parallelism 4) run
-# for real without Docker; `make test` skips it (tests/conftest.py), `make bench` runs it.
-# (bench runs the same command, not $(MAKE) test-postgres: `make -n bench` must stay a dry run.)
-# system_deps.sh first: it installs Debian's postgresql if missing (a no-op check otherwise).
-POSTGRES_TEST = bash scripts/system_deps.sh && $(PY) -m pytest -m postgres --timeout 1500 tests/test_airflow_postgres.py
-test-postgres: setup
-	$(POSTGRES_TEST)
+# The production platform (docker/compose.yaml: CeleryExecutor, two workers sharing only S3 and
+# PostgreSQL, the ledger on PostgreSQL) run for real without Docker; `make test` skips it
+# (tests/conftest.py), CI runs it as a step of its own (.ci/run), `make bench` runs it too.
+# (bench runs the same command, not $(MAKE) test-platform: `make -n bench` must stay a dry run.)
+# system_deps.sh first: it installs Debian's postgresql and redis-server if missing (a no-op check
+# otherwise). -s: the test prints its timings line.
+PLATFORM_TEST = bash scripts/system_deps.sh && $(PY) -m pytest -m platform -s --timeout 1500 tests/test_platform.py
+test-platform: setup
+	$(PLATFORM_TEST)
+
+test-postgres: test-platform
 
 # Every benchmark runs (with no arguments) even if an earlier one fails; the failures are listed.
 bench: setup
 	@shopt -s nullglob; benches=(benchmarks/*_bench.py); failed=(); \
 	if [ $${#benches[@]} -eq 0 ]; then echo "no benchmarks/*_bench.py scripts yet"; exit 0; fi; \
-	echo "== make test-postgres"; { $(POSTGRES_TEST); } || failed+=("test-postgres"); \
+	echo "== make test-platform"; { $(PLATFORM_TEST); } || failed+=("test-platform"); \
 	for b in "$${benches[@]}"; do echo "== $$b"; $(PY) "$$b" || failed+=("$$b"); done; \
 	if [ $${#failed[@]} -gt 0 ]; then echo "failed benchmarks: $${failed[*]}" >&2; exit 1; fi
 

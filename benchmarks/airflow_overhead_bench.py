@@ -1,16 +1,16 @@
 """Orchestration overhead of one demo release run in a real Airflow 3 (api-server, scheduler,
 dag-processor as separate processes), triggered through the REST API exactly as the trigger form
 does, with the demo's corpus and parameters. ``--db postgres`` (the default) runs the production
-configuration: a PostgreSQL server from Debian's package and docker/compose.yaml's settings
-(LocalExecutor, parallelism 4), as tests/test_airflow_postgres.py does; ``--db sqlite`` the
-tests' SQLite set-up (parallelism 2).
+platform of docker/compose.yaml as tests/test_platform.py does (PostgreSQL, Redis, an S3 server,
+the CeleryExecutor with two workers that share no disk, releases and the run store on S3);
+``--db sqlite`` the tests' SQLite set-up (LocalExecutor, parallelism 2).
 
 Measured per run:
 
 * ``wall_seconds``: the DAG run's end_date - start_date (what a user waits for);
 * ``work_seconds``: the sum of the steps' own timings, operator-only files beside the warehouse
   (``WAREHOUSE_DIR/operator/RUN_ID/timings/*.json``: ingest, vocabulary, levels, lm_counts, bayes,
-  synth, validation, lm, report);
+  synth, validation, lm, report; on the platform, the publishing worker's copy);
 * ``overhead_fraction`` = 1 - work / wall: scheduling, task start-up (process fork, imports,
   DAG parsing) and skipped tasks;
 * tasks that ran, tasks skipped, and the sum of task durations;
@@ -20,7 +20,7 @@ Measured per run:
   for the first time); later runs show the warm numbers;
 * the 1-, 5- and 15-minute load averages before and after each run (the machine is shared).
 
-The Airflow launchers are the tests' (tests/test_airflow_standalone.py, tests/test_airflow_postgres.py).
+The Airflow launchers are the tests' (tests/test_airflow_standalone.py, tests/test_platform.py).
 
     .venv/bin/python benchmarks/airflow_overhead_bench.py [--label postgres] [--db postgres] [--runs 2]
 
@@ -31,12 +31,14 @@ git commit, parameters, per-run numbers), so a "before" and an "after" measureme
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,32 +72,55 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def measure(users: int, runs: int, base: Path, db: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    from test_airflow_standalone import DAG_ID, Airflow  # the tests' launcher
+@contextlib.contextmanager
+def _airflow(db: str, base: Path, lake: Path) -> Iterator[tuple[Any, Callable[[str, str], bool]]]:
+    """The started Airflow (REST helpers of the tests' launchers) and ``has_model(dataset, run_id)``:
+    whether that published release holds a language model."""
+    if db == "postgres":  # the production platform (tests/test_platform.py)
+        from test_platform import RELEASE_BUCKET, running_platform
 
-    from dpngram.text.sample import write_sample
+        with running_platform(base / "airflow", lake) as platform:
+            fs = platform["fs"]
 
-    sample = write_sample(base / "sample", n_users=users, seed=20260101)
-    pg = None
-    if db == "postgres":
-        from airflow_compose import PostgresServer
-        from test_airflow_postgres import PostgresAirflow
+            def on_s3(dataset: str, run_id: str) -> bool:
+                manifest = json.loads(
+                    fs.cat_file(f"{RELEASE_BUCKET}/releases/{dataset}/runs/{run_id}/MANIFEST.json")
+                )
+                return "model/model.binary" in manifest["files"]
 
-        pg = PostgresServer()
-        airflow = PostgresAirflow(base / "airflow", pg)
-    else:
-        airflow = Airflow(base / "airflow")
-    setup = {
-        "parallelism": int(airflow.env["AIRFLOW__CORE__PARALLELISM"]),
-        "executor": airflow.env.get("AIRFLOW__CORE__EXECUTOR"),
-    }
-    results = []
+            yield platform["af"], on_s3
+        return
+    from test_airflow_standalone import Airflow  # the tests' launcher
+
+    airflow = Airflow(base / "airflow")
     try:
-        if pg is not None:
-            pg.start()
-        started = time.monotonic()
         airflow.start()
         airflow.login()
+        yield (
+            airflow,
+            lambda dataset, run_id: (
+                base / "out" / dataset / "runs" / run_id / "model" / "model.binary"
+            ).is_file(),
+        )
+    finally:
+        airflow.stop()
+
+
+def measure(users: int, runs: int, base: Path, db: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    from test_airflow_standalone import DAG_ID
+
+    from dpngram.release.context import run_id_from
+    from dpngram.text.sample import write_sample
+
+    lake = base / "input"  # on the platform: the input folder both workers read
+    sample = write_sample(lake / "sample", n_users=users, seed=20260101)
+    results = []
+    started = time.monotonic()
+    with _airflow(db, base, lake) as (airflow, has_model):
+        setup = {
+            "parallelism": int(airflow.env["AIRFLOW__CORE__PARALLELISM"]),
+            "executor": airflow.env.get("AIRFLOW__CORE__EXECUTOR"),
+        }
         airflow.unpause(DAG_ID)
         setup["seconds_to_dag_ready"] = round(time.monotonic() - started, 1)
         for i in range(runs):
@@ -103,10 +128,10 @@ def measure(users: int, runs: int, base: Path, db: str) -> tuple[list[dict[str, 
                 "dataset": f"bench{i}",
                 "input": str(sample["users"]),
                 "public": str(sample["public"]),
-                "out": str(base / "out"),
-                "warehouse": str(base / "warehouse.duckdb"),
                 "stage_budget": DEMO_SPLIT,
             }
+            if db != "postgres":  # the platform publishes to compose's OUT (S3), warehouses per worker
+                conf.update(out=str(base / "out"), warehouse=str(base / "warehouse"))
             load_before = _load()
             status, run = airflow.trigger(conf)
             assert status == 200, (status, run)
@@ -115,14 +140,17 @@ def measure(users: int, runs: int, base: Path, db: str) -> tuple[list[dict[str, 
             _, body = airflow.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run['dag_run_id']}")
             tasks = airflow.task_states(DAG_ID, run["dag_run_id"])
             wall = _seconds(body["start_date"], body["end_date"])
-            release = (base / "out" / conf["dataset"] / "latest").resolve()
+            run_id = run_id_from(run["dag_run_id"])
             # every step's own timing: operator-only files beside the warehouse
-            # (WAREHOUSE_DIR/operator/RUN_ID/timings/*.json), never in the release
+            # (WAREHOUSE_DIR/operator/RUN_ID/timings/*.json), never in the release; on the platform
+            # each worker's warehouse has a copy, the publishing worker's the complete one
+            folders = sorted(
+                base.glob(f"**/operator/{run_id}/timings"), key=lambda d: len(list(d.glob("*.json")))
+            )
+            assert folders, f"no stage timings of run {run_id} under {base}"
             timings = {
-                path.stem: json.loads(path.read_text())["seconds"]
-                for path in (base / "operator" / release.name / "timings").glob("*.json")
+                path.stem: json.loads(path.read_text())["seconds"] for path in folders[-1].glob("*.json")
             }
-            assert timings, f"no stage timings under {base / 'operator' / release.name}"
             work = _work(timings)
             ran = {t: ti for t, ti in tasks.items() if ti["state"] == "success"}
             first = tasks["privacy_precheck"]
@@ -145,7 +173,7 @@ def measure(users: int, runs: int, base: Path, db: str) -> tuple[list[dict[str, 
                     "tasks_skipped": sum(ti["state"] == "skipped" for ti in tasks.values()),
                     "task_seconds": round(sum(ti.get("duration") or 0 for ti in ran.values()), 2),
                     "stage_seconds": dict(sorted(timings.items())),
-                    "published_model": (release / "model" / "model.binary").is_file(),
+                    "published_model": has_model(conf["dataset"], run_id),
                     **cold,
                     "task_durations": {
                         t: round(ti.get("duration") or 0, 2)
@@ -156,10 +184,6 @@ def measure(users: int, runs: int, base: Path, db: str) -> tuple[list[dict[str, 
                 }
             )
             print(json.dumps(results[-1]), flush=True)
-    finally:
-        airflow.stop()
-        if pg is not None:
-            pg.stop()
     return results, setup
 
 

@@ -16,9 +16,12 @@ packages=(
     # Data Docs (driven by the playwright Python package with executable_path=/usr/bin/chromium)
     chromium
     # Debian's PostgreSQL server (initdb, pg_ctl; also creates the 'postgres' system user the
-    # server runs as when the tests run as root) for tests/test_airflow_postgres.py and the
-    # Airflow overhead benchmark: the production metadata DB of docker/compose.yaml
+    # server runs as when the tests run as root) for tests/test_platform.py, the ledger tests and
+    # the Airflow overhead benchmark: the metadata DB and the ledger of docker/compose.yaml
     postgresql
+    # Debian's Redis server: the Celery broker of tests/test_platform.py (`make test-platform`),
+    # which starts a throw-away redis-server of its own; no system service is left running (below)
+    redis-server
     "$@"
 )
 # A Java runtime for the Spark engine (PySpark local mode); any installed JDK/JRE will do.
@@ -54,3 +57,13 @@ as_root apt-get update -q \
     || die "apt-get update failed; install these packages yourself and retry: ${missing[*]}"
 as_root apt-get install -y -q --no-install-recommends "${missing[@]}" \
     || die "apt-get install failed; install these packages yourself and retry: ${missing[*]}"
+# Debian's redis-server package starts (and, with systemd, enables) a system service when it is
+# installed. The tests start a throw-away redis-server of their own on a free port and want no
+# system broker on 6379: stop it, and keep it from coming back at boot.
+if [[ " ${missing[*]} " == *" redis-server "* ]]; then
+    if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+        as_root systemctl disable --now redis-server.service >/dev/null 2>&1 || true
+    elif [ -x /etc/init.d/redis-server ]; then
+        as_root /etc/init.d/redis-server stop >/dev/null 2>&1 || true
+    fi
+fi

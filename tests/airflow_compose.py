@@ -1,12 +1,14 @@
 """The production configuration (docker/compose.yaml + docker/airflow.env) outside Docker: the
-Airflow environment of a compose service with its host names and volumes mapped to this machine,
-and a throw-away PostgreSQL server from Debian's ``postgresql`` package.
+environment compose gives each Airflow service, with compose's variables (its ``--env-file``)
+filled in, its service addresses and container paths mapped to this machine, and a throw-away
+PostgreSQL server from Debian's ``postgresql`` package.
 
-Used by tests/test_airflow_postgres.py and benchmarks/airflow_overhead_bench.py, so both run what
-the compose file runs: every variable of the service's ``env_file`` and ``environment`` is taken
-from the files; only the ones naming a container path, a compose host name or a secret are
-replaced, and :data:`LOCAL_OVERRIDES` lists them (a new variable in compose.yaml that needs a
-local value fails :func:`compose_airflow_env` instead of being silently dropped).
+Used by tests/test_platform.py, so it runs what the compose file runs: every variable of a
+service's ``env_file`` and ``environment`` is taken from the files and interpolated as compose does
+(:func:`interpolate`); then only compose's service addresses (``postgres:5432``, ``redis:6379``,
+``airflow-api-server:8080``: :data:`COMPOSE_ADDRESSES`) and container paths (``/data/...``,
+``/opt/airflow/...``) are replaced. A value that still names a compose host or a container path
+fails :func:`compose_service_env` instead of reaching a process unmapped.
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ import contextlib
 import glob
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
@@ -27,25 +32,12 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"
 
-#: Variables of compose.yaml whose values are container paths or interpolated secrets: replaced.
-LOCAL_OVERRIDES = frozenset(
-    {
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",  # host and password changed, scheme/user/db kept
-        "AIRFLOW__CORE__FERNET_KEY",
-        "AIRFLOW__API_AUTH__JWT_SECRET",
-        "AIRFLOW__API__SECRET_KEY",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL",  # host and port changed, path kept
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE",
-        "AIRFLOW_CONN_DPNGRAM_API",  # host and password changed, scheme and user kept
-        "DPNGRAM_API_PASSWORD",
-        "DPNGRAM_DEMO_DIR",
-        "DPNGRAM_OUT",
-        "DPNGRAM_CONSUMER_OUT",
-        "DPNGRAM_SCHEDULE",
-        "DPNGRAM_PARAMS",
-    }
-)
+#: compose's service addresses (HOST:PORT inside URLs) -> the key of the local server replacing each.
+COMPOSE_ADDRESSES = {
+    "postgres:5432": "postgres",
+    "redis:6379": "redis",
+    "airflow-api-server:8080": "api-server",
+}
 
 
 def read_env_file(path: Path) -> dict[str, str]:
@@ -76,11 +68,22 @@ def api_server_health_paths(spec: dict | None = None) -> list[str]:
     return re.findall(r"'(/[^']+)'", command)
 
 
+def worker_services(spec: dict | None = None) -> list[str]:
+    """The services that run ``airflow celery worker`` (the image's entrypoint is ``airflow``)."""
+    spec = compose() if spec is None else spec
+    return [
+        name
+        for name, svc in spec["services"].items()
+        if list(svc.get("command") or ()) == ["celery", "worker"]
+    ]
+
+
 def note_connection_user(spec: dict | None = None) -> str:
-    """The user of compose's connection ``dpngram_api`` (the scheduler's ``AIRFLOW_CONN_DPNGRAM_API``:
+    """The user of compose's connection ``dpngram_api`` (the workers' ``AIRFLOW_CONN_DPNGRAM_API``:
     ``http://USER:${DPNGRAM_API_PASSWORD}@airflow-api-server:8080``), whose password airflow-init
     writes into the simple auth manager's passwords file."""
-    conn = service_env("airflow-scheduler", spec)["AIRFLOW_CONN_DPNGRAM_API"]
+    spec = compose() if spec is None else spec
+    conn = service_env(worker_services(spec)[0], spec)["AIRFLOW_CONN_DPNGRAM_API"]
     found = re.fullmatch(r"http://([^:]+):\$\{DPNGRAM_API_PASSWORD:\?[^}]*\}@airflow-api-server:8080", conn)
     assert found, conn
     return found.group(1)
@@ -98,56 +101,82 @@ def service_env(service: str, spec: dict | None = None) -> dict[str, str]:
     return env
 
 
-def compose_airflow_env(
+_VARIABLE = re.compile(r"\$(?:\$|\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\})")
+
+
+def interpolate(value: str, variables: Mapping[str, str]) -> str:
+    """``value`` with compose's interpolation: ``${VAR}``, ``${VAR:-default}`` (unset or empty),
+    ``${VAR-default}`` (unset), ``${VAR:?message}`` / ``${VAR?message}`` (an error when unset, or
+    empty with ``:``), ``$$`` (a literal ``$``). ``variables`` stands for compose's ``--env-file``.
+    A required variable that is missing raises ValueError with compose's message; so does a
+    plain ``${VAR}`` that is unset (compose would substitute "" with a warning)."""
+
+    def one(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name, op, arg = match.group("name"), match.group("op"), match.group("arg") or ""
+        current = variables.get(name)
+        if op is None:
+            if current is None:
+                raise ValueError(f"${{{name}}}: not set")
+            return current
+        if op == ":-":
+            return current if current else arg
+        if op == "-":
+            return arg if current is None else current
+        if (op == ":?" and not current) or (op == "?" and current is None):
+            raise ValueError(f"{name}: {arg}")
+        return current  # type: ignore[return-value]
+
+    out = _VARIABLE.sub(one, value)
+    assert "${" not in out, f"nested interpolation is not supported here: {value!r}"
+    return out
+
+
+def compose_service_env(
+    service: str,
     *,
-    db_url: str,
-    api_url: str,
-    secrets: dict[str, str],
-    paths: dict[str, Path],
-    users: str,
-    passwords_file: Path,
+    variables: Mapping[str, str],
+    addresses: Mapping[str, str],
+    paths: Mapping[str, Path],
+    spec: dict | None = None,
 ) -> dict[str, str]:
-    """The union of the Airflow services' compose environment, for processes on this machine:
-    ``db_url`` (``postgresql+psycopg2://USER:PASSWORD@127.0.0.1:PORT/DB``) replaces the
-    ``@postgres:5432`` connection (same scheme, user and database), ``api_url`` the api-server's
-    host, ``paths`` (keys ``state``, ``out``, ``consumer_out``) the volumes."""
-    spec = compose()
-    merged: dict[str, str] = {}
-    for name in spec["services"]:
-        if name.startswith("airflow-"):
-            merged.update(service_env(name, spec))
-    conn = merged["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
-    scheme, user, database = re.fullmatch(r"([^:]+)://([^:]+):.*@postgres:5432/(\w+)", conn).groups()
-    wanted = re.fullmatch(r"([^:]+)://([^:]+):.*@127\.0\.0\.1:\d+/(\w+)", db_url).groups()
-    assert wanted == (scheme, user, database), (wanted, (scheme, user, database))
-    execution = merged["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"]
-    assert execution.startswith("http://airflow-api-server:8080/"), execution
-    note_user = note_connection_user(spec)
-    local = {
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url,
-        "AIRFLOW__CORE__FERNET_KEY": secrets["fernet_key"],
-        "AIRFLOW__API_AUTH__JWT_SECRET": secrets["jwt_secret"],
-        "AIRFLOW__API__SECRET_KEY": secrets["api_secret_key"],
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": api_url
-        + execution.removeprefix("http://airflow-api-server:8080"),
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": users,
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords_file),
-        # the user compose's airflow-init gives this password, as the connection names it
-        "AIRFLOW_CONN_DPNGRAM_API": f"http://{note_user}:{secrets['api_password']}@{api_url.removeprefix('http://')}",
-        "DPNGRAM_API_PASSWORD": secrets["api_password"],
-        "DPNGRAM_DEMO_DIR": str(paths["state"]),
-        "DPNGRAM_OUT": str(paths["out"]),
-        "DPNGRAM_CONSUMER_OUT": str(paths["consumer_out"]),
-        "DPNGRAM_SCHEDULE": "none",  # no scheduled refresh during a test
-        "DPNGRAM_PARAMS": "",
-    }
-    unmapped = {
-        k: v for k, v in merged.items() if k not in LOCAL_OVERRIDES and ("${" in v or v.startswith("/"))
-    }
-    assert not unmapped, f"compose variables with container paths or secrets, not mapped here: {unmapped}"
-    assert set(local) == LOCAL_OVERRIDES
-    merged.update(local)
-    return merged
+    """The environment compose gives ``service``, for a process on this machine: interpolated with
+    ``variables`` (:func:`interpolate`); each compose address of :data:`COMPOSE_ADDRESSES` inside a
+    URL (after ``@`` or ``//``) replaced by ``addresses[KEY]`` (``127.0.0.1:PORT``); each value that
+    is a container path under a key of ``paths`` (``/data/worker``, ``/opt/airflow/auth``...)
+    rebased onto the local directory. A value still naming a compose host or an unmapped
+    container path fails here."""
+    spec = compose() if spec is None else spec
+    env = {k: interpolate(v, variables) for k, v in service_env(service, spec).items()}
+    hosts = "|".join(re.escape(a.split(":")[0]) for a in COMPOSE_ADDRESSES)
+    for key, value in env.items():
+        for address, local in COMPOSE_ADDRESSES.items():
+            value = re.sub(rf"(?<=[@/]){re.escape(address)}(?=/|$)", addresses[local], value)
+        if value.startswith("/"):
+            prefix = max(
+                (p for p in paths if value == p or value.startswith(p.rstrip("/") + "/")),
+                key=len,
+                default=None,
+            )
+            assert prefix is not None, f"{service}: {key}={value} is a container path with no local directory"
+            value = str(Path(paths[prefix]) / value[len(prefix) :].lstrip("/"))
+        assert not re.search(rf"(?<=[@/])({hosts}):\d+", value), (
+            f"{service}: {key}={value} names a compose host"
+        )
+        env[key] = value
+    return env
+
+
+def init_script(spec: dict | None = None) -> str:
+    """compose's ``airflow-init`` command as a bash script for this machine: the image's ``airflow``
+    and ``python`` replaced by this environment's."""
+    init = (compose() if spec is None else spec)["services"]["airflow-init"]
+    assert init["entrypoint"][-2:] == ["bash", "-c"], init["entrypoint"]
+    script = " ".join(init["command"])
+    airflow = str(Path(sys.executable).parent / "airflow")
+    script = re.sub(r"(^|&& )airflow ", lambda m: m.group(1) + shlex.quote(airflow) + " ", script)
+    return script.replace("python -c ", shlex.quote(sys.executable) + " -c ")
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------------

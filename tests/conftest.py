@@ -39,15 +39,17 @@ def _is_statistical(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The PostgreSQL test (tests/test_airflow_postgres.py, minutes) runs only when selected by
-    # marker: `make test-postgres` and `make bench` (-m postgres); `make test` skips it, saying so.
-    postgres_selected = "postgres" in (config.getoption("-m") or "")
+    # The platform test (tests/test_platform.py: PostgreSQL, Redis, S3 and a two-worker Celery
+    # Airflow, minutes) runs only when selected by marker: `make test-platform` (-m platform, also
+    # in `make bench` and CI's own step); `make test` skips it, saying so.
+    marker = config.getoption("-m") or ""
+    platform_selected = "platform" in marker and "not platform" not in marker
     for item in items:
         if _is_statistical(item):
             item.add_marker(pytest.mark.flaky(reruns=STATISTICAL_RERUNS))
-        if item.get_closest_marker("postgres") is not None and not postgres_selected:
+        if item.get_closest_marker("platform") is not None and not platform_selected:
             item.add_marker(
-                pytest.mark.skip(reason="PostgreSQL + Airflow, minutes: make test-postgres (in make bench)")
+                pytest.mark.skip(reason="PostgreSQL, Redis, S3, Celery Airflow, minutes: make test-platform")
             )
 
 

@@ -1,10 +1,13 @@
 """docker/ against the rest of the repository, statically (no Docker engine runs here).
 
 tests/test_setup.py checks the Dockerfile and compose file on their own (base image, COPY sources,
-secrets). This file checks that they agree with what ``make`` and the DAG do: the same
+secrets). This file checks that they agree with what ``make`` and the DAGs do: the same
 constraints file and KenLM version/max order as the Makefile (read from the Makefile, not
-repeated here), the DAGs folder in the image, the pool the DAG uses created by the init job, one
-Postgres metadata DB for every Airflow component, and the volumes the DAG's paths point into.
+repeated here), the DAGs folder in the image, one Postgres metadata DB for every Airflow
+component, the multi-worker topology of issue 50 (CeleryExecutor on Redis, workers that share
+no writable volume, each with its own data volume where the DAG's worker-local paths point, the
+releases and the run store on S3, the privacy ledger in its own PostgreSQL database that the init
+job creates, no Airflow pool). tests/test_platform.py runs the same configuration for real.
 """
 
 from __future__ import annotations
@@ -15,9 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from airflow_compose import read_env_file, service_env
-
-from dpngram.demo import POOL as DEMO_POOL
+from airflow_compose import read_env_file, service_env, worker_services
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"
@@ -111,52 +112,136 @@ def test_compose_runs_every_airflow_component_on_one_postgres(compose):
     secrets = {svc["environment"]["AIRFLOW__API_AUTH__JWT_SECRET"] for svc in services.values()}
     assert len(secrets) == 1
     executors = {service_env(name, compose)["AIRFLOW__CORE__EXECUTOR"] for name in services}
-    assert executors == {"LocalExecutor"}
+    assert executors == {"CeleryExecutor"}
 
 
-def test_plain_settings_are_in_the_env_file_the_postgres_test_reads(compose):
+def test_celery_workers_on_redis_with_results_in_the_metadata_db(compose):
+    """Two (or more) ``airflow celery worker`` services; the broker is the redis service, and task
+    states go to the metadata database through psycopg2 (a bare ``db+postgresql://`` would need
+    psycopg 3, which the image does not install)."""
+    workers = worker_services(compose)
+    assert len(workers) >= 2, workers
+    redis = compose["services"]["redis"]
+    assert redis["image"].startswith("redis:") and "healthcheck" in redis
+    for name in airflow_services(compose):
+        env = service_env(name, compose)
+        assert env["AIRFLOW__CELERY__BROKER_URL"] == "redis://redis:6379/0", name
+        backend = env["AIRFLOW__CELERY__RESULT_BACKEND"]
+        assert backend == "db+" + env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"], name
+        assert backend.startswith("db+postgresql+psycopg2://"), name
+        if name != "airflow-init":
+            assert compose["services"][name]["depends_on"]["redis"]["condition"] == "service_healthy", name
+    for name in workers:
+        worker = compose["services"][name]
+        assert worker["depends_on"]["airflow-api-server"]["condition"] == "service_healthy"
+        assert "inspect ping" in " ".join(worker["healthcheck"]["test"])
+
+
+def test_plain_settings_are_in_the_env_file_the_platform_test_reads(compose):
     """docker/airflow.env is every Airflow service's env_file and the settings source of
-    tests/test_airflow_postgres.py (through airflow_compose), so the two cannot drift."""
+    tests/test_platform.py (through airflow_compose), so the two cannot drift."""
     settings = read_env_file(DOCKER / "airflow.env")
-    assert settings["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
-    assert settings["AIRFLOW__CORE__PARALLELISM"] == "4"
+    assert settings["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+    # the deployment's task slots hold every worker's
+    slots = len(worker_services(compose)) * int(settings["AIRFLOW__CELERY__WORKER_CONCURRENCY"])
+    assert int(settings["AIRFLOW__CORE__PARALLELISM"]) >= slots
+    # a worker holds only what it runs; a dead worker's task is retried, not redelivered early
+    assert settings["AIRFLOW__CELERY__WORKER_PREFETCH_MULTIPLIER"] == "1"
+    assert settings["AIRFLOW__CELERY__TASK_ACKS_LATE"] == "True"
+    assert settings["AIRFLOW__CELERY__POOL"] == "prefork"  # 'threads' cannot run Airflow's supervisor
+    assert int(settings["AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__VISIBILITY_TIMEOUT"]) >= 6 * 3600
     for name, svc in airflow_services(compose).items():
         assert svc["env_file"] == ["airflow.env"], name
         env = service_env(name, compose)
         assert {k: env[k] for k in settings} == settings, name  # not overridden by environment:
 
 
-def test_init_job_creates_the_pool_the_dag_uses(compose):
+def test_no_pool_the_init_job_creates_the_ledger_database(compose):
+    """The tasks of one run take turns through the ledger (no Airflow pool any more): the init job
+    migrates, creates the role and database that ``AIRFLOW_CONN_DPNGRAM_LEDGER`` names, and
+    writes the bot's password; every Airflow service waits for it."""
     source = (ROOT / "dags" / "dpngram_release.py").read_text()
-    dag_pool = re.search(r'^POOL = "([^"]+)"', source, re.M).group(1)
-    assert dag_pool == DEMO_POOL  # `make demo` creates the same pool
+    assert not re.search(r"\bpool\s*=", source)  # no task is put in a pool
     init = compose["services"]["airflow-init"]
     script = " ".join(init["command"])
     commands = [shlex.split(c) for c in script.split("&&")]
     assert ["airflow", "db", "migrate"] in commands
-    pools = [c for c in commands if c[:3] == ["airflow", "pools", "set"]]
-    assert pools and pools[0][3:5] == [dag_pool, "1"]  # one slot: DuckDB allows one writer
-    for name in ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer"):
-        depends = compose["services"][name]["depends_on"]
-        assert depends["airflow-init"]["condition"] == "service_completed_successfully", name
+    assert not any(c[:2] == ["airflow", "pools"] for c in commands)
+    ledger = init["environment"]["AIRFLOW_CONN_DPNGRAM_LEDGER"]
+    for worker in worker_services(compose):
+        assert service_env(worker, compose)["AIRFLOW_CONN_DPNGRAM_LEDGER"] == ledger, worker
+    assert 'os.environ["AIRFLOW_CONN_DPNGRAM_LEDGER"]' in script
+    assert "CREATE DATABASE" in script and "ROLE" in script
+    for name in airflow_services(compose):
+        if name != "airflow-init":
+            depends = compose["services"][name]["depends_on"]
+            assert depends["airflow-init"]["condition"] == "service_completed_successfully", name
 
 
-def test_volumes_hold_input_warehouse_releases_and_are_where_the_dag_looks(compose):
-    instructions = dockerfile()
-    declared = set()
-    for word, rest in instructions:
-        if word == "VOLUME":
-            declared |= set(re.findall(r'"([^"]+)"', rest))
+def test_the_ledger_is_a_postgres_database_of_its_own(compose):
+    """``AIRFLOW_CONN_DPNGRAM_LEDGER`` (the connection the DAG's tasks look up) names a database on
+    the postgres service other than Airflow's, with its own user and a required password: a
+    shared ledger, as a deployment with a run store must have."""
+    from dpngram.orchestration.task import LEDGER_CONNECTION
+    from dpngram.release.ledger_store import is_shared
+
+    variable = f"AIRFLOW_CONN_{LEDGER_CONNECTION.upper()}"
+    assert variable == "AIRFLOW_CONN_DPNGRAM_LEDGER"
+    holders = [n for n in airflow_services(compose) if variable in service_env(n, compose)]
+    assert sorted(holders) == sorted(["airflow-init", *worker_services(compose)])  # not the others
+    url = service_env(worker_services(compose)[0], compose)[variable]
+    found = re.fullmatch(r"postgresql://(\w+):\$\{DPNGRAM_LEDGER_PASSWORD:\?[^}]+\}@postgres:5432/(\w+)", url)
+    assert found, url
+    user, database = found.groups()
+    postgres = compose["services"]["postgres"]["environment"]
+    assert database != postgres["POSTGRES_DB"] and user != postgres["POSTGRES_USER"]
+    assert is_shared(url.replace("${", "").replace("}", ""))
+
+
+def test_workers_share_only_s3_and_postgres(compose):
+    """Each worker has a data volume of its own (no writable volume is shared by two workers but
+    Airflow's logs), where ``DPNGRAM_WAREHOUSE``, the consumer's output and the cache point; the
+    input volume is read-only; releases (``DPNGRAM_OUT``) and the run store are on S3, whose
+    endpoint and credentials compose passes on; only the workers hold the S3 credentials and the
+    run store."""
+    workers = worker_services(compose)
+    hostnames = [compose["services"][w]["hostname"] for w in workers]
+    assert len(set(hostnames)) == len(workers)
     named = set(compose["volumes"])
-    for name, svc in airflow_services(compose).items():
-        env = svc["environment"]
-        mounts = {v.split(":")[1]: v.split(":")[0] for v in svc["volumes"]}
-        # DPNGRAM_DEMO_DIR (input + DuckDB warehouse + ledger) and DPNGRAM_OUT (releases) are volumes
-        for variable in ("DPNGRAM_DEMO_DIR", "DPNGRAM_OUT", "DPNGRAM_CONSUMER_OUT"):
-            assert env[variable] in mounts, (name, variable)
-            assert mounts[env[variable]] in named and env[variable] in declared, (name, variable)
-        assert mounts[env["DPNGRAM_DEMO_DIR"]] != mounts[env["DPNGRAM_OUT"]]  # private vs released
-        assert env["DPNGRAM_SCHEDULE"].startswith("${DPNGRAM_SCHEDULE:-")
+    writable: dict[str, list[str]] = {}
+    for name in workers:
+        svc = compose["services"][name]
+        env = service_env(name, compose)
+        mounts = {}
+        for volume in svc["volumes"]:
+            source, target, *mode = volume.split(":")
+            assert source in named, volume
+            mounts[target] = source
+            if mode != ["ro"]:
+                writable.setdefault(source, []).append(name)
+        assert f"{env['DPNGRAM_DEMO_DIR']}:ro" in {":".join(v.split(":")[1:]) for v in svc["volumes"]}
+        data = next(t for t in mounts if t == "/data/worker")
+        for variable in ("DPNGRAM_WAREHOUSE", "DPNGRAM_CONSUMER_OUT", "XDG_CACHE_HOME"):
+            assert env[variable].startswith(data + "/"), (name, variable)
+        assert env["DPNGRAM_OUT"].startswith("s3://${DPNGRAM_RELEASE_BUCKET:?")
+        assert env["DPNGRAM_RUN_STORE"].startswith("s3://${DPNGRAM_PRIVATE_BUCKET:?")
+        assert env["AWS_ENDPOINT_URL"] == "${DPNGRAM_S3_ENDPOINT:-}"  # empty: AWS itself
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            assert env[key] == f"${{{key}:?set {key}}}", key
+    shared = {volume: users for volume, users in writable.items() if len(users) > 1}
+    assert set(shared) == {"airflow-logs"}, shared  # Airflow's task logs only
+    # the DAG's worker-local paths: the warehouse is no Param default any more, and OUT is the
+    # same string for the dag-processor (asset URIs, Param default) and the workers
+    source = (ROOT / "dags" / "dpngram_release.py").read_text()
+    assert '"warehouse":' not in source.split("def _param_defaults")[1].split("return defaults")[0]
+    outs = {service_env(n, compose)["DPNGRAM_OUT"] for n in airflow_services(compose)}
+    assert len(outs) == 1
+    for name in airflow_services(compose):
+        if name not in workers:
+            env = service_env(name, compose)
+            assert not {"AWS_SECRET_ACCESS_KEY", "DPNGRAM_RUN_STORE"} & set(env), name
+    image = " ".join(rest for word, rest in dockerfile() if word == "VOLUME")
+    assert '"/data/worker"' in image and '"/data/dpngram"' in image
 
 
 def test_local_settings_preload_only_in_the_scheduler():
@@ -205,7 +290,7 @@ def test_the_execution_api_is_warm_before_the_scheduler_starts(compose):
 
 def test_the_note_connection_logs_in_as_a_user_init_gives_a_password(compose):
     """A refused task writes its DAG run's note through the REST API with connection dpngram_api:
-    the scheduler (which runs the tasks) has it, its user is a simple-auth-manager user allowed to
+    the workers (which run the tasks) have it, its user is a simple-auth-manager user allowed to
     edit DAG runs, and airflow-init writes that user's password where the api-server reads it."""
     from airflow_compose import note_connection_user
 
@@ -225,6 +310,6 @@ def test_the_note_connection_logs_in_as_a_user_init_gives_a_password(compose):
     api_mounts = set(compose["services"]["airflow-api-server"]["volumes"])
     auth = [v for v in init["volumes"] if v.split(":")[1] == "/opt/airflow/auth"]
     assert auth and auth[0] in api_mounts  # the same volume
-    # only the service that runs tasks holds the credentials
+    # only the services that run tasks hold the credentials
     holders = [n for n in airflow_services(compose) if "AIRFLOW_CONN_DPNGRAM_API" in service_env(n, compose)]
-    assert holders == ["airflow-scheduler"]
+    assert holders == worker_services(compose)

@@ -36,7 +36,8 @@ DEBIAN_PACKAGES = (
     "libbz2-dev",
     "liblzma-dev",
     "chromium",  # the headless browser of the form and Data Docs tests
-    "postgresql",  # the production metadata DB of tests/test_airflow_postgres.py
+    "postgresql",  # the metadata DB and ledger of tests/test_platform.py (docker/compose.yaml)
+    "redis-server",  # the Celery broker of tests/test_platform.py
 )
 
 
@@ -174,15 +175,21 @@ def test_ci_run_calls_make_test_strictly():
 
 
 def test_ci_run_exits_with_the_make_status(tmp_path):
-    """With a `make` that fails, .ci/run fails with the same status (and one that passes, passes)."""
+    """.ci/run runs `make test`, then `make test-platform` as a step of its own whatever the first
+    did, and fails with the first failing step's status (both passing: it passes)."""
     ci = tmp_path / "repo" / ".ci"
     ci.mkdir(parents=True)
     shutil.copy(ROOT / ".ci" / "run", ci / "run")
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()
-    for status in (0, 3):
+    for test_status, platform_status, expected in ((0, 0, 0), (3, 0, 3), (0, 4, 4), (3, 4, 3)):
+        called = tmp_path / "called"
+        called.unlink(missing_ok=True)
         fake_make = fake_bin / "make"
-        fake_make.write_text(f'#!/bin/sh\necho "make $*" > "{tmp_path}/called"\nexit {status}\n')
+        fake_make.write_text(
+            f'#!/bin/sh\necho "make $*" >> "{called}"\n'
+            f'case "$1" in test) exit {test_status};; test-platform) exit {platform_status};; esac\nexit 99\n'
+        )
         fake_make.chmod(0o755)
         done = subprocess.run(
             ["bash", str(ci / "run")],
@@ -192,8 +199,8 @@ def test_ci_run_exits_with_the_make_status(tmp_path):
             env=dict(os.environ, PATH=f"{fake_bin}:{os.environ['PATH']}"),
             timeout=30,
         )
-        assert done.returncode == status
-        assert (tmp_path / "called").read_text().strip() == "make test"
+        assert done.returncode == expected, (test_status, platform_status, done.stderr)
+        assert called.read_text().splitlines() == ["make test", "make test-platform"]
 
 
 # --------------------------------------------------------------------------- README
@@ -442,14 +449,17 @@ def test_dockerfile_copies_only_existing_unignored_files():
     assert not _dockerignore_includes("src/dpngram/__pycache__/x.pyc")
 
 
-def test_compose_runs_airflow_on_postgres_with_shared_volumes():
+def test_compose_runs_airflow_on_postgres_with_celery_workers():
     compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
     services = compose["services"]
     commands = {name: svc.get("command") for name, svc in services.items()}
     assert commands["airflow-api-server"] == ["api-server"]
     assert commands["airflow-scheduler"] == ["scheduler"]
     assert commands["airflow-dag-processor"] == ["dag-processor"]
+    workers = [name for name, command in commands.items() if command == ["celery", "worker"]]
+    assert len(workers) >= 2, workers
     assert services["postgres"]["image"].startswith("postgres:")
+    assert services["redis"]["image"].startswith("redis:")
     airflow_services = [n for n in services if n.startswith("airflow-")]
     for name in airflow_services:
         svc = services[name]
@@ -459,17 +469,17 @@ def test_compose_runs_airflow_on_postgres_with_shared_volumes():
         # one secret for all components, never a literal in the file
         jwt_secret = env["AIRFLOW__API_AUTH__JWT_SECRET"]
         assert jwt_secret.startswith("${") and ":?" in jwt_secret
-        assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+        assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+        assert env["AIRFLOW__CELERY__BROKER_URL"] == "redis://redis:6379/0"
         assert svc["build"]["dockerfile"] == "docker/Dockerfile" and svc["build"]["context"] == ".."
-        volumes = {v.split(":")[1]: v.split(":")[0] for v in svc["volumes"]}
-        assert volumes["/data/dpngram"] == "dpngram-warehouse" and volumes["/data/out"] == "dpngram-out"
-        assert env["DPNGRAM_DEMO_DIR"] == "/data/dpngram" and env["DPNGRAM_OUT"] == "/data/out"
+        assert env["DPNGRAM_DEMO_DIR"] == "/data/dpngram" and env["DPNGRAM_OUT"].startswith("s3://")
         assert services[name]["depends_on"]["postgres"]["condition"] == "service_healthy"
-    for name in ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor"):
+    for name in ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", *workers):
         assert services[name]["depends_on"]["airflow-init"]["condition"] == "service_completed_successfully"
+        assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy"
         assert "healthcheck" in services[name]
     init = " ".join(services["airflow-init"]["command"])
-    assert "airflow db migrate" in init and "pools set dpngram_warehouse 1" in init
+    assert "airflow db migrate" in init and "pools set" not in init  # no pool: the ledger serialises
     named = set(compose["volumes"])
     for svc in services.values():
         for volume in svc.get("volumes", []):
@@ -480,6 +490,13 @@ def test_docker_readme_explains_build_and_run():
     text = (DOCKER / "README.md").read_text()
     assert "docker build -f docker/Dockerfile" in text
     assert "docker compose" in text and "compose.yaml" in text
-    required = ("POSTGRES_PASSWORD", "AIRFLOW_FERNET_KEY", "AIRFLOW_JWT_SECRET", "AIRFLOW_API_SECRET_KEY")
+    required = (
+        "POSTGRES_PASSWORD",
+        "AIRFLOW_FERNET_KEY",
+        "AIRFLOW_JWT_SECRET",
+        "AIRFLOW_API_SECRET_KEY",
+        "DPNGRAM_LEDGER_PASSWORD",
+        "DPNGRAM_S3_ENDPOINT",
+    )
     for variable in required:
         assert variable in text
