@@ -539,11 +539,16 @@ def test_the_release_dag_on_two_workers_sharing_only_s3_and_postgres_publishes_o
         it did not have before the task came from the store."""
         prefix = join(store, ctx.run_id)
         from_store: set[str] = set()
-        for local, name in ((ctx.release.staging, "staging"), (operator_dir(ctx.config), "operator")):
-            index = read_json(join(prefix, f"{name}.json"))
+        indexes = (
+            (ctx.release.staging, join(prefix, "staging.json")),
+            # the operator files are kept beside the runs, and stay after the publish
+            (operator_dir(ctx.config), join(store, "_operator", f"{ctx.run_id}.json")),
+        )
+        for local, index_url in indexes:
+            index = read_json(index_url)
             if index is None:
                 continue
-            assert {rel: meta["sha256"] for rel, meta in index.items()} == local_tree(local), name
+            assert {rel: meta["sha256"] for rel, meta in index.items()} == local_tree(local), index_url
             from_store |= {(local / rel).relative_to(worker).as_posix() for rel in index}
         snapshot = read_json(join(prefix, "warehouse.json"))
         database = ctx.config.run_warehouse
@@ -640,8 +645,11 @@ def test_the_release_dag_on_two_workers_sharing_only_s3_and_postgres_publishes_o
         release_asset_metadata(location, training_corpus=str(sample["public"]))["language_model"] is not None
     )
 
-    # nothing of the run is left in the store; the publishing worker removed its own copies
+    # nothing of the run is left in the store but its operator-only files, kept apart: the one
+    # complete copy once the workers sweep theirs (timings of every task, the operator report)
     assert storage.list_files(join(store, run_id)) == []
+    operator_files = set(storage.list_files(join(store, "_operator", run_id)))
+    assert {"run.json", "operator_report.json", "timings/ingest.json", "timings/lm.json"} <= operator_files
     publisher, other = workers[executed[-1][1]], workers[1 - executed[-1][1]]
     assert not (publisher / "staging" / dataset / run_id).exists()
     assert not (publisher / "runs" / f"{run_id}.duckdb").exists()
@@ -655,6 +663,7 @@ def test_the_release_dag_on_two_workers_sharing_only_s3_and_postgres_publishes_o
         spent = ledger.spent(dataset, run_id)
     assert not any((other / "runs").glob(f"{run_id}.duckdb*"))
     assert not (other / "staging" / dataset / run_id).exists()
+    assert not (other / "operator" / run_id).exists()  # its copy is in the store
     assert local_tree(default_warehouse) == default_before  # no task fell back to the per-user warehouse
 
     # the ledger: closed, one entry per charged stage, adding up to the run's epsilon

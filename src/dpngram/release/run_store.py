@@ -13,7 +13,10 @@ like the warehouse: it holds the run's private tables). Per run, under ``RUN_STO
 * ``staging/`` + ``staging.json``: the staged release, when ``OUT`` is on object storage (its
   staging is then under the warehouse directory, on the worker's own disk; with a local ``OUT`` the
   staging directory is under ``OUT``, which such a deployment must share).
-* ``operator/`` + ``operator.json``: the run's operator-only files (timings, run.json).
+* the run's operator-only files (timings, run.json, operator_report.json with the quarantine's
+  exact counts) are kept apart, under ``RUN_STORE/_operator/RUN_ID/`` (+ ``RUN_ID.json``), and are
+  not removed with the run: after the publish they are the one complete copy (a worker deletes its
+  own copies of a closed run's operator files, :func:`sweep_closed`).
 
 The ``*.json`` indexes list each file's size and SHA-256; a worker makes its local copy equal to
 the index before its task (:meth:`RunStore.pull`: downloads what differs, deletes what the index
@@ -53,6 +56,9 @@ from dpngram.release.storage import (
 
 #: The deployment's run store (an fsspec URL); unset on one machine.
 RUN_STORE_ENV = "DPNGRAM_RUN_STORE"
+#: Where in the run store the runs' operator-only files are kept, beside the runs' prefixes (a run
+#: id starts with a letter or digit, never with "_").
+OPERATOR_PREFIX = "_operator"
 
 
 def configured_run_store() -> str | None:
@@ -78,37 +84,39 @@ class RunStore:
         self.ctx = ctx
         self.prefix = join(url, ctx.run_id)
         release = ctx.release
-        #: (local directory, remote name) of the trees kept in the store
-        self.trees: list[tuple[Path, str]] = [(operator_dir(ctx.config), "operator")]
+        #: (local directory, remote directory, remote index) of the trees kept in the store
+        operator = join(url, OPERATOR_PREFIX, ctx.run_id)
+        self.trees: list[tuple[Path, str, str]] = [(operator_dir(ctx.config), operator, operator + ".json")]
         if isinstance(release, ObjectRelease):
-            self.trees.insert(0, (release.staging, "staging"))
+            staging = join(self.prefix, "staging")
+            self.trees.insert(0, (release.staging, staging, staging + ".json"))
 
     # -- trees (staging, operator files) ------------------------------------------------------
-    def _pull_tree(self, local: Path, name: str) -> None:
-        index = read_json(join(self.prefix, f"{name}.json"))
+    def _pull_tree(self, local: Path, remote: str, index_url: str) -> None:
+        index = read_json(index_url)
         if index is None:
             return  # nothing kept yet: the local copy stays as it is
         have = _tree(local)
         for rel, meta in index.items():
             if have.get(rel, {}).get("sha256") != meta["sha256"]:
-                download_file(join(self.prefix, name, rel), local / rel)
+                download_file(join(remote, rel), local / rel)
         for rel in set(have) - set(index):  # e.g. what a killed task on this worker left
             (local / rel).unlink(missing_ok=True)
         for leftover in [p for p in local.rglob("*") if p.is_file() and is_temporary(p.name)]:
             leftover.unlink(missing_ok=True)
 
-    def _push_tree(self, local: Path, name: str) -> None:
-        old = read_json(join(self.prefix, f"{name}.json")) or {}
+    def _push_tree(self, local: Path, remote: str, index_url: str) -> None:
+        old = read_json(index_url) or {}
         new = _tree(local)
         if new == old:
             return
         for rel, meta in new.items():
             if old.get(rel, {}).get("sha256") != meta["sha256"]:
-                upload_file(local / rel, join(self.prefix, name, rel))
-        write_json(join(self.prefix, f"{name}.json"), new)  # the index last
-        stale = set(list_files(join(self.prefix, name))) - set(new)
+                upload_file(local / rel, join(remote, rel))
+        write_json(index_url, new)  # the index last
+        stale = set(list_files(remote)) - set(new)
         for rel in stale:
-            remove_tree(join(self.prefix, name, rel))
+            remove_tree(join(remote, rel))
 
     # -- the run's private tables -------------------------------------------------------------
     @property
@@ -142,20 +150,21 @@ class RunStore:
     # -- the task's view ------------------------------------------------------------------------
     def pull(self) -> None:
         """Before a task: make this worker's copies of the run's state equal to the store's."""
-        for local, name in self.trees:
-            self._pull_tree(local, name)
+        for tree in self.trees:
+            self._pull_tree(*tree)
         self._pull_warehouse()
 
     def push(self, *, warehouse: bool = False) -> None:
         """After a task (or a stage's persisted output): upload what changed, the indexes last;
         with ``warehouse``, a new snapshot of the run's private tables too."""
-        for local, name in self.trees:
-            self._push_tree(local, name)
+        for tree in self.trees:
+            self._push_tree(*tree)
         if warehouse:
             self._push_warehouse()
 
     def remove(self) -> None:
-        """The run is published: its prefix in the store is of no further use."""
+        """The run is published: its prefix in the store is of no further use (its operator files,
+        under ``_operator/``, stay)."""
         remove_tree(self.prefix)
 
 
@@ -169,13 +178,15 @@ def forget_run(run_id: str) -> None:
 
 
 def sweep_closed(ledger: Any, warehouse: Path) -> list[str]:
-    """Delete this machine's copies of the private tables (and object-storage staging) of runs the
-    ledger has closed: a worker that ran a task of a run keeps its copy until the run publishes,
-    which may happen on another worker. Returns the run ids swept."""
+    """Delete this machine's copies of the private tables, object-storage staging and operator files
+    of runs the ledger has closed: a worker that ran a task of a run keeps its copy until the run
+    publishes, which may happen on another worker (the operator files' complete copy is in the run
+    store, ``_operator/RUN_ID``). Only with a run store. Returns the run ids swept."""
     from dpngram.release.publish import remove_run_files
 
     local = {p.name.removesuffix(".duckdb") for p in (Path(warehouse) / "runs").glob("*.duckdb")}
     local |= {p.name for p in Path(warehouse).glob("staging/*/*") if p.is_dir()}  # e.g. a pre-check only
+    local |= {p.name for p in Path(warehouse).glob("operator/*") if p.is_dir()}  # kept in the store
     if not local:
         return []
     swept = []
@@ -185,5 +196,6 @@ def sweep_closed(ledger: Any, warehouse: Path) -> list[str]:
             Path(warehouse, "runs", f"{run_id}.duckdb.snapshot").unlink(missing_ok=True)
             for staging in Path(warehouse, "staging").glob(f"*/{run_id}"):
                 shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(Path(warehouse, "operator", run_id), ignore_errors=True)
             swept.append(run_id)
     return swept
