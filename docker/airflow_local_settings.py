@@ -1,14 +1,15 @@
-"""Airflow local settings for dpngram deployments: pre-import dpngram in the scheduler.
+"""Airflow local settings for dpngram deployments: pre-import dpngram where tasks are forked.
 
 With the LocalExecutor, each task runs in a process forked from one of the scheduler's executor
-workers, which are themselves forked from the scheduler. A dpngram task's first import of
-dpngram (scipy, duckdb, pyarrow, polars: ``import dpngram.release.context`` alone takes ~6 s on a 2-core
-machine) is paid once per task, ~20 times per release. Importing the modules here, in the
-scheduler process before its executor forks the workers, lets every task inherit them.
+workers, which are themselves forked from the scheduler; with the CeleryExecutor, from a Celery
+worker's pool processes, forked from the worker. A dpngram task's first import of dpngram (scipy,
+duckdb, pyarrow, polars: ``import dpngram.release.context`` alone takes ~6 s on a 2-core machine)
+is paid once per task, ~20 times per release. Importing the modules here, in the scheduler or the
+Celery worker before they fork, lets every task inherit them.
 
 Airflow imports ``airflow_local_settings`` from ``$AIRFLOW_HOME/config`` in every component; the
-pre-import runs only in the scheduler (``airflow scheduler``), so the api-server, dag-processor
-and CLI commands start as fast as before. A failed import is ignored (the task then imports the
+pre-import runs only in the scheduler (``airflow scheduler``) and the Celery workers (``airflow
+celery worker``), so the api-server, dag-processor and CLI commands start as fast as before. A failed import is ignored (the task then imports the
 module itself and reports the error where it belongs). Nothing here touches data or Airflow
 settings.
 """
@@ -32,8 +33,10 @@ PRELOAD = (
 
 
 def _is_scheduler() -> bool:
+    """Whether this process forks the task processes: ``airflow scheduler`` (LocalExecutor) or
+    ``airflow celery worker`` (CeleryExecutor)."""
     args = [a for a in sys.argv[1:] if not a.startswith("-")]
-    return bool(args) and args[0] == "scheduler"
+    return bool(args) and (args[0] == "scheduler" or args[:2] == ["celery", "worker"])
 
 
 if _is_scheduler():

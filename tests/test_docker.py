@@ -244,7 +244,7 @@ def test_workers_share_only_s3_and_postgres(compose):
     assert '"/data/worker"' in image and '"/data/dpngram"' in image
 
 
-def test_local_settings_preload_only_in_the_scheduler():
+def test_local_settings_preload_only_where_tasks_are_forked():
     # The image installs it where Airflow looks for local settings: $AIRFLOW_HOME/config.
     dockerfile = (DOCKER / "Dockerfile").read_text()
     home = re.search(r"AIRFLOW_HOME=(\S+)", dockerfile).group(1)
@@ -267,6 +267,10 @@ def test_local_settings_preload_only_in_the_scheduler():
         assert namespace["_is_scheduler"]() is False
         sys.argv = ["airflow", "scheduler"]
         assert namespace["_is_scheduler"]() is True
+        sys.argv = ["airflow", "celery", "worker", "--concurrency", "2"]  # the Celery workers fork tasks
+        assert namespace["_is_scheduler"]() is True
+        sys.argv = ["airflow", "celery", "flower"]
+        assert namespace["_is_scheduler"]() is False
     finally:
         sys.argv = argv
     assert not {m for m in set(sys.modules) - before if m.startswith("dpngram")}
