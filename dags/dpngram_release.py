@@ -133,12 +133,12 @@ DAG_ID = "dpngram_release"
 MAX_ACTIVE_RUNS = int(os.environ.get("DPNGRAM_MAX_ACTIVE_RUNS", "4"))
 
 #: The whole published release (report, validation, every released table): asset
-#: ``dpngram://DATASET/latest`` of the run's dataset, emitted through this alias.
+#: ``OUT/DATASET/latest`` of the run's dataset, emitted through this alias.
 RELEASE_ALIAS = AssetAlias("dpngram_release_events")
-#: The released vocabulary and k-grams: asset ``dpngram://DATASET/ngrams``.
+#: The released vocabulary and k-grams: asset ``OUT/DATASET/latest/released``.
 NGRAMS_ALIAS = AssetAlias("dpngram_ngrams_events")
 #: The KenLM language model (model/model.binary, model.arpa, MODEL_CARD.md): asset
-#: ``dpngram://DATASET/language-model``.
+#: ``OUT/DATASET/latest/model``.
 LM_ALIAS = AssetAlias("dpngram_language_model_events")
 
 #: Fields that are not Params: the run id is the Airflow run id.
