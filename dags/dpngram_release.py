@@ -401,8 +401,8 @@ def run_step(step_name: str, **context: Any) -> dict[str, Any]:
 #: How long a task waits for its run's lock (another task of the same run holds it: the three stages
 #: after DPNE are scheduled side by side) before it is rescheduled, and when it tries again. A
 #: rescheduled task frees its executor slot for other datasets' tasks (docs/orchestration.md).
-LOCK_WAIT_SECONDS = float(os.environ.get("DPNGRAM_LOCK_WAIT_SECONDS", "5"))
-RESCHEDULE_SECONDS = float(os.environ.get("DPNGRAM_RESCHEDULE_SECONDS", "10"))
+LOCK_WAIT_SECONDS = float(os.environ.get("DPNGRAM_LOCK_WAIT_SECONDS", "30"))
+RESCHEDULE_SECONDS = float(os.environ.get("DPNGRAM_RESCHEDULE_SECONDS", "5"))
 
 
 def _reschedule() -> None:
@@ -502,14 +502,11 @@ def dpngram_release() -> None:
         dataset's n-gram and release asset events with the release's public metadata."""
         from dpngram.orchestration.task import task_scope
         from dpngram.release.publish import asset_key, publish_run, release_asset_metadata
-        from dpngram.release.run_store import RunStore, configured_run_store
 
         config = _config(context)
         _use_ledger()
         with task_scope(config, push=False, lock_wait=LOCK_WAIT_SECONDS, busy=_reschedule) as ctx:
-            location = publish_run(ctx)
-            if configured_run_store():
-                RunStore(configured_run_store(), ctx).remove()
+            location = publish_run(ctx)  # also removes the run's prefix from the run store
         metadata = release_asset_metadata(location)
         for kind, alias in (("ngrams", NGRAMS_ALIAS), ("release", RELEASE_ALIAS)):
             name, uri = asset_key(config.dataset, kind, config.out)

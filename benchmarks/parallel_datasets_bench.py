@@ -1,0 +1,371 @@
+"""Datasets in parallel: two datasets of 200k users released at once, against one alone.
+
+Issue 50: every dataset used to queue behind every other (one DuckDB warehouse file for all runs
+and the ledger, an Airflow pool of one slot), so two datasets took twice the time of one. Now each
+run has a warehouse file of its own (``WAREHOUSE/runs/RUN_ID.duckdb``), the ledger is its own store
+and the tasks of one run take turns through the run's lock in the ledger, so two datasets' runs go
+on side by side. Target: two runs started together finish within 1.3x the wall time of one.
+
+Two ways, each measured (``--mode airflow|cli|both``, default both):
+
+* ``airflow`` (the issue's measure, "triggered together"): the ``dpngram_release`` DAG in a real
+  Airflow 3 (api-server, scheduler, dag-processor; LocalExecutor with parallelism 4, the tests'
+  launcher ``tests/test_airflow_standalone.Airflow``), runs triggered through the REST API as the
+  trigger form does; wall = the last run's end_date - the first run's start_date;
+* ``cli``: ``dpngram run`` as a user runs it, its own process each (no orchestration overhead);
+  wall = until the last process exits.
+
+Both with the product's defaults (the default budget split: every stage and the language model,
+ε = 4, δ = 1e-7, T = 5) and ``--memory-limit 4GB`` each, on two generated corpora of 200k users
+(:func:`scale_bench.corpus`: :func:`dpngram.text.sample.write_sample`, a 50,000-word Zipf
+vocabulary, about 100 tokens a user; the second corpus with another seed) and one public corpus
+(a team releases its datasets against one public corpus: its n-gram counts and Kneser-Ney model
+are cached, and one unmeasured run first warms that cache, as every weekly refresh finds it). Both
+charge one embedded ledger (the per-user default of a machine), so the ledger's file lock is
+exercised too.
+
+Measured in one session, alternating so that a drift of the host hits both: ``--repeats`` times
+(one dataset alone, then both datasets started together). Per CLI row: wall seconds, the CPU
+seconds of the process tree(s) (user + system, from psutil), and the single run's CPU use in cores
+(CPU seconds / wall): two runs of a job that keeps c of the 2 cores busy cannot finish in less than
+max(1, c) times its wall time, so that is the floor of the ratio on this machine.
+
+Baseline (the trivial alternative a user had): main of 2026-12-05 ran the two datasets one after
+the other (the one-slot pool), i.e. twice the wall time of one; that row is computed from the
+single-run times of this session, not measured separately (two ``dpngram run`` of that code into
+the one default warehouse file refuse each other: "warehouse ... is in use").
+
+Usage: ``.venv/bin/python benchmarks/parallel_datasets_bench.py [--users 200000] [--repeats 2]
+[--mode both]``.
+Writes ``results/parallel_datasets.json`` and ``results/parallel_datasets.png``. Run it alone on
+the machine: other jobs on the 2 cores distort both sides of the ratio (the load is recorded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import DATA, RESULTS, ROOT, git_commit, load_average, machine, now, write_result  # noqa: E402
+from scale_bench import PUBLIC_SENTENCES, SEED, VOCAB  # noqa: E402
+
+TARGET_RATIO = 1.3
+MEMORY_LIMIT = "4GB"
+DATASETS = ("par-a", "par-b")
+
+
+def corpus(users: int, seed: int) -> dict[str, Path]:
+    """A generated corpus (cached under benchmarks/.data/parallel/), as scale_bench's with ``seed``."""
+    from dpngram.text.sample import write_sample
+
+    out = DATA / "parallel" / f"u{users}_v{VOCAB}_s{seed}"
+    paths = {"users": out / "users.jsonl.gz", "public": out / "public.txt.gz"}
+    if not all(p.exists() for p in paths.values()):
+        print(f"generating {users:,} users (seed {seed}) ...", flush=True)
+        write_sample(out, n_users=users, seed=seed, vocab_size=VOCAB, public_sentences=PUBLIC_SENTENCES)
+    return paths
+
+
+def command(dataset: str, paths: dict[str, Path], work: Path) -> list[str]:
+    return [
+        str(ROOT / ".venv" / "bin" / "dpngram"),
+        "run",
+        "--dataset", dataset,
+        "--input", str(paths["users"]),
+        "--public", str(paths["public"]),
+        "--out", str(work / "out"),
+        "--warehouse", str(work / "wh"),
+        "--memory-limit", MEMORY_LIMIT,
+        "--quiet",
+        "--json",
+    ]  # fmt: skip
+
+
+def cpu_seconds(proc: Any) -> float:
+    """User + system seconds of a psutil process and its children (alive and reaped)."""
+    try:
+        times = proc.cpu_times()
+        total = times.user + times.system + times.children_user + times.children_system
+        for child in proc.children(recursive=True):
+            try:
+                t = child.cpu_times()
+                total += t.user + t.system
+            except Exception:  # noqa: BLE001 - ended between listing and reading
+                continue
+        return total
+    except Exception:  # noqa: BLE001 - ended
+        return 0.0
+
+
+def run_together(
+    jobs: list[tuple[str, dict[str, Path]]], work: Path, ledger: Path, keep_cache: bool = False
+) -> dict[str, Any]:
+    """Start ``jobs`` (dataset, corpus) at once; wall time until the last finishes, CPU seconds.
+    ``keep_cache``: the warehouse's public-model cache survives between calls."""
+    import psutil
+
+    for stale in (work / "out", work / "wh" / "runs", work / "wh" / "operator"):
+        shutil.rmtree(stale, ignore_errors=True)
+    if not keep_cache:
+        shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "DPNGRAM_LEDGER": str(ledger)}
+    load_before = load_average()
+    started = time.perf_counter()
+    procs = [
+        subprocess.Popen(
+            command(ds, paths, work), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        for ds, paths in jobs
+    ]
+    watched = [psutil.Process(p.pid) for p in procs]
+    cpu = [0.0] * len(procs)
+    ends: list[float | None] = [None] * len(procs)
+    while any(e is None for e in ends):
+        for i, p in enumerate(procs):
+            if ends[i] is None:
+                cpu[i] = max(cpu[i], cpu_seconds(watched[i]))
+                if p.poll() is not None:
+                    ends[i] = time.perf_counter() - started
+        time.sleep(0.2)
+    outputs = [p.communicate() for p in procs]
+    row: dict[str, Any] = {
+        "datasets": [ds for ds, _ in jobs],
+        "wall_seconds": round(max(e for e in ends if e is not None), 1),
+        "wall_seconds_each": [round(e, 1) for e in ends if e is not None],
+        "cpu_seconds_each": [round(c, 1) for c in cpu],
+        "load_average_before": load_before,
+        "load_average_after": load_average(),
+        "exit_codes": [p.returncode for p in procs],
+    }
+    for (out, err), p in zip(outputs, procs, strict=True):
+        if p.returncode != 0:
+            row.setdefault("errors", []).append(err.strip().splitlines()[-1:])
+        else:
+            summary = json.loads(out)
+            row.setdefault("epsilon_total", []).append(summary["epsilon_total"])
+    shutil.rmtree(work / "wh" / "runs", ignore_errors=True)  # private tables: hundreds of MB
+    return row
+
+
+def _airflow(base: Path, ledger: Path) -> Any:
+    """A started Airflow (the tests' launcher) whose tasks use ``ledger`` and their own warehouse."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_airflow_standalone import DAG_ID, Airflow
+
+    shutil.rmtree(base, ignore_errors=True)
+    airflow = Airflow(base)
+    airflow.env.update(
+        {
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "DPNGRAM_MAX_ACTIVE_RUNS": "4",
+            "DPNGRAM_LEDGER": str(ledger),
+            "DPNGRAM_WAREHOUSE": str(base / "wh"),
+        }
+    )
+    airflow.start()
+    airflow.login()
+    airflow.unpause(DAG_ID)
+    return airflow
+
+
+def _seconds(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def trigger_together(airflow: Any, jobs: list[tuple[str, dict[str, Path]]], out: Path) -> dict[str, Any]:
+    """Trigger ``jobs`` through the REST API at once; wall = last end_date - first start_date."""
+    from test_airflow_standalone import DAG_ID
+
+    load_before = load_average()
+    runs = []
+    for dataset, paths in jobs:
+        conf = {
+            "dataset": dataset,
+            "input": str(paths["users"]),
+            "public": str(paths["public"]),
+            "out": str(out),
+            "memory_limit": MEMORY_LIMIT,
+        }
+        status, run = airflow.trigger(conf)
+        assert status == 200, (status, run)
+        runs.append(run["dag_run_id"])
+    states = [airflow.wait_for_run(DAG_ID, run_id) for run_id in runs]
+    bodies = [airflow.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{r}")[1] for r in runs]
+    starts = [_seconds(b["start_date"]) for b in bodies]
+    ends = [_seconds(b["end_date"]) for b in bodies]
+    return {
+        "mode": "airflow",
+        "datasets": [ds for ds, _ in jobs],
+        "wall_seconds": round(max(ends) - min(starts), 1),
+        "wall_seconds_each": [round(e - s, 1) for s, e in zip(starts, ends, strict=True)],
+        "states": states,
+        "load_average_before": load_before,
+        "load_average_after": load_average(),
+        **({"errors": states} if any(s != "success" for s in states) else {}),
+    }
+
+
+def summarise(rows: list[dict[str, Any]], cpu_seconds: float | None = None) -> dict[str, Any]:
+    """Medians, the ratio and its floor on this machine: a run of ``c`` CPU seconds over a wall of
+    ``w`` keeps c / w cores busy; two such runs on 2 cores cannot take less than max(w, c) seconds,
+    so the ratio cannot go below max(1, c / w). ``cpu_seconds``: a single run's CPU seconds when
+    the rows do not measure them (the Airflow rows take the CLI's: the same work, plus Airflow's
+    own processes, which this floor leaves out)."""
+    alone = [r["wall_seconds"] for r in rows if len(r["datasets"]) == 1 and not r.get("errors")]
+    together = [r["wall_seconds"] for r in rows if len(r["datasets"]) == 2 and not r.get("errors")]
+    single = [r for r in rows if len(r["datasets"]) == 1 and "cpu_seconds_each" in r]
+    cores = [r["cpu_seconds_each"][0] / r["wall_seconds"] for r in single]
+    if not cores and cpu_seconds is not None and alone:
+        cores = [cpu_seconds / statistics.median(alone)]
+    if not alone or not together:
+        return {"error": "a run failed: see rows"}
+    one, two = statistics.median(alone), statistics.median(together)
+    floor = max(1.0, statistics.median(cores)) if cores else None
+    return {
+        "one_dataset_wall_seconds_median": round(one, 1),
+        "two_datasets_wall_seconds_median": round(two, 1),
+        "ratio_two_over_one": round(two / one, 3),
+        "ratio_per_repeat": [round(t / a, 3) for a, t in zip(alone, together, strict=False)],
+        "single_run_cpu_seconds_median": round(statistics.median(r["cpu_seconds_each"][0] for r in single), 1)
+        if single
+        else cpu_seconds,
+        "single_run_cpu_cores_median": round(statistics.median(cores), 3) if cores else None,
+        "ratio_floor_on_this_machine": round(floor, 3) if floor else None,
+        "baseline_main_2026_12_05_ratio": 2.0,
+        "baseline_note": "main of 2026-12-05 queued every dataset in the one-slot pool dpngram_warehouse: "
+        "two datasets took the sum of their wall times (ratio 2 for two equal runs)",
+        "target_ratio": TARGET_RATIO,
+        "meets_target": two / one <= TARGET_RATIO,
+    }
+
+
+def plot(payload: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = [m for m in ("airflow", "cli") if "error" not in payload["summary"].get(m, {"error": 1})]
+    fig, axes = plt.subplots(1, len(modes), figsize=(6.5 * len(modes), 4.2), squeeze=False)
+    for ax, mode in zip(axes[0], modes, strict=True):
+        s = payload["summary"][mode]
+        one = s["one_dataset_wall_seconds_median"]
+        bars = {
+            "one dataset": one,
+            "two at once\n(this change)": s["two_datasets_wall_seconds_median"],
+            "two, one after the other\n(main of 2026-12-05)": 2 * one,
+        }
+        ax.bar(list(bars), list(bars.values()), color=["#888", "#2a7", "#c55"])
+        ax.axhline(TARGET_RATIO * one, color="#333", linestyle="--", linewidth=1)
+        ax.text(-0.4, TARGET_RATIO * one, f"target {TARGET_RATIO}x", va="bottom", fontsize=9)
+        ax.set_ylabel("wall seconds (median)")
+        ax.set_title("triggered in Airflow (LocalExecutor)" if mode == "airflow" else "dpngram run (CLI)")
+        for i, v in enumerate(bars.values()):
+            ax.text(i, v, f"{v:.0f} s ({v / one:.2f}x)", ha="center", va="bottom", fontsize=9)
+    users = payload["parameters"]["users"]
+    fig.suptitle(f"Two datasets of {users:,} users each, default release (every stage), 2 cores")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--users", type=int, default=200_000)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--mode", choices=["airflow", "cli", "both"], default="both")
+    parser.add_argument("--refresh", action="store_true", help="recompute summaries and plot; no run")
+    args = parser.parse_args()
+    if args.refresh:
+        refresh()
+        return
+    corpora = {DATASETS[0]: corpus(args.users, SEED), DATASETS[1]: corpus(args.users, SEED + 1)}
+    corpora[DATASETS[1]]["public"] = corpora[DATASETS[0]]["public"]  # one public corpus
+    work = DATA / "parallel_work"
+    ledger = DATA / "parallel_ledger.duckdb"
+    ledger.unlink(missing_ok=True)
+    shapes = ([(DATASETS[0], corpora[DATASETS[0]])], list(corpora.items()))
+    rows: dict[str, list[dict[str, Any]]] = {"airflow": [], "cli": []}
+    modes = ["airflow", "cli"] if args.mode == "both" else [args.mode]
+    for mode in modes:
+        airflow = _airflow(DATA / "parallel_airflow", ledger) if mode == "airflow" else None
+        try:
+            warm = [("warm-up", corpora[DATASETS[0]])]  # unmeasured: fills the public-model cache
+            print(f"{mode} warm-up ...", flush=True)
+            if airflow is not None:
+                trigger_together(airflow, warm, work / "out")
+            else:
+                run_together(warm, work, ledger, keep_cache=True)
+            for repeat in range(args.repeats):
+                for jobs in shapes:
+                    print(f"{mode} repeat {repeat + 1}: {' + '.join(ds for ds, _ in jobs)} ...", flush=True)
+                    if airflow is not None:
+                        row = trigger_together(airflow, jobs, work / "out")
+                    else:
+                        row = {"mode": "cli", **run_together(jobs, work, ledger, keep_cache=True)}
+                    row["repeat"] = repeat + 1
+                    print(f"  {row['wall_seconds']} s {row.get('cpu_seconds_each', '')}", flush=True)
+                    rows[mode].append(row)
+                    shutil.rmtree(DATA / "parallel_airflow" / "wh" / "runs", ignore_errors=True)
+        finally:
+            if airflow is not None:
+                airflow.stop()
+    payload = {
+        "benchmark": "parallel_datasets",
+        "date": now(),
+        "machine": machine(),
+        "git_commit": git_commit(),
+        "parameters": {
+            "users": args.users,
+            "repeats": args.repeats,
+            "run": "the default release (every stage and the model; eps 4, delta 1e-7, T 5), "
+            f"--memory-limit {MEMORY_LIMIT} each",
+            "airflow": "dpngram_release triggered through the REST API; LocalExecutor, parallelism 4, "
+            "SQLite metadata (tests/test_airflow_standalone.Airflow)",
+            "cli": "dpngram run, one process per dataset",
+            "corpus": f"write_sample(n_users, seed={SEED} and {SEED + 1}, vocab_size={VOCAB}, "
+            f"public_sentences={PUBLIC_SENTENCES})",
+            "ledger": "one embedded DuckDB ledger for both runs",
+        },
+        "target_ratio": TARGET_RATIO,
+        "summary": {},
+        "rows": rows,
+    }
+    payload["summary"] = summaries(rows)
+    write_result("parallel_datasets.json", payload)
+    plot(payload, RESULTS / "parallel_datasets.png")
+    print(json.dumps(payload["summary"], indent=2))
+
+
+def summaries(rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Each mode's summary; the Airflow floor from the CLI rows' CPU seconds of a single run."""
+    cli = summarise(rows["cli"]) if rows.get("cli") else {}
+    out = {"cli": cli} if cli else {}
+    if rows.get("airflow"):
+        out = {"airflow": summarise(rows["airflow"], cli.get("single_run_cpu_seconds_median")), **out}
+    return out
+
+
+def refresh() -> None:
+    """Recompute the summaries and the plot of the committed JSON (no run)."""
+    path = RESULTS / "parallel_datasets.json"
+    payload = json.loads(path.read_text(encoding="utf-8"))
+    payload["summary"] = summaries(payload["rows"])
+    write_result("parallel_datasets.json", payload)
+    plot(payload, RESULTS / "parallel_datasets.png")
+    print(json.dumps(payload["summary"], indent=2))
+
+
+if __name__ == "__main__":
+    main()
