@@ -130,7 +130,7 @@ def bench_config(
 ) -> Any:
     """The run configuration of one release on the training users (every lm_* option at its
     default; also used by benchmarks/lm_threshold_study.py and, with another ``stage_budget`` /
-    ``max_n`` / a ``warehouse`` whose public-model cache is shared, benchmarks/lm_split_bench.py).
+    ``max_n`` / a ``warehouse`` whose public-model cache is shared, benchmarks/lm_split_study.py).
     ``options``: further settings by their flat names (benchmarks/lm_forms_study.py's
     ``lm_count_clip``)."""
     from dpngram.config import RunConfig

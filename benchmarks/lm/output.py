@@ -239,7 +239,7 @@ def _commit(recorded: Any) -> str | None:
 
 def ablations() -> dict[str, Any]:
     """The per-source and per-split ablations of the model, from their own studies' committed
-    results (benchmarks/lm_sources_study.py, benchmarks/lm_split_bench.py): what each released
+    results (benchmarks/lm_sources_study.py, benchmarks/lm_split_study.py): what each released
     artifact adds to the model, and how far the default split's model is from the best split's."""
     out: dict[str, Any] = {}
     try:

@@ -1,9 +1,9 @@
 """Study (issue 25 item 2): the language model's quality against the split of the run's budget
 among the stages (``stage_budget``), on SOTU, with the product's other parameters at their defaults.
 
-    python benchmarks/lm_split_bench.py run [--epsilons 4,1] [--splits NAME,...] [--repeats 1]
+    python benchmarks/lm_split_study.py run [--epsilons 4,1] [--splits NAME,...] [--repeats 1]
                                             [--baselines] --runs FILE.jsonl
-    python benchmarks/lm_split_bench.py summarise FILE.jsonl [FILE.jsonl ...]
+    python benchmarks/lm_split_study.py summarise FILE.jsonl [FILE.jsonl ...]
                                             [--out benchmarks/results/lm_split.json]
 
 ``run`` appends one JSON line per pipeline run to ``--runs`` (flushed after each run, so a pass cut
