@@ -78,7 +78,7 @@ IDENTITY_FILE = ".run-identity.json"
 #: on object storage its presence is what makes ``runs/RUN_ID`` a complete release.
 MANIFEST = "MANIFEST.json"
 
-#: What each released table's non-key columns hold (README "What comes out"): DP-noisy values, or
+#: What each released table's non-key columns hold (docs/usage.md, "What comes out"): DP-noisy values, or
 #: post-processing of them. A table not listed holds keys only.
 NOISY_COLUMNS: dict[str, dict[str, str]] = {
     "trigram_dist": {"prob": "DP-noisy: softmax of Gaussian-noised logits (docs/bayes_sensitivity.md)"},

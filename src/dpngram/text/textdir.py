@@ -1,4 +1,4 @@
-"""Reading a text directory: one input record per file (README, "Input"; rules in records.py).
+"""Reading a text directory: one input record per file (docs/usage.md, "Input"; rules in records.py).
 
 :func:`text_files` lists the non-hidden entries below the directory, each to be read or
 quarantined (confinement: links outside the directory, symlinked subdirectories, files without a
