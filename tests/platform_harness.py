@@ -57,7 +57,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from airflow_compose import PostgresServer, free_port
 from test_airflow_standalone import AIRFLOW, PASSWORD, USERNAME, Airflow, _die_with_parent
@@ -157,7 +157,38 @@ def redis_server_binary() -> str | None:
     return "/usr/bin/redis-server" if os.access("/usr/bin/redis-server", os.X_OK) else None
 
 
-class RedisServer:
+class _LocalServer:
+    """A server process of the harness: ``proc`` started by ``start()``, its ``log`` and ``dir``
+    (removed on stop); a context manager that starts and stops it."""
+
+    dir: Path
+    log: Path
+    proc: subprocess.Popen | None
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Kill the server (its session) and remove its directory."""
+        if self.proc is not None:
+            _stop(self.proc, grace=5)
+            self.proc = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def tail(self, lines: int = 30) -> str:
+        """The end of the server's log."""
+        return _tail(self.log, lines)
+
+    def __enter__(self) -> Self:
+        """Start the server."""
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop the server."""
+        self.stop()
+
+
+class RedisServer(_LocalServer):
     """A throw-away redis-server on 127.0.0.1 and a free port: no RDB/AOF files, its directory
     and log in a temporary folder removed by :meth:`stop`. Use as a context manager or
     ``start()``/``stop()``; ``url`` is the Celery broker URL (database 0)."""
@@ -217,30 +248,11 @@ class RedisServer:
         self.startup_seconds = round(time.monotonic() - t0, 2)
         return self
 
-    def stop(self) -> None:
-        """Kill the server (its session) and remove its directory."""
-        if self.proc is not None:
-            _stop(self.proc, grace=5)
-            self.proc = None
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def tail(self, lines: int = 30) -> str:
-        """The end of the server's log."""
-        return _tail(self.log, lines)
-
-    def __enter__(self) -> RedisServer:
-        """Start the server."""
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        """Stop the server."""
-        self.stop()
-
 
 # -- S3 (moto) ----------------------------------------------------------------------------------
 
 
-class S3Server:
+class S3Server(_LocalServer):
     """moto's standalone server (``python -m moto.server -H 127.0.0.1 -p PORT``) in its own process
     and session: any AWS client pointed at :attr:`endpoint` with :meth:`env` talks to it, across
     processes. Needs ``moto[s3,server]`` (flask, flask-cors) in ``python``'s environment.
@@ -340,25 +352,6 @@ class S3Server:
             client_kwargs={"region_name": self.region},
             skip_instance_cache=True,
         )
-
-    def stop(self) -> None:
-        """Kill the server (its session) and remove its directory."""
-        if self.proc is not None:
-            _stop(self.proc, grace=5)
-            self.proc = None
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def tail(self, lines: int = 30) -> str:
-        """The end of the server's output."""
-        return _tail(self.log, lines)
-
-    def __enter__(self) -> S3Server:
-        """Start the server."""
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        """Stop the server."""
-        self.stop()
 
 
 @contextlib.contextmanager
