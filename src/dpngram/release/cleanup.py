@@ -15,7 +15,7 @@ still in this machine's warehouse directory (a worker that ran one of their task
 failed) are listed and deleted too (:meth:`UnpublishedRuns.closed_leftovers`).
 
 Owns: :class:`UnpublishedRuns`, :class:`Unpublished`.
-Imports: dpngram.release (layout, ledger, publish, storage).
+Imports: dpngram.release (identity, layout, ledger, publish, storage).
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpngram.release.identity import remove_run_files
 from dpngram.release.layout import LegacyLayoutError, check_out_layout
 from dpngram.release.ledger import Ledger
-from dpngram.release.publish import complete_publishes, drop_private_tables, remove_run_files
+from dpngram.release.publish import complete_publishes, drop_private_tables
 from dpngram.release.run_store import forget_run
 from dpngram.release.storage import is_object_url
 

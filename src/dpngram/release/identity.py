@@ -24,7 +24,8 @@ no content hash in clear). A resume whose ledger is another one, or whose ledger
 the run with another fingerprint, is refused with one line before it reserves anything; every
 stage checks it again before it reuses a staged output (:func:`dpngram.release.spend.spend_once`).
 
-Owns: :func:`fingerprint`, :func:`compare`, :func:`staging_token`, :func:`check_staging`.
+Owns: :func:`fingerprint`, :func:`compare`, :func:`staging_token`, :func:`check_staging`; the
+warehouse directory's layout (:func:`operator_dir`, :func:`public_cache_dir`, :func:`remove_run_files`).
 Imports: dpngram.release.layout, dpngram.engines.base, dpngram.config, dpngram.core.
 """
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +168,14 @@ def operator_dir(config: RunConfig) -> Path:
     directory, ``WAREHOUSE/operator/RUN_ID``."""
     assert config.run_id and config.warehouse
     return Path(config.warehouse) / "operator" / config.run_id
+
+
+def remove_run_files(warehouse: Path, run_id: str) -> None:
+    """Delete a run's DuckDB file in ``warehouse`` and what DuckDB keeps beside it."""
+    database = Path(warehouse) / "runs" / f"{run_id}.duckdb"
+    for path in (database, database.with_name(database.name + ".wal")):
+        path.unlink(missing_ok=True)
+    shutil.rmtree(database.with_name(database.name + ".tmp"), ignore_errors=True)
 
 
 def public_cache_dir(config: RunConfig) -> Path:

@@ -29,6 +29,7 @@ from dpngram.core.errors import ConfigError
 from dpngram.engines.base import is_remote_path
 from dpngram.engines.sql import run_schema_name
 from dpngram.release.context import RunContext, read_parts, record_part, with_run_id
+from dpngram.release.identity import remove_run_files
 from dpngram.release.layout import (  # noqa: F401 - asset_key, ASSET_KINDS: the DAGs' import
     ASSET_KINDS,
     LegacyLayoutError,
@@ -308,14 +309,6 @@ def drop_private_tables(
     root = _spark_tables_root(ledger, run_id, config, base)
     if root is not None and not is_remote_path(root):
         shutil.rmtree(Path(root.removeprefix("file://")) / run_schema_name(run_id), ignore_errors=True)
-
-
-def remove_run_files(warehouse: Path, run_id: str) -> None:
-    """Delete a run's DuckDB file in ``warehouse`` and what DuckDB keeps beside it."""
-    database = Path(warehouse) / "runs" / f"{run_id}.duckdb"
-    for path in (database, database.with_name(database.name + ".wal")):
-        path.unlink(missing_ok=True)
-    shutil.rmtree(database.with_name(database.name + ".tmp"), ignore_errors=True)
 
 
 def _spark_tables_root(

@@ -29,7 +29,7 @@ once. After the publish the run's prefix is removed (:meth:`RunStore.remove`).
 
 Owns: :data:`RUN_STORE_ENV`, :class:`RunStore`, :func:`configured_run_store`, :func:`forget_run`,
 :func:`sweep_closed`.
-Imports: dpngram.release (context, identity, layout, storage, publish); fsspec.
+Imports: dpngram.release (context, identity, layout, storage); fsspec.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from dpngram.release.context import RunContext
-from dpngram.release.identity import operator_dir
+from dpngram.release.identity import operator_dir, remove_run_files
 from dpngram.release.layout import is_temporary, sha256_file
 from dpngram.release.storage import (
     ObjectRelease,
@@ -182,8 +182,6 @@ def sweep_closed(ledger: Any, warehouse: Path) -> list[str]:
     of runs the ledger has closed: a worker that ran a task of a run keeps its copy until the run
     publishes, which may happen on another worker (the operator files' complete copy is in the run
     store, ``_operator/RUN_ID``). Only with a run store. Returns the run ids swept."""
-    from dpngram.release.publish import remove_run_files
-
     local = {p.name.removesuffix(".duckdb") for p in (Path(warehouse) / "runs").glob("*.duckdb")}
     local |= {p.name for p in Path(warehouse).glob("staging/*/*") if p.is_dir()}  # e.g. a pre-check only
     local |= {p.name for p in Path(warehouse).glob("operator/*") if p.is_dir()}  # kept in the store

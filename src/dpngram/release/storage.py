@@ -277,6 +277,7 @@ def fetch_verified(release: str, rel: str, cache: Path) -> Path:
     expected = manifest["files"].get(rel)
     if expected is None:
         raise FileNotFoundError(f"{release} has no {rel} (not in its {MANIFEST})")
+
     def verify(path: Path) -> None:
         actual = sha256_file(path)
         if actual != expected["sha256"]:
