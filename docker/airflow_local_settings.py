@@ -9,9 +9,9 @@ Celery worker before they fork, lets every task inherit them.
 
 Airflow imports ``airflow_local_settings`` from ``$AIRFLOW_HOME/config`` in every component; the
 pre-import runs only in the scheduler (``airflow scheduler``) and the Celery workers (``airflow
-celery worker``), so the api-server, dag-processor and CLI commands start as fast as before. A failed import is ignored (the task then imports the
-module itself and reports the error where it belongs). Nothing here touches data or Airflow
-settings.
+celery worker``), so the api-server, dag-processor and CLI commands start as fast as before. A
+failed import is ignored (the task then imports the module itself and reports the error where it
+belongs). Nothing here touches data or Airflow settings.
 """
 
 from __future__ import annotations

@@ -830,7 +830,9 @@ def test_two_datasets_have_separate_latest_and_assets(session):
     assert fired[other.name] == {asset_key(OTHER_DATASET, kind, out)[1] for kind in ASSET_KINDS}, fired
     assert fired[_release(session).name] == {asset_key("standalone", kind, out)[1] for kind in ASSET_KINDS}
     # the URIs name where the dataset's latest release keeps each part (OUT/DATASET/latest/...)
-    assert asset_key("standalone", "language_model", out)[1] == f"file://{out.resolve()}/standalone/latest/model"
+    assert (
+        asset_key("standalone", "language_model", out)[1] == f"file://{out.resolve()}/standalone/latest/model"
+    )
     # the consumer follows 'standalone' only: the other dataset's model did not trigger it
     assert len(session["consumer_runs_final"]) == 1, session["consumer_runs_final"]
     browser = session.get("browser")

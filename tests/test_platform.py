@@ -796,9 +796,11 @@ def test_e_consumer_on_the_other_worker_scores_the_model_from_s3(platform, defau
         triggered_by = {r for r, runs in default_runs["model_events"].items() if dag_run_id in runs}
         scored = record["xcom"]["run_id"]
         assert triggered_by, (dag_run_id, default_runs["model_events"])
-        assert scored in triggered_by or all(
-            published_at(scored) > published_at(r) for r in triggered_by
-        ), (dag_run_id, scored, triggered_by)
+        assert scored in triggered_by or all(published_at(scored) > published_at(r) for r in triggered_by), (
+            dag_run_id,
+            scored,
+            triggered_by,
+        )
     # worker-2 never held the releases otherwise: only the consumer's downloads and records
     files = default_runs["files"][W2]
     assert files and all(f.startswith("consumer/") for f in files), files
