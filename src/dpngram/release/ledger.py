@@ -87,6 +87,22 @@ def open_ledger(location: str | None = None) -> Ledger:
 # ----------------------------------------------------------------------------------------------
 # The privacy ledger: lifetime budget per dataset, in its store
 # ----------------------------------------------------------------------------------------------
+
+
+def _charge(
+    dataset: str, run_id: str, stage: str, epsilon: float, delta: float, events: Sequence[PrivacyEvent]
+) -> dict[str, Any]:
+    """The parameters of a stage's charge in the ledger's SQL (``ledger/record``, ``ledger/finalize``)."""
+    return {
+        "dataset": dataset,
+        "run_id": run_id,
+        "stage": stage,
+        "epsilon": float(epsilon),
+        "delta": float(delta),
+        "events": json.dumps([e.to_dict() for e in events]),
+    }
+
+
 class Ledger:
     """Spend per (dataset, run, stage), kept in a :class:`LedgerStore`.
 
@@ -536,15 +552,7 @@ class Ledger:
                 return self.record(dataset, run_id, stage, epsilon, delta, events)
             if entry["status"] != "pending":
                 return False
-            self._exec(
-                "ledger/finalize",
-                dataset=dataset,
-                run_id=run_id,
-                stage=stage,
-                epsilon=float(epsilon),
-                delta=float(delta),
-                events=json.dumps([e.to_dict() for e in events]),
-            )
+            self._exec("ledger/finalize", **_charge(dataset, run_id, stage, epsilon, delta, events))
             return True
 
         return self._locked(dataset, body)
@@ -578,16 +586,7 @@ class Ledger:
         events: Sequence[PrivacyEvent],
         status: str,
     ) -> None:
-        self._exec(
-            "ledger/record",
-            dataset=dataset,
-            run_id=run_id,
-            stage=stage,
-            epsilon=float(epsilon),
-            delta=float(delta),
-            events=json.dumps([e.to_dict() for e in events]),
-            status=status,
-        )
+        self._exec("ledger/record", **_charge(dataset, run_id, stage, epsilon, delta, events), status=status)
 
     # -- the pre-run check (kept for callers that only want to ask) ---------------------------
     def check(
