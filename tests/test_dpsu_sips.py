@@ -1029,8 +1029,6 @@ def test_levels_with_dp_sips_release_every_held_kgram_at_a_huge_epsilon(secure_n
     k-gram is released (its weight >= 1/sqrt(Delta) is many sigma_r above rho_r in round 1), the
     stage's events are one Gaussian per round composing to sigma_k. With admission (z = 1.5) the
     same, round 1 carries the floor z sigma_1 and the events are unchanged."""
-    from dpngram.stages.dpne import level_events
-
     sigmas = dpne.level_sigmas(Budget(50_000.0, 1e-3), 3, 1.0)
     rows = markov_rows(11, users=30)
     wh, s1 = level_warehouse(rows)
@@ -1050,7 +1048,8 @@ def test_levels_with_dp_sips_release_every_held_kgram_at_a_huge_epsilon(secure_n
             g for g in grams(rows, k) if " ".join(g.split()[:-1]) in prev and " ".join(g.split()[1:]) in prev
         }
         assert held_valid <= released
-        events = level_events(f"dpne.k{k}", sigmas[k], out)
+        assert out.sigma == sigmas[k]
+        events = out.events(f"dpne.k{k}")
         assert len(events) == 3
         assert compose_gaussian_sigmas(e.sigma for e in events) == pytest.approx(sigmas[k], rel=1e-14)
         assert out.report()["sips_rounds"][0]["sigma"] == out.rounds[0].sigma

@@ -1,7 +1,7 @@
 """Which engine a run uses: :func:`open_engine` opens the DuckDB warehouse or a Spark engine from
 the run's configuration.
 
-Owns: engine selection (:func:`open_engine`).
+Owns: engine selection (:func:`open_engine`), the in-memory scratch engine (:func:`scratch_engine`).
 Imports: dpngram.engines (base; duckdb and spark lazily: pyspark is an optional extra), dpngram.config,
 dpngram.core."""
 
@@ -37,3 +37,12 @@ def open_engine(config: RunConfig, *, spark: Any = None) -> Engine:
 
         return SparkEngine.for_config(config, spark=spark)
     raise ValueError(f"engine: must be one of {list(ENGINES)} (got {engine!r})")
+
+
+def scratch_engine(memory_limit: str, threads: int | None = None) -> Engine:
+    """An in-memory DuckDB engine for work on released (public) files only, such as merging a
+    run's released levels, with the same memory bound as the run's warehouse. Closed by its
+    ``with`` block; nothing of it persists."""
+    from dpngram.engines.duckdb import Warehouse
+
+    return Warehouse(":memory:", memory_limit=memory_limit, threads=threads)

@@ -56,7 +56,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dpngram.core.accounting import GAUSSIAN_DELTA_MARGIN, gaussian_sigma, laplace_scale
+from dpngram.core.accounting import GAUSSIAN_DELTA_MARGIN, PrivacyEvent, gaussian_sigma, laplace_scale
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource, simulation_rng
 from dpngram.engines.base import Engine
@@ -235,6 +235,28 @@ def release_logits(mu: np.ndarray, calibration: GaussianCalibration, noise: Nois
     return grid * lattice + noise.gaussian_on_grid(calibration.sigma, lattice.size, grid)
 
 
+def bayesian_release(
+    mu: np.ndarray, calibration: GaussianCalibration, noise: NoiseSource, *, differentially_private: bool
+) -> tuple[np.ndarray, list[PrivacyEvent]]:
+    """The released logits h (:func:`release_logits`) and the privacy event of exactly that draw.
+
+    Privacy map: one Gaussian mechanism with noise ``calibration.sigma`` on a query of
+    l2-sensitivity ``calibration.snapped_sensitivity`` (:func:`sensitivity_bound` plus the grid's
+    snapping, :func:`calibrate`), so (ε, δ(1 − 1e-3))-DP by the analytic Gaussian; derivation in
+    docs/bayes_sensitivity.md and docs/noise.md. With ``differentially_private=False`` (the
+    brute-force calibration) the event says it is NOT DP."""
+    h = release_logits(mu, calibration, noise)
+    event = PrivacyEvent(
+        stage=STAGE,
+        mechanism="gaussian",
+        sigma=calibration.sigma,
+        sensitivity=calibration.snapped_sensitivity,
+        note="BayesianDP h ~ N(mu_ps, sigma^2 I)"
+        + ("" if differentially_private else " — BRUTE-FORCE CALIBRATION, NOT DP"),
+    )
+    return h, [event]
+
+
 def softmax(h: np.ndarray) -> np.ndarray:
     """θ = softmax(h) (eq. 4), computed stably."""
     h = np.asarray(h, dtype=np.float64)
@@ -263,6 +285,24 @@ def laplace_noisy_counts(
     scale = laplace_scale(epsilon, float(W * C))
     counts = np.asarray(total_count, dtype=np.float64)
     return counts + noise.laplace_on_grid(scale, counts.size, 1.0), scale
+
+
+def laplace_baseline_release(
+    total_count: np.ndarray, *, epsilon: float, C: int, W: int, noise: NoiseSource, method: str
+) -> tuple[np.ndarray, float, list[PrivacyEvent]]:
+    """:func:`laplace_noisy_counts` and the privacy event of exactly that draw.
+
+    Privacy map: the Laplace mechanism with scale W·C/ε on a query of l1-sensitivity W·C is
+    ε-DP (pure); derivation in docs/bayes.md ("Deviations from the paper") and docs/noise.md."""
+    noisy, scale = laplace_noisy_counts(total_count, epsilon=epsilon, C=C, W=W, noise=noise)
+    event = PrivacyEvent(
+        stage=STAGE,
+        mechanism="laplace",
+        epsilon=epsilon,
+        sensitivity=float(W * C),
+        note=f"{method}: Laplace on bounded trigram counts",
+    )
+    return noisy, scale, [event]
 
 
 def laplace_distribution(noisy: np.ndarray) -> np.ndarray:

@@ -56,7 +56,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from scipy import stats
 
-from dpngram.core.accounting import dpne_sigmas
+from dpngram.core.accounting import PrivacyEvent, dpne_sigmas
 from dpngram.core.budget import Budget
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
@@ -158,6 +158,19 @@ class LevelOutcome:
     variant: str
     valid_count: str
     rounds: tuple[SipsRound, ...] = ()  # DP-SIPS: each round's (sigma_r, rho_r); public
+
+    def events(self, stage: str) -> list[PrivacyEvent]:
+        """The level's privacy events: one Gaussian sigma_k, or with DP-SIPS one per round
+        (sigma_r = sigma_k / sqrt(f_r), composing exactly to sigma_k), so the ledger lists what
+        was drawn. Privacy map: Gaussians of sensitivity 1 (each user's k-grams are weighted to
+        l2-norm 1), composing with the other levels to DPNE Thm. 2.1's sigma* (docs/dpne.md,
+        docs/accounting.md); the threshold's delta is charged once, at level 1."""
+        if self.rounds:
+            return [
+                PrivacyEvent(stage=stage, mechanism="gaussian", sigma=r.sigma, note=f"DP-SIPS round {i}")
+                for i, r in enumerate(self.rounds, start=1)
+            ]
+        return [PrivacyEvent(stage=stage, mechanism="gaussian", sigma=self.sigma)]
 
     def report(self) -> dict[str, Any]:
         sips = {"sips_rounds": [{"sigma": r.sigma, "rho": r.threshold} for r in self.rounds]}

@@ -48,6 +48,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import pyarrow as pa
 
+from dpngram.core.accounting import PrivacyEvent
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
@@ -354,6 +355,24 @@ class ExplorationTree:
 
     def max_path_spend(self) -> float:
         return max(self.spent.values(), default=0.0)
+
+    def events(self, stage: str) -> list[PrivacyEvent]:
+        """The privacy event of the whole tree. Privacy map (Theorem 5.1): Laplace noise of scale
+        ℓ_max/ε_v on every count, with the ε_v along any path summing to at most ε, is pure ε-DP
+        with sensitivity ℓ_max (one user starts at most ℓ_max paths); derivation in docs/synth.md.
+        Refuses a tree whose paths spent more than ε (a calibration bug, never a release)."""
+        epsilon = self.params.epsilon
+        if self.max_path_spend() > epsilon * (1 + 1e-9):
+            raise RuntimeError("synth: a path spent more than the stage's epsilon (calibration bug)")
+        return [
+            PrivacyEvent(
+                stage=stage,
+                mechanism="laplace",
+                epsilon=epsilon,
+                sensitivity=float(self.params.l_max),
+                note="Chen et al. exploration tree: per-path budgets sum to <= epsilon (Theorem 5.1)",
+            )
+        ]
 
 
 def _p_max(tree: ExplorationTree, key: Key) -> float:

@@ -39,7 +39,8 @@ accounting are one protocol whose parameters (eps0, subset size, users per layer
 together; the accounting is only meaningful next to the randomizer it bounds.
 
 Owns: the Subset Selection randomizer, the trie protocol simulation, the shuffle-model accounting
-(FMT21 bounds, ε0 for a budget), merging discovered words into S_1.
+(FMT21 bounds, ε0 for a budget, the stage's privacy plan and event), merging discovered words
+into S_1.
 Imports: dpngram.mechanisms.dpne_domain, dpngram.engines, dpngram.core; numpy, scipy, pyarrow.
 """
 
@@ -56,7 +57,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from scipy import stats
 
-from dpngram.core.accounting import TRIEHH_DELTA_SHARE_USED
+from dpngram.core.accounting import TRIEHH_DELTA_SHARE_USED, PrivacyEvent
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
@@ -336,6 +337,51 @@ def epsilon0_for_budget(epsilon: float, delta: float, n: int, reports_per_user: 
         else:
             hi = mid
     return lo / reports_per_user
+
+
+def shuffle_privacy_plan(
+    epsilon: float, delta: float, *, users_per_layer: int, max_words: int, epsilon0: float | None
+) -> dict[str, float]:
+    """The per-report ε0 and the guarantees it gives, from the stage's share (ε, δ) (public).
+
+    Privacy map: each user sends ``max_words`` ε0-LDP reports in one layer only, so is
+    (m ε0)-LDP; after shuffling groups of ``users_per_layer`` the layer is (central ε, δ')-DP at
+    user level by FMT21's numerical bound, with δ' = δ · :data:`DELTA_SHARE_USED`, and layers on
+    disjoint users compose in parallel (derivation in docs/triehh.md). ``epsilon0`` None: the
+    largest ε0 within the share; a given ε0 above it is refused."""
+    delta_used = delta * DELTA_SHARE_USED
+    n, m = users_per_layer, max_words
+    epsilon0 = epsilon0_for_budget(epsilon, delta_used, n, m) if epsilon0 is None else float(epsilon0)
+    central = numerical_epsilon(m * epsilon0, n, delta_used)
+    if central > epsilon * (1 + 1e-9):
+        raise ConfigError(
+            f"triehh_epsilon0: {epsilon0:g} gives user-level central epsilon {central:.4g} after "
+            f"shuffling groups of {n}, above the triehh share {epsilon:.4g}; lower it or leave it unset"
+        )
+    return {
+        "epsilon0": epsilon0,
+        "user_ldp_epsilon": m * epsilon0,
+        "central_epsilon": central,
+        "central_delta": delta_used,
+        "central_epsilon_closed_form": closed_form_epsilon(m * epsilon0, n, delta_used),
+        "item_level_central_epsilon": numerical_epsilon(epsilon0, n * m, delta_used),
+        "budget_epsilon": epsilon,
+        "budget_delta": delta,
+    }
+
+
+def plan_events(plan: dict[str, float], stage: str = STAGE) -> list[PrivacyEvent]:
+    """The stage's privacy event: one user-level (central ε, δ') event of
+    :func:`shuffle_privacy_plan`'s ``plan`` (an approximate-DP event: composed by basic composition)."""
+    return [
+        PrivacyEvent(
+            stage=stage,
+            mechanism="approx",
+            epsilon=plan["central_epsilon"],
+            delta=plan["central_delta"],
+            note="LDP TrieHH: user-level central (eps, delta) after shuffling (FMT21 numerical)",
+        )
+    ]
 
 
 def _check_shuffle_args(epsilon0: float, n: int, delta: float) -> None:
@@ -622,6 +668,13 @@ def discovered_words(path: Path) -> pa.Table:
     if not path.is_file():
         return pa.table({"word": pa.array([], pa.string())})
     return pq.read_table(path, columns=["word"])
+
+
+def merged_vocabulary_events(stage: str) -> list[PrivacyEvent]:
+    """The events of an S_1 made of TrieHH's released words alone (``vocabulary_method='triehh'``):
+    post-processing of stage ``triehh``'s release (charged there), so no noise is drawn and the
+    privacy map is zero; one zero event keeps the stage's marker format."""
+    return [PrivacyEvent(stage, "approx", note="S_1 from TrieHH (stage triehh)")]
 
 
 def merge_into_vocabulary(

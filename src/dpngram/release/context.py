@@ -11,8 +11,8 @@ only through :func:`public_summary`, which keeps the keys of :data:`PUBLIC_SUMMA
 summary for a privacy-spending stage. :class:`StageResult` is what a stage's ``compute`` hands to
 :func:`dpngram.release.spend.spend_once`.
 
-Owns: :class:`RunContext`, :class:`StageResult`, run ids, report parts, stage timings, public
-summaries.
+Owns: :class:`RunContext`, :class:`StageResult`, run ids, report parts (and the privacy events they
+record), stage timings, public summaries.
 Imports: dpngram.release.layout, dpngram.engines, dpngram.config, dpngram.core; pyarrow.
 """
 
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpngram.config import RunConfig
+from dpngram.core.accounting import PrivacyEvent
 from dpngram.core.errors import ConfigError
 from dpngram.engines.sql import run_schema_name
 from dpngram.release.layout import PARTS_DIR, TIMINGS_DIR, Release, write_json_atomic
@@ -188,6 +189,11 @@ def read_parts(ctx: RunContext) -> dict[str, dict[str, Any]]:
     if not parts_dir.is_dir():
         return {}
     return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(parts_dir.glob("*.json"))}
+
+
+def part_events(part: dict[str, Any]) -> list[PrivacyEvent]:
+    """The privacy events a report part recorded (none for a part without a ``privacy`` entry)."""
+    return [PrivacyEvent(**e) for e in part.get("privacy", {}).get("events", [])]
 
 
 def released_summary(

@@ -22,7 +22,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dpngram.core.accounting import PrivacyEvent
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
@@ -39,15 +38,15 @@ from dpngram.mechanisms.bayes import (
     UNK,
     TrigramInputs,
     TuningResult,
+    bayesian_release,
     bruteforce_sensitivity_not_dp,
     calibrate,
     drop_work_tables,
+    laplace_baseline_release,
     laplace_distribution,
-    laplace_noisy_counts,
     laplace_public_distribution,
     posterior_mean,
     prepare_inputs,
-    release_logits,
     released_trigrams,
     sensitivity_bound,
     softmax,
@@ -152,7 +151,8 @@ def run_bayes(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str,
         used = bruteforce_sensitivity_not_dp(wh, inputs, S=S, rho=rho, C=C, log_clip=L) if not_dp else bound
         calibration = calibrate(epsilon, delta, used, inputs.size)
         mu = posterior_mean(inputs.total_count, inputs.users, inputs.public, S=S, rho=rho, C=C, log_clip=L)
-        theta = softmax(release_logits(mu, calibration, source))
+        logits, events = bayesian_release(mu, calibration, source, differentially_private=not not_dp)
+        theta = softmax(logits)
         _write_distribution(wh, ctx, theta)
         drop_work_tables(wh, ctx.schema)
         report = {
@@ -182,15 +182,7 @@ def run_bayes(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str,
             "guarantee": GUARANTEE_NOT_DP if not_dp else GUARANTEE_DP.format(eps=epsilon, delta=delta),
             "noise_mode": source.mode,
         }
-        event = PrivacyEvent(
-            stage=STAGE,
-            mechanism="gaussian",
-            sigma=calibration.sigma,
-            sensitivity=calibration.snapped_sensitivity,
-            note="BayesianDP h ~ N(mu_ps, sigma^2 I)"
-            + (" — BRUTE-FORCE CALIBRATION, NOT DP" if not_dp else ""),
-        )
-        return StageResult(events=[event], report=report)
+        return StageResult(events=events, report=report)
 
     result = spend_once(ctx, STAGE, [TRIGRAM_DIST], compute, engine=True)
     return _summary(ctx, result)
@@ -212,7 +204,9 @@ def run_bayes_baseline(ctx: RunContext, method: str, *, noise: NoiseSource | Non
         source = noise or NoiseSource.secure()
         inputs = _stage_inputs(ctx, wh, source.selection_salt())  # as in run_bayes
         C, W = config.bayes.clip_count, config.bayes.max_trigrams
-        noisy, scale = laplace_noisy_counts(inputs.total_count, epsilon=epsilon, C=C, W=W, noise=source)
+        noisy, scale, events = laplace_baseline_release(
+            inputs.total_count, epsilon=epsilon, C=C, W=W, noise=source, method=method
+        )
         theta = (
             laplace_distribution(noisy)
             if method == "laplace"
@@ -232,14 +226,7 @@ def run_bayes_baseline(ctx: RunContext, method: str, *, noise: NoiseSource | Non
             "guarantee": GUARANTEE_PURE.format(eps=epsilon),
             "noise_mode": source.mode,
         }
-        event = PrivacyEvent(
-            stage=STAGE,
-            mechanism="laplace",
-            epsilon=epsilon,
-            sensitivity=float(W * C),
-            note=f"{method}: Laplace on bounded trigram counts",
-        )
-        return StageResult(events=[event], report=report)
+        return StageResult(events=events, report=report)
 
     result = spend_once(ctx, STAGE, [TRIGRAM_DIST], compute, engine=True)
     return _summary(ctx, result)

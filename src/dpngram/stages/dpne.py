@@ -29,12 +29,11 @@ from dpngram.core.accounting import Accountant, PrivacyEvent, dpsu_threshold, ga
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
-from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.select import scratch_engine
 from dpngram.engines.sql import load_sql
 from dpngram.mechanisms.dpne import (
     BASELINES,
     KGRAM_COLUMNS,
-    LevelOutcome,
     file_rows,
     level_sigmas,
     release_level,
@@ -59,7 +58,14 @@ from dpngram.mechanisms.dpsu import (
     sips_vocabulary_rounds,
     write_keys_parquet,
 )
-from dpngram.release.context import RunContext, StageResult, read_parts, record_part, released_summary
+from dpngram.release.context import (
+    RunContext,
+    StageResult,
+    part_events,
+    read_parts,
+    record_part,
+    released_summary,
+)
 from dpngram.release.layout import KGRAMS, PARTS_DIR, VOCABULARY, baseline_path, level_path
 from dpngram.release.spend import spend_once
 
@@ -173,21 +179,10 @@ def run_level(
             "policy": config.dpne.policy,
             "sigma_decay": config.dpne.sigma_decay,
         }
-        return StageResult(events=level_events(stage, sigma, outcome), report=report)
+        return StageResult(events=outcome.events(stage), report=report)
 
     result = spend_once(ctx, stage, [output], compute, engine=True)
     return released_summary(ctx, stage, result, [output], k=k)
-
-
-def level_events(stage: str, sigma: float, outcome: LevelOutcome) -> list[PrivacyEvent]:
-    """A level's privacy events: one Gaussian sigma_k, or with DP-SIPS one per round (sigma_r =
-    sigma_k / sqrt(f_r), composing exactly to sigma_k), so the ledger lists what was drawn."""
-    if outcome.rounds:
-        return [
-            PrivacyEvent(stage=stage, mechanism="gaussian", sigma=r.sigma, note=f"DP-SIPS round {i}")
-            for i, r in enumerate(outcome.rounds, start=1)
-        ]
-    return [PrivacyEvent(stage=stage, mechanism="gaussian", sigma=sigma)]
 
 
 def _export_level(wh: Engine, ctx: RunContext, k: int) -> None:
@@ -206,7 +201,7 @@ def finalize_kgrams(ctx: RunContext) -> dict[str, Any]:
     missing = [p.name for p in paths if not p.exists()]
     if missing:
         raise ConfigError(f"dpne: levels not released yet: {missing} (run every level before finalize)")
-    with Warehouse(":memory:", memory_limit=config.engine.memory_limit, threads=config.engine.threads) as wh:
+    with scratch_engine(config.engine.memory_limit, config.engine.threads) as wh:
         if paths:
             table = wh.fetch_arrow(load_sql("dpne/merge_levels"), {"paths": [str(p) for p in paths]})
         else:
@@ -214,12 +209,7 @@ def finalize_kgrams(ctx: RunContext) -> dict[str, Any]:
     with ctx.release.writing(KGRAMS) as tmp:
         write_keys_parquet(table, tmp, KGRAM_COLUMNS)
     parts = read_parts(ctx)
-    events = [
-        PrivacyEvent(**e)
-        for name, part in parts.items()
-        if name.split(".", 1)[0] == "dpne" and "privacy" in part
-        for e in part["privacy"]["events"]
-    ]
+    events = [e for name, part in parts.items() if name.split(".", 1)[0] == "dpne" for e in part_events(part)]
     _, delta = config.stage_share("dpne")
     counts = {"1": parts.get(VOCABULARY_STAGE, {}).get("released")}
     counts.update({str(k): file_rows(p) for k, p in zip(range(2, config.dpne.max_n + 1), paths, strict=True)})

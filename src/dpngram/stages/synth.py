@@ -22,7 +22,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dpngram.core.accounting import PrivacyEvent
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource, simulation_rng
 from dpngram.engines.base import Engine
@@ -146,16 +145,7 @@ def run_synth(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str,
             "guarantee": f"pure {epsilon:g}-DP at user level (Laplace, sensitivity l_max = {params.l_max})",
             "noise_mode": source.mode,
         }
-        if tree.max_path_spend() > epsilon * (1 + 1e-9):
-            raise RuntimeError("synth: a path spent more than the stage's epsilon (calibration bug)")
-        event = PrivacyEvent(
-            stage=STAGE,
-            mechanism="laplace",
-            epsilon=epsilon,
-            sensitivity=float(params.l_max),
-            note="Chen et al. exploration tree: per-path budgets sum to <= epsilon (Theorem 5.1)",
-        )
-        return StageResult(events=[event], report=report)
+        return StageResult(events=tree.events(STAGE), report=report)
 
     result = spend_once(ctx, STAGE, [NGRAM_COUNTS_NOISY, SYNTHETIC_SEQUENCES], compute, engine=True)
     return released_summary(ctx, STAGE, result, [SYNTHETIC_SEQUENCES, NGRAM_COUNTS_NOISY])

@@ -22,21 +22,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dpngram.config import RunConfig
-from dpngram.core.accounting import PrivacyEvent
-from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.mechanisms.triehh import (
-    DELTA_SHARE_USED,
     STAGE,
     TrieParameters,
     WarehouseSource,
-    closed_form_epsilon,
     drop_work_tables,
-    epsilon0_for_budget,
-    numerical_epsilon,
+    plan_events,
     prepare_user_words,
     run_trie,
+    shuffle_privacy_plan,
 )
 from dpngram.release.context import RunContext, StageResult, released_summary
 from dpngram.release.layout import OOV_WORDS
@@ -60,30 +56,16 @@ def trie_parameters(config: RunConfig, epsilon0: float) -> TrieParameters:
 
 
 def privacy_plan(config: RunConfig) -> dict[str, float]:
-    """eps0 and the guarantees it gives, from the triehh share of (epsilon, delta) (public)."""
+    """eps0 and the guarantees it gives, from the triehh share of (epsilon, delta) (public):
+    :func:`dpngram.mechanisms.triehh.shuffle_privacy_plan` with the run's parameters."""
     epsilon, delta = config.stage_share(STAGE)
-    delta_used = delta * DELTA_SHARE_USED
-    n, m = config.triehh.users_per_layer, config.triehh.max_words
-    if config.triehh.epsilon0 is None:
-        epsilon0 = epsilon0_for_budget(epsilon, delta_used, n, m)
-    else:
-        epsilon0 = float(config.triehh.epsilon0)
-    central = numerical_epsilon(m * epsilon0, n, delta_used)
-    if central > epsilon * (1 + 1e-9):
-        raise ConfigError(
-            f"triehh_epsilon0: {epsilon0:g} gives user-level central epsilon {central:.4g} after "
-            f"shuffling groups of {n}, above the triehh share {epsilon:.4g}; lower it or leave it unset"
-        )
-    return {
-        "epsilon0": epsilon0,
-        "user_ldp_epsilon": m * epsilon0,
-        "central_epsilon": central,
-        "central_delta": delta_used,
-        "central_epsilon_closed_form": closed_form_epsilon(m * epsilon0, n, delta_used),
-        "item_level_central_epsilon": numerical_epsilon(epsilon0, n * m, delta_used),
-        "budget_epsilon": epsilon,
-        "budget_delta": delta,
-    }
+    return shuffle_privacy_plan(
+        epsilon,
+        delta,
+        users_per_layer=config.triehh.users_per_layer,
+        max_words=config.triehh.max_words,
+        epsilon0=config.triehh.epsilon0,
+    )
 
 
 GUARANTEE = (
@@ -140,14 +122,7 @@ def run_triehh(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str
             ),
             "noise_mode": source_noise.mode,
         }
-        event = PrivacyEvent(
-            stage=STAGE,
-            mechanism="approx",
-            epsilon=plan["central_epsilon"],
-            delta=plan["central_delta"],
-            note="LDP TrieHH: user-level central (eps, delta) after shuffling (FMT21 numerical)",
-        )
-        return StageResult(events=[event], report=report)
+        return StageResult(events=plan_events(plan), report=report)
 
     spent = spend_once(ctx, STAGE, [OOV_WORDS], compute, engine=True)
     return released_summary(ctx, STAGE, spent, [OOV_WORDS], method="ldp-triehh")

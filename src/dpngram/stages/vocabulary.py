@@ -19,7 +19,6 @@ from typing import Any
 import pyarrow as pa
 
 from dpngram.config import RunConfig
-from dpngram.core.accounting import PrivacyEvent
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql
@@ -178,7 +177,7 @@ def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict
             }
         events = params.events(VOCABULARY_STAGE)
         if method == "triehh":  # no DPSU spend: a zero event keeps the stage's marker format
-            events = [PrivacyEvent(VOCABULARY_STAGE, "approx", note="S_1 from TrieHH (stage triehh)")]
+            events = triehh.merged_vocabulary_events(VOCABULARY_STAGE)
         return StageResult(events=events, report=report)
 
     result = spend_once(ctx, VOCABULARY_STAGE, [VOCABULARY], compute, engine=True)
