@@ -239,8 +239,9 @@ def _commit(recorded: Any) -> str | None:
 
 def ablations() -> dict[str, Any]:
     """The per-source and per-split ablations of the model, from their own studies' committed
-    results (benchmarks/lm_sources_study.py, benchmarks/lm_split_study.py): what each released
-    artifact adds to the model, and how far the default split's model is from the best split's."""
+    results (benchmarks/studies/lm_sources_study.py, benchmarks/studies/lm_split_study.py): what
+    each released artifact adds to the model, and how far the default split's model is from the
+    best split's."""
     out: dict[str, Any] = {}
     try:
         sources = json.loads((RESULTS / "lm_sources.json").read_text(encoding="utf-8"))

@@ -67,7 +67,8 @@ class ReleasedInputs:
         return [] if p is None else [t for t in pq.read_table(p, columns=["token"])["token"].to_pylist() if t]
 
     def theta(self) -> pl.DataFrame | None:
-        """θ of step ``bayes`` (not a model input; benchmarks/lm_sources_study.py measures it as one)."""
+        """θ of step ``bayes`` (not a model input; benchmarks/studies/lm_sources_study.py measures it
+        as one)."""
         p = self._path(TRIGRAM_DIST)
         return None if p is None else pl.read_parquet(p, columns=["w1", "w2", "w3", "prob"])
 
