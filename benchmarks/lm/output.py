@@ -319,7 +319,7 @@ def missed_targets(out: dict[str, Any]) -> list[dict[str, Any]]:
                     row["cause"] = (
                         "the noise on the unigram counts of mid-frequency words: their exact "
                         "frequencies (the words >= 100 training users use) would be worth about 5.4% "
-                        "perplexity at ε = 1 (results/lm_forms.json, docs/lm.md 'Other forms of the "
+                        "perplexity at ε = 1 (results/lm_forms.json, docs/lm-history.md 'Other forms of the "
                         "model'); the empirical-Bayes spread of the unresolved mass recovers about 2.3% "
                         "(results/lm_unigram_shape.json) and square-root counts about 2.7% "
                         "(results/lm_count_power.json); what is left is within about one run's spread "

@@ -376,7 +376,7 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 
 def markdown_table(out: dict[str, Any]) -> str:
-    """The docs/lm.md table: per (corpus, ε) and rule, mean perplexity, the paired changes against
+    """The docs/lm-history.md table: per (corpus, ε) and rule, mean perplexity, the paired changes against
     3σ (mean [min, max] over the draws), released order-2/3 rows and expected spurious ones."""
     lines = [
         "| corpus, ε | rule (τ) | draws | ppl (mean) | Δ ppl % vs 3σ, mean [min, max] "

@@ -12,8 +12,8 @@ report part.
 The two earlier routes, ``arpa`` (Kneser-Ney on pseudo-counts from the Bayesian trigram
 distribution θ) and ``lmplz`` (lmplz on Chen et al.'s synthetic text or on θ samples), were
 retired on 2026-11-27: built from the two sources the measured ablation found adding
-nothing (docs/lm.md, "Sources of the model: measured"), they were no better than the public-only
-model, and with an ``lm_counts`` share the mixture supersedes them.
+nothing (docs/lm-history.md, "Sources of the model: measured"), they were no better than the
+public-only model, and with an ``lm_counts`` share the mixture supersedes them.
 
 Owns: the model build (and the released model's cache entry), the released inputs it reads, the
 comparison with the public-only model.
