@@ -129,10 +129,10 @@ def bench_config(
     options: dict[str, Any] | None = None,
 ) -> Any:
     """The run configuration of one release on the training users (every lm_* option at its
-    default; also used by benchmarks/lm_threshold_study.py and, with another ``stage_budget`` /
-    ``max_n`` / a ``warehouse`` whose public-model cache is shared, benchmarks/lm_split_study.py).
-    ``options``: further settings by their flat names (benchmarks/lm_forms_study.py's
-    ``lm_count_clip``)."""
+    default; also used by benchmarks/studies/lm_threshold_study.py and, with another
+    ``stage_budget`` / ``max_n`` / a ``warehouse`` whose public-model cache is shared,
+    benchmarks/studies/lm_split_study.py). ``options``: further settings by their flat names
+    (benchmarks/studies/lm_forms_study.py's ``lm_count_clip``)."""
     from dpngram.config import RunConfig
 
     return RunConfig.build(

@@ -239,8 +239,9 @@ def _commit(recorded: Any) -> str | None:
 
 def ablations() -> dict[str, Any]:
     """The per-source and per-split ablations of the model, from their own studies' committed
-    results (benchmarks/lm_sources_study.py, benchmarks/lm_split_study.py): what each released
-    artifact adds to the model, and how far the default split's model is from the best split's."""
+    results (benchmarks/studies/lm_sources_study.py, benchmarks/studies/lm_split_study.py): what
+    each released artifact adds to the model, and how far the default split's model is from the
+    best split's."""
     out: dict[str, Any] = {}
     try:
         sources = json.loads((RESULTS / "lm_sources.json").read_text(encoding="utf-8"))
@@ -318,7 +319,7 @@ def missed_targets(out: dict[str, Any]) -> list[dict[str, Any]]:
                     row["cause"] = (
                         "the noise on the unigram counts of mid-frequency words: their exact "
                         "frequencies (the words >= 100 training users use) would be worth about 5.4% "
-                        "perplexity at ε = 1 (results/lm_forms.json, docs/lm.md 'Other forms of the "
+                        "perplexity at ε = 1 (results/lm_forms.json, docs/lm-history.md 'Other forms of the "
                         "model'); the empirical-Bayes spread of the unresolved mass recovers about 2.3% "
                         "(results/lm_unigram_shape.json) and square-root counts about 2.7% "
                         "(results/lm_count_power.json); what is left is within about one run's spread "

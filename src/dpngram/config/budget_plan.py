@@ -55,7 +55,7 @@ STAGES = ("dpne", "lm_counts", "bayes", "synth", "triehh")
 #: The default ``stage_budget``: every stage the product promises (vocabulary and k-grams, the
 #: language model's noisy counts, the Bayesian trigram distribution, synthetic text), so a run with
 #: every default publishes a language model. ``dpngram demo`` uses the same split. Chosen by measuring
-#: the model against the split (docs/lm.md, "Budget split: measured"): within 5% perplexity of the
+#: the model against the split (docs/lm-history.md, "Budget split: measured"): within 5% perplexity of the
 #: best split that delivers every artifact at ε 4 and 1, with as many DPNE k-grams as the previous
 #: default (dpne 0.4, lm_counts 0.3, bayes 0.15, synth 0.15, 5.1% worse at ε = 1).
 DEFAULT_STAGE_BUDGET: dict[str, float] = {"dpne": 0.4, "lm_counts": 0.4, "bayes": 0.1, "synth": 0.1}

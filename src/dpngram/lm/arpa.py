@@ -1,10 +1,10 @@
 """ARPA language models from (fractional) n-gram pseudo-counts: interpolated modified Kneser-Ney
 with fractional counts, an ARPA writer, and an ARPA reader (for validation and tests).
 
-Smoothing (docs/lm.md, "Route A"): interpolated modified Kneser-Ney (Chen & Goodman 1998, §3.5,
-§4.1.6 — what KenLM's lmplz estimates) extended to fractional pseudo-counts r >= 0 (e.g. M·θ) in
-the spirit of Zhang & Chiang, "Kneser-Ney Smoothing on Expected Counts" (ACL 2014): a count r < 1
-is a partial occurrence, so
+Smoothing (docs/lm.md, "Kneser-Ney on fractional counts"): interpolated modified Kneser-Ney (Chen
+& Goodman 1998, §3.5, §4.1.6 — what KenLM's lmplz estimates) extended to fractional pseudo-counts
+r >= 0 (e.g. M·θ) in the spirit of Zhang & Chiang, "Kneser-Ney Smoothing on Expected Counts" (ACL
+2014): a count r < 1 is a partial occurrence, so
 
 * "seen" becomes min(1, r): continuation counts N1+(• g) = Σ_v min(1, r(v g));
 * an n-gram gives up D(r)·min(1, r) with D(r) = D1, D2, D3+ for r < 1.5, < 2.5, >= 2.5

@@ -12,8 +12,8 @@ report part.
 The two earlier routes, ``arpa`` (Kneser-Ney on pseudo-counts from the Bayesian trigram
 distribution θ) and ``lmplz`` (lmplz on Chen et al.'s synthetic text or on θ samples), were
 retired on 2026-11-27: built from the two sources the measured ablation found adding
-nothing (docs/lm.md, "Sources of the model: measured"), they were no better than the public-only
-model, and with an ``lm_counts`` share the mixture supersedes them.
+nothing (docs/lm-history.md, "Sources of the model: measured"), they were no better than the
+public-only model, and with an ``lm_counts`` share the mixture supersedes them.
 
 Owns: the model build (and the released model's cache entry), the released inputs it reads, the
 comparison with the public-only model.
@@ -67,7 +67,8 @@ class ReleasedInputs:
         return [] if p is None else [t for t in pq.read_table(p, columns=["token"])["token"].to_pylist() if t]
 
     def theta(self) -> pl.DataFrame | None:
-        """θ of step ``bayes`` (not a model input; benchmarks/lm_sources_study.py measures it as one)."""
+        """θ of step ``bayes`` (not a model input; benchmarks/studies/lm_sources_study.py measures it
+        as one)."""
         p = self._path(TRIGRAM_DIST)
         return None if p is None else pl.read_parquet(p, columns=["w1", "w2", "w3", "prob"])
 

@@ -618,7 +618,7 @@ def mix_models(
 ) -> ArpaModel:
     """λ·private + (1 − λ)·public (λ = ``weight``; a static mixture, SRILM's ``-mix-lm``) as one
     ARPA model over the union of the two models' n-grams. ``order_weights``: another λ for the
-    listed n-grams of some orders (benchmarks/lm_merge_study.py; the product passes none).
+    listed n-grams of some orders (benchmarks/studies/lm_merge_study.py; the product passes none).
 
     Listed n-grams get the exact mixture; the backoff weight of a context h is
     (1 − Σ listed p(w|h)) / (1 − Σ listed p(w|h')) so every context sums to one (1 for a context

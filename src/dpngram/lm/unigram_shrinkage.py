@@ -16,16 +16,18 @@ r = 0 for a word nobody uses), shared by all words, fitted (on a weighted sample
 plus a small mass at r = 0, :data:`ITERATIONS` steps. EM moves π only where the noisy counts tell
 grid points apart; the frequent words, whose counts stand well above σ, teach it how far the private
 text departs from P, and the rare words, whose counts cannot, inherit that. (Tried and dropped,
-docs/lm.md: a prior per band of e(w) — a rare band's likelihood is flat, its π stays at π₀, whose
-heavy tail (E[r] = e² under π₀) lifts every rare word and bends the shape away from P even where the
-truth is P; EM from a uniform start — the same; a Dirichlet pull toward π₀ — worse on held-out
-users.) The posterior mean E[c(w) | ĉ(w)] is then the weight of w in the unresolved mass.
+docs/lm-history.md, "The unresolved unigram mass: measured": a prior per band of e(w) — a rare
+band's likelihood is flat, its π stays at π₀, whose heavy tail (E[r] = e² under π₀) lifts every
+rare word and bends the shape away from P even where the truth is P; EM from a uniform start — the
+same; a Dirichlet pull toward π₀ — worse on held-out users.) The posterior mean E[c(w) | ĉ(w)] is
+then the weight of w in the unresolved mass.
 
 This is "g-modelling" in Efron's sense (a prior on the true values fitted from many noisy ones) with
 a Gaussian likelihood of known σ: the noise is the release's own. No private data enters: inputs
 are the released noisy unigrams, σ (released in report part ``lm_counts``) and P.
 
-Measured: benchmarks/results/lm_unigram_shape.json and docs/lm.md, "The unresolved unigram mass".
+Measured: benchmarks/results/lm_unigram_shape.json and docs/lm-history.md, "The unresolved unigram
+mass: measured".
 Where the truth is exactly P and the signal is small, the shape stays within 0.01 nats (KL) of P's
 (tests/test_lm_unigram_shrinkage.py).
 

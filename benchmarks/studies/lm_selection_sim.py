@@ -1,9 +1,9 @@
 """Study (BENCHMARK ONLY): what the noise of the LM's (β, λ) selection costs the model, with the
 centred scores the product uses and with the scores it used before.
 
-    python benchmarks/lm_selection_sim.py [--corpora sotu,generated] [--epsilons 1,4] [--runs 2]
-                                          [--generated-users 200000] [--work DIR]
-                                          [--out benchmarks/results/lm_selection_sim.json]
+    python benchmarks/studies/lm_selection_sim.py [--corpora sotu,generated] [--epsilons 1,4] [--runs 2]
+                                                  [--generated-users 200000] [--work DIR]
+                                                  [--out benchmarks/results/lm_selection_sim.json]
 
 Per corpus, ε and run: one release at the product's default split (``lm_bench.dp_run``, T = 5,
 fresh noise) on lm_bench's training users. lm_bench's scored held-out users (grouped by user) stand
@@ -37,6 +37,9 @@ from typing import Any
 
 import numpy as np
 
+# benchmarks/ for the shared helpers (_common, lm_bench, lm/), then benchmarks/studies/ for the
+# studies that reuse each other; neither folder is a package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lm.common import (  # noqa: E402

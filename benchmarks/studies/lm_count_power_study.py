@@ -3,10 +3,10 @@
 bound (1: counts, the mechanism before 2026-12-02; 0.5: square roots, the default since; 0:
 presence).
 
-    python benchmarks/lm_count_power_study.py [--corpora sotu,generated] [--epsilons 1,4]
-                                              [--powers 1,0.5] [--runs 2] [--merge]
-                                              [--generated-users 200000] [--work DIR]
-                                              [--out benchmarks/results/lm_count_power.json]
+    python benchmarks/studies/lm_count_power_study.py [--corpora sotu,generated] [--epsilons 1,4]
+                                                      [--powers 1,0.5] [--runs 2] [--merge]
+                                                      [--generated-users 200000] [--work DIR]
+                                                      [--out benchmarks/results/lm_count_power.json]
 
 Per corpus, ε, run and power: one default release (``lm_bench.dp_run`` with ``lm_count_power`` = p,
 every other option at its default, fresh noise) on lm_bench's training users, and its released
@@ -28,6 +28,9 @@ from typing import Any
 
 import numpy as np
 
+# benchmarks/ for the shared helpers (_common, lm_bench, lm/), then benchmarks/studies/ for the
+# studies that reuse each other; neither folder is a package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lm_bench  # noqa: E402  (benchmarks/ is not a package)

@@ -1,8 +1,8 @@
 """Study (BENCHMARK ONLY): what writing the mixture as one backoff model costs, on users no model saw.
 
-    python benchmarks/lm_merge_study.py [--corpora sotu,generated] [--epsilons 1,4] [--runs 2]
-                                        [--generated-users 200000] [--work DIR]
-                                        [--out benchmarks/results/lm_merge.json]
+    python benchmarks/studies/lm_merge_study.py [--corpora sotu,generated] [--epsilons 1,4] [--runs 2]
+                                                [--generated-users 200000] [--work DIR]
+                                                [--out benchmarks/results/lm_merge.json]
 
 The released model is the mixture λ·Q + (1 − λ)·P′ merged into one ARPA backoff model
 (``dpngram.lm.open_model.mix_models``): where neither model lists an n-gram, the merged model backs
@@ -32,6 +32,9 @@ from typing import Any
 
 import numpy as np
 
+# benchmarks/ for the shared helpers (_common, lm_bench, lm/), then benchmarks/studies/ for the
+# studies that reuse each other; neither folder is a package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lm.common import log, start_study, study_arguments, study_corpora  # noqa: E402

@@ -4,9 +4,9 @@ artifacts it does not use yet — the Bayesian trigram distribution θ (stage ``
 ``synth``, ``released/ngram_counts_noisy.parquet``) — over the current model M = λ·Q + (1 − λ)·P′
 at the product's default split (dpne .4 / lm_counts .4 / bayes .1 / synth .1)?
 
-    python benchmarks/lm_sources_study.py [--corpora sotu,generated] [--epsilons 1,4]
-                                          [--generated-users 50000] [--work DIR]
-                                          [--out benchmarks/results/lm_sources.json]
+    python benchmarks/studies/lm_sources_study.py [--corpora sotu,generated] [--epsilons 1,4]
+                                                  [--generated-users 50000] [--work DIR]
+                                                  [--out benchmarks/results/lm_sources.json]
 
 Per corpus and ε: ONE default release (``lm_bench.dp_run`` with the product's ``stage_budget``,
 T = 5, δ = 1e-7) on the training users (lm_bench's split: sha256(user_id) % 10 == 0 held out), then,
@@ -53,6 +53,9 @@ from typing import Any
 
 import numpy as np
 
+# benchmarks/ for the shared helpers (_common, lm_bench, lm/), then benchmarks/studies/ for the
+# studies that reuse each other; neither folder is a package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lm_bench  # noqa: E402  (benchmarks/ is not a package)

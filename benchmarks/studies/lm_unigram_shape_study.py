@@ -2,10 +2,10 @@
 before 2026-12-01) or the empirical-Bayes posterior counts (``dpngram.lm.unigram_shrinkage``, the
 default since).
 
-    python benchmarks/lm_unigram_shape_study.py [--corpora sotu,sotu-2k,generated]
-                                                [--epsilons 0.5,1,4] [--runs 2]
-                                                [--generated-users 200000] [--work DIR]
-                                                [--out benchmarks/results/lm_unigram_shape.json]
+    python benchmarks/studies/lm_unigram_shape_study.py [--corpora sotu,sotu-2k,generated]
+                                                        [--epsilons 0.5,1,4] [--runs 2]
+                                                        [--generated-users 200000] [--work DIR]
+                                                        [--out benchmarks/results/lm_unigram_shape.json]
 
 Per corpus, ε and run: one default release (``lm_bench.dp_run``, fresh noise) on lm_bench's training
 users. Then, by post-processing of the released files only, for each spread of the unresolved mass
@@ -35,6 +35,9 @@ from typing import Any
 
 import numpy as np
 
+# benchmarks/ for the shared helpers (_common, lm_bench, lm/), then benchmarks/studies/ for the
+# studies that reuse each other; neither folder is a package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lm_bench  # noqa: E402  (benchmarks/ is not a package)

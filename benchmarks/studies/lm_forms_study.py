@@ -1,8 +1,8 @@
 """Study (issue 25, BENCHMARK ONLY): where does the released model's gain over the adapted public
 model P′ come from, and would the noisy-count model Q serve better in another form?
 
-    python benchmarks/lm_forms_study.py [--epsilons 4,1] [--work DIR]
-                                        [--out benchmarks/results/lm_forms.json]
+    python benchmarks/studies/lm_forms_study.py [--epsilons 4,1] [--work DIR]
+                                                [--out benchmarks/results/lm_forms.json]
 
 Per ε: ONE default release (``lm_bench.dp_run``, the product's ``stage_budget``, T = 5, δ = 1e-7) on
 the LM benchmark's SOTU training users (sha256(user_id) % 10 != 0), scored on its held-out users'
@@ -61,6 +61,9 @@ from typing import Any
 
 import numpy as np
 
+# benchmarks/ for the shared helpers (_common, lm_bench, lm/), then benchmarks/studies/ for the
+# studies that reuse each other; neither folder is a package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lm_bench  # noqa: E402  (benchmarks/ is not a package)

@@ -1,9 +1,9 @@
 """Study (not run by ``make bench``): the release threshold of stage ``lm_counts``'s order-≥2
 noisy counts, compared PAIRED on the same noise draws.
 
-    python benchmarks/lm_threshold_study.py [--corpora sotu,generated] [--epsilons 4,1] [--draws 3]
-                                            [--out benchmarks/results/lm_threshold.json]
-    python benchmarks/lm_threshold_study.py --merge A.json B.json [--out ...]
+    python benchmarks/studies/lm_threshold_study.py [--corpora sotu,generated] [--epsilons 4,1] [--draws 3]
+                                                    [--out benchmarks/results/lm_threshold.json]
+    python benchmarks/studies/lm_threshold_study.py --merge A.json B.json [--out ...]
 
 Why: with |D_≥2| ≈ 400k order-2/3 coordinates, a 3σ threshold lets through about
 |D_≥2|·Φ(−3) ≈ 540 coordinates whose true count is 0, each with a pseudo-count of ≥ 3σ. A
@@ -49,6 +49,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+# benchmarks/ for the shared helpers (_common, lm_bench, lm/), then benchmarks/studies/ for the
+# studies that reuse each other; neither folder is a package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lm_bench  # noqa: E402  (benchmarks/ is not a package)
@@ -373,7 +376,7 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 
 def markdown_table(out: dict[str, Any]) -> str:
-    """The docs/lm.md table: per (corpus, ε) and rule, mean perplexity, the paired changes against
+    """The docs/lm-history.md table: per (corpus, ε) and rule, mean perplexity, the paired changes against
     3σ (mean [min, max] over the draws), released order-2/3 rows and expected spurious ones."""
     lines = [
         "| corpus, ε | rule (τ) | draws | ppl (mean) | Δ ppl % vs 3σ, mean [min, max] "

@@ -1,10 +1,10 @@
 """Study (issue 25 item 2): the language model's quality against the split of the run's budget
 among the stages (``stage_budget``), on SOTU, with the product's other parameters at their defaults.
 
-    python benchmarks/lm_split_study.py run [--epsilons 4,1] [--splits NAME,...] [--repeats 1]
-                                            [--baselines] --runs FILE.jsonl
-    python benchmarks/lm_split_study.py summarise FILE.jsonl [FILE.jsonl ...]
-                                            [--out benchmarks/results/lm_split.json]
+    python benchmarks/studies/lm_split_study.py run [--epsilons 4,1] [--splits NAME,...] [--repeats 1]
+                                                    [--baselines] --runs FILE.jsonl
+    python benchmarks/studies/lm_split_study.py summarise FILE.jsonl [FILE.jsonl ...]
+                                                    [--out benchmarks/results/lm_split.json]
 
 ``run`` appends one JSON line per pipeline run to ``--runs`` (flushed after each run, so a pass cut
 short keeps what finished); several ``run`` processes (e.g. one per ε) can write separate files.
@@ -38,6 +38,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+# benchmarks/ for the shared helpers (_common, lm_bench, lm/), then benchmarks/studies/ for the
+# studies that reuse each other; neither folder is a package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lm_bench  # noqa: E402  (benchmarks/ is not a package)
