@@ -211,3 +211,127 @@ def test_the_architecture_diagram_lists_every_module() -> None:
 def test_the_diagram_check_notices_a_missing_module() -> None:
     text = "```\n |  lm/  arpa build  (a note)  |\n |  demo.py  |  validation.py |\n```\n"
     assert diagram_modules(text) == {"": {"demo", "validation"}, "lm": {"arpa", "build"}}
+
+
+# ----------------------------------------------------------------------------------------------
+# Reviewability (docs/architecture.md, "Why this order"): privacy events come from mechanisms, the
+# budgeted stages are declared once, functions are short enough to check one at a time.
+# ----------------------------------------------------------------------------------------------
+def privacy_event_constructions(modules: list[Path]) -> list[str]:
+    """Calls of ``PrivacyEvent(...)`` (by name or attribute) in ``modules``."""
+    found = []
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+                if name == "PrivacyEvent":
+                    found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def test_no_stage_constructs_a_privacy_event() -> None:
+    """A stage only wires: the mechanism that drew the noise builds its events, next to its
+    calibration (docs/architecture.md, "Where do I add a new mechanism")."""
+    stages = sorted((PACKAGE / "stages").glob("*.py"))
+    assert privacy_event_constructions(stages) == []
+
+
+def test_the_event_check_notices_a_stage_that_builds_an_event(tmp_path) -> None:
+    bad = tmp_path / "bad_stage.py"
+    bad.write_text("from dpngram.core import accounting\nE = accounting.PrivacyEvent('x', 'approx')\n")
+    assert privacy_event_constructions([bad]) == ["bad_stage.py:2"]
+
+
+#: Collections keyed by RunConfig's section names (``config.dpne``, ``config.bayes``, ...), a
+#: namespace of its own that shares some words with the stage names: not lists of stages.
+SECTION_REGISTRIES = {("config/sections.py", "SECTIONS"), ("orchestration/form.py", "CONFIG_SECTIONS")}
+
+
+def stage_name_declarations(modules: list[Path], names: set[str]) -> list[str]:
+    """Second declarations of budgeted stage names: a module- or class-level constant holding one
+    (``STAGE = "bayes"``), or a literal collection (dict keys, tuple, list, set) naming two or more,
+    outside :data:`SECTION_REGISTRIES`."""
+
+    def is_name(node: ast.AST | None) -> bool:
+        return isinstance(node, ast.Constant) and node.value in names
+
+    found = []
+    for path in modules:
+        relative = path.relative_to(PACKAGE).as_posix() if path.is_relative_to(PACKAGE) else path.name
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef))]:
+            for node in scope.body:
+                value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+                if is_name(value):
+                    found.append(f"{relative}:{node.lineno}: constant {value.value!r}")
+        for node in ast.walk(tree):
+            items = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", None)
+            if not isinstance(node, (ast.Dict, ast.Tuple, ast.List, ast.Set)) or items is None:
+                continue
+            if sum(is_name(item) for item in items) >= 2:
+                found.append(f"{relative}:{node.lineno}: collection of stage names")
+    assigned = {
+        (path.relative_to(PACKAGE).as_posix(), target.id): node.lineno
+        for path in modules
+        if path.is_relative_to(PACKAGE)
+        for node in ast.parse(path.read_text(encoding="utf-8")).body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+    exempt = {f"{module}:{line}: collection of stage names" for (module, name), line in assigned.items()
+              if (module, name) in SECTION_REGISTRIES}  # fmt: skip
+    return [f for f in found if f not in exempt]
+
+
+def test_each_budgeted_stage_is_declared_once() -> None:
+    """Stage names live in config/stages.py; everything else derives from BUDGETED_STAGES."""
+    from dpngram.config.stages import BUDGETED_STAGES
+
+    names = {stage.name for stage in BUDGETED_STAGES}
+    modules = [p for p in MODULES if p != PACKAGE / "config" / "stages.py"]
+    assert stage_name_declarations(modules, names) == []
+
+
+def test_the_declaration_check_notices_a_second_list(tmp_path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        'STAGE = "bayes"\nORDER = ("dpne", "bayes")\nLABELS = {"synth": 1, "bayes": 2}\nOK = ("dpne",)\n'
+    )
+    assert stage_name_declarations([bad], {"dpne", "bayes", "synth"}) == [
+        "bad.py:1: constant 'bayes'",
+        "bad.py:2: collection of stage names",
+        "bad.py:3: collection of stage names",
+    ]
+
+
+def long_functions(modules: list[Path]) -> tuple[list[str], list[str]]:
+    """Functions over 80 lines, and those over 60 whose docstring does not say why
+    (``Over 60 lines:``); decorators and docstring count."""
+    too_long, unexplained = [], []
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                start = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+                length, where = node.end_lineno - start + 1, f"{path.name}:{node.lineno} {node.name}"
+                if length > 80:
+                    too_long.append(f"{where} ({length} lines)")
+                elif length > 60 and "Over 60 lines:" not in (ast.get_docstring(node) or ""):
+                    unexplained.append(f"{where} ({length} lines)")
+    return too_long, unexplained
+
+
+def test_no_function_is_too_long_to_check() -> None:
+    too_long, unexplained = long_functions(MODULES)
+    assert too_long == [], "split it into named steps"
+    assert unexplained == [], "split it, or say why in its docstring ('Over 60 lines: ...')"
+
+
+def test_the_length_check_counts_lines(tmp_path) -> None:
+    body = "\n".join("    x = 1" for _ in range(59))
+    ok = f"def ok():\n{body}\n"  # 60 lines
+    explained = f'def explained():\n    """Over 60 lines: one recipe."""\n{body}\n'  # 61
+    bad = f"def bad():\n{body}\n    x = 2\n    x = 3\n"  # 62, starting on line 124
+    (tmp_path / "f.py").write_text(f"{ok}\n{explained}\n{bad}")
+    assert long_functions([tmp_path / "f.py"]) == ([], ["f.py:124 bad (62 lines)"])

@@ -537,7 +537,7 @@ def test_triehh_user_words_identical_and_stage_runs_on_spark(runs, engines) -> N
         )
     )
     summary = triehh_stage.run_triehh(ctx)
-    assert summary["stage"] == triehh.STAGE
+    assert summary["stage"] == triehh_stage.STAGE
     assert pq.read_table(ctx.release.root / layout.OOV_WORDS).column_names == ["word"]
 
 

@@ -27,8 +27,8 @@ users: the pipeline treats ``lm_eval_text`` as non-private and publishes the met
 synthetic too; with real data, evaluation text must be text that may be published about.
 
 Owns: ``dpngram demo`` / ``make demo``: the demo's sample corpus, Airflow home and configuration.
-Imports: dpngram.text.sample, dpngram.lm.build (the comparison's row names; the run itself goes
-through the Airflow DAG, in a subprocess); rich.
+Imports: dpngram.config.budget_plan (the default split), dpngram.text.sample, dpngram.lm.build (the
+comparison's row names; the run itself goes through the Airflow DAG, in a subprocess); rich.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from dpngram.config.budget_plan import DEFAULT_STAGE_BUDGET
 
 DAG_ID = "dpngram_release"
 
@@ -185,7 +187,7 @@ def demo_conf(
         # Every stage: DPNE k-grams, the noisy n-gram counts the language model mixes with the
         # public corpus, the Bayesian trigram distribution (the sample's public corpus as prior) and
         # Chen et al. synthetic sequences.
-        "stage_budget": {"dpne": 0.4, "lm_counts": 0.4, "bayes": 0.1, "synth": 0.1},
+        "stage_budget": dict(DEFAULT_STAGE_BUDGET),
     }
     if max_n is not None:
         conf["max_n"] = max_n

@@ -15,7 +15,8 @@ Owns: ``STAGES``, ``DEFAULT_STAGE_BUDGET``, ``LM_SOURCE``, ``PUBLIC_READERS``, :
 :func:`triehh_skip_reason`, :func:`lm_skip_reason`, :func:`reads_public_corpus`,
 :func:`run_notices`, :func:`nominal_share`, :func:`stage_share`, :func:`budget_plan`,
 :func:`stage_privacy_shapes`.
-Imports: dpngram.core (the accountant lazily: numpy and scipy only when a budget is planned).
+Imports: dpngram.config.stages, dpngram.core (the accountant lazily: numpy and scipy only when a budget
+is planned).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any, Protocol
 
+from dpngram.config.stages import BUDGETED_STAGES, LM_COUNTS, STAGE_BY_NAME
 from dpngram.core.budget import Budget
 from dpngram.core.errors import BudgetError, ConfigError
 
@@ -48,26 +50,27 @@ class RunConfig(Protocol):
     def budget(self) -> Budget: ...
 
 
-#: Stages that spend privacy budget, in run order. ``stage_budget`` splits (epsilon, delta) among
-#: the ones that are enabled.
-STAGES = ("dpne", "lm_counts", "bayes", "synth", "triehh")
+#: Stages that spend privacy budget, in run order (declared in :mod:`dpngram.config.stages`).
+#: ``stage_budget`` splits (epsilon, delta) among the ones that are enabled.
+STAGES = tuple(stage.name for stage in BUDGETED_STAGES)
 
-#: The default ``stage_budget``: every stage the product promises (vocabulary and k-grams, the
-#: language model's noisy counts, the Bayesian trigram distribution, synthetic text), so a run with
-#: every default publishes a language model. ``dpngram demo`` uses the same split. Chosen by measuring
-#: the model against the split (docs/lm-history.md, "Budget split: measured"): within 5% perplexity of the
-#: best split that delivers every artifact at ε 4 and 1, with as many DPNE k-grams as the previous
-#: default (dpne 0.4, lm_counts 0.3, bayes 0.15, synth 0.15, 5.1% worse at ε = 1).
-DEFAULT_STAGE_BUDGET: dict[str, float] = {"dpne": 0.4, "lm_counts": 0.4, "bayes": 0.1, "synth": 0.1}
+#: The default ``stage_budget`` (each stage's ``default_share``): every stage the product promises
+#: (vocabulary and k-grams, the language model's noisy counts, the Bayesian trigram distribution,
+#: synthetic text), so a run with every default publishes a language model. ``dpngram demo`` uses
+#: the same split. Chosen by measuring the model against the split (docs/lm-history.md, "Budget
+#: split: measured"): within 5% perplexity of the best split that delivers every artifact at ε 4
+#: and 1, with as many DPNE k-grams as the previous default (dpne 0.4, lm_counts 0.3, bayes 0.15,
+#: synth 0.15, 5.1% worse at ε = 1).
+DEFAULT_STAGE_BUDGET: dict[str, float] = {s.name: s.default_share for s in BUDGETED_STAGES if s.default_share}
 
 #: The stage whose release the language model is built from (step ``lm``; the routes that built one
 #: from ``bayes`` or ``synth`` were retired on 2026-11-27, docs/lm.md).
-LM_SOURCE = "lm_counts"
+LM_SOURCE = LM_COUNTS.name
 
 
 #: Stages that read the public corpus: ``bayes`` (its prior) and ``lm_counts`` (the public n-grams of
 #: its count domain and the public model the selection, the verdict and step ``lm`` build).
-PUBLIC_READERS = ("lm_counts", "bayes")
+PUBLIC_READERS = tuple(stage.name for stage in BUDGETED_STAGES if stage.reads_public)
 
 
 def stage_skip_reason(config: RunConfig, stage: str) -> str | None:
@@ -76,8 +79,8 @@ def stage_skip_reason(config: RunConfig, stage: str) -> str | None:
     budget: the running stages share the run's budget (:func:`budget_plan`)."""
     if stage not in config.stage_budget:
         return f"stage_budget has no '{stage}' share"
-    if stage == "bayes" and config.public is None:
-        return "no public corpus (the prior of the bayes stage): set public to run it"
+    if STAGE_BY_NAME[stage].needs_public and config.public is None:
+        return f"no public corpus (the prior of the {stage} stage): set public to run it"
     return None
 
 
@@ -168,25 +171,10 @@ def budget_plan(config: RunConfig) -> BudgetPlan:
 
 
 def stage_privacy_shapes(threshold_delta: float, vocabulary_method: str) -> dict[str, StagePrivacy]:
-    """How each budgeted stage turns its (epsilon, delta) into privacy events: what the stages' own
-    calibrations do (tests/test_budget_plan.py checks each against them)."""
-    from dpngram.core.accounting import GAUSSIAN_DELTA_MARGIN, TRIEHH_DELTA_SHARE_USED, StagePrivacy
-
-    dpsu_vocabulary = vocabulary_method != "triehh"
-    gaussian = StagePrivacy("gaussian", gaussian_delta=1.0 - GAUSSIAN_DELTA_MARGIN)
-    return {
-        # Thm. 2.1: the levels compose to one Gaussian; with a TrieHH vocabulary no DPSU level runs,
-        # so no threshold delta is reserved and all of the dpne delta goes to the Gaussian.
-        "dpne": StagePrivacy(
-            "gaussian",
-            gaussian_delta=1.0 - threshold_delta if dpsu_vocabulary else 1.0,
-            threshold_delta=threshold_delta if dpsu_vocabulary else 0.0,
-        ),
-        "lm_counts": gaussian,
-        "bayes": gaussian,
-        "synth": StagePrivacy("laplace"),
-        "triehh": StagePrivacy("approx", approx_delta=TRIEHH_DELTA_SHARE_USED),
-    }
+    """How each budgeted stage turns its (epsilon, delta) into privacy events
+    (:meth:`dpngram.config.stages.BudgetedStage.privacy_shape`; tests/test_budget_plan.py checks
+    each against the events its mechanism returns)."""
+    return {stage.name: stage.privacy_shape(threshold_delta, vocabulary_method) for stage in BUDGETED_STAGES}
 
 
 @functools.lru_cache(maxsize=64)

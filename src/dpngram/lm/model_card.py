@@ -11,14 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from dpngram.config import RunConfig
+from dpngram.config.stages import BUDGETED_STAGES
 from dpngram.core.accounting import privacy_summary
 
-_STAGE_NAMES = {
-    "dpne": "DPSU vocabulary + DPNE k-gram sets (Kim et al.)",
-    "bayes": "Bayesian trigram distribution (Ramadan et al.)",
-    "synth": "synthetic sequences (Chen et al.)",
-    "lm_counts": "noisy n-gram counts + the mixture weight (this model's private evidence)",
-}
+#: What the card calls each budgeted stage's release (declared with the stage).
+_STAGE_NAMES = {stage.name: stage.card for stage in BUDGETED_STAGES}
 
 
 def render_model_card(

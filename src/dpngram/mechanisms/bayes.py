@@ -63,9 +63,6 @@ from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql
 from dpngram.mechanisms.dpne_domain import number_users
 
-STAGE = "bayes"
-
-
 BASELINE_METHODS = ("laplace", "laplace-public")
 
 
@@ -236,7 +233,12 @@ def release_logits(mu: np.ndarray, calibration: GaussianCalibration, noise: Nois
 
 
 def bayesian_release(
-    mu: np.ndarray, calibration: GaussianCalibration, noise: NoiseSource, *, differentially_private: bool
+    mu: np.ndarray,
+    calibration: GaussianCalibration,
+    noise: NoiseSource,
+    *,
+    stage: str,
+    differentially_private: bool,
 ) -> tuple[np.ndarray, list[PrivacyEvent]]:
     """The released logits h (:func:`release_logits`) and the privacy event of exactly that draw.
 
@@ -247,7 +249,7 @@ def bayesian_release(
     brute-force calibration) the event says it is NOT DP."""
     h = release_logits(mu, calibration, noise)
     event = PrivacyEvent(
-        stage=STAGE,
+        stage=stage,
         mechanism="gaussian",
         sigma=calibration.sigma,
         sensitivity=calibration.snapped_sensitivity,
@@ -288,7 +290,7 @@ def laplace_noisy_counts(
 
 
 def laplace_baseline_release(
-    total_count: np.ndarray, *, epsilon: float, C: int, W: int, noise: NoiseSource, method: str
+    total_count: np.ndarray, *, epsilon: float, C: int, W: int, noise: NoiseSource, method: str, stage: str
 ) -> tuple[np.ndarray, float, list[PrivacyEvent]]:
     """:func:`laplace_noisy_counts` and the privacy event of exactly that draw.
 
@@ -296,7 +298,7 @@ def laplace_baseline_release(
     ε-DP (pure); derivation in docs/bayes.md ("Deviations from the paper") and docs/noise.md."""
     noisy, scale = laplace_noisy_counts(total_count, epsilon=epsilon, C=C, W=W, noise=noise)
     event = PrivacyEvent(
-        stage=STAGE,
+        stage=stage,
         mechanism="laplace",
         epsilon=epsilon,
         sensitivity=float(W * C),

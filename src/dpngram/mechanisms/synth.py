@@ -54,9 +54,6 @@ from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql
 
-STAGE = "synth"
-
-
 END = "&"
 
 

@@ -64,9 +64,6 @@ from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql
 from dpngram.mechanisms.dpne_domain import number_users
 
-STAGE = "triehh"
-
-
 DEFAULT_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789'-"
 
 
@@ -370,7 +367,7 @@ def shuffle_privacy_plan(
     }
 
 
-def plan_events(plan: dict[str, float], stage: str = STAGE) -> list[PrivacyEvent]:
+def plan_events(plan: dict[str, float], stage: str) -> list[PrivacyEvent]:
     """The stage's privacy event: one user-level (central ε, δ') event of
     :func:`shuffle_privacy_plan`'s ``plan`` (an approximate-DP event: composed by basic composition)."""
     return [

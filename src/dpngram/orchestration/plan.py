@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpngram.config import RunConfig
 from dpngram.config.budget_plan import lm_skip_reason, triehh_skip_reason
+from dpngram.config.stages import BAYES, DPNE, LM_COUNTS, SYNTH, TRIEHH, BudgetedStage
 from dpngram.core.errors import WarehouseBusy
 
 if TYPE_CHECKING:
@@ -216,31 +217,24 @@ RELEASED = (
 )
 
 
-def _steps() -> tuple[Step, ...]:
-    steps = [
-        Step(
-            "ingest",
-            ingest,
-            doc="raw text -> private tables, quarantine",
-            writes=("tokens",),
-        ),
-        Step(
-            "triehh",
-            triehh,
-            skip=triehh_skip_reason,
-            doc="LDP word discovery",
-            reads=("tokens",),
-            writes=("oov_words",),
-        ),
-        Step(
-            "dpne.k1",
-            vocabulary,
-            doc="vocabulary S_1 (DPSU)",
-            reads=("tokens", "oov_words"),
-            writes=("vocabulary",),
-        ),
-    ]
-    steps += [
+def _budgeted_step(
+    stage: BudgetedStage, target: StageFunction, skip: Callable[[RunConfig], str | None] | None = None
+) -> Step:
+    """The step of a budgeted stage, from its declaration (:mod:`dpngram.config.stages`)."""
+    skip = skip or _needs_budget(stage.name)
+    return Step(stage.name, target, skip=skip, doc=stage.doc, reads=stage.reads, writes=stage.writes)
+
+
+def _dpne_steps() -> list[Step]:
+    """The vocabulary, the DPNE levels k = 2..MAX_LEVEL and their merge (stage ``dpne``)."""
+    vocabulary_step = Step(
+        "dpne.k1",
+        vocabulary,
+        doc="vocabulary S_1 (DPSU)",
+        reads=("tokens", "oov_words"),
+        writes=("vocabulary",),
+    )
+    levels = [
         Step(
             f"dpne.k{k}",
             dpne_level,
@@ -252,42 +246,19 @@ def _steps() -> tuple[Step, ...]:
         )
         for k in range(2, MAX_LEVEL + 1)
     ]
-    steps += [
-        Step(
-            "dpne.kgrams",
-            dpne_kgrams,
-            skip=_kgrams,
-            doc="merge the levels",
-            reads=tuple(f"level{k}" for k in range(2, MAX_LEVEL + 1)),
-            writes=("kgrams",),
-        ),
-        # the count domain: the DP vocabulary and k-grams, and the public corpus
-        Step(
-            "lm_counts",
-            lm_counts,
-            skip=_needs_budget("lm_counts"),
-            doc="noisy n-gram counts and the mixture weight",
-            reads=("tokens", "vocabulary", "kgrams"),
-            writes=("lm_counts",),
-        ),
-        # the trigram space V3: public trigrams and the released ones
-        Step(
-            "bayes",
-            bayes,
-            skip=_needs_budget("bayes"),
-            doc="trigram distribution",
-            reads=("tokens", "vocabulary", "kgrams"),
-            writes=("trigram_dist",),
-        ),
-        # the exploration tree over the DP vocabulary only
-        Step(
-            "synth",
-            synth,
-            skip=_needs_budget("synth"),
-            doc="synthetic text",
-            reads=("tokens", "vocabulary"),
-            writes=("ngram_counts_noisy", "synthetic_sequences"),
-        ),
+    merge = Step(
+        "dpne.kgrams",
+        dpne_kgrams,
+        skip=_kgrams,
+        doc="merge the levels",
+        reads=tuple(f"level{k}" for k in range(2, MAX_LEVEL + 1)),
+        writes=("kgrams",),
+    )
+    return [vocabulary_step, *levels, merge]
+
+
+def _steps() -> tuple[Step, ...]:
+    after_release = (
         Step(
             "validation",
             validation,
@@ -310,8 +281,16 @@ def _steps() -> tuple[Step, ...]:
             reads=("validation", "model", *RELEASED),
             writes=("report",),
         ),
-    ]
-    return tuple(steps)
+    )
+    return (
+        Step("ingest", ingest, doc="raw text -> private tables, quarantine", writes=("tokens",)),
+        _budgeted_step(TRIEHH, triehh, skip=triehh_skip_reason),
+        *_dpne_steps(),
+        _budgeted_step(LM_COUNTS, lm_counts),
+        _budgeted_step(BAYES, bayes),
+        _budgeted_step(SYNTH, synth),
+        *after_release,
+    )
 
 
 #: Every step a release can take, in order (the DAG's tasks between ``privacy_precheck`` and ``publish``).
@@ -368,7 +347,7 @@ class Task:
 
 def _tasks() -> tuple[Task, ...]:
     levels = tuple(STEP_BY_NAME[f"dpne.k{k}"] for k in range(2, MAX_LEVEL + 1))
-    folded = {step.name: "dpne.kgrams" for step in levels} | {"triehh": "dpne.k1"}
+    folded = {step.name: "dpne.kgrams" for step in levels} | {TRIEHH.name: "dpne.k1"}
     members: dict[str, list[Step]] = {}
     for step in STEPS:
         members.setdefault(folded.get(step.name, step.name), []).append(step)
@@ -389,9 +368,7 @@ TASK_LABELS = {
     "ingest": "Ingest",
     "dpne.k1": "Vocabulary",
     "dpne.kgrams": "k-grams, levels 2..T",
-    "lm_counts": "LM counts",
-    "bayes": "Bayesian trigram distribution",
-    "synth": "Synthetic text",
+    **{stage.name: stage.label for stage in (LM_COUNTS, BAYES, SYNTH)},  # one task each
     "validation": "Validation",
     "lm": "Language model",
     "report": "Report",
@@ -448,10 +425,10 @@ def dag_upstreams(tasks: tuple[Task, ...] = TASKS) -> dict[str, tuple[str, ...]]
 #: are the chains :func:`graph_groups` folds.
 GROUP_LABELS = {
     "prepare": "Prepare",
-    "dpne": "N-grams (DPNE)",
+    DPNE.name: DPNE.label,
     "release": "Release",
 }
-GROUP_TIPS = {"dpne": "Vocabulary (DPSU, k = 1), then the DPNE k-gram levels k = 2..T and their merge"}
+GROUP_TIPS = {DPNE.name: "Vocabulary (DPSU, k = 1), then the DPNE k-gram levels k = 2..T and their merge"}
 #: Ids of the groups :func:`graph_groups` folds the chains into: the one the graph starts with, the
 #: one it ends with.
 CHAIN_GROUPS = ("prepare", "release")
@@ -520,7 +497,7 @@ def release_steps(
         return steps
     first = next(i for i, step in enumerate(steps) if step.name in _DPNE_STEPS)
     rest = [step for step in steps if step.name not in _DPNE_STEPS]
-    baseline_step = Step("dpne", dpne_baseline, {"method": baseline, "k": baseline_k}, doc="DPSU baseline")
+    baseline_step = Step(DPNE.name, dpne_baseline, {"method": baseline, "k": baseline_k}, doc="DPSU baseline")
     return [*rest[:first], baseline_step, *rest[first:]]
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dpngram.config.stages import BAYES
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
@@ -34,7 +35,6 @@ from dpngram.mechanisms.bayes import (
     GUARANTEE_PURE,
     RHO_GRID,
     S_GRID,
-    STAGE,
     UNK,
     TrigramInputs,
     TuningResult,
@@ -86,6 +86,10 @@ def _stage_inputs(ctx: RunContext, wh: Engine, salt: int) -> TrigramInputs:
         lowercase=config.lowercase,
         cache_dir=public_cache_dir(config),
     )
+
+
+#: The stage's one name (declared in :mod:`dpngram.config.stages`).
+STAGE = BAYES.name
 
 
 def _write_distribution(wh: Engine, ctx: RunContext, theta: np.ndarray) -> None:
@@ -151,7 +155,9 @@ def run_bayes(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str,
         used = bruteforce_sensitivity_not_dp(wh, inputs, S=S, rho=rho, C=C, log_clip=L) if not_dp else bound
         calibration = calibrate(epsilon, delta, used, inputs.size)
         mu = posterior_mean(inputs.total_count, inputs.users, inputs.public, S=S, rho=rho, C=C, log_clip=L)
-        logits, events = bayesian_release(mu, calibration, source, differentially_private=not not_dp)
+        logits, events = bayesian_release(
+            mu, calibration, source, stage=STAGE, differentially_private=not not_dp
+        )
         theta = softmax(logits)
         _write_distribution(wh, ctx, theta)
         drop_work_tables(wh, ctx.schema)
@@ -205,7 +211,7 @@ def run_bayes_baseline(ctx: RunContext, method: str, *, noise: NoiseSource | Non
         inputs = _stage_inputs(ctx, wh, source.selection_salt())  # as in run_bayes
         C, W = config.bayes.clip_count, config.bayes.max_trigrams
         noisy, scale, events = laplace_baseline_release(
-            inputs.total_count, epsilon=epsilon, C=C, W=W, noise=source, method=method
+            inputs.total_count, epsilon=epsilon, C=C, W=W, noise=source, method=method, stage=STAGE
         )
         theta = (
             laplace_distribution(noisy)

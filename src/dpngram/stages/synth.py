@@ -22,12 +22,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dpngram.config.stages import SYNTH
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource, simulation_rng
 from dpngram.engines.base import Engine
 from dpngram.mechanisms.synth import (
     END_ID,
-    STAGE,
     Key,
     SqlChildCounts,
     TreeParams,
@@ -53,6 +53,10 @@ def _load_vocabulary(ctx: RunContext) -> list[str]:
             f"synth: needs the run's DP vocabulary {VOCABULARY} (run the vocabulary stage first)"
         )
     return [t for t in pq.read_table(path, columns=["token"])["token"].to_pylist() if t is not None]
+
+
+#: The stage's one name (declared in :mod:`dpngram.config.stages`).
+STAGE = SYNTH.name
 
 
 def write_outputs(

@@ -22,10 +22,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dpngram.config import RunConfig
+from dpngram.config.stages import TRIEHH
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.mechanisms.triehh import (
-    STAGE,
     TrieParameters,
     WarehouseSource,
     drop_work_tables,
@@ -38,6 +38,9 @@ from dpngram.release.context import RunContext, StageResult, released_summary
 from dpngram.release.layout import OOV_WORDS
 from dpngram.release.spend import spend_once
 from dpngram.text.public import load_known_vocabulary
+
+#: The stage's one name (declared in :mod:`dpngram.config.stages`).
+STAGE = TRIEHH.name
 
 
 def trie_parameters(config: RunConfig, epsilon0: float) -> TrieParameters:
@@ -122,7 +125,7 @@ def run_triehh(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str
             ),
             "noise_mode": source_noise.mode,
         }
-        return StageResult(events=plan_events(plan), report=report)
+        return StageResult(events=plan_events(plan, STAGE), report=report)
 
     spent = spend_once(ctx, STAGE, [OOV_WORDS], compute, engine=True)
     return released_summary(ctx, STAGE, spent, [OOV_WORDS], method="ldp-triehh")
