@@ -550,8 +550,8 @@ def test_lm_counts_sums_and_selection_users_identical(runs, engines, corpus) -> 
 
     from dpngram.lm.backoff_scorer import BackoffScorer
     from dpngram.mechanisms.heldout_scoring import held_out_user_sums
-    from dpngram.mechanisms.lm_counts import build_domain, selection_batch_sum
-    from dpngram.stages import lm_counts as lm_counts_stage
+    from dpngram.mechanisms.lm_counts import build_domain, weighted_counts
+    from dpngram.mechanisms.lm_selection import selection_batch_sum
 
     vocabulary = _released_vocabulary(runs).column("token").to_pylist()
     domain = build_domain(
@@ -562,9 +562,7 @@ def test_lm_counts_sums_and_selection_users_identical(runs, engines, corpus) -> 
     sums, sentences, scored = {}, {}, {}
     for name, (engine, schema) in engines.items():
         weighted = {
-            h: lm_counts_stage._weighted_counts(
-                engine, schema, domain, salt=salt, holdout=h, clip=1.0, power=0.5
-            )
+            h: weighted_counts(engine, schema, domain, salt=salt, holdout=h, clip=1.0, power=0.5)
             for h in (0, 500, 1000)
         }
         sums[name] = weighted[0]

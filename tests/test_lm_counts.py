@@ -37,7 +37,7 @@ from dpngram.core.noise import NoiseSource
 from dpngram.engines.duckdb import Warehouse
 from dpngram.engines.sql import load_sql
 from dpngram.lm import open_model
-from dpngram.mechanisms import lm_counts
+from dpngram.mechanisms import lm_counts, lm_models, lm_selection
 from dpngram.mechanisms.bayes import calibrate
 from dpngram.release import layout
 from dpngram.release.context import read_parts
@@ -416,35 +416,35 @@ def test_adding_a_selection_user_leaves_the_counts_unchanged():
 # Report-noisy-max
 # ----------------------------------------------------------------------------------------------
 def test_user_mean_logprobs_are_the_mixtures_mean_log_probabilities():
-    grid = lm_counts.WEIGHT_GRID
+    grid = lm_selection.WEIGHT_GRID
     p = np.log10([0.5, 0.25, 0.1])
     q = np.log10([0.1, 0.5, 0.4])
-    got = lm_counts.user_mean_logprobs(p, q)
+    got = lm_selection.user_mean_logprobs(p, q)
     for k, lam in enumerate(grid):
         mix = [lam * 10**qi + (1 - lam) * 10**pi for pi, qi in zip(p, q, strict=True)]
         assert got[k] == pytest.approx(sum(math.log(m) for m in mix) / len(mix), rel=1e-12)
-    assert np.all(lm_counts.user_mean_logprobs(np.zeros(2), np.zeros(2)) == 0.0)
+    assert np.all(lm_selection.user_mean_logprobs(np.zeros(2), np.zeros(2)) == 0.0)
 
 
 def test_centred_contributions_lie_in_the_range_and_keep_the_unclipped_argmax():
     """A user's contribution is (deviation from their mean over the candidates, clipped to ±C) − C:
     inside [−2C, 0] whatever the log-probabilities; without a binding clip, the summed scores differ
     from the summed mean log-probabilities by a constant per candidate set, so the argmax is theirs."""
-    c, r = lm_counts.SCORE_DEVIATION_CLIP_NATS, lm_counts.SCORE_RANGE_NATS
+    c, r = lm_selection.SCORE_DEVIATION_CLIP_NATS, lm_selection.SCORE_RANGE_NATS
     assert r == 2 * c
     rng = np.random.default_rng(5)
     means = rng.uniform(-8.0, -2.0, size=(1, 400)) + rng.uniform(-0.4 * c, 0.4 * c, size=(12, 400))
-    contributions = lm_counts.centred_contributions(means)
+    contributions = lm_selection.centred_contributions(means)
     assert contributions.shape == means.shape
     assert np.all(contributions >= -r) and np.all(contributions <= 0.0)
     unclipped = means - means.mean(axis=0, keepdims=True) - c  # |deviation| ≤ 0.8C: no clip binds
     assert contributions == pytest.approx(unclipped, abs=1e-12)
     assert np.argmax(contributions.sum(axis=1)) == np.argmax(means.sum(axis=1))
     # one user far apart: the clip binds, at both ends of the range
-    extreme = lm_counts.centred_contributions(np.array([-1.0, -60.0, -60.0]))
+    extreme = lm_selection.centred_contributions(np.array([-1.0, -60.0, -60.0]))
     assert extreme.tolist() == [0.0, -r, -r]
     # a vector per user (1-D) is the same as a column of the 2-D form
-    assert lm_counts.centred_contributions(means[:, 7]) == pytest.approx(contributions[:, 7], abs=1e-12)
+    assert lm_selection.centred_contributions(means[:, 7]) == pytest.approx(contributions[:, 7], abs=1e-12)
 
 
 @pytest.mark.statistical
@@ -453,17 +453,17 @@ def test_a_far_ahead_candidate_is_chosen_as_the_laplace_tail_bound_says():
     its noise is > −m/2 and every other noise is < m/2. For grid·DiscreteLaplace(b/grid) noise,
     P(noise ≥ x) = e^{−⌈x/grid⌉·grid/b}/(1 + e^{−grid/b}) ≤ e^{−x/b} (x > 0), so
     P(j loses) ≤ k·e^{−m/(2b)} = 0.1 for m = 2b ln(10k). One-sided CP bound at FALSE_FAILURE."""
-    epsilon, k, trials = 1.0, len(lm_counts.WEIGHT_GRID), 4000
-    b = lm_counts.selection_noise(epsilon)[0]
-    assert b == lm_counts.SCORE_RANGE_NATS / epsilon
+    epsilon, k, trials = 1.0, len(lm_selection.WEIGHT_GRID), 4000
+    b = lm_selection.selection_noise(epsilon)[0]
+    assert b == lm_selection.SCORE_RANGE_NATS / epsilon
     m = 2 * b * math.log(10 * k)
     scores = np.full(k, -m)
     scores[4] = 0.0
     noise = NoiseSource.seeded_for_tests(7)
     hits = 0
     for _ in range(trials):
-        weight, index = lm_counts.select_weight(scores, epsilon, noise)
-        assert weight == lm_counts.WEIGHT_GRID[index]
+        weight, index = lm_selection.select_weight(scores, epsilon, noise)
+        assert weight == lm_selection.WEIGHT_GRID[index]
         hits += index == 4
     assert cp_upper(hits, trials, FALSE_FAILURE) >= 1 - k * math.exp(-m / (2 * b))
 
@@ -477,19 +477,19 @@ def test_the_laplace_scale_is_r_over_epsilon():
     A scale off by a factor 2 either way gives 0.379 or 0.135; the two-sided CP interval at
     FALSE_FAILURE on 10,000 trials is ±0.016. Also: b = ⌈R/g⌉·g/ε is R/ε whenever the grid g divides
     R, and never below R/ε (R = SCORE_RANGE_NATS; docs/lm_privacy.md, section 4)."""
-    big_r = lm_counts.SCORE_RANGE_NATS
+    big_r = lm_selection.SCORE_RANGE_NATS
     for eps in (1e-4, 1e-3, 0.0024, 0.0025, 0.25, 1.0, 1.036, 8.0, 100.0):
-        scale, g = lm_counts.selection_noise(eps)
+        scale, g = lm_selection.selection_noise(eps)
         assert g <= big_r / (1024 * eps) and scale >= big_r / eps
         assert (scale == big_r / eps) == (big_r / g == math.floor(big_r / g))
         assert scale * eps == pytest.approx(math.ceil(big_r / g) * g, rel=1e-15)
     epsilon, trials = 2.0, 10_000
-    b = lm_counts.selection_noise(epsilon)[0]
+    b = lm_selection.selection_noise(epsilon)[0]
     assert b == big_r / epsilon
     expected = math.exp(-1.0) * 3 / 4
     noise = NoiseSource.seeded_for_tests(11)
     wins = sum(
-        lm_counts.select_weight(np.array([0.0, -b]), epsilon, noise, grid=(0.0, 1.0))[1] == 1
+        lm_selection.select_weight(np.array([0.0, -b]), epsilon, noise, grid=(0.0, 1.0))[1] == 1
         for _ in range(trials)
     )
     lo, hi = cp_lower(wins, trials, FALSE_FAILURE / 2), cp_upper(wins, trials, FALSE_FAILURE / 2)
@@ -498,8 +498,8 @@ def test_the_laplace_scale_is_r_over_epsilon():
 
 def noisy_max_frequencies(scores: np.ndarray, epsilon: float, trials: int, seed: int) -> np.ndarray:
     noise = NoiseSource.seeded_for_tests(seed)
-    picks = [lm_counts.select_weight(scores, epsilon, noise)[1] for _ in range(trials)]
-    return np.bincount(picks, minlength=len(lm_counts.WEIGHT_GRID))
+    picks = [lm_selection.select_weight(scores, epsilon, noise)[1] for _ in range(trials)]
+    return np.bincount(picks, minlength=len(lm_selection.WEIGHT_GRID))
 
 
 @pytest.mark.statistical
@@ -512,14 +512,14 @@ def test_report_noisy_max_is_epsilon_dp_on_neighbouring_scores():
     FALSE_FAILURE/(4k)). Power: the same check flags the mechanism run with a quarter of the
     Laplace scale (select_weight at 4ε, the true loss ≈ 5 > e at these scores)."""
     epsilon, trials = 1.0, 20_000
-    k, big_r = len(lm_counts.WEIGHT_GRID), lm_counts.SCORE_RANGE_NATS
+    k, big_r = len(lm_selection.WEIGHT_GRID), lm_selection.SCORE_RANGE_NATS
     s = np.zeros(k)
     u = np.full(k, -big_r)
     u[0] = 0.0
     # u is one user's contribution (centred_contributions): their first candidate far ahead
     far_ahead = np.full(k, -60.0)
     far_ahead[0] = -1.0
-    assert lm_counts.centred_contributions(far_ahead).tolist() == u.tolist()
+    assert lm_selection.centred_contributions(far_ahead).tolist() == u.tolist()
     beta = FALSE_FAILURE / (4 * k)
 
     def worst(fa: np.ndarray, fb: np.ndarray) -> float:
@@ -696,16 +696,16 @@ def test_run_lm_counts_end_to_end(tmp_path, sample_files):
     on_grid = np.asarray(table["noisy_count"]) / part["grid"]
     assert np.array_equal(on_grid, np.round(on_grid))
 
-    assert part["mix_weight"] in lm_counts.WEIGHT_GRID
-    assert part["unigram_adaptation"] in lm_counts.ADAPTATION_GRID
+    assert part["mix_weight"] in lm_selection.WEIGHT_GRID
+    assert part["unigram_adaptation"] in lm_selection.ADAPTATION_GRID
     # step lm rebuilds Q with the spread the stage used (lm/build.py reads this key back)
-    assert part["unresolved_unigrams"] == lm_counts_stage.UNRESOLVED_UNIGRAMS == "empirical_bayes"
+    assert part["unresolved_unigrams"] == lm_models.UNRESOLVED_UNIGRAMS == "empirical_bayes"
     assert "ran" not in part["weight_selection"]  # whether anyone was selected is private
     # the selection runs at the pure ε the run's total leaves it (docs/lm_privacy.md, section 4)
     eps_selection = part["weight_selection"]["epsilon"]
     assert eps_selection == pytest.approx(lm_counts_stage.selection_epsilon(config), rel=1e-12)
     assert 0 < eps_selection < epsilon
-    assert part["weight_selection"]["laplace_scale"] == lm_counts.selection_noise(eps_selection)[0]
+    assert part["weight_selection"]["laplace_scale"] == lm_selection.selection_noise(eps_selection)[0]
 
     # a retry reuses the file byte for byte (fresh noise would change it) and charges once
     before = path.read_bytes()
@@ -721,7 +721,7 @@ def test_fixed_mix_weight_skips_the_selection(tmp_path, sample_files, monkeypatc
     def no_selection(*args, **kwargs):
         raise AssertionError("a fixed weight must not score selection users")
 
-    monkeypatch.setattr(lm_counts, "score_selection_users", no_selection)
+    monkeypatch.setattr(lm_selection, "score_selection_users", no_selection)
     ctx = counts_run(tmp_path, sample_files, lm_mix_weight=0.4, lm_unigram_adaptation=0.25)
     lm_counts_stage.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(8))
     part = read_parts(ctx)[lm_counts.STAGE]

@@ -23,7 +23,7 @@ from dpngram.engines.duckdb import Warehouse
 from dpngram.lm.arpa import read_arpa
 from dpngram.lm.backoff_scorer import BackoffScorer
 from dpngram.lm.evaluate import load_model
-from dpngram.mechanisms import heldout_scoring, lm_counts
+from dpngram.mechanisms import heldout_scoring, lm_selection, lm_verdict
 from dpngram.mechanisms.heldout_scoring import held_out_user_sums
 
 TOLERANCE = 1e-4
@@ -118,9 +118,9 @@ class BatchedRows:
 @pytest.mark.parametrize("batch_rows", [None, 1, 3, 7])
 def test_selection_sums_match_direct_scoring_in_any_batches(warehouse, users, models, batch_rows):
     weights = (0.0, 0.3, 0.9)
-    want, want_count = expected(users, models, partial(lm_counts.selection_user_vector, weights=weights))
+    want, want_count = expected(users, models, partial(lm_selection.selection_user_vector, weights=weights))
     engine = warehouse if batch_rows is None else BatchedRows(warehouse, batch_rows)
-    reduce = partial(lm_counts.selection_batch_sum, weights=weights)
+    reduce = partial(lm_selection.selection_batch_sum, weights=weights)
     got, count = held_out_user_sums(engine, SQL, {}, scorers(models), reduce, 2 * len(weights))
     assert count == want_count == len(users) - 1
     assert got == pytest.approx(want, rel=0, abs=TOLERANCE)
@@ -133,7 +133,7 @@ def test_a_worker_thread_scoring_half_the_models_changes_no_sum(warehouse, users
     """With ``pool``, the worker scores models 1, 3, ... of each batch; every model's scores still
     go to the reduction in the models' order (a swap would change the λ scores' order)."""
     weights = (0.0, 0.3, 0.9)
-    reduce = partial(lm_counts.selection_batch_sum, weights=weights)
+    reduce = partial(lm_selection.selection_batch_sum, weights=weights)
     engine = BatchedRows(warehouse, 3)
     alone, count = held_out_user_sums(engine, SQL, {}, scorers(models), reduce, 2 * len(weights))
     with ThreadPoolExecutor(1) as pool:
@@ -150,17 +150,17 @@ def test_a_worker_thread_scoring_half_the_models_changes_no_sum(warehouse, users
 def test_verdict_sums_match_direct_scoring(warehouse, users, models):
     def contribution(publics, released):
         (public,) = publics
-        return lm_counts.verdict_user_contribution(public, released)
+        return lm_verdict.verdict_user_contribution(public, released)
 
     want, want_count = expected(users, models[:2], contribution)
-    reduce = lm_counts.verdict_batch_sum
+    reduce = lm_verdict.verdict_batch_sum
     got, _ = held_out_user_sums(BatchedRows(warehouse, 4), SQL, {}, scorers(models[:2]), reduce, 4)
     assert got == pytest.approx(want, rel=0, abs=TOLERANCE)
-    assert math.isclose(got[3], lm_counts.VERDICT_LOSS_CLIP * want_count)
+    assert math.isclose(got[3], lm_verdict.VERDICT_LOSS_CLIP * want_count)
 
 
 def test_a_user_with_no_event_and_an_empty_result_count_nothing(warehouse, models):
-    reduce = partial(lm_counts.selection_batch_sum, weights=(0.5,))
+    reduce = partial(lm_selection.selection_batch_sum, weights=(0.5,))
     total, count = held_out_user_sums(
         warehouse,
         "SELECT user_id, tokens FROM main.held WHERE user_id = 'user-empty'",
@@ -188,7 +188,7 @@ def test_batches_are_bounded(monkeypatch, warehouse, users, models):
 
     monkeypatch.setattr(warehouse, "fetch_batches", recording)
     held_out_user_sums(
-        warehouse, SQL, {}, scorers(models[:2]), partial(lm_counts.selection_batch_sum, weights=(0.5,)), 1
+        warehouse, SQL, {}, scorers(models[:2]), partial(lm_selection.selection_batch_sum, weights=(0.5,)), 1
     )
     assert seen == [heldout_scoring.BATCH_ROWS]
 
@@ -205,12 +205,14 @@ def test_batch_sums_equal_the_per_user_vectors_summed():
     q[bounds[7] : bounds[8]] = -60.0
     users = list(zip(bounds[:-1], bounds[1:], strict=True))
     weights = (0.0, 0.25, 1.0)
-    want = sum(lm_counts.selection_user_vector([p[a:b], p2[a:b]], q[a:b], weights) for a, b in users)
-    got = lm_counts.selection_batch_sum([p, p2], q, bounds, weights)
+    want = sum(lm_selection.selection_user_vector([p[a:b], p2[a:b]], q[a:b], weights) for a, b in users)
+    got = lm_selection.selection_batch_sum([p, p2], q, bounds, weights)
     assert got == pytest.approx(want, rel=1e-12, abs=1e-9)
-    want = sum(lm_counts.verdict_user_contribution(p[a:b], q[a:b]) for a, b in users)
-    got = lm_counts.verdict_batch_sum([p], q, bounds)
+    want = sum(lm_verdict.verdict_user_contribution(p[a:b], q[a:b]) for a, b in users)
+    got = lm_verdict.verdict_batch_sum([p], q, bounds)
     assert got == pytest.approx(want, rel=1e-12, abs=1e-9)
     # the clip binds for the extreme user: λ = 0 (P alone, log10 p = −60) is far behind λ = 1
-    extreme = lm_counts.selection_user_vector([p[bounds[5] : bounds[6]]], q[bounds[5] : bounds[6]], weights)
-    assert extreme[0] == -lm_counts.SCORE_RANGE_NATS and extreme[2] == 0.0
+    extreme = lm_selection.selection_user_vector(
+        [p[bounds[5] : bounds[6]]], q[bounds[5] : bounds[6]], weights
+    )
+    assert extreme[0] == -lm_selection.SCORE_RANGE_NATS and extreme[2] == 0.0

@@ -220,13 +220,13 @@ def test_the_verdict_scores_the_model_step_lm_writes(tmp_path_factory, monkeypat
 
     from dpngram.engines.sql import load_sql
     from dpngram.lm.backoff_scorer import BackoffScorer
-    from dpngram.mechanisms import lm_counts as lm_counts_mechanism
+    from dpngram.mechanisms import lm_verdict
 
     tmp = tmp_path_factory.mktemp("lm-verdict")
     files = write_sample(tmp / "sample", n_users=400, seed=11, vocab_size=300, public_sentences=2000)
     ctx = _through_dpne(tmp, files, lm_verdict_holdout=0.2)
     seen = {}
-    real = lm_counts_stage.score_verdict_users
+    real = lm_verdict.score_verdict_users
 
     def recording(wh, schema, **kwargs):
         sql = load_sql("lm_counts/verdict_sentences", schema=schema)
@@ -235,7 +235,7 @@ def test_the_verdict_scores_the_model_step_lm_writes(tmp_path_factory, monkeypat
         seen["sums"] = real(wh, schema, **kwargs)
         return seen["sums"]
 
-    monkeypatch.setattr(lm_counts_stage, "score_verdict_users", recording)
+    monkeypatch.setattr(lm_verdict, "score_verdict_users", recording)
     lm_counts_stage.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(7))
     lm_stage.run_lm(ctx)
     model = kenlm.Model(str(ctx.release.root / layout.MODEL_BINARY))
@@ -245,7 +245,7 @@ def test_the_verdict_scores_the_model_step_lm_writes(tmp_path_factory, monkeypat
             scores = model.full_scores(" ".join(row["tokens"]), bos=True, eos=True)
             by_user.setdefault(row["user_id"], []).extend(lp for lp, _, _ in scores)
     losses = [-math.log(10.0) * sum(v) / len(v) for v in by_user.values()]
-    clipped = sum(min(max(x, 0.0), lm_counts_mechanism.VERDICT_LOSS_CLIP) for x in losses)
+    clipped = sum(min(max(x, 0.0), lm_verdict.VERDICT_LOSS_CLIP) for x in losses)
     sums = seen["sums"]
     assert sums.users == len(by_user) > 20
     # KenLM's 32-bit values against the scorer's 64-bit tables: ~1e-6 in log10 per event
@@ -263,7 +263,7 @@ def test_the_verdict_scores_the_model_step_lm_writes(tmp_path_factory, monkeypat
         offsets = np.concatenate([[0], np.cumsum([len(s) for s in sentences])])
         p, q = (m.score(m.word_rows(flat), offsets) for m in (adapted, private))
         loss = -np.mean(np.log(weight * 10.0**q + (1 - weight) * 10.0**p))
-        per_event += min(max(loss, 0.0), lm_counts_mechanism.VERDICT_LOSS_CLIP)
+        per_event += min(max(loss, 0.0), lm_verdict.VERDICT_LOSS_CLIP)
     assert 0 < weight < 1
     assert abs(per_event - sums.released_loss) > 100 * 1e-5 * len(by_user)
 

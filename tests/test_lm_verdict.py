@@ -1,4 +1,4 @@
-"""The private-domain verdict (``dpngram.mechanisms.lm_counts``: ``verdict_user_vector``,
+"""The private-domain verdict (``dpngram.mechanisms.lm_verdict``: ``verdict_user_vector``,
 ``verdict_sensitivity``, ``release_verdict``; docs/lm_privacy.md, "The private-domain verdict").
 
 Notation: B_v = VERDICT_LOSS_CLIP = 12, C_v = VERDICT_DIFF_CLIP = 2, κ = B_v, Δ = √(3B_v² + C_v²),
@@ -59,8 +59,8 @@ import pytest
 from scipy import stats
 
 from dpngram.core.noise import NoiseSource, simulation_rng
-from dpngram.mechanisms import bayes, lm_counts
-from dpngram.mechanisms.lm_counts import (
+from dpngram.mechanisms import bayes, lm_verdict
+from dpngram.mechanisms.lm_verdict import (
     VERDICT_DIFF_CLIP,
     VERDICT_LEVEL,
     VERDICT_LOSS_CLIP,
@@ -233,7 +233,7 @@ def captured_projections(
     """⟨noisy vector, direction⟩ of DP_DRAWS calls of ``release_verdict`` (the noisy vector is
     captured from ``noisy_release`` as release_verdict calls it), and the σ it used."""
     captured: list[np.ndarray] = []
-    real = lm_counts.noisy_release
+    real = lm_verdict.noisy_release
 
     def spy(vector, **kwargs):
         noisy, calibration = real(vector, **kwargs)
@@ -241,7 +241,7 @@ def captured_projections(
         return noisy, calibration
 
     with monkeypatch.context() as m:
-        m.setattr(lm_counts, "noisy_release", spy)
+        m.setattr(lm_verdict, "noisy_release", spy)
         out = releases(sums, DP_DRAWS, epsilon=epsilon, delta=delta, seed=seed)
     assert len(captured) == DP_DRAWS
     return np.stack(captured) @ direction, out[-1]["sigma"]
@@ -283,7 +283,7 @@ def test_the_release_is_dp_on_worst_case_neighbours_and_the_test_has_power(monke
     assert eps_hat <= epsilon, f"empirical ε lower bound {eps_hat:.3f} > claimed {epsilon}"
 
     # the same check on a release whose noise is calibrated to half the sensitivity
-    monkeypatch.setattr(lm_counts, "verdict_sensitivity", lambda: 0.5 * math.sqrt(3 * B_V**2 + C_V**2))
+    monkeypatch.setattr(lm_verdict, "verdict_sensitivity", lambda: 0.5 * math.sqrt(3 * B_V**2 + C_V**2))
     a_half, sigma_half = captured_projections(monkeypatch, d, u, epsilon=epsilon, delta=delta, seed=303)
     b_half, _ = captured_projections(monkeypatch, d_prime, u, epsilon=epsilon, delta=delta, seed=404)
     assert sigma_half < 0.55 * sigma

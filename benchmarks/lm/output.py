@@ -136,7 +136,7 @@ def plot(out: dict[str, Any], path: Path) -> None:
 def parameters(args: argparse.Namespace, epsilons: list[float]) -> dict[str, Any]:
     from dpngram.config import DEFAULT_STAGE_BUDGET, RunConfig
     from dpngram.lm.evaluate import SPELL_ALPHABET, SPELL_MEAN_LENGTH
-    from dpngram.mechanisms.lm_counts import WEIGHT_GRID
+    from dpngram.mechanisms.lm_selection import WEIGHT_GRID
 
     lm_defaults = {k: v for k, v in RunConfig.build(input="x", out="y").flat().items() if k.startswith("lm_")}
     return {

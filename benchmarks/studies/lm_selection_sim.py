@@ -17,7 +17,7 @@ the expected perplexity of the chosen candidate is reported relative to the best
 * ``clipped_B20`` (until 2026-11-28): each user's mean log-probability clipped to [−20, 0], Laplace
   scale 20/ε_sel;
 * ``centred_C{c}``: each user's deviation from their own mean over the candidates, clipped to
-  [−c, c] (``mechanisms.lm_counts.centred_contributions`` at C = c), scale 2c/ε_sel; the product's
+  [−c, c] (``mechanisms.lm_selection.centred_contributions`` at C = c), scale 2c/ε_sel; the product's
   C is ``SCORE_DEVIATION_CLIP_NATS``; ``clipped_users_pct``: users for whom the clip binds.
 
 The generated corpus's scored users are about 1% of its users while the product selects on 10%, so
@@ -56,7 +56,7 @@ from lm.dp_run import study_releases  # noqa: E402
 
 from dpngram.config import DEFAULT_STAGE_BUDGET  # noqa: E402
 from dpngram.core.noise import simulation_rng  # noqa: E402
-from dpngram.mechanisms.lm_counts import (  # noqa: E402
+from dpngram.mechanisms.lm_selection import (  # noqa: E402
     ADAPTATION_GRID,
     SCORE_DEVIATION_CLIP_NATS,
     WEIGHT_GRID,

@@ -44,7 +44,6 @@ import math
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -108,11 +107,12 @@ class Setting:
     """One (corpus, ε): the pipeline up to DPNE, the domain and the exact weighted counts."""
 
     def __init__(self, corpus: Corpus, eps: float, split: dict[str, Any], work: Path, args) -> None:
-        from dpngram.mechanisms.lm_counts import STAGE, candidate_grid
+        from dpngram.mechanisms.lm_counts import STAGE, weighted_counts
+        from dpngram.mechanisms.lm_selection import candidate_grid
         from dpngram.orchestration.plan import release_steps
         from dpngram.release.context import RunContext
         from dpngram.release.publish import prepare
-        from dpngram.stages.lm_counts import _count_domain, _read_dp_vocabulary, _weighted_counts
+        from dpngram.stages.lm_counts import _count_domain, _read_dp_vocabulary
 
         self.corpus, self.eps, self.work = corpus, eps, work
         started = time.perf_counter()
@@ -134,7 +134,7 @@ class Setting:
         self.dp_vocab = _read_dp_vocabulary(root)
         self.domain = _count_domain(config, root, self.dp_vocab)
         with self.ctx.engine() as wh:
-            self.weighted = _weighted_counts(
+            self.weighted = weighted_counts(
                 wh,
                 self.ctx.schema,
                 self.domain,
@@ -171,18 +171,16 @@ class Setting:
         from dpngram.lm.arpa import write_arpa
         from dpngram.lm.build import adapted_public, compile_binary
         from dpngram.lm.open_model import mix_models, noisy_count_model
-        from dpngram.stages.lm_counts import (
-            _ArpaFiles,
-            _select_mix_weight,
-            _thresholded_release,
-            selection_epsilon,
-        )
+        from dpngram.mechanisms.lm_counts import thresholded_release
+        from dpngram.mechanisms.lm_models import CandidateModels
+        from dpngram.mechanisms.lm_selection import select_mix_weight
+        from dpngram.stages.lm_counts import selection_epsilon
 
         rule, discount_sigmas = RULES[name]
         started = time.perf_counter()
         tau = threshold_sigmas(rule, self.domain_ge2)
         threshold, discount = tau * sigma, discount_sigmas * sigma
-        released, _ = _thresholded_release(self.domain, noisy, threshold)
+        released, _ = thresholded_release(self.domain, noisy, threshold)
         private = noisy_count_model(
             released.select("n", "ngram", "noisy_count"),
             self.public,
@@ -190,16 +188,16 @@ class Setting:
             threshold=threshold,
             discount=discount,
         )
-        with self.ctx.engine() as wh, tempfile.TemporaryDirectory(prefix="dpngram-study-") as tmp:
-            beta, lam, _ = _select_mix_weight(
+        with self.ctx.engine() as wh:
+            beta, lam, _ = select_mix_weight(
                 wh,
                 self.ctx.schema,
-                _ArpaFiles(Path(tmp), self.public, private),
+                CandidateModels(self.public, private, adapt=adapted_public),
                 self.candidates,
                 salt=self.salt,
                 holdout=self.holdout,
                 epsilon=selection_epsilon(self.config),  # as the stage (docs/lm_privacy.md, section 4)
-                source=source,
+                noise=source,
             )
         model = mix_models(adapted_public(self.public, private, beta), private, lam)
         arpa = self.work / "model.arpa"

@@ -1,9 +1,10 @@
 """Scoring held-out users' sentences under back-off models, summed per user (stage ``lm_counts``).
 
-The mixture-weight selection and the private-domain verdict (:mod:`dpngram.mechanisms.lm_counts`)
-both stream some users' sentences out of the run schema, score every event (each token and
-``</s>``) under a few models, turn each user's log10 probabilities into a short vector (``reduce``)
-and sum the vectors. :func:`held_out_user_sums` does that once for both.
+The mixture-weight selection (:mod:`dpngram.mechanisms.lm_selection`) and the private-domain
+verdict (:mod:`dpngram.mechanisms.lm_verdict`) both stream some users' sentences out of the run
+schema, score every event (each token and ``</s>``) under a few models, turn each user's log10
+probabilities into a short vector (``reduce``) and sum the vectors. :func:`held_out_user_sums` does
+that once for both.
 
 Scoring is :class:`dpngram.lm.backoff_scorer.BackoffScorer`: the models' own tables, every sentence
 of a batch of users in one compiled pass per model, the probabilities KenLM gives for the same

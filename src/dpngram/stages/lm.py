@@ -51,7 +51,6 @@ def run_lm(ctx: RunContext) -> dict[str, Any]:
     counts)."""
     from dpngram.lm.model_card import render_model_card
     from dpngram.release.context import record_part
-    from dpngram.validation import validate_model
 
     config: RunConfig = ctx.config
     if config.lm.order > KENLM_MAX_ORDER:
@@ -59,11 +58,40 @@ def run_lm(ctx: RunContext) -> dict[str, Any]:
             f"lm_order: at most {KENLM_MAX_ORDER} (KenLM's compiled limit; got {config.lm.order})"
         )
     started = time.perf_counter()
-    release = ctx.release
+    counts_part = read_parts(ctx).get("lm_counts")
+    info, check, comparison = _build_check_compare(ctx, counts_part)
+    part = _lm_part(config, info, check=check, comparison=comparison)
+    part["seconds"] = round(time.perf_counter() - started, 3)
+    # The DP verdict released by lm_counts scores exactly the mixture built here.
+    part["private_domain"] = counts_part.get("private_domain")
+    record_part(ctx, STAGE, part)
+    with ctx.release.writing(MODEL_CARD) as tmp:
+        tmp.write_text(render_model_card(ctx.config, ctx.run_id, read_parts(ctx), part), encoding="utf-8")
+    if not check.get("success"):
+        raise ArpaError("model.arpa failed its validation suite (see report part 'lm')")
+    log.info("lm: order %d, counts %s", config.lm.order, part["counts"])
+    return {
+        "stage": STAGE,
+        "method": MIXTURE_ROUTE,
+        "paths": [MODEL_ARPA, MODEL_BINARY, MODEL_CARD],
+        "released_rows": sum(info["counts"].values()),
+        "epsilon": 0.0,
+    }
+
+
+def _build_check_compare(
+    ctx: RunContext, counts_part: dict[str, Any] | None
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(build info, check, comparison): ``model/model.arpa`` built from the released files and
+    compiled to ``model/model.binary``, the tables written checked, and the model compared with the
+    public-only model on the held-out public sentences and ``lm_eval_text``. On any failure the
+    compilation and the worker's jobs are stopped and no binary is left."""
+    from dpngram.validation import validate_model
+
+    config, release = ctx.config, ctx.release
     inputs = ReleasedInputs(release.root)
     arpa = release.path(MODEL_ARPA)
     binary = release.path(MODEL_BINARY)
-    counts_part = read_parts(ctx).get("lm_counts")
     compiling: BinaryBuild | None = None
     jobs: dict[str, Future[Any]] = {}
     # Step lm_counts scored M (which it built for the verdict and stored in the public-model
@@ -99,23 +127,7 @@ def run_lm(ctx: RunContext) -> dict[str, Any]:
             for job in jobs.values():
                 job.cancel()
             raise
-    part = _lm_part(config, info, check=check, comparison=comparison)
-    part["seconds"] = round(time.perf_counter() - started, 3)
-    # The DP verdict released by lm_counts scores exactly the mixture built here.
-    part["private_domain"] = counts_part.get("private_domain")
-    record_part(ctx, STAGE, part)
-    with ctx.release.writing(MODEL_CARD) as tmp:
-        tmp.write_text(render_model_card(ctx.config, ctx.run_id, read_parts(ctx), part), encoding="utf-8")
-    if not check.get("success"):
-        raise ArpaError("model.arpa failed its validation suite (see report part 'lm')")
-    log.info("lm: order %d, counts %s", config.lm.order, part["counts"])
-    return {
-        "stage": STAGE,
-        "method": MIXTURE_ROUTE,
-        "paths": [MODEL_ARPA, MODEL_BINARY, MODEL_CARD],
-        "released_rows": sum(info["counts"].values()),
-        "epsilon": 0.0,
-    }
+    return info, check, comparison
 
 
 def _lm_part(
