@@ -590,13 +590,16 @@ def test_a_selection_user_composes_within_the_runs_total(tmp_path, epsilon, spli
         plan = cfg.budget_plan()
         shapes = stage_privacy_shapes(cfg.dpne.threshold_delta, cfg.dpne.vocabulary_method)
         others = [
-            e for s, b in plan.calibrated.items() if s != lm_counts.STAGE for e in shapes[s].events(s, b)
+            e
+            for s, b in plan.calibrated.items()
+            if s != lm_counts_stage.STAGE
+            for e in shapes[s].events(s, b)
         ]
         eps_sel = lm_counts_stage.selection_epsilon(cfg)
-        stage_eps = plan.calibrated[lm_counts.STAGE].epsilon
+        stage_eps = plan.calibrated[lm_counts_stage.STAGE].epsilon
 
         def total(pure: float, others=others, plan=plan) -> float:
-            event = PrivacyEvent(stage=lm_counts.STAGE, mechanism="laplace", epsilon=pure)
+            event = PrivacyEvent(stage=lm_counts_stage.STAGE, mechanism="laplace", epsilon=pure)
             return compose([*others, event], plan.target.delta)["epsilon"]
 
         assert 0 < eps_sel <= stage_eps
@@ -640,7 +643,7 @@ def counts_run(tmp_path, files, **overrides):
 def lm_ledger_rows(ctx) -> list[dict]:
     with ctx.ledger() as ledger:
         entries = ledger.entries(ctx.config.dataset)
-    return [e for e in entries if e["run_id"] == ctx.run_id and e["stage"] == lm_counts.STAGE]
+    return [e for e in entries if e["run_id"] == ctx.run_id and e["stage"] == lm_counts_stage.STAGE]
 
 
 def test_run_lm_counts_end_to_end(tmp_path, sample_files):
@@ -658,8 +661,8 @@ def test_run_lm_counts_end_to_end(tmp_path, sample_files):
     )
     assert summary["released_rows"] == table.num_rows and not summary["reused"]
 
-    part = read_parts(ctx)[lm_counts.STAGE]
-    epsilon, delta = config.stage_share(lm_counts.STAGE)
+    part = read_parts(ctx)[lm_counts_stage.STAGE]
+    epsilon, delta = config.stage_share(lm_counts_stage.STAGE)
     sigma, threshold = part["sigma"], part["threshold"]
     assert sigma > 0 and threshold == pytest.approx(config.lm.count_threshold * sigma, rel=1e-12)
     # σ is the public calibration for l2-sensitivity C over the whole domain
@@ -714,7 +717,7 @@ def test_run_lm_counts_end_to_end(tmp_path, sample_files):
     again = lm_counts_stage.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(6))
     assert again["reused"] and path.read_bytes() == before
     assert lm_ledger_rows(ctx) == spent
-    assert read_parts(ctx)[lm_counts.STAGE] == part
+    assert read_parts(ctx)[lm_counts_stage.STAGE] == part
 
 
 def test_fixed_mix_weight_skips_the_selection(tmp_path, sample_files, monkeypatch):
@@ -724,7 +727,7 @@ def test_fixed_mix_weight_skips_the_selection(tmp_path, sample_files, monkeypatc
     monkeypatch.setattr(lm_selection, "score_selection_users", no_selection)
     ctx = counts_run(tmp_path, sample_files, lm_mix_weight=0.4, lm_unigram_adaptation=0.25)
     lm_counts_stage.run_lm_counts(ctx, noise=NoiseSource.seeded_for_tests(8))
-    part = read_parts(ctx)[lm_counts.STAGE]
+    part = read_parts(ctx)[lm_counts_stage.STAGE]
     assert part["mix_weight"] == 0.4 and part["unigram_adaptation"] == 0.25
     assert part["weight_selection"] == {"method": "fixed (configuration)"}
     assert (ctx.release.root / layout.LM_COUNTS).is_file()
@@ -775,7 +778,7 @@ def test_whether_the_selection_ran_does_not_depend_on_one_user(tmp_path, sample_
         expected = [] if name == "d" else [extra]
         if selection_in_run(ctx, salt, 1) != expected:
             raise RuntimeError("precondition: the stage's salt did not split the users as planned")
-        parts.append(read_parts(ctx)[lm_counts.STAGE]["weight_selection"])
+        parts.append(read_parts(ctx)[lm_counts_stage.STAGE]["weight_selection"])
     assert parts[0] == parts[1]
 
 

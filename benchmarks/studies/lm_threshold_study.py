@@ -107,12 +107,12 @@ class Setting:
     """One (corpus, ε): the pipeline up to DPNE, the domain and the exact weighted counts."""
 
     def __init__(self, corpus: Corpus, eps: float, split: dict[str, Any], work: Path, args) -> None:
-        from dpngram.mechanisms.lm_counts import STAGE, weighted_counts
+        from dpngram.mechanisms.lm_counts import weighted_counts
         from dpngram.mechanisms.lm_selection import candidate_grid
         from dpngram.orchestration.plan import release_steps
         from dpngram.release.context import RunContext
         from dpngram.release.publish import prepare
-        from dpngram.stages.lm_counts import _count_domain, _read_dp_vocabulary
+        from dpngram.stages.lm_counts import STAGE, _count_domain, _read_dp_vocabulary
 
         self.corpus, self.eps, self.work = corpus, eps, work
         started = time.perf_counter()

@@ -57,7 +57,6 @@ from dpngram.release.layout import KGRAMS
 if TYPE_CHECKING:
     from dpngram.mechanisms.bayes import GaussianCalibration
 
-STAGE = "lm_counts"
 
 
 VOCABULARY_TABLE = "lm_vocabulary"

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 import pyarrow.parquet as pq
 
-from dpngram.config import RunConfig
+from dpngram.config import RunConfig, stages
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
@@ -43,7 +43,6 @@ from dpngram.lm.build import (
     released_mixture,
 )
 from dpngram.mechanisms.lm_counts import (
-    STAGE,
     WORK_TABLES,
     CountDomain,
     CountRelease,
@@ -65,6 +64,9 @@ if TYPE_CHECKING:
     from dpngram.lm.backoff_scorer import BackoffScorer
 
 log = logging.getLogger(__name__)
+
+#: The stage's one name (declared in :mod:`dpngram.config.stages`).
+STAGE = stages.LM_COUNTS.name
 
 
 def run_lm_counts(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str, Any]:
