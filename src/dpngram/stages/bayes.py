@@ -10,7 +10,8 @@ benchmarks. The algorithm and its privacy argument are in :mod:`dpngram.mechanis
 ``docs/bayes.md``.
 
 Owns: the ``bayes`` step (its inputs from the release, the hyperparameter choice, the report part).
-Imports: dpngram.mechanisms.bayes, dpngram.release, dpngram.engines, dpngram.core; numpy, pyarrow.
+Imports: dpngram.mechanisms.bayes, dpngram.release, dpngram.engines, dpngram.config, dpngram.core; numpy,
+pyarrow.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dpngram.config import RunConfig
 from dpngram.config.stages import BAYES
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
@@ -36,6 +38,7 @@ from dpngram.mechanisms.bayes import (
     RHO_GRID,
     S_GRID,
     UNK,
+    GaussianCalibration,
     TrigramInputs,
     TuningResult,
     bayesian_release,
@@ -161,37 +164,49 @@ def run_bayes(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str,
         theta = softmax(logits)
         _write_distribution(wh, ctx, theta)
         drop_work_tables(wh, ctx.schema)
-        report = {
-            "method": "bayesian",
-            "paper": "Ramadan et al., N-grams Bayesian Differential Privacy, Algorithm 1",
-            "vocab_size": inputs.size,
-            "released_dpne_trigrams_offered": inputs.released_trigrams,
-            "unk_mapping": "tokens outside released/vocabulary.parquet -> <unk>"
-            if inputs.unk_mapped
-            else "none",
-            "markers": {"begin": BOS, "end": EOS, "unknown": UNK},
-            "S": S,
-            "rho": rho,
-            "C": C,
-            "W": W,
-            "log_clip": L,
-            "hyperparameters": {k: v for k, v in tuning.report().items() if k not in ("S", "rho")},
-            "calibration": config.bayes.calibration,
-            "sensitivity_bound": bound,
-            "sensitivity_used": calibration.sensitivity
-            if not not_dp
-            else "brute-force (private, not reported)",
-            "snapped_sensitivity": calibration.snapped_sensitivity if not not_dp else None,
-            "sigma": calibration.sigma,
-            "grid": calibration.grid,
-            "differentially_private": not not_dp,
-            "guarantee": GUARANTEE_NOT_DP if not_dp else GUARANTEE_DP.format(eps=epsilon, delta=delta),
-            "noise_mode": source.mode,
-        }
+        report = _bayes_report(config, inputs, tuning, bound, calibration, (epsilon, delta), source.mode)
         return StageResult(events=events, report=report)
 
     result = spend_once(ctx, STAGE, [TRIGRAM_DIST], compute, engine=True)
     return _summary(ctx, result)
+
+
+def _bayes_report(
+    config: RunConfig,
+    inputs: TrigramInputs,
+    tuning: TuningResult,
+    bound: float,
+    calibration: GaussianCalibration,
+    budget: tuple[float, float],
+    noise_mode: str,
+) -> dict[str, Any]:
+    """The stage's report part: public parameters, the hyperparameters, the calibration."""
+    epsilon, delta = budget
+    not_dp = config.bayes.calibration == "brute-force-NOT-DP"
+    C, W, L = config.bayes.clip_count, config.bayes.max_trigrams, config.bayes.log_clip
+    return {
+        "method": "bayesian",
+        "paper": "Ramadan et al., N-grams Bayesian Differential Privacy, Algorithm 1",
+        "vocab_size": inputs.size,
+        "released_dpne_trigrams_offered": inputs.released_trigrams,
+        "unk_mapping": "tokens outside released/vocabulary.parquet -> <unk>" if inputs.unk_mapped else "none",
+        "markers": {"begin": BOS, "end": EOS, "unknown": UNK},
+        "S": tuning.S,
+        "rho": tuning.rho,
+        "C": C,
+        "W": W,
+        "log_clip": L,
+        "hyperparameters": {k: v for k, v in tuning.report().items() if k not in ("S", "rho")},
+        "calibration": config.bayes.calibration,
+        "sensitivity_bound": bound,
+        "sensitivity_used": calibration.sensitivity if not not_dp else "brute-force (private, not reported)",
+        "snapped_sensitivity": calibration.snapped_sensitivity if not not_dp else None,
+        "sigma": calibration.sigma,
+        "grid": calibration.grid,
+        "differentially_private": not not_dp,
+        "guarantee": GUARANTEE_NOT_DP if not_dp else GUARANTEE_DP.format(eps=epsilon, delta=delta),
+        "noise_mode": noise_mode,
+    }
 
 
 def run_bayes_baseline(ctx: RunContext, method: str, *, noise: NoiseSource | None = None) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from dpngram.text.records import quarantine_refusal, quarantine_summary_lines
 from dpngram.text.tokenizer import tokenizer_settings
 
 if TYPE_CHECKING:
+    from dpngram.config import RunConfig
     from dpngram.release.context import RunContext
 
 log = logging.getLogger(__name__)
@@ -67,20 +68,34 @@ def run_ingest(
     for line in quarantine_summary_lines(summary):  # the Airflow task log (docs/faults.md)
         log.info("%s", line)
     if enforce_quarantine_limit:
-        where = (
-            f"table {ctx.schema}.quarantine in {config.run_warehouse}"
-            if config.engine.name == "duckdb"
-            else f"table {ctx.schema}.quarantine of the run's Spark tables"
-        )
-        refusal = quarantine_refusal(summary, config.max_quarantine_fraction, where)
-        if refusal is not None:
-            brief = (
-                f"ingest refused the input: more than max_quarantine_fraction "
-                f"{config.max_quarantine_fraction:g} of its rows were quarantined; the counts per reason "
-                f"are in the ingest task's log, the rows in {where}"
-            )
-            raise QuarantineRefused(refusal + " (columns source, line_no, reason)", brief)
+        _enforce_quarantine_limit(ctx, summary)
     config.check_against_users(stats.users)
+    part = _report_part(config, fmt)
+    record_part(ctx, "ingest", part)
+    return {"stage": "ingest", "schema": ctx.schema, "ok": True}
+
+
+def _enforce_quarantine_limit(ctx: RunContext, summary: dict[str, Any]) -> None:
+    """Refuse the input (:class:`QuarantineRefused`) when more than ``max_quarantine_fraction`` of
+    its rows were quarantined; the message says where the quarantined rows are."""
+    config = ctx.config
+    where = (
+        f"table {ctx.schema}.quarantine in {config.run_warehouse}"
+        if config.engine.name == "duckdb"
+        else f"table {ctx.schema}.quarantine of the run's Spark tables"
+    )
+    refusal = quarantine_refusal(summary, config.max_quarantine_fraction, where)
+    if refusal is not None:
+        brief = (
+            f"ingest refused the input: more than max_quarantine_fraction "
+            f"{config.max_quarantine_fraction:g} of its rows were quarantined; the counts per reason "
+            f"are in the ingest task's log, the rows in {where}"
+        )
+        raise QuarantineRefused(refusal + " (columns source, line_no, reason)", brief)
+
+
+def _report_part(config: RunConfig, fmt: str) -> dict[str, Any]:
+    """The ingest report part: parameters only, no data-derived number (module docstring)."""
     part: dict[str, Any] = {
         "input_format": fmt,  # the input's path is operator-only (operator_report.json)
         "user_field": config.user_field,
@@ -105,5 +120,4 @@ def run_ingest(
             else "not followed: quarantined unread",
             "symlinked_directories": "not descended: quarantined",
         }
-    record_part(ctx, "ingest", part)
-    return {"stage": "ingest", "schema": ctx.schema, "ok": True}
+    return part

@@ -9,8 +9,8 @@ generated from them (post-processing) as ``released/ngram_counts_noisy.parquet``
 :mod:`dpngram.mechanisms.synth` and ``docs/synth.md``.
 
 Owns: the ``synth`` step (its inputs from the release, the released files, the report part).
-Imports: dpngram.mechanisms (synth, synth_sequences), dpngram.release, dpngram.engines, dpngram.core;
-pyarrow.
+Imports: dpngram.mechanisms (synth, synth_sequences), dpngram.release, dpngram.engines, dpngram.config,
+dpngram.core; pyarrow.
 """
 
 from __future__ import annotations

@@ -115,6 +115,42 @@ def install_seeds(wh: Engine, schema: str, public_only: list[pa.Array]) -> None:
     install_vocabulary(wh, schema, SEEDS_TABLE)
 
 
+def _vocabulary_report(
+    params: DpsuParameters,
+    method: str,
+    released: int | None,
+    public: PublicDomain | None,
+    public_log: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The ``dpne.k1`` report part: the public DPSU parameters (none for a TrieHH-only S_1), the
+    DP-SIPS rounds and the public domain's rounds."""
+    dpsu = method != "triehh"
+    report = {
+        "k": 1,
+        "released": released,
+        "sigma": params.sigma if dpsu else None,
+        "rho": params.threshold if dpsu else None,
+        "max_contribution": params.max_contribution,
+        "variant": method,
+        "policy": params.policy if dpsu else None,
+        "policy_cap": params.cap if dpsu else None,
+        "threshold_delta": params.threshold_delta if dpsu else 0.0,
+    }
+    if dpsu and params.rounds:
+        report["sips_rounds"] = [
+            {"sigma": r.sigma, "rho": r.threshold, "threshold_delta": r.threshold_delta}
+            for r in params.rounds
+        ]
+    if public is not None:
+        report["public_domain"] = {
+            "words": public.size,
+            "eta": public.eta,
+            "rounds": public_log,
+            "released_public_only": sum(len(a) for a in public.public_only or []),
+        }
+    return report
+
+
 def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str, Any]:
     """Stage ``dpne.k1``: release the vocabulary S_1 (DPSU) to ``released/vocabulary.parquet``.
 
@@ -151,30 +187,7 @@ def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict
         wh.drop(ctx.schema, PUBLIC_ONLY_TABLE, SEEDS_TABLE)
         with ctx.release.writing(VOCABULARY) as tmp:
             write_keys_parquet(table, tmp, VOCABULARY_COLUMNS)
-        dpsu = method != "triehh"
-        report = {
-            "k": 1,
-            "released": released,
-            "sigma": params.sigma if dpsu else None,
-            "rho": params.threshold if dpsu else None,
-            "max_contribution": params.max_contribution,
-            "variant": method,
-            "policy": params.policy if dpsu else None,
-            "policy_cap": params.cap if dpsu else None,
-            "threshold_delta": params.threshold_delta if dpsu else 0.0,
-        }
-        if dpsu and params.rounds:
-            report["sips_rounds"] = [
-                {"sigma": r.sigma, "rho": r.threshold, "threshold_delta": r.threshold_delta}
-                for r in params.rounds
-            ]
-        if public is not None:
-            report["public_domain"] = {
-                "words": public.size,
-                "eta": public.eta,
-                "rounds": public_log,
-                "released_public_only": sum(len(a) for a in public.public_only or []),
-            }
+        report = _vocabulary_report(params, method, released, public, public_log)
         events = params.events(VOCABULARY_STAGE)
         if method == "triehh":  # no DPSU spend: a zero event keeps the stage's marker format
             events = triehh.merged_vocabulary_events(VOCABULARY_STAGE)
