@@ -1,23 +1,31 @@
 """Joint calibration: the stages' noise scaled together so that the composed total is the run's
 budget (docs/accounting.md, "Joint calibration").
 
-The composition is checked against the events the stages' *own* calibration functions produce at
-the calibrated shares (not against the shapes the plan assumes), for every combination of stages;
-the ledger's charges for a run add up to the run's composed total."""
+The composition is checked against the events the mechanisms' *own* event builders produce at the
+calibrated shares (the functions the stages charge the ledger with; not against the shapes the
+plan assumes), for every combination of stages; the ledger's charges for a run add up to the
+run's composed total."""
 
 from __future__ import annotations
 
 import itertools
 import math
 
+import numpy as np
+import polars as pl
+import pyarrow as pa
 import pytest
 
 from dpngram.config import RunConfig
 from dpngram.config.budget_plan import DEFAULT_STAGE_BUDGET
 from dpngram.core.accounting import Accountant, PrivacyEvent
-from dpngram.mechanisms.bayes import calibrate
-from dpngram.mechanisms.dpne import level_sigmas
+from dpngram.core.noise import NoiseSource
+from dpngram.mechanisms.bayes import bayesian_release, calibrate
+from dpngram.mechanisms.dpne import LevelOutcome, level_sigmas
 from dpngram.mechanisms.dpsu import vocabulary_parameters
+from dpngram.mechanisms.lm_counts import CountRelease
+from dpngram.mechanisms.synth import ExplorationTree, TreeParams
+from dpngram.mechanisms.triehh import plan_events
 from dpngram.release.context import RunContext, StageResult
 from dpngram.release.publish import prepare
 from dpngram.release.spend import spend_once
@@ -64,25 +72,32 @@ def _real_events_of(config: RunConfig, stages: tuple[str, ...]) -> list[PrivacyE
                 )
                 assert vocab.sigma == pytest.approx(sigmas[1], rel=1e-12)
                 events += vocab.events("dpne.k1")
-            events += [
-                PrivacyEvent(f"dpne.k{k}", "gaussian", sigma=sigma) for k, sigma in sigmas.items() if k >= 2
-            ]
-        elif stage in ("bayes", "lm_counts"):
+            events += [_level_events(k, sigma) for k, sigma in sigmas.items() if k >= 2]
+        elif stage == "bayes":
             # the sensitivity and vocabulary size do not change the noise multiplier sigma/sensitivity
             calibration = calibrate(share.epsilon, share.delta, 3.7, 5000)
-            events.append(
-                PrivacyEvent(
-                    stage, "gaussian", sigma=calibration.sigma, sensitivity=calibration.snapped_sensitivity
-                )
+            _, released = bayesian_release(
+                np.zeros(3), calibration, NoiseSource.secure(), stage=stage, differentially_private=True
             )
+            events += released
+        elif stage == "lm_counts":
+            calibration = calibrate(share.epsilon, share.delta, 3.7, 5000)
+            events += CountRelease(pl.DataFrame(), pa.table({}), calibration, 0.0).events(stage)
         elif stage == "synth":
-            events.append(PrivacyEvent(stage, "laplace", epsilon=share.epsilon))
+            params = TreeParams(share.epsilon, config.synth.l_max, config.synth.n_max, n_labels=10)
+            events += ExplorationTree(params).events(stage)
         elif stage == "triehh":
-            plan = privacy_plan(config)
-            events.append(
-                PrivacyEvent(stage, "approx", epsilon=plan["central_epsilon"], delta=plan["central_delta"])
-            )
+            events += plan_events(privacy_plan(config), stage)
     return events
+
+
+def _level_events(k: int, sigma: float) -> PrivacyEvent:
+    """A DPNE level's event as the mechanism builds it (:meth:`LevelOutcome.events`)."""
+    outcome = LevelOutcome(
+        k, released=0, valid=0, previous=0, sigma=sigma, rho=None, variant="exact", valid_count="exact"
+    )
+    (event,) = outcome.events(f"dpne.k{k}")
+    return event
 
 
 def _combinations() -> list[tuple[dict[str, float], dict]]:
