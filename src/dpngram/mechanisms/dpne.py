@@ -39,8 +39,8 @@ helpers already live in :mod:`dpngram.mechanisms.dpne_domain`.
 
 Owns: the DPNE level algorithm (threshold, exact and scalable variants, DP-SIPS rounds), a level's
 restore from released files.
-Imports: dpngram.mechanisms (dpne_domain, dpsu), dpngram.engines, dpngram.core; numpy, scipy,
-pyarrow.
+Imports: dpngram.mechanisms (dpne_domain, dpsu, dpsu_rounds), dpngram.engines, dpngram.core; numpy,
+scipy, pyarrow.
 """
 
 from __future__ import annotations
@@ -80,16 +80,13 @@ from dpngram.mechanisms.dpne_domain import (
 )
 from dpngram.mechanisms.dpsu import (
     Policy,
-    SipsRound,
     check_policy,
     policy_fill_level,
     secret_histogram,
-    sips_fractions,
     sips_rounds_release,
-    sips_sigmas,
     threshold_histogram,
-    with_admission,
 )
+from dpngram.mechanisms.dpsu_rounds import SipsRound, sips_fractions, sips_sigmas, with_admission
 
 BASELINES = ("dpsu-all", "dpsu-even", "dpsu-single")
 

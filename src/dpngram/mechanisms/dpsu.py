@@ -39,7 +39,8 @@ visiting order, holding one float per item of the support.
 DP-SIPS (Swanberg, Desfontaines & Haney 2023, ``policy='dp-sips'``): R rounds of the weighted
 policy, round r over the items not released by rounds < r (an anti-join in SQL) with noise
 ``sigma / sqrt(f_r)`` (sum_r f_r = 1), so the rounds compose exactly to one Gaussian of ``sigma``;
-the threshold delta is split over the rounds (:func:`sips_release`, :func:`sips_rounds_release`).
+the threshold delta is split over the rounds (:func:`sips_release`, :func:`sips_rounds_release`;
+the rounds' public parameters, :class:`SipsRound`, are in :mod:`dpngram.mechanisms.dpsu_rounds`).
 Only histograms and released keys reach the driver, so it scales out like the weighted policy.
 Derivation: docs/dpne.md, "DP-SIPS". The vocabulary's public domain (:class:`PublicDomain`,
 :func:`public_domain_draw`): docs/dpne.md, "The public domain of the vocabulary".
@@ -52,13 +53,12 @@ Gaussian's sequential update and the secret histogram live in :mod:`dpngram.mech
 
 Owns: the DPSU release over any ``(user_id, item)`` relation with any policy, the vocabulary
 S_1 and its parameters, writing released keys (:func:`write_keys_parquet`).
-Imports: dpngram.mechanisms.policy_kernel (lazily), dpngram.engines, dpngram.core; numpy, pyarrow.
+Imports: dpngram.mechanisms (dpsu_policy, dpsu_rounds; policy_kernel lazily), dpngram.engines,
+dpngram.core; numpy, pyarrow.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -70,9 +70,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dpngram.core.accounting import PrivacyEvent, compose_gaussian_sigmas, dpne_sigmas, dpsu_threshold
+from dpngram.core.accounting import PrivacyEvent, dpne_sigmas, dpsu_threshold
 from dpngram.core.budget import Budget
-from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql, safe_identifier
@@ -83,6 +82,7 @@ from dpngram.mechanisms.dpsu_policy import (
     secret_histogram,
 )
 from dpngram.mechanisms.dpsu_policy import dpsu_histogram as dpsu_histogram  # re-exported
+from dpngram.mechanisms.dpsu_rounds import SipsRound, sips_vocabulary_rounds
 
 VOCABULARY_STAGE = "dpne.k1"
 
@@ -91,103 +91,6 @@ VOCABULARY_TABLE = "dpne_s1_items"  # released S_1 (item column), private schema
 
 
 BATCH_ROWS = 1 << 20
-
-
-#: Bounds of the DP-SIPS parameters (also the configuration's): R rounds, geometric ratio.
-SIPS_MAX_ROUNDS = 10
-SIPS_MAX_RATIO = 1000.0
-#: Range of ``dpsu_sips_admission`` (z, in units of round 1's sigma).
-SIPS_MIN_ADMISSION = -10.0
-SIPS_MAX_ADMISSION = 10.0
-
-
-@dataclass(frozen=True)
-class SipsRound:
-    """Public parameters of one DP-SIPS round: noise sigma_r = sigma / sqrt(f_r), threshold rho_r and
-    the round's share delta_0r = f_r delta_0 of the threshold delta (vocabulary; None at DPNE levels,
-    whose thresholds cost no delta)."""
-
-    sigma: float
-    threshold: float | None
-    threshold_delta: float | None = None
-    #: Round 1 of a release with admission: later rounds keep only the items whose round-1 noisy
-    #: weight reached this floor (z * sigma_1; None: plain DP-SIPS).
-    admit_floor: float | None = None
-
-
-def sips_fractions(rounds: int, ratio: float) -> list[float]:
-    """f_r proportional to ``ratio^(r-1)``, r = 1..R, summing to 1 (DP-SIPS budget split).
-    ``ratio`` < 1 puts more of the budget on the first rounds; rounds = 1 gives [1.0]."""
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= SIPS_MAX_ROUNDS:
-        raise ConfigError(f"dpsu_sips_rounds: must be an integer in 1..{SIPS_MAX_ROUNDS} (got {rounds!r})")
-    if not (isinstance(ratio, (int, float)) and math.isfinite(ratio) and 0 < ratio <= SIPS_MAX_RATIO):
-        raise ConfigError(f"dpsu_sips_ratio: must be a number in (0, {SIPS_MAX_RATIO:g}] (got {ratio!r})")
-    weights = [float(ratio) ** r for r in range(rounds)]
-    total = math.fsum(weights)
-    return [w / total for w in weights]
-
-
-def sips_sigmas(sigma: float, rounds: int, ratio: float) -> list[float]:
-    """sigma_r = sigma / sqrt(f_r): R sensitivity-1 Gaussians with sum_r 1/sigma_r^2 = 1/sigma^2, i.e.
-    exactly one Gaussian of noise sigma (Dong, Roth & Su 2019; adaptive composition). rounds = 1
-    returns [sigma] exactly. Rounded towards safety: the accountant's composition of the returned
-    sigmas (:func:`~dpngram.core.accounting.compose_gaussian_sigmas`) is never above ``sigma``, so
-    the composed epsilon is never below the one-Gaussian epsilon (at most a few ulps above)."""
-    sigmas = [sigma if f == 1.0 else sigma / math.sqrt(f) for f in sips_fractions(rounds, ratio)]
-    while compose_gaussian_sigmas(sigmas) > sigma:
-        sigmas = [math.nextafter(s, 0.0) for s in sigmas]
-    return sigmas
-
-
-def check_admission(admission: float | None) -> None:
-    """``dpsu_sips_admission``: None (off) or a finite z in [SIPS_MIN_ADMISSION, SIPS_MAX_ADMISSION]."""
-    if admission is None:
-        return
-    if not (
-        isinstance(admission, (int, float))
-        and not isinstance(admission, bool)
-        and math.isfinite(admission)
-        and SIPS_MIN_ADMISSION <= admission <= SIPS_MAX_ADMISSION
-    ):
-        raise ConfigError(
-            f"dpsu_sips_admission: must be a number in [{SIPS_MIN_ADMISSION:g}, {SIPS_MAX_ADMISSION:g}] "
-            f"or empty for none (got {admission!r})"
-        )
-
-
-def with_admission(rounds: tuple[SipsRound, ...], admission: float | None) -> tuple[SipsRound, ...]:
-    """The rounds with round 1's admission floor z * sigma_1 set (``admission`` = z; docs/dpne.md,
-    "Admission by the first round"). One round, or ``admission`` None: unchanged."""
-    check_admission(admission)
-    if admission is None or len(rounds) < 2:
-        return rounds
-    first = rounds[0]
-    return (dataclasses.replace(first, admit_floor=float(admission) * first.sigma), *rounds[1:])
-
-
-def sips_vocabulary_rounds(
-    sigma: float,
-    threshold_delta: float,
-    max_contribution: int,
-    rounds: int,
-    ratio: float,
-    admission: float | None = None,
-) -> tuple[SipsRound, ...]:
-    """The DPSU rounds of one DP-SIPS release: sigma_r = sigma / sqrt(f_r), delta_0r = f_r delta_0 (the
-    last one takes the rest, so they add up to delta_0) and rho_r = dpsu_threshold(sigma_r, delta_0r,
-    Delta): in round r an item held only by the added user passes with probability <= delta_0r
-    whatever the earlier rounds released, so over all rounds with probability <= delta_0 (union
-    bound; docs/dpne.md, "DP-SIPS")."""
-    fractions = sips_fractions(rounds, ratio)
-    deltas = [threshold_delta * f for f in fractions[:-1]]
-    deltas.append(threshold_delta - math.fsum(deltas) if deltas else threshold_delta)
-    return with_admission(
-        tuple(
-            SipsRound(sigma=s, threshold=dpsu_threshold(s, d, max_contribution), threshold_delta=d)
-            for s, d in zip(sips_sigmas(sigma, rounds, ratio), deltas, strict=True)
-        ),
-        admission,
-    )
 
 
 @dataclass(frozen=True)
