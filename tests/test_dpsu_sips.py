@@ -45,8 +45,8 @@ from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource, simulation_rng
 from dpngram.engines.duckdb import Warehouse
 from dpngram.engines.sql import load_sql
-from dpngram.mechanisms import dpne, dpne_domain, dpsu
-from dpngram.mechanisms.dpsu import SipsRound, sips_fractions, sips_sigmas, sips_vocabulary_rounds
+from dpngram.mechanisms import dpne, dpne_domain, dpsu, dpsu_rounds
+from dpngram.mechanisms.dpsu_rounds import SipsRound, sips_fractions, sips_sigmas, sips_vocabulary_rounds
 
 SCHEMA = "run_sips_test"
 FALSE_FAILURE = 1e-4
@@ -357,9 +357,9 @@ def test_configuration_accepts_the_admission_and_refuses_bad_values():
             RunConfig.build(**base, dpsu_sips_admission_floor=bad)
     for bad in (10.5, -11, float("nan"), float("inf"), True, "1"):
         with pytest.raises(ConfigError, match="dpsu_sips_admission"):
-            dpsu.check_admission(bad)
-    dpsu.check_admission(None)
-    dpsu.check_admission(-10)
+            dpsu_rounds.check_admission(bad)
+    dpsu_rounds.check_admission(None)
+    dpsu_rounds.check_admission(-10)
 
     on = dpsu_parameters(default)
     plain = dpsu_parameters(RunConfig.build(**base, dpsu_sips_admission=False, dpsu_sips_ratio=3.0))
@@ -367,8 +367,8 @@ def test_configuration_accepts_the_admission_and_refuses_bad_values():
     assert [r.admit_floor for r in plain.rounds] == [None] * len(plain.rounds)
     assert [dataclasses.replace(r, admit_floor=None) for r in on.rounds] == list(plain.rounds)
     assert on.events("dpne.k1") == plain.events("dpne.k1")
-    assert dpsu.with_admission(plain.rounds[:1], 1.5) == plain.rounds[:1]
-    assert dpsu.with_admission(plain.rounds, None) == plain.rounds
+    assert dpsu_rounds.with_admission(plain.rounds[:1], 1.5) == plain.rounds[:1]
+    assert dpsu_rounds.with_admission(plain.rounds, None) == plain.rounds
     level = dpne.sips_level_rounds(2.0, 0.01, 30, 900, 2, 1.0, -0.5)
     assert [r.admit_floor for r in level] == [-0.5 * level[0].sigma, None]
     with pytest.raises(ConfigError, match="dpsu_sips_admission"):

@@ -186,7 +186,7 @@ def test_sips_admission_audit_runs_releases_with_admission_and_one_salt_a_run(mo
     run draws ONE subset salt (every user keeps its round-1 subset), a new one every run; its claim
     is the weighted policy's (admission changes no event)."""
     from dpngram.config.sections import DpneConfig
-    from dpngram.mechanisms.dpsu import sips_fractions
+    from dpngram.mechanisms.dpsu_rounds import sips_fractions
 
     calls = record_sips_release_rounds(monkeypatch)
     salts = record_selection_salts(monkeypatch)

@@ -39,8 +39,8 @@ helpers already live in :mod:`dpngram.mechanisms.dpne_domain`.
 
 Owns: the DPNE level algorithm (threshold, exact and scalable variants, DP-SIPS rounds), a level's
 restore from released files.
-Imports: dpngram.mechanisms (dpne_domain, dpsu), dpngram.engines, dpngram.core; numpy, scipy,
-pyarrow.
+Imports: dpngram.mechanisms (dpne_domain, dpsu, dpsu_rounds), dpngram.engines, dpngram.core; numpy,
+scipy, pyarrow.
 """
 
 from __future__ import annotations
@@ -80,16 +80,14 @@ from dpngram.mechanisms.dpne_domain import (
 )
 from dpngram.mechanisms.dpsu import (
     Policy,
-    SipsRound,
+    SipsDraw,
     check_policy,
     policy_fill_level,
     secret_histogram,
-    sips_fractions,
     sips_rounds_release,
-    sips_sigmas,
     threshold_histogram,
-    with_admission,
 )
+from dpngram.mechanisms.dpsu_rounds import SipsRound, sips_fractions, sips_sigmas, with_admission
 
 BASELINES = ("dpsu-all", "dpsu-even", "dpsu-single")
 
@@ -340,10 +338,7 @@ def _release_level_sips(
     """Level k by DP-SIPS (docs/dpne.md, "DP-SIPS"): the pruned candidates and V_k as for the other
     policies, then R rounds (:func:`dpngram.mechanisms.dpsu.sips_rounds_release`), each a weighted
     histogram of the users' valid k-grams not released by earlier rounds, thresholded at
-    (sigma_r, rho_r). Round r treats every not-yet-released valid k-gram alike: the exact variant
-    thresholds V_k minus the released ones (weight 0 where nobody holds it in this round); the
-    scalable one thresholds supp(H_r), then adds Binomial(|V_k| - |released| - |supp(H_r)|,
-    Phi(-rho_r/sigma_r)) k-grams drawn uniformly from V_k minus (supp(H_r) and the released ones)."""
+    (sigma_r, rho_r) (:func:`sips_level_rounds`) by :func:`_sips_level_draw`."""
     plan_check = sips_fractions(rounds, ratio)  # validate before any work
     del plan_check
     inputs = prepare_level(
@@ -359,7 +354,68 @@ def _release_level_sips(
     )
     plan = sips_level_rounds(sigma, eta, inputs.previous, inputs.valid, rounds, ratio, admission)
     chosen = choose_variant(variant, inputs.valid, exact_max_valid)
-    index: list[ValidKgramIndex] = []
+    keys = _sips_level_keys(
+        wh, schema, inputs, plan, chosen, max_contribution=max_contribution, noise=noise, admission=admission
+    )
+    return _install_and_report(
+        wh,
+        schema,
+        inputs,
+        pruning,
+        keys,
+        sigma=sigma,
+        rho=plan[0].threshold,
+        variant=chosen,
+        valid_count=valid_count,
+        rounds=plan,
+    )
+
+
+def _sips_level_keys(
+    wh: Engine,
+    schema: str,
+    inputs: LevelInputs,
+    plan: tuple[SipsRound, ...],
+    chosen: Literal["exact", "scalable"],
+    *,
+    max_contribution: int,
+    noise: NoiseSource,
+    admission: float | None,
+) -> np.ndarray:
+    """The keys level k's DP-SIPS rounds release, all rounds together (unsorted): the rounds of
+    :func:`dpngram.mechanisms.dpsu.sips_rounds_release` over the level's source, each drawn by
+    :func:`_sips_level_draw`."""
+    released = sips_rounds_release(
+        wh,
+        schema,
+        inputs.source,
+        f"dpne_sips{inputs.k}",
+        rounds=plan,
+        max_contribution=max_contribution,
+        noise=noise,
+        draw=_sips_level_draw(wh, schema, inputs, chosen, noise),
+        label=f"level {inputs.k}",
+        # With admission, round 2 reads each user's round-1 list (one GROUP BY over the level's
+        # candidates instead of two; the same histograms, tests/test_dpsu_sips.py).
+        per_user_lists=admission is not None,
+    )
+    return (
+        np.concatenate([a.to_numpy(zero_copy_only=False) for a in released])
+        if released
+        else np.empty(0, dtype=np.int64)
+    )
+
+
+def _sips_level_draw(
+    wh: Engine, schema: str, inputs: LevelInputs, chosen: Literal["exact", "scalable"], noise: NoiseSource
+) -> SipsDraw:
+    """The draw of each DP-SIPS round of level k. Round r treats every not-yet-released valid
+    k-gram alike: the exact variant thresholds V_k minus the released ones (weight 0 where nobody
+    holds it in this round; :func:`_sips_exact_keys`); the scalable one thresholds supp(H_r), then
+    adds Binomial(|V_k| - |released| - |supp(H_r)|, Phi(-rho_r/sigma_r)) k-grams drawn uniformly
+    from V_k minus (supp(H_r) and the released ones) (:func:`_sips_scalable_keys`). Round 1 also
+    collects the admitted k-grams when asked."""
+    index: list[ValidKgramIndex] = []  # built by the scalable variant's first round, then reused
 
     def draw(
         histogram: str, released: str | None, count: int, rnd: SipsRound, admitted: list[pa.Array] | None
@@ -368,90 +424,100 @@ def _release_level_sips(
             return pa.array([], type=pa.int64())
         admit = {"admit_floor": rnd.admit_floor, "admitted": admitted} if admitted is not None else {}
         if chosen == "exact":
-            kept = threshold_histogram(
-                wh,
-                load_sql(
-                    "dpne/valid_weighted" if released is None else "dpsu/sips_valid_weighted",
-                    schema=schema,
-                    left_side=inputs.left,
-                    right_side=inputs.right,
-                    histogram=histogram,
-                    **({} if released is None else {"released": released}),
-                ),
-                sigma=rnd.sigma,
-                threshold=rnd.threshold,
-                noise=noise,
-                **admit,
-            )
-            return pa.array(kept.column("item").to_numpy().astype(np.int64))
-        kept = threshold_histogram(
-            wh,
-            load_sql("dpsu/histogram_scan", schema=schema, histogram=histogram),
-            sigma=rnd.sigma,
-            threshold=rnd.threshold,
-            noise=noise,
-            **admit,
-        )
-        support = int(wh.fetch_scalar(load_sql("dpne/support_size", schema=schema, histogram=histogram)))
-        if not index:
-            index.append(valid_kgram_index(wh, schema, inputs))
-        free = index[0].size - support - count  # |V_k minus (supp(H_r) and the released)|
-        tail = float(stats.norm.sf(rnd.threshold / rnd.sigma))
-        spurious_n = noise.binomial(max(0, inputs.valid - count - support), tail)
-        spurious_n = min(spurious_n, max(0, free))  # binds only for an over-estimated |V_k|
-        exclude = histogram
-        if released is not None:
-            exclude = f"{histogram}_exclude"
-            wh.execute(
-                load_sql(
-                    "dpsu/sips_exclusion",
-                    schema=schema,
-                    target=exclude,
-                    histogram=histogram,
-                    released=released,
-                )
-            )
-        try:
-            spurious = sample_spurious(wh, schema, index[0], exclude, spurious_n, noise, support + count)
-        finally:
-            if exclude != histogram:
-                drop_tables(wh, schema, exclude)
-        return pa.array(np.concatenate([kept.column("item").to_numpy().astype(np.int64), spurious]))
+            return _sips_exact_keys(wh, schema, inputs, histogram, released, rnd, noise, admit)
+        return _sips_scalable_keys(wh, schema, inputs, index, histogram, released, count, rnd, noise, admit)
 
-    released = sips_rounds_release(
+    return draw
+
+
+def _sips_exact_keys(
+    wh: Engine,
+    schema: str,
+    inputs: LevelInputs,
+    histogram: str,
+    released: str | None,
+    rnd: SipsRound,
+    noise: NoiseSource,
+    admit: dict[str, Any],
+) -> pa.Array:
+    """Exact variant, round r: threshold every valid k-gram not released yet, with weight 0 where
+    nobody holds it this round (``dpne/valid_weighted``; from round 2 ``dpsu/sips_valid_weighted``)."""
+    assert rnd.threshold is not None
+    kept = threshold_histogram(
         wh,
-        schema,
-        inputs.source,
-        f"dpne_sips{k}",
-        rounds=plan,
-        max_contribution=max_contribution,
+        load_sql(
+            "dpne/valid_weighted" if released is None else "dpsu/sips_valid_weighted",
+            schema=schema,
+            left_side=inputs.left,
+            right_side=inputs.right,
+            histogram=histogram,
+            **({} if released is None else {"released": released}),
+        ),
+        sigma=rnd.sigma,
+        threshold=rnd.threshold,
         noise=noise,
-        draw=draw,
-        label=f"level {k}",
-        # With admission, round 2 reads each user's round-1 list (one GROUP BY over the level's
-        # candidates instead of two; the same histograms, tests/test_dpsu_sips.py).
-        per_user_lists=admission is not None,
+        **admit,
     )
-    keys = (
-        np.concatenate([a.to_numpy(zero_copy_only=False) for a in released])
-        if released
-        else np.empty(0, dtype=np.int64)
+    return pa.array(kept.column("item").to_numpy().astype(np.int64))
+
+
+def _sips_scalable_keys(
+    wh: Engine,
+    schema: str,
+    inputs: LevelInputs,
+    index: list[ValidKgramIndex],
+    histogram: str,
+    released: str | None,
+    count: int,
+    rnd: SipsRound,
+    noise: NoiseSource,
+    admit: dict[str, Any],
+) -> pa.Array:
+    """Scalable variant, round r: threshold supp(H_r), then add Binomial(|V_k| - |released| -
+    |supp(H_r)|, Phi(-rho_r/sigma_r)) k-grams drawn uniformly from V_k minus supp(H_r) and the
+    ``count`` released ones. |supp(H_r)| and the binomial draw never leave this function.
+    ``index`` holds the level's :class:`ValidKgramIndex` once built (here, on first use)."""
+    assert rnd.threshold is not None
+    kept = threshold_histogram(
+        wh,
+        load_sql("dpsu/histogram_scan", schema=schema, histogram=histogram),
+        sigma=rnd.sigma,
+        threshold=rnd.threshold,
+        noise=noise,
+        **admit,
     )
-    size = _install_level(wh, schema, k, pruning, keys, inputs.candidates)
-    drop_level_inputs(wh, schema, inputs)
-    if k > 2:
-        drop_tables(wh, schema, occurrence_table(k - 1))
-    return LevelOutcome(
-        k=k,
-        released=size,
-        valid=inputs.valid,
-        previous=inputs.previous,
-        sigma=sigma,
-        rho=plan[0].threshold,
-        variant=chosen,
-        valid_count=valid_count,
-        rounds=plan,
+    support = int(wh.fetch_scalar(load_sql("dpne/support_size", schema=schema, histogram=histogram)))
+    if not index:
+        index.append(valid_kgram_index(wh, schema, inputs))
+    free = index[0].size - support - count  # |V_k minus (supp(H_r) and the released)|
+    tail = float(stats.norm.sf(rnd.threshold / rnd.sigma))
+    spurious_n = noise.binomial(max(0, inputs.valid - count - support), tail)
+    spurious_n = min(spurious_n, max(0, free))  # binds only for an over-estimated |V_k|
+    exclude = _spurious_exclusion(wh, schema, histogram, released)
+    try:
+        spurious = sample_spurious(wh, schema, index[0], exclude, spurious_n, noise, support + count)
+    finally:
+        if exclude != histogram:
+            drop_tables(wh, schema, exclude)
+    return pa.array(np.concatenate([kept.column("item").to_numpy().astype(np.int64), spurious]))
+
+
+def _spurious_exclusion(wh: Engine, schema: str, histogram: str, released: str | None) -> str:
+    """The table of k-grams the spurious sample avoids: supp(H_r) itself in round 1, from round 2
+    supp(H_r) and the released k-grams (``dpsu/sips_exclusion``, built here; the caller drops it)."""
+    if released is None:
+        return histogram
+    exclude = f"{histogram}_exclude"
+    wh.execute(
+        load_sql(
+            "dpsu/sips_exclusion",
+            schema=schema,
+            target=exclude,
+            histogram=histogram,
+            released=released,
+        )
     )
+    return exclude
 
 
 def choose_variant(variant: Variant, valid: int, exact_max_valid: int) -> Literal["exact", "scalable"]:
@@ -490,7 +556,10 @@ def release_level(
     and the privacy argument are unchanged. Needs ``dpne_s{j}`` for j < k and ``dpne_occ{k-1}`` in
     ``schema``; writes ``dpne_s{k}`` and ``dpne_occ{k}`` and drops the private candidates and
     histogram. ``policy='dp-sips'`` releases the level in ``sips_rounds`` rounds
-    (:func:`_release_level_sips`), whose Gaussians compose exactly to sigma_k."""
+    (:func:`_release_level_sips`), whose Gaussians compose exactly to sigma_k.
+
+    Over 60 lines: the signature is the level's 18 parameters and the DP-SIPS branch hands them
+    on; the rest is the level's recipe in order (prepare, threshold, draw, install)."""
     choose_variant(variant, 0, exact_max_valid)  # validate before any work
     check_policy(policy)
     if policy == "dp-sips":
@@ -512,10 +581,6 @@ def release_level(
             admission=sips_admission,
         )
 
-    def cap(previous: int, valid: int) -> float | None:
-        rho = level_threshold(sigma, eta, previous, valid)
-        return None if rho is None else policy_fill_level(policy, rho, sigma, policy_cap)
-
     inputs = prepare_level(
         wh,
         schema,
@@ -525,11 +590,45 @@ def release_level(
         noise=noise,
         valid_count=valid_count,
         sampling_probability=sampling_probability,
-        cap=cap,
+        cap=_level_fill_level(sigma, eta, policy, policy_cap),
     )
     rho = level_threshold(sigma, eta, inputs.previous, inputs.valid)
     chosen = choose_variant(variant, inputs.valid, exact_max_valid)
     keys = draw_level_keys(wh, schema, inputs, sigma=sigma, rho=rho, variant=chosen, noise=noise)
+    return _install_and_report(
+        wh, schema, inputs, pruning, keys, sigma=sigma, rho=rho, variant=chosen, valid_count=valid_count
+    )
+
+
+def _level_fill_level(
+    sigma: float, eta: float, policy: Policy, policy_cap: float
+) -> Callable[[int, int], float | None]:
+    """``cap(|S_{k-1}|, |V_k|)`` for :func:`prepare_level`: the policy Gaussian's fill level
+    rho_k + policy_cap sigma_k (None for the weighted policy, or when V_k is empty)."""
+
+    def cap(previous: int, valid: int) -> float | None:
+        rho = level_threshold(sigma, eta, previous, valid)
+        return None if rho is None else policy_fill_level(policy, rho, sigma, policy_cap)
+
+    return cap
+
+
+def _install_and_report(
+    wh: Engine,
+    schema: str,
+    inputs: LevelInputs,
+    pruning: Pruning,
+    keys: np.ndarray,
+    *,
+    sigma: float,
+    rho: float | None,
+    variant: str,
+    valid_count: str,
+    rounds: tuple[SipsRound, ...] = (),
+) -> LevelOutcome:
+    """The end of level k after the noisy step: S_k and its positions from the released ``keys``
+    (post-processing), the level's private inputs dropped, and its public facts."""
+    k = inputs.k
     released = _install_level(wh, schema, k, pruning, keys, inputs.candidates)
     drop_level_inputs(wh, schema, inputs)
     if k > 2:  # level k+1 extends level-k positions (and level-1 ones, single-side) only
@@ -541,8 +640,9 @@ def release_level(
         previous=inputs.previous,
         sigma=sigma,
         rho=rho,
-        variant=chosen,
+        variant=variant,
         valid_count=valid_count,
+        rounds=rounds,
     )
 
 

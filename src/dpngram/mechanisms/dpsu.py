@@ -39,40 +39,42 @@ visiting order, holding one float per item of the support.
 DP-SIPS (Swanberg, Desfontaines & Haney 2023, ``policy='dp-sips'``): R rounds of the weighted
 policy, round r over the items not released by rounds < r (an anti-join in SQL) with noise
 ``sigma / sqrt(f_r)`` (sum_r f_r = 1), so the rounds compose exactly to one Gaussian of ``sigma``;
-the threshold delta is split over the rounds (:func:`sips_release`, :func:`sips_rounds_release`).
+the threshold delta is split over the rounds (:func:`sips_release`, :func:`sips_rounds_release`;
+the rounds' public parameters, :class:`SipsRound`, are in :mod:`dpngram.mechanisms.dpsu_rounds`).
 Only histograms and released keys reach the driver, so it scales out like the weighted policy.
 Derivation: docs/dpne.md, "DP-SIPS". The vocabulary's public domain (:class:`PublicDomain`,
-:func:`public_domain_draw`): docs/dpne.md, "The public domain of the vocabulary".
+:func:`public_domain_draw`, in :mod:`dpngram.mechanisms.dpsu_public`): docs/dpne.md, "The public
+domain of the vocabulary".
 
-Why one module (over 600 lines): DP-SIPS's rounds, their admission and the public domain share
-one histogram SQL, one thresholding rule and one set of release parameters; the DPNE levels and
-the audit call them as one API, and splitting would only move the shared helpers apart. The policy
-Gaussian's sequential update and the secret histogram live in :mod:`dpngram.mechanisms.dpsu_policy`
-(re-exported here).
+Why one module (over 600 lines): DP-SIPS's rounds and their admission share one histogram SQL,
+one thresholding rule and one set of release parameters; the DPNE levels and the audit call them
+as one API, and splitting would only move the shared helpers apart. What has its own seam lives
+beside it: the policy Gaussian's sequential update and the secret histogram in
+:mod:`dpngram.mechanisms.dpsu_policy` (re-exported here), DP-SIPS's public round parameters in
+:mod:`dpngram.mechanisms.dpsu_rounds`, the vocabulary's public domain in
+:mod:`dpngram.mechanisms.dpsu_public`.
 
 Owns: the DPSU release over any ``(user_id, item)`` relation with any policy, the vocabulary
 S_1 and its parameters, writing released keys (:func:`write_keys_parquet`).
-Imports: dpngram.mechanisms.policy_kernel (lazily), dpngram.engines, dpngram.core; numpy, pyarrow.
+Imports: dpngram.mechanisms (dpsu_policy, dpsu_public, dpsu_rounds; policy_kernel lazily),
+dpngram.engines, dpngram.core; pyarrow.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dpngram.core.accounting import PrivacyEvent, compose_gaussian_sigmas, dpne_sigmas, dpsu_threshold
+from dpngram.core.accounting import PrivacyEvent, dpne_sigmas, dpsu_threshold
 from dpngram.core.budget import Budget
-from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql, safe_identifier
@@ -83,6 +85,13 @@ from dpngram.mechanisms.dpsu_policy import (
     secret_histogram,
 )
 from dpngram.mechanisms.dpsu_policy import dpsu_histogram as dpsu_histogram  # re-exported
+from dpngram.mechanisms.dpsu_public import (
+    PublicDomain,
+    public_domain_draw,
+    public_round_shares,
+    public_threshold,
+)
+from dpngram.mechanisms.dpsu_rounds import SipsRound, sips_vocabulary_rounds
 
 VOCABULARY_STAGE = "dpne.k1"
 
@@ -91,103 +100,6 @@ VOCABULARY_TABLE = "dpne_s1_items"  # released S_1 (item column), private schema
 
 
 BATCH_ROWS = 1 << 20
-
-
-#: Bounds of the DP-SIPS parameters (also the configuration's): R rounds, geometric ratio.
-SIPS_MAX_ROUNDS = 10
-SIPS_MAX_RATIO = 1000.0
-#: Range of ``dpsu_sips_admission`` (z, in units of round 1's sigma).
-SIPS_MIN_ADMISSION = -10.0
-SIPS_MAX_ADMISSION = 10.0
-
-
-@dataclass(frozen=True)
-class SipsRound:
-    """Public parameters of one DP-SIPS round: noise sigma_r = sigma / sqrt(f_r), threshold rho_r and
-    the round's share delta_0r = f_r delta_0 of the threshold delta (vocabulary; None at DPNE levels,
-    whose thresholds cost no delta)."""
-
-    sigma: float
-    threshold: float | None
-    threshold_delta: float | None = None
-    #: Round 1 of a release with admission: later rounds keep only the items whose round-1 noisy
-    #: weight reached this floor (z * sigma_1; None: plain DP-SIPS).
-    admit_floor: float | None = None
-
-
-def sips_fractions(rounds: int, ratio: float) -> list[float]:
-    """f_r proportional to ``ratio^(r-1)``, r = 1..R, summing to 1 (DP-SIPS budget split).
-    ``ratio`` < 1 puts more of the budget on the first rounds; rounds = 1 gives [1.0]."""
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= SIPS_MAX_ROUNDS:
-        raise ConfigError(f"dpsu_sips_rounds: must be an integer in 1..{SIPS_MAX_ROUNDS} (got {rounds!r})")
-    if not (isinstance(ratio, (int, float)) and math.isfinite(ratio) and 0 < ratio <= SIPS_MAX_RATIO):
-        raise ConfigError(f"dpsu_sips_ratio: must be a number in (0, {SIPS_MAX_RATIO:g}] (got {ratio!r})")
-    weights = [float(ratio) ** r for r in range(rounds)]
-    total = math.fsum(weights)
-    return [w / total for w in weights]
-
-
-def sips_sigmas(sigma: float, rounds: int, ratio: float) -> list[float]:
-    """sigma_r = sigma / sqrt(f_r): R sensitivity-1 Gaussians with sum_r 1/sigma_r^2 = 1/sigma^2, i.e.
-    exactly one Gaussian of noise sigma (Dong, Roth & Su 2019; adaptive composition). rounds = 1
-    returns [sigma] exactly. Rounded towards safety: the accountant's composition of the returned
-    sigmas (:func:`~dpngram.core.accounting.compose_gaussian_sigmas`) is never above ``sigma``, so
-    the composed epsilon is never below the one-Gaussian epsilon (at most a few ulps above)."""
-    sigmas = [sigma if f == 1.0 else sigma / math.sqrt(f) for f in sips_fractions(rounds, ratio)]
-    while compose_gaussian_sigmas(sigmas) > sigma:
-        sigmas = [math.nextafter(s, 0.0) for s in sigmas]
-    return sigmas
-
-
-def check_admission(admission: float | None) -> None:
-    """``dpsu_sips_admission``: None (off) or a finite z in [SIPS_MIN_ADMISSION, SIPS_MAX_ADMISSION]."""
-    if admission is None:
-        return
-    if not (
-        isinstance(admission, (int, float))
-        and not isinstance(admission, bool)
-        and math.isfinite(admission)
-        and SIPS_MIN_ADMISSION <= admission <= SIPS_MAX_ADMISSION
-    ):
-        raise ConfigError(
-            f"dpsu_sips_admission: must be a number in [{SIPS_MIN_ADMISSION:g}, {SIPS_MAX_ADMISSION:g}] "
-            f"or empty for none (got {admission!r})"
-        )
-
-
-def with_admission(rounds: tuple[SipsRound, ...], admission: float | None) -> tuple[SipsRound, ...]:
-    """The rounds with round 1's admission floor z * sigma_1 set (``admission`` = z; docs/dpne.md,
-    "Admission by the first round"). One round, or ``admission`` None: unchanged."""
-    check_admission(admission)
-    if admission is None or len(rounds) < 2:
-        return rounds
-    first = rounds[0]
-    return (dataclasses.replace(first, admit_floor=float(admission) * first.sigma), *rounds[1:])
-
-
-def sips_vocabulary_rounds(
-    sigma: float,
-    threshold_delta: float,
-    max_contribution: int,
-    rounds: int,
-    ratio: float,
-    admission: float | None = None,
-) -> tuple[SipsRound, ...]:
-    """The DPSU rounds of one DP-SIPS release: sigma_r = sigma / sqrt(f_r), delta_0r = f_r delta_0 (the
-    last one takes the rest, so they add up to delta_0) and rho_r = dpsu_threshold(sigma_r, delta_0r,
-    Delta): in round r an item held only by the added user passes with probability <= delta_0r
-    whatever the earlier rounds released, so over all rounds with probability <= delta_0 (union
-    bound; docs/dpne.md, "DP-SIPS")."""
-    fractions = sips_fractions(rounds, ratio)
-    deltas = [threshold_delta * f for f in fractions[:-1]]
-    deltas.append(threshold_delta - math.fsum(deltas) if deltas else threshold_delta)
-    return with_admission(
-        tuple(
-            SipsRound(sigma=s, threshold=dpsu_threshold(s, d, max_contribution), threshold_delta=d)
-            for s, d in zip(sips_sigmas(sigma, rounds, ratio), deltas, strict=True)
-        ),
-        admission,
-    )
 
 
 @dataclass(frozen=True)
@@ -375,10 +287,9 @@ def sips_rounds_release(
     coded_items: bool = False,
 ) -> list[pa.Array]:
     """The rounds of one DP-SIPS release over ``{schema}.{source}(user_id, item)`` (docs/dpne.md,
-    "DP-SIPS"). Round r: the source minus the items released in rounds < r (anti-join,
-    ``sql/dpsu/sips_remaining.sql``; the released set is public), then the shared weighted
-    histogram (``sql/dpsu/histogram.sql``: at most ``max_contribution`` of each user's remaining
-    distinct items, weight 1/sqrt(#kept), a fresh secret subset salt each round), then
+    "DP-SIPS"). Round r: the shared weighted histogram of the items not released in rounds < r
+    (:func:`_build_round_histogram`: at most ``max_contribution`` of each user's remaining distinct
+    items, weight 1/sqrt(#kept), a fresh secret subset salt each round), then
     ``draw(histogram, released_table_or_None, released_count, round, admitted)``, which returns
     the round's released items (the noisy step; never a per-user row). Returns the non-empty
     per-round releases (disjoint). The private histogram and views are dropped.
@@ -387,147 +298,254 @@ def sips_rounds_release(
     salt for every round, so each user's kept set is round 1's; round 1's draw also collects into
     ``admitted`` the items whose noisy weight reached the floor without being released (plus
     ``always_admitted``, public keys), and rounds r >= 2 keep only those of each user's kept items
-    not released yet (``sql/dpsu/histogram_admitted.sql``, ``histogram_kept_admitted.sql``).
+    not released yet (:func:`_store_admitted`).
 
-    ``per_user_lists`` (with more than one round): each user's distinct items are collected once
-    into a list table (``sql/dpsu/user_item_lists.sql``) that every round reads
-    (``dpsu/histogram_lists.sql``; from round 2 minus the released items,
-    ``dpsu/histogram_lists_remaining.sql``): the same histograms, without a GROUP BY over every
-    occurrence per round. With admission the table holds each user's KEPT items instead
-    (``dpsu/user_kept_lists.sql``: one salt, so round 1's kept sets serve every round), read by
-    ``dpsu/histogram_kept.sql`` and ``histogram_kept_admitted.sql``: each user's items are ranked
-    once, not once per round. Worth it where the source has many duplicates per user (the vocabulary:
-    ~100 token occurrences, ~70 distinct words a user); the DPNE levels' sources are not.
-
-    ``coded_items`` (with kept lists): the lists hold hash(item), not the item (docs/dpne.md, "Coded
-    kept lists"; the same histograms, cheaper for strings) when no two items share a code."""
+    ``per_user_lists`` (more than one round) and ``coded_items`` (kept lists): one list table of
+    the users' items that every round reads (:func:`_build_user_lists`; same histograms, cheaper)."""
     if max_contribution < 1:
         raise ValueError(f"max_contribution: must be >= 1 (got {max_contribution})")
-    done = safe_identifier(f"{work}_done")
-    remaining = safe_identifier(f"{work}_remaining")
-    histogram = safe_identifier(f"{work}_histogram")
-    admitted_table = safe_identifier(f"{work}_admitted")
-    lists = safe_identifier(f"{work}_lists") if per_user_lists and len(rounds) > 1 else None
-    admission = len(rounds) > 1 and rounds[0].admit_floor is not None
-    shared_salt = int(noise.selection_salt()) if admission else None
-    from_kept_lists = lists is not None and admission  # one salt: every round keeps round 1's sets
-    codes = safe_identifier(f"{work}_codes") if coded_items and from_kept_lists else None
-    admitted_codes = safe_identifier(f"{work}_admitted_codes")
+    tables = _sips_tables(schema, source, work, rounds, per_user_lists, coded_items)
+    shared_salt = int(noise.selection_salt()) if tables.admission else None
     admitted: pa.Array | None = None
     released: list[pa.Array] = []
     count = 0
     try:
-        if from_kept_lists:  # every round's kept sets are round 1's, ranked once
-            if codes is not None and not _one_to_one_codes(wh, schema, source, codes):
-                codes = None
-            wh.execute(
-                load_sql(
-                    "dpsu/user_kept_lists_coded" if codes else "dpsu/user_kept_lists",
-                    schema=schema,
-                    target=lists,
-                    source=source,
-                ),
-                {"salt": shared_salt, "max_contribution": int(max_contribution)},
-            )
-        elif lists:
-            wh.execute(load_sql("dpsu/user_item_lists", schema=schema, target=lists, source=source))
+        tables = _build_user_lists(wh, tables, shared_salt, max_contribution)
         for r, rnd in enumerate(rounds, start=1):
             started = time.perf_counter()
             if count:
-                _store_items(wh, schema, done, pa.table({"item": pa.concat_arrays(released)}))
-            if admission and r >= 2:
-                assert admitted is not None
-                if count:  # admitted minus everything released so far (keys only)
-                    admitted = admitted.filter(pc.invert(pc.is_in(admitted, pa.concat_arrays(released))))
-                _store_items(wh, schema, admitted_table, pa.table({"item": admitted}))
-                coded = (
-                    {"codes": codes, "admitted": admitted_codes} if codes else {"admitted": admitted_table}
-                )
-                if codes:  # the admitted items' codes, matched against the coded lists
-                    wh.execute(
-                        load_sql(
-                            "dpsu/item_codes_of", schema=schema, target=admitted_codes, source=admitted_table
-                        )
-                    )
-                statement = (
-                    load_sql(
-                        "dpsu/histogram_kept_admitted_coded" if codes else "dpsu/histogram_kept_admitted",
-                        schema=schema,
-                        kept_lists=lists,
-                        histogram=histogram,
-                        **coded,
-                    )
-                    if lists
-                    else load_sql(
-                        "dpsu/histogram_admitted",
-                        schema=schema,
-                        source=source,
-                        admitted=admitted_table,
-                        histogram=histogram,
-                    )
-                )
-            elif from_kept_lists:  # round 1
-                statement = load_sql(
-                    "dpsu/histogram_kept_coded" if codes else "dpsu/histogram_kept",
-                    schema=schema,
-                    kept_lists=lists,
-                    histogram=histogram,
-                    **({"codes": codes} if codes else {}),
-                )
-            elif lists:
-                statement = (
-                    load_sql(
-                        "dpsu/histogram_lists_remaining",
-                        schema=schema,
-                        lists=lists,
-                        released=done,
-                        histogram=histogram,
-                    )
-                    if count
-                    else load_sql("dpsu/histogram_lists", schema=schema, lists=lists, histogram=histogram)
-                )
-            else:
-                round_source = source
-                if count:
-                    wh.execute(
-                        load_sql(
-                            "dpsu/sips_remaining",
-                            schema=schema,
-                            target=remaining,
-                            source=source,
-                            released=done,
-                        )
-                    )
-                    round_source = remaining
-                statement = load_sql(
-                    "dpsu/histogram", schema=schema, source=round_source, histogram=histogram
-                )
-            if from_kept_lists:  # the kept lists already applied the salt and the cap
-                wh.execute(statement)
-            else:
-                salt = shared_salt if shared_salt is not None else int(noise.selection_salt())
-                wh.execute(statement, {"salt": salt, "max_contribution": int(max_contribution)})
+                _store_items(wh, schema, tables.done, pa.table({"item": pa.concat_arrays(released)}))
+            if tables.admission and r >= 2:
+                admitted = _store_admitted(wh, tables, admitted, released, count)
+            _build_round_histogram(wh, tables, r, count, shared_salt, max_contribution, noise)
             built = time.perf_counter()
-            collect: list[pa.Array] | None = [] if admission and r == 1 else None
-            items = draw(histogram, done if count else None, count, rnd, collect)
-            wh.drop(schema, histogram)
+            collect: list[pa.Array] | None = [] if tables.admission and r == 1 else None
+            items = draw(tables.histogram, tables.done if count else None, count, rnd, collect)
+            wh.drop(schema, tables.histogram)
             if collect is not None:
                 admitted = _admitted_keys(collect, always_admitted, items)
             if len(items):
                 released.append(items)
                 count += len(items)
-            SIPS_TIMINGS.append(
-                {
-                    "label": label,
-                    "round": r,
-                    "histogram_seconds": round(built - started, 3),
-                    "draw_seconds": round(time.perf_counter() - built, 3),
-                }
-            )
+            _record_sips_timing(label, r, started, built)
     finally:
-        wh.drop(schema, histogram, remaining, done, admitted_table, admitted_codes, f"{work}_codes")
-        wh.drop(schema, *([lists] if lists else []))
+        tables.drop_all(wh)
     return released
+
+
+@dataclass(frozen=True)
+class _SipsTables:
+    """The private work tables of one DP-SIPS release, and how its rounds read the source:
+    ``lists`` (per-user list table, None without), ``codes`` (coded kept lists, None without),
+    ``admission`` (round 1 has an admission floor, with more than one round) and
+    ``from_kept_lists`` (the list table holds each user's KEPT items: lists and admission)."""
+
+    schema: str
+    source: str
+    work: str
+    done: str
+    remaining: str
+    histogram: str
+    admitted: str
+    admitted_codes: str
+    lists: str | None
+    codes: str | None
+    admission: bool
+    from_kept_lists: bool
+
+    def drop_all(self, wh: Engine) -> None:
+        """Drop every table the release may have left (the list table last)."""
+        wh.drop(
+            self.schema,
+            self.histogram,
+            self.remaining,
+            self.done,
+            self.admitted,
+            self.admitted_codes,
+            f"{self.work}_codes",
+        )
+        wh.drop(self.schema, *([self.lists] if self.lists else []))
+
+
+def _sips_tables(
+    schema: str,
+    source: str,
+    work: str,
+    rounds: Sequence[SipsRound],
+    per_user_lists: bool,
+    coded_items: bool,
+) -> _SipsTables:
+    """The work tables' names (``{work}_*``) and the release's reading mode (:class:`_SipsTables`)."""
+    lists = safe_identifier(f"{work}_lists") if per_user_lists and len(rounds) > 1 else None
+    admission = len(rounds) > 1 and rounds[0].admit_floor is not None
+    from_kept_lists = lists is not None and admission  # one salt: every round keeps round 1's sets
+    return _SipsTables(
+        schema=schema,
+        source=source,
+        work=work,
+        done=safe_identifier(f"{work}_done"),
+        remaining=safe_identifier(f"{work}_remaining"),
+        histogram=safe_identifier(f"{work}_histogram"),
+        admitted=safe_identifier(f"{work}_admitted"),
+        admitted_codes=safe_identifier(f"{work}_admitted_codes"),
+        lists=lists,
+        codes=safe_identifier(f"{work}_codes") if coded_items and from_kept_lists else None,
+        admission=admission,
+        from_kept_lists=from_kept_lists,
+    )
+
+
+def _build_user_lists(
+    wh: Engine, tables: _SipsTables, shared_salt: int | None, max_contribution: int
+) -> _SipsTables:
+    """The list table every round reads, built once before round 1 (none without ``lists``).
+
+    Without admission it holds each user's distinct items (``sql/dpsu/user_item_lists.sql``),
+    read by ``dpsu/histogram_lists.sql`` (from round 2 minus the released items,
+    ``dpsu/histogram_lists_remaining.sql``): the same histograms, without a GROUP BY over every
+    occurrence per round. With admission it holds each user's KEPT items instead
+    (``dpsu/user_kept_lists.sql``: one salt, so round 1's kept sets serve every round), read by
+    ``dpsu/histogram_kept.sql`` and ``histogram_kept_admitted.sql``: each user's items are ranked
+    once, not once per round. Worth it where the source has many duplicates per user (the
+    vocabulary: ~100 token occurrences, ~70 distinct words a user); the DPNE levels' sources are not.
+
+    Coded kept lists hold hash(item), not the item (docs/dpne.md, "Coded kept lists"; the same
+    histograms, cheaper for strings) when no two items share a code; otherwise the returned
+    tables have ``codes`` None and the lists hold the items."""
+    if tables.from_kept_lists:  # every round's kept sets are round 1's, ranked once
+        codes = tables.codes
+        if codes is not None and not _one_to_one_codes(wh, tables.schema, tables.source, codes):
+            codes = None
+        wh.execute(
+            load_sql(
+                "dpsu/user_kept_lists_coded" if codes else "dpsu/user_kept_lists",
+                schema=tables.schema,
+                target=tables.lists,
+                source=tables.source,
+            ),
+            {"salt": shared_salt, "max_contribution": int(max_contribution)},
+        )
+        return dataclasses.replace(tables, codes=codes)
+    if tables.lists:
+        wh.execute(
+            load_sql("dpsu/user_item_lists", schema=tables.schema, target=tables.lists, source=tables.source)
+        )
+    return tables
+
+
+def _store_admitted(
+    wh: Engine, tables: _SipsTables, admitted: pa.Array | None, released: list[pa.Array], count: int
+) -> pa.Array:
+    """Before round r >= 2 with admission: store round 1's admitted keys minus everything released
+    so far (keys only; with coded lists, their codes too) for the round's histogram to read
+    (``sql/dpsu/histogram_admitted.sql``, ``histogram_kept_admitted.sql``). Returns those keys."""
+    assert admitted is not None
+    if count:  # admitted minus everything released so far (keys only)
+        admitted = admitted.filter(pc.invert(pc.is_in(admitted, pa.concat_arrays(released))))
+    _store_items(wh, tables.schema, tables.admitted, pa.table({"item": admitted}))
+    if tables.codes:  # the admitted items' codes, matched against the coded lists
+        wh.execute(
+            load_sql(
+                "dpsu/item_codes_of",
+                schema=tables.schema,
+                target=tables.admitted_codes,
+                source=tables.admitted,
+            )
+        )
+    return admitted
+
+
+def _build_round_histogram(
+    wh: Engine,
+    tables: _SipsTables,
+    r: int,
+    count: int,
+    shared_salt: int | None,
+    max_contribution: int,
+    noise: NoiseSource,
+) -> None:
+    """Round r's secret histogram ``tables.histogram`` (:func:`_round_histogram_sql`). Its subset
+    salt is the shared one with admission, else a fresh one drawn here; kept lists already applied
+    the salt and the cap."""
+    statement = _round_histogram_sql(wh, tables, r, count)
+    if tables.from_kept_lists:  # the kept lists already applied the salt and the cap
+        wh.execute(statement)
+    else:
+        salt = shared_salt if shared_salt is not None else int(noise.selection_salt())
+        wh.execute(statement, {"salt": salt, "max_contribution": int(max_contribution)})
+
+
+def _round_histogram_sql(wh: Engine, tables: _SipsTables, r: int, count: int) -> str:
+    """The statement of round r's histogram, over the items not released yet (``count`` of them,
+    in ``tables.done``; the released set is public). With admission, rounds r >= 2 read only the
+    admitted items; without list tables, round r reads the source minus the released items (an
+    anti-join, ``sql/dpsu/sips_remaining.sql``, run here) through the shared
+    ``sql/dpsu/histogram.sql``."""
+    schema, histogram = tables.schema, tables.histogram
+    if tables.admission and r >= 2:
+        if tables.lists:
+            coded = (
+                {"codes": tables.codes, "admitted": tables.admitted_codes}
+                if tables.codes
+                else {"admitted": tables.admitted}
+            )
+            return load_sql(
+                "dpsu/histogram_kept_admitted_coded" if tables.codes else "dpsu/histogram_kept_admitted",
+                schema=schema,
+                kept_lists=tables.lists,
+                histogram=histogram,
+                **coded,
+            )
+        return load_sql(
+            "dpsu/histogram_admitted",
+            schema=schema,
+            source=tables.source,
+            admitted=tables.admitted,
+            histogram=histogram,
+        )
+    if tables.from_kept_lists:  # round 1
+        return load_sql(
+            "dpsu/histogram_kept_coded" if tables.codes else "dpsu/histogram_kept",
+            schema=schema,
+            kept_lists=tables.lists,
+            histogram=histogram,
+            **({"codes": tables.codes} if tables.codes else {}),
+        )
+    if tables.lists:
+        if count:
+            return load_sql(
+                "dpsu/histogram_lists_remaining",
+                schema=schema,
+                lists=tables.lists,
+                released=tables.done,
+                histogram=histogram,
+            )
+        return load_sql("dpsu/histogram_lists", schema=schema, lists=tables.lists, histogram=histogram)
+    round_source = tables.source
+    if count:
+        wh.execute(
+            load_sql(
+                "dpsu/sips_remaining",
+                schema=schema,
+                target=tables.remaining,
+                source=tables.source,
+                released=tables.done,
+            )
+        )
+        round_source = tables.remaining
+    return load_sql("dpsu/histogram", schema=schema, source=round_source, histogram=histogram)
+
+
+def _record_sips_timing(label: str, r: int, started: float, built: float) -> None:
+    """Append round r's seconds to :data:`SIPS_TIMINGS` (histogram SQL, then the draw up to now)."""
+    SIPS_TIMINGS.append(
+        {
+            "label": label,
+            "round": r,
+            "histogram_seconds": round(built - started, 3),
+            "draw_seconds": round(time.perf_counter() - built, 3),
+        }
+    )
 
 
 def _one_to_one_codes(wh: Engine, schema: str, source: str, codes: str) -> bool:
@@ -576,38 +594,7 @@ def sips_release(
     domain), rounds 2..R threshold public items at an eta threshold and release unheld public items
     at the same rate (:func:`public_domain_draw`; docs/dpne.md, "The public domain of the
     vocabulary")."""
-    shares = public_round_shares(len(rounds))
-    calls: list[int] = []
-
-    def draw(
-        histogram: str, released: str | None, count: int, rnd: SipsRound, admitted: list[pa.Array] | None
-    ) -> pa.Array:
-        assert rnd.threshold is not None
-        calls.append(1)
-        r = len(calls)
-        if public is not None and r >= 2:
-            rho_public = public_threshold(rnd.sigma, public, shares[r - 1], count)
-            if public.log is not None:
-                public.log.append({"round": r, "rho_public": rho_public, "released_before": count})
-            if rho_public is not None and rho_public < rnd.threshold:
-                return public_domain_draw(wh, schema, histogram, released, rnd, rho_public, public, noise)
-        kept = threshold_histogram(
-            wh,
-            load_sql("dpsu/histogram_scan", schema=schema, histogram=histogram),
-            sigma=rnd.sigma,
-            threshold=rnd.threshold,
-            noise=noise,
-            admit_floor=rnd.admit_floor if admitted is not None else None,
-            admitted=admitted,
-        )
-        return kept.column("item").combine_chunks()
-
-    always = None
-    if public is not None and rounds and rounds[0].admit_floor is not None:
-        # Public words are admitted whatever their round-1 noise (a public set: admission stays a
-        # function of round 1's output and public data), so the public domain works as before.
-        always = wh.fetch_arrow(load_sql("dpsu/public_items", schema=schema, table=public.table))
-        always = always.column("item").combine_chunks()
+    always = _always_admitted(wh, schema, rounds, public)
     released = sips_rounds_release(
         wh,
         schema,
@@ -616,7 +603,7 @@ def sips_release(
         rounds=rounds,
         max_contribution=max_contribution,
         noise=noise,
-        draw=draw,
+        draw=_sips_release_draw(wh, schema, len(rounds), noise, public),
         label=label,
         per_user_lists=per_user_lists,
         always_admitted=always,
@@ -630,114 +617,55 @@ def sips_release(
     return items.num_rows
 
 
-@dataclass(frozen=True)
-class PublicDomain:
-    """The vocabulary's public domain (docs/dpne.md, "The public domain of the vocabulary"):
-    ``{schema}.{table}(item)`` holds ``size`` distinct public words (the public corpus's most
-    frequent; public data), ``eta`` bounds the expected number of released words nobody holds, as
-    a fraction of the words released by round 1. ``log`` (optional) collects each round's public
-    threshold for the report (public values only). ``sample_unheld=False`` is a deliberately
-    BROKEN variant for the privacy tests' power checks: never use it in a release."""
+def _sips_release_draw(
+    wh: Engine, schema: str, n_rounds: int, noise: NoiseSource, public: PublicDomain | None
+) -> SipsDraw:
+    """The draw of each round of :func:`sips_release` (called once a round, in order): the
+    histogram thresholded at (sigma_r, rho_r), round 1 also collecting the admitted items when
+    asked. With ``public``, a round r >= 2 whose public threshold rho_pub,r
+    (:func:`public_threshold`, logged in ``public.log``) is below rho_r draws by
+    :func:`public_domain_draw` instead."""
+    shares = public_round_shares(n_rounds)
+    calls: list[int] = []
 
-    table: str
-    size: int
-    eta: float
-    log: list[dict[str, Any]] | None = None
-    sample_unheld: bool = True
-    #: Collects the released words whose noisy weight passed rho_pub but not the DPSU threshold
-    #: rho_r ("public only": they do not seed the k-gram levels). A post-processing of the same
-    #: noisy values, so it may be released.
-    public_only: list[pa.Array] | None = None
+    def draw(
+        histogram: str, released: str | None, count: int, rnd: SipsRound, admitted: list[pa.Array] | None
+    ) -> pa.Array:
+        assert rnd.threshold is not None
+        calls.append(1)
+        r = len(calls)
+        if public is not None and r >= 2:
+            rho_public = public_threshold(rnd.sigma, public, shares[r - 1], count)
+            if public.log is not None:
+                public.log.append({"round": r, "rho_public": rho_public, "released_before": count})
+            if rho_public is not None and rho_public < rnd.threshold:
+                return public_domain_draw(
+                    wh, schema, histogram, released, rnd, rho_public, public, noise, batch_rows=BATCH_ROWS
+                )
+        kept = threshold_histogram(
+            wh,
+            load_sql("dpsu/histogram_scan", schema=schema, histogram=histogram),
+            sigma=rnd.sigma,
+            threshold=rnd.threshold,
+            noise=noise,
+            admit_floor=rnd.admit_floor if admitted is not None else None,
+            admitted=admitted,
+        )
+        return kept.column("item").combine_chunks()
+
+    return draw
 
 
-def public_round_shares(rounds: int) -> list[float]:
-    """The share of eta of each round (index r - 1): 0 for round 1 (it uses the DPSU threshold for
-    every item), an equal share for each of the rounds 2..R."""
-    if rounds < 2:
-        return [0.0] * rounds
-    return [0.0] + [1.0 / (rounds - 1)] * (rounds - 1)
-
-
-def public_threshold(sigma: float, public: PublicDomain, share: float, released_before: int) -> float | None:
-    """rho_pub,r = sigma_r Phi^-1(1 - p_r), p_r = share_r eta min{1, N_<r / |P|}: a public word
-    nobody holds passes round r with probability p_r, so over the rounds the expected number of
-    such words is at most eta N_1 <= eta |S_1| (N_<r: words released before round r, public).
-    None when nothing was released before (no reference size) or the domain is empty."""
-    if public.size <= 0 or released_before <= 0 or share <= 0:
+def _always_admitted(
+    wh: Engine, schema: str, rounds: Sequence[SipsRound], public: PublicDomain | None
+) -> pa.Array | None:
+    """With a public domain and admission, the public words: admitted whatever their round-1 noise
+    (a public set: admission stays a function of round 1's output and public data), so the public
+    domain works as before. None otherwise."""
+    if public is None or not rounds or rounds[0].admit_floor is None:
         return None
-    from scipy import stats
-
-    tail = public.eta * share * min(1.0, released_before / public.size)
-    return float(sigma * stats.norm.isf(tail))
-
-
-def public_domain_draw(
-    wh: Engine,
-    schema: str,
-    histogram: str,
-    released: str | None,
-    rnd: SipsRound,
-    rho_public: float,
-    public: PublicDomain,
-    noise: NoiseSource,
-) -> pa.Array:
-    """One vocabulary round with a public domain P. Held items: kept when weight + N(0, sigma_r^2)
-    exceeds rho_pub (items of P) or rho_r (the others, the DPSU threshold). Items of P that no user
-    kept this round and that were not released before have weight 0: each passes with probability
-    Phi(-rho_pub / sigma_r), exactly as if its zero weight had been noised, so Binomial(#, p) of them
-    are drawn uniformly. That is what makes P part of the Gaussian mechanism's domain: without it,
-    a public word only the added user holds would be a catastrophic item at the lower threshold.
-
-    The released public words whose noisy weight is at most rho_r (they passed rho_pub only) are
-    added to ``public.public_only`` (for an unheld word, its noisy weight given > rho_pub is above
-    rho_r with probability sf(rho_r/sigma_r) / sf(rho_pub/sigma_r), drawn): a post-processing of
-    the same noisy values. The k-gram levels are seeded without them (docs/dpne.md)."""
-    from scipy import stats
-
-    assert rnd.threshold is not None
-    assert released is not None  # a public threshold needs a round-1 release (public_threshold)
-    scan = load_sql("dpsu/histogram_scan_public", schema=schema, histogram=histogram, public=public.table)
-    kept: list[pa.Array] = []
-    public_only: list[pa.Array] = []
-    item_type: pa.DataType = pa.string()
-    for batch in wh.fetch_batches(scan, None, BATCH_ROWS):
-        item_type = batch.schema.field("item").type
-        if batch.num_rows == 0:
-            continue
-        weights = batch.column("weight").to_numpy(zero_copy_only=False).astype(np.float64)
-        in_public = batch.column("public").to_numpy(zero_copy_only=False).astype(bool)
-        noisy = weights + noise.gaussian(rnd.sigma, weights.shape)
-        keep = np.where(in_public, noisy > rho_public, noisy > rnd.threshold)
-        items = batch.column("item")
-        kept.append(items.filter(pa.array(keep)))
-        below = keep & (noisy <= rnd.threshold)  # public words that passed rho_pub only
-        if below.any():
-            public_only.append(items.filter(pa.array(below)))
-    if public.sample_unheld:
-        unheld = wh.fetch_arrow(
-            load_sql(
-                "dpsu/public_unheld",
-                schema=schema,
-                public=public.table,
-                histogram=histogram,
-                released=released,
-            )
-        ).column("item")
-        tail = float(stats.norm.sf(rho_public / rnd.sigma))
-        n = noise.binomial(len(unheld), tail)
-        if n:
-            chosen = unheld.take(pa.array(noise.sample_without_replacement(len(unheld), n)))
-            chosen = chosen.combine_chunks().cast(item_type)
-            kept.append(chosen)
-            # each chosen word's noisy weight is N(0, sigma_r^2) given > rho_pub: above rho_r too
-            # with probability sf(rho_r/sigma_r) / sf(rho_pub/sigma_r)
-            above = float(stats.norm.sf(rnd.threshold / rnd.sigma)) / tail
-            below = noise.uniform(n) >= above
-            if below.any():
-                public_only.append(chosen.filter(pa.array(below)))
-    if public.public_only is not None:
-        public.public_only.extend(public_only)
-    return pa.concat_arrays(kept) if kept else pa.array([], type=item_type)
+    always = wh.fetch_arrow(load_sql("dpsu/public_items", schema=schema, table=public.table))
+    return always.column("item").combine_chunks()
 
 
 def _store_items(wh: Engine, schema: str, target: str, items: pa.Table) -> None:

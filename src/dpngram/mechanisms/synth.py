@@ -414,10 +414,9 @@ def build_tree(
     counts: ChildCounts, params: TreeParams, noise: NoiseSource, *, progress: Any = None
 ) -> ExplorationTree:
     """Algorithm 1 lines 2-15: level by level, expand every node whose noisy count passed θ (and
-    is not ``&``, below n_max) over all |I| + 1 labels, with the implicit zero-child sampler.
-
-    Nodes are grouped by their (quantised) ε_v so each group's non-zero children get one
-    vectorised noise call."""
+    is not ``&``, below n_max) over all |I| + 1 labels, with the implicit zero-child sampler
+    (:func:`_expand_level`), then budget the released children that expand next
+    (:func:`_next_frontier`)."""
     started = time.perf_counter()
     tree = ExplorationTree(params)
     root: Key = ()
@@ -428,34 +427,7 @@ def build_tree(
     while frontier and level < params.n_max:
         parents = list(frontier)
         tree.expanded_per_level.append(len(parents))
-        p_idx, labels, true_counts = counts.child_counts(level + 1, parents)
-        bounds = np.searchsorted(p_idx, np.arange(len(parents) + 1))
-        by_budget: dict[float, list[int]] = {}
-        for i, key in enumerate(parents):
-            by_budget.setdefault(frontier[key], []).append(i)
-        for eps_v, members in by_budget.items():
-            scale = params.l_max / eps_v
-            grid = noise_grid(scale)
-            theta = threshold(eps_v, params.l_max, params.n_items)
-            rows = np.concatenate([np.arange(bounds[i], bounds[i + 1]) for i in members])
-            noisy_nonzero = (
-                true_counts[rows] + noise.laplace_on_grid(scale, rows.size, grid) if rows.size else []
-            )
-            passed_rows = {int(r): float(v) for r, v in zip(rows, noisy_nonzero, strict=True) if v >= theta}
-            for i in members:
-                key = parents[i]
-                lo, hi = int(bounds[i]), int(bounds[i + 1])
-                kept = [(int(labels[r]), passed_rows[r]) for r in range(lo, hi) if r in passed_rows]
-                zl, zv = _zero_children(noise, labels[lo:hi], params.n_labels, theta, scale, grid)
-                kept += list(zip(zl.tolist(), zv.tolist(), strict=True))
-                kept.sort()
-                tree.budget[key] = eps_v
-                tree.thresholds[key] = theta
-                tree.children[key] = [x for x, _ in kept]
-                for x, value in kept:
-                    child = key + (x,)
-                    tree.noisy[child] = value
-                    tree.spent[child] = tree.spent[key] + eps_v
+        _expand_level(tree, counts, frontier, level, noise)
         level += 1
         frontier = {}
         if params.max_nodes is not None and len(tree.noisy) - 1 > params.max_nodes:
@@ -463,19 +435,78 @@ def build_tree(
             break
         if level >= params.n_max:
             break
-        for key in parents:
-            for x in tree.children[key]:
-                if x == END_ID:
-                    continue
-                child = key + (x,)
-                eps_child = _node_budget(tree, child, level)
-                if eps_child > 0:
-                    frontier[child] = quantize_budget(eps_child)
+        frontier = _next_frontier(tree, parents, level)
         if progress is not None:
             progress(level, len(frontier))
     del tree.noisy[root]
     tree.seconds = time.perf_counter() - started
     return tree
+
+
+def _expand_level(
+    tree: ExplorationTree, counts: ChildCounts, frontier: dict[Key, float], level: int, noise: NoiseSource
+) -> None:
+    """Release the children (level ``level + 1``) of every ``frontier`` node, whose value is its
+    quantised ε_v. Nodes are grouped by ε_v so each group's non-zero children get one vectorised
+    noise call (:func:`_expand_group`); the groups draw in the order their first node appears."""
+    parents = list(frontier)
+    p_idx, labels, true_counts = counts.child_counts(level + 1, parents)
+    bounds = np.searchsorted(p_idx, np.arange(len(parents) + 1))
+    by_budget: dict[float, list[int]] = {}
+    for i, key in enumerate(parents):
+        by_budget.setdefault(frontier[key], []).append(i)
+    for eps_v, members in by_budget.items():
+        nodes = [(parents[i], int(bounds[i]), int(bounds[i + 1])) for i in members]
+        _expand_group(tree, noise, eps_v, nodes, labels, true_counts)
+
+
+def _expand_group(
+    tree: ExplorationTree,
+    noise: NoiseSource,
+    eps_v: float,
+    members: list[tuple[Key, int, int]],
+    labels: np.ndarray,
+    true_counts: np.ndarray,
+) -> None:
+    """The children of the nodes that share one ε_v: ``members`` are (node, lo, hi), the node's
+    non-zero children being rows lo..hi-1 of (``labels``, ``true_counts``). Their true counts get
+    discrete Laplace noise of scale ℓ_max/ε_v in one call and pass at θ(ε_v); then, node by node,
+    :func:`_zero_children` draws the zero-count children that pass. Records each node's ε_v, θ and
+    passing children, and each child's noisy count and path spend."""
+    params = tree.params
+    scale = params.l_max / eps_v
+    grid = noise_grid(scale)
+    theta = threshold(eps_v, params.l_max, params.n_items)
+    rows = np.concatenate([np.arange(lo, hi) for _, lo, hi in members])
+    noisy_nonzero = true_counts[rows] + noise.laplace_on_grid(scale, rows.size, grid) if rows.size else []
+    passed_rows = {int(r): float(v) for r, v in zip(rows, noisy_nonzero, strict=True) if v >= theta}
+    for key, lo, hi in members:
+        kept = [(int(labels[r]), passed_rows[r]) for r in range(lo, hi) if r in passed_rows]
+        zl, zv = _zero_children(noise, labels[lo:hi], params.n_labels, theta, scale, grid)
+        kept += list(zip(zl.tolist(), zv.tolist(), strict=True))
+        kept.sort()
+        tree.budget[key] = eps_v
+        tree.thresholds[key] = theta
+        tree.children[key] = [x for x, _ in kept]
+        for x, value in kept:
+            child = key + (x,)
+            tree.noisy[child] = value
+            tree.spent[child] = tree.spent[key] + eps_v
+
+
+def _next_frontier(tree: ExplorationTree, parents: list[Key], level: int) -> dict[Key, float]:
+    """The nodes to expand next: the released children of ``parents`` (level ``level``) but ``&``,
+    each with its quantised budget ε_v (:func:`_node_budget`) when that is positive."""
+    frontier: dict[Key, float] = {}
+    for key in parents:
+        for x in tree.children[key]:
+            if x == END_ID:
+                continue
+            child = key + (x,)
+            eps_child = _node_budget(tree, child, level)
+            if eps_child > 0:
+                frontier[child] = quantize_budget(eps_child)
+    return frontier
 
 
 def _truncate_level(tree: ExplorationTree, parents: list[Key], max_nodes: int) -> None:

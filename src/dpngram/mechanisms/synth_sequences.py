@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -142,48 +142,71 @@ def extend_by_joins(
     children: dict[Key, dict[int, float]] = {k: v for k, v in tree.children.items() if k}
     context_total = {k: counts.get(k, 0.0) for k in children}
     cumulative: dict[Key, tuple[list[int], np.ndarray]] = {}
-    low = 0.0 if rng is not None else min_count
-    by_level: dict[int, list[Key]] = {}
-    for k, c in counts.items():
-        if k not in children and k[-1] != END_ID and c > 0 and c >= low:
-            by_level.setdefault(len(k), []).append(k)
+    by_level = _childless_by_level(counts, children, 0.0 if rng is not None else min_count)
     level = min(by_level, default=l_max)
     while level < l_max:
         next_level = by_level.setdefault(level + 1, [])
         for g in by_level.get(level, []):
             c_g = counts[g]
-            for start in range(1, len(g)):
-                s = g[start:]
-                kids = children.get(s)
-                total = context_total.get(s, 0.0)
-                if not kids or total <= 0:
-                    continue
-                if rng is None:
-                    new = {x: c_g * c / total for x, c in kids.items() if c_g * c / total >= min_count}
-                else:
-                    if s not in cumulative:
-                        labels = list(kids)
-                        cumulative[s] = (labels, np.cumsum([kids[x] / total for x in labels]))
-                    labels, cum = cumulative[s]
-                    copies = _round(c_g, rng)
-                    picks = np.searchsorted(cum, rng.random(copies), side="right")
-                    hits = np.bincount(picks[picks < len(labels)], minlength=len(labels))
-                    new = {labels[i]: float(h) for i, h in enumerate(hits) if h}
-                if new:
-                    children[g] = new
-                    context_total[g] = c_g
-                    for x, c in new.items():
-                        child = g + (x,)
-                        counts[child] = counts.get(child, 0.0) + c
-                        if x != END_ID:
-                            next_level.append(child)
-                break
+            new = _joined_children(g, c_g, children, context_total, cumulative, min_count, rng)
+            if new:
+                children[g] = new
+                context_total[g] = c_g
+                for x, c in new.items():
+                    child = g + (x,)
+                    counts[child] = counts.get(child, 0.0) + c
+                    if x != END_ID:
+                        next_level.append(child)
         if len(counts) > max_nodes:
             raise RuntimeError(f"synth: extension exceeded {max_nodes} n-grams; lower l_max")
         level += 1
         if not any(by_level.get(j) for j in range(level, l_max)):
             break
     return counts
+
+
+def _childless_by_level(
+    counts: dict[Key, float], children: dict[Key, dict[int, float]], low: float
+) -> dict[int, list[Key]]:
+    """The nodes the extension starts from, by length: no children, not ``&``-terminated, a
+    positive count of at least ``low``."""
+    by_level: dict[int, list[Key]] = {}
+    for k, c in counts.items():
+        if k not in children and k[-1] != END_ID and c > 0 and c >= low:
+            by_level.setdefault(len(k), []).append(k)
+    return by_level
+
+
+def _joined_children(
+    g: Key,
+    c_g: float,
+    children: dict[Key, dict[int, float]],
+    context_total: dict[Key, float],
+    cumulative: dict[Key, tuple[list[int], np.ndarray]],
+    min_count: float,
+    rng: UniformSource | None,
+) -> dict[int, float]:
+    """The children node g (count ``c_g``) gets by a join (§4.3.5), from its longest proper suffix
+    context s with children and a positive count: c_g·c(s·x)/c(s) each, below ``min_count``
+    dropped, without ``rng``; with it, round(c_g) copies sent to children drawn from c(s·x)/c(s)
+    (``cumulative`` caches each context's distribution). Empty when no context qualifies."""
+    for start in range(1, len(g)):
+        s = g[start:]
+        kids = children.get(s)
+        total = context_total.get(s, 0.0)
+        if not kids or total <= 0:
+            continue
+        if rng is None:
+            return {x: c_g * c / total for x, c in kids.items() if c_g * c / total >= min_count}
+        if s not in cumulative:
+            labels = list(kids)
+            cumulative[s] = (labels, np.cumsum([kids[x] / total for x in labels]))
+        labels, cum = cumulative[s]
+        copies = _round(c_g, rng)
+        picks = np.searchsorted(cum, rng.random(copies), side="right")
+        hits = np.bincount(picks[picks < len(labels)], minlength=len(labels))
+        return {labels[i]: float(h) for i, h in enumerate(hits) if h}
+    return {}
 
 
 def generate_sequences(counts: dict[Key, float], rng: UniformSource | None = None) -> list[tuple[Key, int]]:
@@ -247,14 +270,7 @@ def split_sequences(
     At a tiny ε the noisy counts are of the order of θ ∝ 1/ε, and without the bound so is the
     number of sequences (docs/synth.md, "Output bounds")."""
     count = tree.count
-    behind: dict[Key, float] = {}
-    for g, c in count.items():
-        if len(g) >= 2:
-            behind[g[1:]] = behind.get(g[1:], 0.0) + c
-
-    def starts(p: Key) -> float:
-        return max(0.0, count.get(p, 0.0) - behind.get(p, 0.0))
-
+    starts = _start_counts(count)
     root_labels = sorted(x for (x,) in (k for k in count if len(k) == 1))
     out: list[tuple[Key, int]] = []
     start_weights = np.array([starts((x,)) for x in root_labels])
@@ -272,26 +288,51 @@ def split_sequences(
         if p[-1] == END_ID or len(p) >= l_max:
             out.append((p, n))
             continue
-        if len(p) + 1 < n_max and p in contexts:
-            labels = list(contexts[p])
-            weights = [starts(p + (x,)) for x in labels]
-            stop = max(0.0, starts(p) - sum(weights))
-        else:
-            labels, weights, stop = [], [], 1.0
-            for begin in range(0 if len(p) + 1 >= n_max else 1, len(p)):
-                s = p[begin:]
-                kids = contexts.get(s)
-                total = count.get(s, 0.0)
-                if kids and total > 0:
-                    labels = list(kids)
-                    weights = [kids[x] for x in labels]
-                    stop = max(0.0, total - sum(weights))
-                    break
+        labels, weights, stop = _continuations(p, contexts, count, starts, n_max)
         split = _systematic_split(n, np.array([*weights, stop]), rng)
         if split[-1]:
             out.append((p, int(split[-1])))
         stack.extend((p + (x,), int(k)) for x, k in zip(labels, split[:-1], strict=True) if k)
     return out
+
+
+def _start_counts(count: dict[Key, float]) -> Callable[[Key], float]:
+    """S(p) = c(p) − Σ_y c(y·p), at least 0: the number of sequences that START with p."""
+    behind: dict[Key, float] = {}
+    for g, c in count.items():
+        if len(g) >= 2:
+            behind[g[1:]] = behind.get(g[1:], 0.0) + c
+
+    def starts(p: Key) -> float:
+        return max(0.0, count.get(p, 0.0) - behind.get(p, 0.0))
+
+    return starts
+
+
+def _continuations(
+    p: Key,
+    contexts: dict[Key, dict[int, float]],
+    count: dict[Key, float],
+    starts: Callable[[Key], float],
+    n_max: int,
+) -> tuple[list[int], list[float], float]:
+    """Where the copies at prefix p go: (labels x, weights, the weight of ending at p). While
+    |p·x| < n_max and p has children: weights S(p·x), ending S(p) − Σ S(p·x). Beyond: the join
+    weights c(s·x) of the longest suffix context s with children (p itself from |p·x| = n_max on),
+    ending c(s) − Σ c(s·x). No such context: end at p."""
+    if len(p) + 1 < n_max and p in contexts:
+        labels = list(contexts[p])
+        weights = [starts(p + (x,)) for x in labels]
+        return labels, weights, max(0.0, starts(p) - sum(weights))
+    for begin in range(0 if len(p) + 1 >= n_max else 1, len(p)):
+        s = p[begin:]
+        kids = contexts.get(s)
+        total = count.get(s, 0.0)
+        if kids and total > 0:
+            labels = list(kids)
+            weights = [kids[x] for x in labels]
+            return labels, weights, max(0.0, total - sum(weights))
+    return [], [], 1.0
 
 
 def ngram_occurrences(sequences: Iterable[Sequence[int]], n_max: int) -> Counter[Key]:

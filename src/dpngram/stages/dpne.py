@@ -234,16 +234,9 @@ def run_baseline(
     ctx: RunContext, method: str, k: int | None = None, *, noise: NoiseSource | None = None
 ) -> dict[str, Any]:
     """DPSU applied to n-grams directly (§3.1.2), writing ``released/baseline_<method>.parquet``
-    (columns k, ngram) and spending the whole dpne share under stage ``dpne``:
-
-    * ``dpsu-all``: one DPSU over all n-grams of lengths 1..T, contribution T Delta_0, sigma* from
-      eq. (1) at delta/2, threshold at delta/2.
-    * ``dpsu-even``: one DPSU per length with Delta_0 and sigma = sigma* sqrt(T) (T Gaussians
-      compose exactly to sigma*, Prop. 2.3 — the paper's "eps/sqrt(T) by advanced composition"
-      is the same idea with a looser bound), each threshold at delta/(2T).
-    * ``dpsu-single``: all of the budget on the single length ``k``, Delta_0.
-
-    A baseline spends the whole dpne budget, so it must be the run's only dpne stage."""
+    (columns k, ngram) and spending the whole dpne share under stage ``dpne``: ``dpsu-all``,
+    ``dpsu-even`` or ``dpsu-single`` (:func:`_baseline_plan` says what each runs). A baseline
+    spends the whole dpne budget, so it must be the run's only dpne stage."""
     _check_baseline_request(ctx, method, k)
     plan = _baseline_plan(ctx, method, k)
     output = baseline_path(method)
@@ -322,7 +315,14 @@ def _baseline_plan(
     ctx: RunContext, method: str, k: int | None
 ) -> list[tuple[int | None, int | None, float, float, int]]:
     """The DPSU runs of a baseline, from the whole dpne share: (shortest length, longest length,
-    sigma, threshold delta, per-user contribution) each (``k`` is a length for dpsu-single)."""
+    sigma, threshold delta, per-user contribution) each (``k`` is a length for dpsu-single).
+
+    * ``dpsu-all``: one DPSU over all n-grams of lengths 1..T, contribution T Delta_0, sigma* from
+      eq. (1) at delta/2, threshold at delta/2.
+    * ``dpsu-even``: one DPSU per length with Delta_0 and sigma = sigma* sqrt(T) (T Gaussians
+      compose exactly to sigma*, Prop. 2.3 — the paper's "eps/sqrt(T) by advanced composition"
+      is the same idea with a looser bound), each threshold at delta/(2T).
+    * ``dpsu-single``: all of the budget on the single length ``k``, Delta_0."""
     config = ctx.config
     epsilon, delta = config.stage_share("dpne")
     theta = config.dpne.threshold_delta  # the thresholds' fraction of delta, as for DPNE
