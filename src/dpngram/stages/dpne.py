@@ -12,8 +12,8 @@ part ``dpne.kgrams``; it is post-processing (no noise, no spend). :func:`run_bas
 comparison only, with the whole dpne share. See ``docs/dpne.md``.
 
 Owns: the DPNE level steps, the k-gram merge, the DPSU baseline step.
-Imports: dpngram.mechanisms (dpne, dpne_domain, dpsu), dpngram.release, dpngram.engines, dpngram.core;
-pyarrow.
+Imports: dpngram.mechanisms (dpne, dpne_domain, dpsu), dpngram.release, dpngram.engines, dpngram.config,
+dpngram.core; pyarrow.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dpngram.config.stages import DPNE
 from dpngram.core.accounting import Accountant, PrivacyEvent, dpsu_threshold, gaussian_sigma
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
@@ -52,6 +53,8 @@ from dpngram.mechanisms.dpne_domain import (
 from dpngram.mechanisms.dpsu import (
     VOCABULARY_STAGE,
     VOCABULARY_TABLE,
+    DpsuParameters,
+    SipsRound,
     dpsu_release,
     policy_fill_level,
     sips_release,
@@ -141,7 +144,7 @@ def run_level(
     if k > config.dpne.max_n:
         return {"skipped": True, "k": k}
     sigma = level_sigmas(
-        config.stage_share("dpne"),
+        config.stage_share(DPNE.name),
         config.dpne.max_n,
         config.dpne.sigma_decay,
         threshold_delta=config.dpne.threshold_delta,
@@ -209,8 +212,10 @@ def finalize_kgrams(ctx: RunContext) -> dict[str, Any]:
     with ctx.release.writing(KGRAMS) as tmp:
         write_keys_parquet(table, tmp, KGRAM_COLUMNS)
     parts = read_parts(ctx)
-    events = [e for name, part in parts.items() if name.split(".", 1)[0] == "dpne" for e in part_events(part)]
-    _, delta = config.stage_share("dpne")
+    events = [
+        e for name, part in parts.items() if name.split(".", 1)[0] == DPNE.name for e in part_events(part)
+    ]
+    _, delta = config.stage_share(DPNE.name)
     counts = {"1": parts.get(VOCABULARY_STAGE, {}).get("released")}
     counts.update({str(k): file_rows(p) for k, p in zip(range(2, config.dpne.max_n + 1), paths, strict=True)})
     record_part(
@@ -247,7 +252,7 @@ def run_baseline(
         released: list[pa.Table] = []
         per_length: list[dict[str, Any]] = []
         for lo, hi, sigma, delta_t, contribution in plan:
-            rows, run = _baseline_run(
+            rows, run, rounds = _baseline_run(
                 wh,
                 ctx.schema,
                 lo,
@@ -262,25 +267,9 @@ def run_baseline(
                 sips_ratio=ctx.config.dpne.sips_ratio,
             )
             released.append(rows)
-            if run.get("sips_rounds"):  # one Gaussian and one threshold event per DP-SIPS round
-                events += [
-                    e
-                    for r in run["sips_rounds"]
-                    for e in (
-                        PrivacyEvent(stage="dpne", mechanism="gaussian", sigma=r["sigma"]),
-                        PrivacyEvent(
-                            stage="dpne",
-                            mechanism="approx",
-                            delta=r["threshold_delta"],
-                            note="DPSU threshold",
-                        ),
-                    )
-                ]
-            else:
-                events += [
-                    PrivacyEvent(stage="dpne", mechanism="gaussian", sigma=sigma),
-                    PrivacyEvent(stage="dpne", mechanism="approx", delta=delta_t, note="DPSU threshold"),
-                ]
+            events += DpsuParameters(sigma, run["rho"], contribution, delta_t, rounds=rounds).events(
+                DPNE.name
+            )
             per_length.append(run)
         table = pa.concat_tables(released)
         table = table.sort_by([("k", "ascending"), ("ngram", "ascending")])
@@ -288,8 +277,8 @@ def run_baseline(
             write_keys_parquet(table, tmp, KGRAM_COLUMNS)
         return StageResult(events=events, report={"method": method, "k": k, "runs": per_length})
 
-    result = spend_once(ctx, "dpne", [output], compute, engine=True)
-    return released_summary(ctx, "dpne", result, [output], method=method)
+    result = spend_once(ctx, DPNE.name, [output], compute, engine=True)
+    return released_summary(ctx, DPNE.name, result, [output], method=method)
 
 
 def _check_baseline_request(ctx: RunContext, method: str, k: int | None) -> None:
@@ -304,8 +293,8 @@ def _check_baseline_request(ctx: RunContext, method: str, k: int | None) -> None
     elif k is not None:
         raise ConfigError(f"k: only dpsu-single takes a length (got {k!r} for {method})")
     parts = read_parts(ctx)
-    other = [n for n in parts if n.split(".", 1)[0] == "dpne" and n != "dpne"]
-    if other or ("dpne" in parts and parts["dpne"].get("method") != method):
+    other = [n for n in parts if n.split(".", 1)[0] == DPNE.name and n != DPNE.name]
+    if other or (DPNE.name in parts and parts[DPNE.name].get("method") != method):
         raise ConfigError(
             "run_baseline: the dpne budget of this run is already spent; run a baseline in its own run"
         )
@@ -324,7 +313,7 @@ def _baseline_plan(
       is the same idea with a looser bound), each threshold at delta/(2T).
     * ``dpsu-single``: all of the budget on the single length ``k``, Delta_0."""
     config = ctx.config
-    epsilon, delta = config.stage_share("dpne")
+    epsilon, delta = config.stage_share(DPNE.name)
     theta = config.dpne.threshold_delta  # the thresholds' fraction of delta, as for DPNE
     sigma_star = gaussian_sigma(epsilon, (1.0 - theta) * delta)
     T, delta0 = config.dpne.max_n, config.dpne.max_contribution
@@ -351,14 +340,14 @@ def _baseline_run(
     policy_cap: float = 2.0,
     sips_rounds: int = 1,
     sips_ratio: float = 1.0,
-) -> tuple[pa.Table, dict[str, Any]]:
-    """One DPSU over the n-grams of lengths lo..hi: the released rows (k, ngram) and the run's
-    report entry; its work tables are dropped."""
+) -> tuple[pa.Table, dict[str, Any], tuple[SipsRound, ...]]:
+    """One DPSU over the n-grams of lengths lo..hi: the released rows (k, ngram), the run's
+    report entry and its DP-SIPS rounds (none for one DPSU); its work tables are dropped."""
     source = "dpsu_baseline_source"
     wh.execute(load_sql("dpsu/ngram_source", schema=schema, target=source), {"min_n": lo, "max_n": hi})
     rho = dpsu_threshold(sigma, delta_t, contribution)
     target = "dpsu_baseline_released"
-    rounds = ()
+    rounds: tuple[SipsRound, ...] = ()
     if policy == "dp-sips":
         rounds = sips_vocabulary_rounds(sigma, delta_t, contribution, sips_rounds, sips_ratio)
         count = sips_release(
@@ -389,4 +378,4 @@ def _baseline_run(
             {"sigma": r.sigma, "rho": r.threshold, "threshold_delta": r.threshold_delta} for r in rounds
         ]
     drop_tables(wh, schema, source, target)
-    return rows, run
+    return rows, run, rounds
