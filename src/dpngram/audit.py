@@ -80,7 +80,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -89,6 +89,9 @@ from scipy import stats
 from dpngram.core.accounting import Accountant
 from dpngram.core.budget import Budget
 from dpngram.core.noise import NoiseSource
+
+if TYPE_CHECKING:
+    from dpngram.engines.duckdb import Warehouse
 
 #: Default confidence: each reported lower bound holds with probability at least 1 - ALPHA.
 ALPHA = 0.05
@@ -184,6 +187,8 @@ def epsilon_lower_bound(
 # Mechanisms under audit: each returns (scores without, scores with, claimed ε, δ, setting)
 # ----------------------------------------------------------------------------------------------
 Scores = tuple[np.ndarray, np.ndarray, float, float, dict[str, Any]]
+#: A data set of an audit: one (user id, tokens of a sentence) per sentence.
+Rows = list[tuple[str, list[str]]]
 
 
 def dpne_defaults() -> Any:
@@ -195,8 +200,8 @@ def dpne_defaults() -> Any:
 
 
 def _dpsu_releases(
-    rows_without: list[tuple[str, list[str]]],
-    canary_rows: list[tuple[str, list[str]]],
+    rows_without: Rows,
+    canary_rows: Rows,
     audited: str,
     *,
     sigma: float,
@@ -219,63 +224,94 @@ def _dpsu_releases(
     rounds, each with a fresh subset salt, dropping the items released before."""
     from dpngram.engines.duckdb import Warehouse
     from dpngram.engines.sql import load_sql
-    from dpngram.mechanisms import dpsu
 
-    schema = "run_privacy_audit"
     scores = []
     for rows in (rows_without, [*rows_without, *canary_rows]):
         with Warehouse(":memory:", memory_limit="512MB", threads=1) as wh:
-            wh.con.execute(f"CREATE SCHEMA {schema}")
-            wh.con.execute(
-                f"CREATE TABLE {schema}.sentences "
-                "(user_id VARCHAR, doc_id BIGINT, sent_id INTEGER, tokens VARCHAR[])"
-            )
-            wh.con.executemany(
-                f"INSERT INTO {schema}.sentences VALUES (?, 1, ?, ?)",
-                [(u, i, t) for i, (u, t) in enumerate(rows)],
-            )
-            wh.con.execute(load_sql("dpsu/vocabulary_source", schema=schema, target="src_view"))
-            # the (user, item) relation materialised once: a view re-reads the sentences each run
-            wh.con.execute(f"CREATE TABLE {schema}.src AS SELECT * FROM {schema}.src_view")
-            if public is not None:  # the vocabulary's public domain (public words, a table)
-                words = pa.table({"item": pa.array(list(public_words), pa.string())})
-                with wh.registered(audit_public_words=words):
-                    wh.execute(
-                        load_sql(
-                            "dpsu/public_words",
-                            schema=schema,
-                            target=public.table,
-                            words="audit_public_words",
-                        )
-                    )
-            scan = load_sql("dpsu/histogram_scan", schema=schema, histogram="hist")
+            _load_sentences(wh, rows, public, public_words)
+            scan = load_sql("dpsu/histogram_scan", schema=_SCHEMA, histogram="hist")
             hits = np.empty(runs)
             for i in range(runs):
                 if rounds:
-                    dpsu.sips_release(
-                        wh,
-                        schema,
-                        "src",
-                        "released",
-                        rounds=rounds,
-                        max_contribution=max_contribution,
-                        noise=noise,
-                        public=public,
-                        per_user_lists=True,  # the vocabulary's own path (release_vocabulary)
-                        coded_items=True,
-                    )
-                    items = wh.fetch_arrow(f"SELECT item FROM {schema}.released").column("item").to_pylist()
-                    hits[i] = audited in set(items)
-                    wh.drop(schema, "released")
-                    continue
-                dpsu.secret_histogram(
-                    wh, schema, "src", "hist", max_contribution=max_contribution, cap=cap, noise=noise
-                )
-                released = dpsu.threshold_histogram(wh, scan, sigma=sigma, threshold=rho, noise=noise)
-                hits[i] = audited in set(released.column("item").to_pylist())
-                wh.drop(schema, "hist")
+                    hits[i] = _sips_released(wh, audited, rounds, max_contribution, noise, public)
+                else:
+                    hits[i] = _round_released(wh, scan, audited, sigma, rho, cap, max_contribution, noise)
             scores.append(hits)
     return scores[0], scores[1]
+
+
+#: The schema of the audit's in-memory warehouses.
+_SCHEMA = "run_privacy_audit"
+
+
+def _load_sentences(wh: Warehouse, rows: Rows, public: Any, public_words: Sequence[str]) -> None:
+    """Load one audit data set (``rows``: user, tokens) and its (user, item) relation ``src``
+    into ``wh``; with a ``public`` domain, its table of ``public_words`` too."""
+    from dpngram.engines.sql import load_sql
+
+    wh.con.execute(f"CREATE SCHEMA {_SCHEMA}")
+    wh.con.execute(
+        f"CREATE TABLE {_SCHEMA}.sentences "
+        "(user_id VARCHAR, doc_id BIGINT, sent_id INTEGER, tokens VARCHAR[])"
+    )
+    wh.con.executemany(
+        f"INSERT INTO {_SCHEMA}.sentences VALUES (?, 1, ?, ?)", [(u, i, t) for i, (u, t) in enumerate(rows)]
+    )
+    wh.con.execute(load_sql("dpsu/vocabulary_source", schema=_SCHEMA, target="src_view"))
+    # the (user, item) relation materialised once: a view re-reads the sentences each run
+    wh.con.execute(f"CREATE TABLE {_SCHEMA}.src AS SELECT * FROM {_SCHEMA}.src_view")
+    if public is not None:  # the vocabulary's public domain (public words, a table)
+        words = pa.table({"item": pa.array(list(public_words), pa.string())})
+        with wh.registered(audit_public_words=words):
+            wh.execute(
+                load_sql("dpsu/public_words", schema=_SCHEMA, target=public.table, words="audit_public_words")
+            )
+
+
+def _sips_released(
+    wh: Warehouse, audited: str, rounds: Any, max_contribution: int, noise: NoiseSource, public: Any
+) -> bool:
+    """Whether one complete DP-SIPS release (:func:`~dpngram.mechanisms.dpsu.sips_release`, the
+    vocabulary's own path) of the loaded data releases ``audited``."""
+    from dpngram.mechanisms import dpsu
+
+    dpsu.sips_release(
+        wh,
+        _SCHEMA,
+        "src",
+        "released",
+        rounds=rounds,
+        max_contribution=max_contribution,
+        noise=noise,
+        public=public,
+        per_user_lists=True,  # the vocabulary's own path (release_vocabulary)
+        coded_items=True,
+    )
+    items = wh.fetch_arrow(f"SELECT item FROM {_SCHEMA}.released").column("item").to_pylist()
+    hit = audited in set(items)
+    wh.drop(_SCHEMA, "released")
+    return hit
+
+
+def _round_released(
+    wh: Warehouse,
+    scan: str,
+    audited: str,
+    sigma: float,
+    rho: float,
+    cap: float | None,
+    max_contribution: int,
+    noise: NoiseSource,
+) -> bool:
+    """Whether one single-round DPSU release of the loaded data (a fresh secret histogram, then
+    thresholded) releases ``audited``."""
+    from dpngram.mechanisms import dpsu
+
+    dpsu.secret_histogram(wh, _SCHEMA, "src", "hist", max_contribution=max_contribution, cap=cap, noise=noise)
+    released = dpsu.threshold_histogram(wh, scan, sigma=sigma, threshold=rho, noise=noise)
+    hit = audited in set(released.column("item").to_pylist())
+    wh.drop(_SCHEMA, "hist")
+    return hit
 
 
 def expected_threshold_bound(
@@ -341,30 +377,14 @@ def audit_dpsu(
     off) set DP-SIPS's budget ratio and admission z.
 
     Canary (policy Gaussian): the audited word, which m other users put near ρ₁ (m chosen by
-    :func:`_best_holders`), plus ``commons`` = 2 words that 15·⌈Γ⌉ other users fill up to the cap Γ
-    (about √2·Γ of them fill it): when the canary comes after those (most orders), its whole unit of
-    l2 weight goes to the audited word, a shift of 1, the most a user can move one item (with the
-    weighted policy it would be 1/sqrt(3)). The
-    weighted policy's canary holds the audited word only (shift 1)."""
-    from dpngram.mechanisms.dpsu import vocabulary_parameters
-
-    cfg = dpne_defaults()
+    :func:`_best_holders`), plus ``commons`` = 2 words that 15·⌈Γ⌉ other users fill up to the cap Γ (about
+    √2·Γ of them fill it): when the canary comes after those (most orders), its whole unit of l2 weight
+    goes to the audited word, a shift of 1, the most a user can move one item (with the weighted policy it
+    would be 1/sqrt(3)). The weighted policy's canary holds the audited word only (shift 1)."""
     # The default audit stays the policy Gaussian's (its canary is the hardest to place); DP-SIPS,
     # the run default since it scales out, is audited by ``dpsu_sips``.
     policy = policy or "policy-gaussian"
-    params = vocabulary_parameters(
-        Budget(epsilon, delta),
-        cfg.max_n,
-        cfg.sigma_decay,
-        cfg.max_contribution,
-        threshold_delta=cfg.threshold_delta,
-        policy=policy,  # type: ignore[arg-type]
-        policy_cap=cfg.policy_cap,
-        sips_rounds=cfg.sips_rounds,
-        sips_ratio=cfg.sips_ratio if sips_ratio is None else sips_ratio,
-        sips_admission=sips_admission,
-    )
-    claimed = Accountant(params.events("dpne.k1")).total_epsilon(delta)
+    cfg, params, claimed = _vocabulary_calibration(epsilon, delta, policy, sips_ratio, sips_admission)
     sigma = params.sigma * miscalibrate
     holders = _best_holders(params.threshold, sigma, runs, delta)
     if commons is None:
@@ -385,6 +405,50 @@ def audit_dpsu(
         rounds=tuple(dataclasses.replace(r, sigma=r.sigma * miscalibrate) for r in params.rounds),
     )
     setting = {
+        **_level1_setting(cfg, params, epsilon, delta, policy, sigma, holders, runs),
+        "canary": f"one user holding the audited word and {commons} words "
+        + (f"that {common_holders} other users fill to the cap " if commons else "")
+        + "(in 3 sentences)",
+        "claim": "epsilon at delta of the level's events: Gaussian sigma_1 + (0, delta_0) threshold",
+    }
+    if params.rounds:
+        ratio = cfg.sips_ratio if sips_ratio is None else sips_ratio
+        setting.update(_sips_design(params, miscalibrate, ratio, sips_admission))
+    if miscalibrate != 1.0:
+        setting["miscalibrated_sigma_factor"] = miscalibrate
+    return out, inn, claimed, delta, setting
+
+
+def _vocabulary_calibration(
+    epsilon: float, delta: float, policy: str, sips_ratio: float | None, sips_admission: float | None
+) -> tuple[Any, Any, float]:
+    """The run defaults (:func:`dpne_defaults`), DPNE level 1's parameters under them at the dpne
+    share (``epsilon``, ``delta``) (:func:`~dpngram.mechanisms.dpsu.vocabulary_parameters`;
+    ``sips_ratio`` None: the configured one) and the claim: the ε of the level's events at δ."""
+    from dpngram.mechanisms.dpsu import vocabulary_parameters
+
+    cfg = dpne_defaults()
+    params = vocabulary_parameters(
+        Budget(epsilon, delta),
+        cfg.max_n,
+        cfg.sigma_decay,
+        cfg.max_contribution,
+        threshold_delta=cfg.threshold_delta,
+        policy=policy,  # type: ignore[arg-type]
+        policy_cap=cfg.policy_cap,
+        sips_rounds=cfg.sips_rounds,
+        sips_ratio=cfg.sips_ratio if sips_ratio is None else sips_ratio,
+        sips_admission=sips_admission,
+    )
+    return cfg, params, Accountant(params.events("dpne.k1")).total_epsilon(delta)
+
+
+def _level1_setting(
+    cfg: Any, params: Any, epsilon: float, delta: float, policy: str, sigma: float, holders: int, runs: int
+) -> dict[str, Any]:
+    """The start of :func:`audit_dpsu`'s setting: the dpne share, level 1's calibration and the
+    canary's design (the bound expected from it, for one round)."""
+    return {
         "dpne_share": [epsilon, delta],
         "policy": policy,
         "policy_cap_alpha": cfg.policy_cap if params.cap is not None else None,
@@ -399,13 +463,14 @@ def audit_dpsu(
         "expected_bound_at_design": expected_threshold_bound(
             holders, 1.0, sigma, params.threshold, runs, delta
         ),
-        "canary": f"one user holding the audited word and {commons} words "
-        + (f"that {common_holders} other users fill to the cap " if commons else "")
-        + "(in 3 sentences)",
-        "claim": "epsilon at delta of the level's events: Gaussian sigma_1 + (0, delta_0) threshold",
     }
-    if params.rounds:
-        setting["sips_rounds"] = [
+
+
+def _sips_design(params: Any, miscalibrate: float, ratio: float, admission: float | None) -> dict[str, Any]:
+    """What :func:`audit_dpsu`'s setting says of a DP-SIPS vocabulary: its rounds, budget ratio
+    and admission; its canary holds the audited word only."""
+    return {
+        "sips_rounds": [
             {
                 "sigma": r.sigma * miscalibrate,
                 "rho": r.threshold,
@@ -413,14 +478,12 @@ def audit_dpsu(
                 "admit_floor": r.admit_floor,
             }
             for r in params.rounds
-        ]
-        setting["sips_ratio"] = cfg.sips_ratio if sips_ratio is None else sips_ratio
-        setting["sips_admission"] = sips_admission
-        setting["canary"] = "one user holding the audited word only (in 3 sentences)"
-        setting["expected_bound_at_design"] = None  # the design's one-round formula does not apply
-    if miscalibrate != 1.0:
-        setting["miscalibrated_sigma_factor"] = miscalibrate
-    return out, inn, claimed, delta, setting
+        ],
+        "sips_ratio": ratio,
+        "sips_admission": admission,
+        "canary": "one user holding the audited word only (in 3 sentences)",
+        "expected_bound_at_design": None,  # the design's one-round formula does not apply
+    }
 
 
 def audit_dpsu_weighted(runs: int, noise: NoiseSource, **kwargs: Any) -> Scores:
@@ -464,30 +527,16 @@ def audit_dpsu_sips_public(
     ``unique=True``: then in D the word is released only by the sampling of unheld public words),
     and 3 users with words of their own. The canary holds the audited word only.
     ``sample_unheld=False`` audits the deliberately broken variant without that sampling."""
-    from dpngram.mechanisms.dpsu import PublicDomain, public_threshold, vocabulary_parameters
+    from dpngram.mechanisms.dpsu import PublicDomain, public_threshold
 
-    cfg = dpne_defaults()
-    params = vocabulary_parameters(
-        Budget(epsilon, delta),
-        cfg.max_n,
-        cfg.sigma_decay,
-        cfg.max_contribution,
-        threshold_delta=cfg.threshold_delta,
-        policy="dp-sips",
-        sips_rounds=cfg.sips_rounds,
-        sips_ratio=cfg.sips_ratio,
-    )
-    claimed = Accountant(params.events("dpne.k1")).total_epsilon(delta)
+    cfg, params, claimed = _vocabulary_calibration(epsilon, delta, "dp-sips", None, None)
     commons = [f"common{j}" for j in range(4)]
     words = ["word", *commons, *(f"spare{j}" for j in range(20))]
     last = params.rounds[-1]
     rho_public = public_threshold(last.sigma, PublicDomain("p", len(words), cfg.eta), 1.0, len(commons))
     assert rho_public is not None
     holders = 0 if unique else _best_holders(rho_public, last.sigma, runs, delta)
-    rows = [(f"c{j}_{i}", [w]) for j, w in enumerate(commons) for i in range(80)]
-    rows += [(f"u{i}", ["word"]) for i in range(holders)]
-    rows += [(f"o{i}", ["other", f"pad{i}"]) for i in range(3)]
-    canary = [("canary", ["word"]) for _ in range(3)]
+    rows, canary = _public_domain_dataset(commons, holders)
     public = PublicDomain("audit_public_words_table", len(words), cfg.eta, sample_unheld=sample_unheld)
     out, inn = _dpsu_releases(
         rows,
@@ -521,6 +570,16 @@ def audit_dpsu_sips_public(
     if not sample_unheld:
         setting["broken_variant"] = "unheld public words are never released (must fail the audit)"
     return out, inn, claimed, delta, setting
+
+
+def _public_domain_dataset(commons: list[str], holders: int) -> tuple[Rows, Rows]:
+    """D of :func:`audit_dpsu_sips_public`: 80 users holding each word of ``commons`` alone,
+    ``holders`` users holding only ``word``, 3 users with words of their own; the canary writes
+    ``word`` in 3 sentences."""
+    rows = [(f"c{j}_{i}", [w]) for j, w in enumerate(commons) for i in range(80)]
+    rows += [(f"u{i}", ["word"]) for i in range(holders)]
+    rows += [(f"o{i}", ["other", f"pad{i}"]) for i in range(3)]
+    return rows, [("canary", ["word"]) for _ in range(3)]
 
 
 def audit_dpne_level(

@@ -76,9 +76,10 @@ from dpngram.release.layout import (
 
 if TYPE_CHECKING:
     import pandas as pd
+    import polars as pl
 
     from dpngram.engines.base import Engine
-    from dpngram.lm.arpa import WrittenArpa
+    from dpngram.lm.arpa import ArpaModel, WrittenArpa
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +198,11 @@ def _released_or_promised(relative: str) -> Callable[[RunContext], bool]:
 
 def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | None = None) -> pd.DataFrame:
     return con.execute(sql, params or {}).df()
+
+
+def _row_sample(src: Sources, view: str) -> pd.DataFrame:
+    """The bounded random sample of a released view that row-level expectations see."""
+    return _frame(src.public, load_sql("validate/sample", source=view))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -429,46 +435,26 @@ def synth_suite(src: Sources) -> list[Batch]:
     ]
     if missing:
         return [Batch("released.synth", None, [], False, problem=f"{', '.join(missing)} missing")]
+    sequences = [
+        Expect("ExpectTableColumnsToMatchSet", {"column_set": ["seq_id", "text"], "exact_match": True}),
+        Expect("ExpectColumnValuesToNotBeNull", {"column": "text"}),
+        Expect("ExpectColumnValueLengthsToBeBetween", {"column": "text", "min_value": 1}),
+    ]
+    counts = [
+        Expect("ExpectTableColumnsToMatchSet", {"column_set": ["ngram", "noisy_count"], "exact_match": True}),
+        Expect("ExpectColumnValuesToNotBeNull", {"column": "ngram"}),
+        Expect("ExpectColumnValuesToBeBetween", {"column": "noisy_count", "min_value": 0}),
+    ]
     batches = [
-        Batch(
-            "released.synth.sequences.rows",
-            _frame(src.public, load_sql("validate/sample", source=seq_view)),
-            [
-                Expect(
-                    "ExpectTableColumnsToMatchSet", {"column_set": ["seq_id", "text"], "exact_match": True}
-                ),
-                Expect("ExpectColumnValuesToNotBeNull", {"column": "text"}),
-                Expect("ExpectColumnValueLengthsToBeBetween", {"column": "text", "min_value": 1}),
-            ],
-            False,
-        ),
-        Batch(
-            "released.synth.counts.rows",
-            _frame(src.public, load_sql("validate/sample", source=counts_view)),
-            [
-                Expect(
-                    "ExpectTableColumnsToMatchSet",
-                    {"column_set": ["ngram", "noisy_count"], "exact_match": True},
-                ),
-                Expect("ExpectColumnValuesToNotBeNull", {"column": "ngram"}),
-                Expect("ExpectColumnValuesToBeBetween", {"column": "noisy_count", "min_value": 0}),
-            ],
-            False,
-        ),
+        Batch("released.synth.sequences.rows", _row_sample(src, seq_view), sequences, False),
+        Batch("released.synth.counts.rows", _row_sample(src, counts_view), counts, False),
     ]
     if {"seq_id", "text"} <= set(src.columns(seq_view)) and {"ngram", "noisy_count"} <= set(
         src.columns(counts_view)
     ):
         if src.released_view("vocabulary", VOCABULARY) is None:
-            batches.append(
-                Batch(
-                    "released.synth.table",
-                    None,
-                    [],
-                    False,
-                    problem=f"{VOCABULARY} is missing (needed for the token check)",
-                )
-            )
+            problem = f"{VOCABULARY} is missing (needed for the token check)"
+            batches.append(Batch("released.synth.table", None, [], False, problem=problem))
         else:
             aggregates = _frame(src.public, load_sql("synth/validate_aggregates"))
             batches.append(
@@ -522,11 +508,10 @@ def model_arpa_suite(src: Sources, written: WrittenArpa | None = None) -> list[B
 
     ``written`` (step ``lm``): the tables write_arpa has just written are checked instead of the file
     parsed again (0.7 s on SOTU), and the file must have the SHA-256 of the bytes written."""
-    import pandas as pd
     import polars as pl
 
     from dpngram.core.errors import ArpaError
-    from dpngram.lm.arpa import check_model, read_arpa
+    from dpngram.lm.arpa import read_arpa
     from dpngram.lm.public_cache import file_digest
 
     path = src.released(MODEL_ARPA)
@@ -546,13 +531,39 @@ def model_arpa_suite(src: Sources, written: WrittenArpa | None = None) -> list[B
     step = max(1, rows.height // MODEL_SAMPLE_ROWS)
     sample = rows.gather_every(step).to_pandas()
     top = max(model.tables) if model.tables else 0
+    aggregates = _arpa_aggregates(model, declared, rows, top, differs)
+    row_expectations = [
+        Expect("ExpectColumnValuesToNotBeNull", {"column": "ngram"}),
+        Expect("ExpectColumnValuesToNotBeNull", {"column": "logprob"}),
+        Expect("ExpectColumnValuesToBeBetween", {"column": "logprob", "max_value": 0}),
+        Expect(
+            "ExpectColumnValuesToBeBetween", {"column": "order", "min_value": 1, "max_value": max(top, 1)}
+        ),
+    ]
+    return [
+        Batch("model.arpa.rows", sample, row_expectations, False),
+        Batch("model.arpa.table", aggregates, [zero(c) for c in aggregates.columns], False),
+    ]
+
+
+def _arpa_aggregates(
+    model: ArpaModel, declared: dict[int, int], rows: pl.DataFrame, top: int, differs: int
+) -> pd.DataFrame:
+    """:func:`model_arpa_suite`'s one-row frame of whole-file violations (each must be 0); ``top``:
+    the model's highest order."""
+    import pandas as pd
+    import polars as pl
+
+    from dpngram.core.errors import ArpaError
+    from dpngram.lm.arpa import check_model
+
     orders = sorted(set(declared) | set(model.tables))
     try:
         check_model(model, links=False)
         closure_problems = 0
     except ArpaError:
         closure_problems = 1
-    aggregates = pd.DataFrame(
+    return pd.DataFrame(
         [
             {
                 "orders_with_count_mismatch": sum(
@@ -567,18 +578,6 @@ def model_arpa_suite(src: Sources, written: WrittenArpa | None = None) -> list[B
             }
         ]
     )
-    row_expectations = [
-        Expect("ExpectColumnValuesToNotBeNull", {"column": "ngram"}),
-        Expect("ExpectColumnValuesToNotBeNull", {"column": "logprob"}),
-        Expect("ExpectColumnValuesToBeBetween", {"column": "logprob", "max_value": 0}),
-        Expect(
-            "ExpectColumnValuesToBeBetween", {"column": "order", "min_value": 1, "max_value": max(top, 1)}
-        ),
-    ]
-    return [
-        Batch("model.arpa.rows", sample, row_expectations, False),
-        Batch("model.arpa.table", aggregates, [zero(c) for c in aggregates.columns], False),
-    ]
 
 
 @register_suite("released.oov_words", private=False, applies=_released_or_promised(OOV_WORDS))

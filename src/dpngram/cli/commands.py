@@ -17,6 +17,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dpngram.cli.console import (
     StageProgress,
@@ -30,6 +31,9 @@ from dpngram.cli.console import (
 from dpngram.cli.flags import config_from_args
 from dpngram.config import RunConfig
 from dpngram.core.errors import ConfigError, IngestError, ResourceExhausted
+
+if TYPE_CHECKING:
+    from dpngram.release.forecast import Forecast
 
 PROG = "dpngram"
 
@@ -184,6 +188,25 @@ def cmd_ledger(args: argparse.Namespace) -> int:
         rows = ledger.entries(dataset)
         forecast = ledger.forecast(dataset)
         location = ledger.location
+    entries, totals = _ledger_entries(rows)
+    stop = _schedule_sentence(args.schedule, forecast.runs_left)
+    if args.json:
+        sys.stdout.write(
+            json.dumps(_ledger_json(dataset, location, entries, totals, forecast, stop), indent=2) + "\n"
+        )
+        return EXIT_OK
+    _print_ledger_table(dataset, entries, totals)
+    console = make_console()
+    console.print(forecast.sentence(), highlight=False)
+    if stop:
+        console.print(stop, highlight=False)
+    console.print(f"ledger: {location}", highlight=False)
+    return EXIT_OK
+
+
+def _ledger_entries(rows: list[dict]) -> tuple[list[dict], dict]:
+    """A dataset's ledger rows as ``dpngram ledger`` shows them, and their totals (basic
+    composition over runs: sums, and the number of runs)."""
     entries = [
         {
             "run_id": r["run_id"],
@@ -199,31 +222,27 @@ def cmd_ledger(args: argparse.Namespace) -> int:
         "delta": sum(e["delta"] for e in entries),
         "runs": len({e["run_id"] for e in entries}),
     }
-    stop = _schedule_sentence(args.schedule, forecast.runs_left)
-    if args.json:
-        payload = {
-            "dataset": dataset,
-            "ledger": location,
-            "entries": entries,
-            "total": totals,
-            "forecast": {
-                "runs_left": forecast.runs_left,
-                "per_run": None
-                if forecast.per_run is None
-                else {"epsilon": forecast.per_run.epsilon, "delta": forecast.per_run.delta},
-                "limited_by": forecast.limited_by,
-                "schedule": stop,
-            },
-        }
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
-        return EXIT_OK
-    _print_ledger_table(dataset, entries, totals)
-    console = make_console()
-    console.print(forecast.sentence(), highlight=False)
-    if stop:
-        console.print(stop, highlight=False)
-    console.print(f"ledger: {location}", highlight=False)
-    return EXIT_OK
+    return entries, totals
+
+
+def _ledger_json(
+    dataset: str, location: str, entries: list[dict], totals: dict, forecast: Forecast, stop: str | None
+) -> dict:
+    """``dpngram ledger --json``: the entries, their totals and the budget forecast."""
+    return {
+        "dataset": dataset,
+        "ledger": location,
+        "entries": entries,
+        "total": totals,
+        "forecast": {
+            "runs_left": forecast.runs_left,
+            "per_run": None
+            if forecast.per_run is None
+            else {"epsilon": forecast.per_run.epsilon, "delta": forecast.per_run.delta},
+            "limited_by": forecast.limited_by,
+            "schedule": stop,
+        },
+    }
 
 
 def _schedule_sentence(schedule: str | None, runs_left: int | None) -> str | None:

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dpngram.core.budget import Budget
-from dpngram.core.errors import BudgetError, ConfigError
+from dpngram.core.errors import BudgetError, ConfigError, ResumeError
 from dpngram.release.forecast import Forecast, forecast
 from dpngram.release.ledger_store import (
     LedgerStore,
@@ -427,30 +427,7 @@ class Ledger:
         def body() -> None:
             existing = self.run(run_id)
             if existing is not None:
-                if existing["dataset"] != dataset:
-                    from dpngram.core.errors import ResumeError
-
-                    raise ResumeError(
-                        f"run_id: run '{run_id}' belongs to dataset '{existing['dataset']}', not "
-                        f"'{dataset}'; use a new --run-id"
-                    )
-                if compare is not None:
-                    compare(existing["fingerprint"], fingerprint)
-                if staging is not None and existing["staging"] not in (None, staging):
-                    from dpngram.core.errors import ResumeError
-
-                    raise ResumeError(
-                        f"run_id: run '{run_id}' was started with its staging in "
-                        f"{existing['staging']}, not {staging}; resume it with the same --out (an "
-                        "absolute path), or start a new run with a new --run-id"
-                    )
-                if existing["state"] == "closed":
-                    from dpngram.core.errors import ResumeError
-
-                    raise ResumeError(
-                        f"run_id: run '{run_id}' was closed (published or cleaned by `dpngram gc`); "
-                        "start a new run with a new --run-id"
-                    )
+                _check_resume(existing, dataset, run_id, fingerprint, compare, staging)
             lifetime = self.lifetime(dataset)
             charged = self.spent(dataset, run_id)
             mine = Budget(max(budget.epsilon, charged.epsilon), max(budget.delta, charged.delta))
@@ -608,6 +585,37 @@ class Ledger:
         charged = self.spent(dataset, run_id) if run_id is not None else Budget(0.0)
         mine = Budget(max(epsilon, charged.epsilon), max(delta, charged.delta))
         self._refuse_over(dataset, lifetime, self.committed(dataset, run_id), mine, "this run asks for")
+
+
+def _check_resume(
+    existing: dict[str, Any],
+    dataset: str,
+    run_id: str,
+    fingerprint: dict[str, Any],
+    compare: Callable[[dict[str, Any], dict[str, Any]], None] | None,
+    staging: str | None,
+) -> None:
+    """Refuse a resume of the registered run ``existing`` (:meth:`Ledger.open_run`) with a
+    :class:`~dpngram.core.errors.ResumeError`: another dataset's run, changed parameters or input
+    (``compare`` raises), another staging directory, or a closed run."""
+    if existing["dataset"] != dataset:
+        raise ResumeError(
+            f"run_id: run '{run_id}' belongs to dataset '{existing['dataset']}', not "
+            f"'{dataset}'; use a new --run-id"
+        )
+    if compare is not None:
+        compare(existing["fingerprint"], fingerprint)
+    if staging is not None and existing["staging"] not in (None, staging):
+        raise ResumeError(
+            f"run_id: run '{run_id}' was started with its staging in "
+            f"{existing['staging']}, not {staging}; resume it with the same --out (an "
+            "absolute path), or start a new run with a new --run-id"
+        )
+    if existing["state"] == "closed":
+        raise ResumeError(
+            f"run_id: run '{run_id}' was closed (published or cleaned by `dpngram gc`); "
+            "start a new run with a new --run-id"
+        )
 
 
 def _same(a: float, b: float) -> bool:

@@ -110,24 +110,10 @@ def prepare(config: RunConfig, *, reserve: bool = True) -> RunConfig:
     A run id that is already published is refused (:class:`AlreadyPublished`); if its publish had
     been interrupted (the ledger still has it open), the publish is completed first."""
     from dpngram.core.budget import Budget
-    from dpngram.release.identity import (
-        check_staging,
-        compare,
-        fingerprint,
-        operator_dir,
-        staging_token,
-        write_staging_token,
-    )
+    from dpngram.release.identity import compare, fingerprint
 
     config = with_run_id(config)
-    if not is_object_url(config.out):
-        try:
-            check_out_layout(config.out)  # an OUT of the old shared layout: refused, nothing reserved
-        except LegacyLayoutError as err:
-            raise ConfigError(str(err)) from None
-    # the stages that read the public corpus would fail only after earlier stages have spent budget
-    if reads_public_corpus(config) and (problem := public_problem(config)) is not None:
-        raise ConfigError(problem)
+    _refuse_unreadable_paths(config)
     ctx = RunContext(config)
     release = ctx.release
     identity = fingerprint(config)
@@ -141,21 +127,7 @@ def prepare(config: RunConfig, *, reserve: bool = True) -> RunConfig:
                 completed,
             )
         complete_publishes(ledger, out=release.out_dir)
-        existing = ledger.run(ctx.run_id)
-        if existing is not None:
-            compare(existing["fingerprint"], identity)  # the dataset is a parameter too
-        registered = existing["fingerprint"] if existing is not None else identity
-        token = staging_token(ctx.run_id, registered, ledger.identity())
-        created = not check_staging(release, token, ledger.location)
-        if created:
-            try:
-                write_staging_token(release, token)
-            except OSError as err:
-                raise ConfigError(
-                    f"out: cannot create the staging directory {release.staging} (--out {config.out}): "
-                    f"{err.strerror or type(err).__name__}; nothing was reserved: remove it or choose "
-                    "another path"
-                ) from None
+        created = _check_or_create_staging(ctx, release, ledger, identity)
         try:
             ledger.open_run(
                 config.dataset,
@@ -172,18 +144,69 @@ def prepare(config: RunConfig, *, reserve: bool = True) -> RunConfig:
             if created:  # nothing was staged: leave no directory behind
                 shutil.rmtree(release.staging, ignore_errors=True)
             raise
-        try:
-            operator = operator_dir(config)
-            write_json_atomic(
-                operator / "run.json",
-                {"run_id": ctx.run_id, "fingerprint": identity, "staging": release.staged_name},
-            )
-            record_part(ctx, "parameters", {"parameters": published_parameters(config), "run_id": ctx.run_id})
-        except BaseException as err:
-            if ledger.suspend_if_unspent(ctx.run_id):
-                err.add_note(f"run '{ctx.run_id}' spent nothing: its budget reservation was released")
-            raise
+        _record_run(ctx, release, ledger, identity)
     return config
+
+
+def _refuse_unreadable_paths(config: RunConfig) -> None:
+    """:func:`prepare`'s checks of paths, before the ledger is opened: an OUT of the old shared
+    layout, or a public corpus that the run's stages would read and that is not a file (they
+    would fail only after earlier stages have spent budget)."""
+    if not is_object_url(config.out):
+        try:
+            check_out_layout(config.out)  # an OUT of the old shared layout: refused, nothing reserved
+        except LegacyLayoutError as err:
+            raise ConfigError(str(err)) from None
+    if reads_public_corpus(config) and (problem := public_problem(config)) is not None:
+        raise ConfigError(problem)
+
+
+def _check_or_create_staging(
+    ctx: RunContext, release: Release | ObjectRelease, ledger: Ledger, identity: dict[str, Any]
+) -> bool:
+    """:func:`prepare`'s check of the run's identity before anything is reserved: a registered
+    run id must have the same fingerprint (else :class:`~dpngram.core.errors.ResumeError`); an
+    existing staging directory must carry the run's staging token, a new one gets it. Returns
+    whether the staging directory was created now."""
+    from dpngram.release.identity import check_staging, compare, staging_token, write_staging_token
+
+    existing = ledger.run(ctx.run_id)
+    if existing is not None:
+        compare(existing["fingerprint"], identity)  # the dataset is a parameter too
+    registered = existing["fingerprint"] if existing is not None else identity
+    token = staging_token(ctx.run_id, registered, ledger.identity())
+    created = not check_staging(release, token, ledger.location)
+    if created:
+        try:
+            write_staging_token(release, token)
+        except OSError as err:
+            raise ConfigError(
+                f"out: cannot create the staging directory {release.staging} (--out {ctx.config.out}): "
+                f"{err.strerror or type(err).__name__}; nothing was reserved: remove it or choose "
+                "another path"
+            ) from None
+    return created
+
+
+def _record_run(
+    ctx: RunContext, release: Release | ObjectRelease, ledger: Ledger, identity: dict[str, Any]
+) -> None:
+    """The last step of :func:`prepare`, once the budget is reserved: the operator file
+    ``run.json`` and the report part 'parameters'. A failure here releases the reservation (the
+    run has drawn nothing)."""
+    from dpngram.release.identity import operator_dir
+
+    try:
+        operator = operator_dir(ctx.config)
+        write_json_atomic(
+            operator / "run.json",
+            {"run_id": ctx.run_id, "fingerprint": identity, "staging": release.staged_name},
+        )
+        record_part(ctx, "parameters", {"parameters": published_parameters(ctx.config), "run_id": ctx.run_id})
+    except BaseException as err:
+        if ledger.suspend_if_unspent(ctx.run_id):
+            err.add_note(f"run '{ctx.run_id}' spent nothing: its budget reservation was released")
+        raise
 
 
 def _open_in(ledger: Ledger, run_id: str) -> bool:
@@ -355,11 +378,43 @@ def release_asset_metadata(release: Path | str, training_corpus: str | None = No
         else json.loads((Path(location) / "report.json").read_text(encoding="utf-8"))
     )
     files = read_manifest(location)["files"]
+    released = report.get("released", {})
+    common = _asset_common(report, location)
+    tables = {name: t.get("rows") for name, t in released.get("tables", {}).items() if "/" not in name}
+    release_meta = {**common, "released_rows": tables}
+    ngram_files = _located(
+        files, location, {name: f"released/{name}.parquet" for name in ("vocabulary", "kgrams")}
+    )
+    ngrams = {
+        **common,
+        "ngrams_per_k": released.get("ngrams_per_k", {}),
+        "released_rows": {name: tables.get(name) for name in ngram_files["paths"]},
+        **ngram_files,
+    }
+    model = report.get("model") or {}
+    model_files = _located(files, location, dict(model.get("paths") or {}))
+    language_model = None
+    if "binary" in model_files["paths"]:
+        language_model = {
+            **common,
+            "order": model.get("order"),
+            "route": model.get("route"),
+            "ngram_counts": model.get("counts", {}),
+            **model_files,
+            "training_corpus": training_corpus,
+        }
+    return {"release": release_meta, "ngrams": ngrams, "language_model": language_model}
+
+
+def _asset_common(report: dict[str, Any], location: str) -> dict[str, Any]:
+    """What every entry of :func:`release_asset_metadata` holds: the run, its privacy spend (as
+    the report states it and as the ledger charged it) and where the release is."""
+    from dpngram.release.storage import join
+
     privacy = report.get("privacy", {})
     charged = privacy.get("ledger_charged", {})
-    released = report.get("released", {})
     total = privacy.get("total", {})
-    common = {
+    return {
         "run_id": report.get("run_id", location.rsplit("/", 1)[-1]),
         "dataset": report.get("dataset"),
         # rounded for people (6 significant digits, as report.json's); exact values beside them
@@ -374,32 +429,14 @@ def release_asset_metadata(release: Path | str, training_corpus: str | None = No
         "report": join(location, "report.json"),
     }
 
-    def located(rels: dict[str, str]) -> dict[str, Any]:
-        present = {name: rel for name, rel in rels.items() if rel in files}
-        return {
-            "paths": {name: join(location, rel) for name, rel in present.items()},
-            "sha256": {name: files[rel]["sha256"] for name, rel in present.items()},
-        }
 
-    tables = {name: t.get("rows") for name, t in released.get("tables", {}).items() if "/" not in name}
-    release_meta = {**common, "released_rows": tables}
-    ngram_files = located({name: f"released/{name}.parquet" for name in ("vocabulary", "kgrams")})
-    ngrams = {
-        **common,
-        "ngrams_per_k": released.get("ngrams_per_k", {}),
-        "released_rows": {name: tables.get(name) for name in ngram_files["paths"]},
-        **ngram_files,
+def _located(files: dict[str, Any], location: str, rels: dict[str, str]) -> dict[str, Any]:
+    """The locations and SHA-256 (from the manifest's ``files``) of the release files ``rels``
+    (name -> path relative to the release) that the release holds."""
+    from dpngram.release.storage import join
+
+    present = {name: rel for name, rel in rels.items() if rel in files}
+    return {
+        "paths": {name: join(location, rel) for name, rel in present.items()},
+        "sha256": {name: files[rel]["sha256"] for name, rel in present.items()},
     }
-    model = report.get("model") or {}
-    model_files = located(dict(model.get("paths") or {}))
-    language_model = None
-    if "binary" in model_files["paths"]:
-        language_model = {
-            **common,
-            "order": model.get("order"),
-            "route": model.get("route"),
-            "ngram_counts": model.get("counts", {}),
-            **model_files,
-            "training_corpus": training_corpus,
-        }
-    return {"release": release_meta, "ngrams": ngrams, "language_model": language_model}

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from dpngram.config import RunConfig
@@ -86,49 +87,9 @@ def spend_once(
             fragment = json.loads(marker.read_text(encoding="utf-8"))
             events = [PrivacyEvent(**e) for e in fragment["privacy"]["events"]]
         else:
-            if ledger.entry(dataset, run_id, stage) is not None:
-                raise ResumeError(
-                    f"stage {stage} of run '{run_id}' drew its noise before a crash but its output is "
-                    "incomplete; it is not drawn again (the ledger keeps its charge): start a new run "
-                    "with a new --run-id"
-                )
-            bound = _pending_bound(ctx, ledger)
-            charged = False
-
-            def charge_before_drawing() -> None:
-                nonlocal charged
-                ledger.charge_pending(dataset, run_id, stage, bound)
-                charged = True
-
-            try:
-                with before_first_draw(charge_before_drawing):
-                    result = compute(wh)
-            except Exception as err:
-                resource = resource_failure(err)
-                if resource is None:
-                    raise
-                # Out of memory/disk: say whether the stage was charged (resumable, or not).
-                raise ResourceExhausted(stage, run_id, resource, charged=charged) from err
-            missing = [o for o in outputs if not (release.root / o).exists()]
-            if missing:
-                raise RuntimeError(f"stage {stage} did not write {missing}")
+            result = _charge_then_compute(ctx, ledger, stage, lambda: compute(wh))
             events = result.events
-            stage_eps, stage_delta = _stage_share(ctx.config, stage)
-            summary = _charged_summary(ctx, stage, events, stage_delta)
-            parent_total = summary["parent_total_epsilon"]
-            fragment = {
-                **result.report,
-                "privacy": {**summary, "budget_epsilon": stage_eps, "budget_delta": stage_delta},
-                "outputs": outputs,
-            }
-            if parent_total > stage_eps * (1 + 1e-6):
-                raise RuntimeError(
-                    f"stage {stage} brings its stage's epsilon to {parent_total:.6g} > its budget "
-                    f"{stage_eps:.6g}; "
-                    "refusing to commit (this is a bug in the stage's calibration)"
-                )
-            write_part(ctx, marker, stage, fragment)
-            ctx.checkpoint()  # the noisy output is persisted where every worker finds it
+            fragment = _persist(ctx, stage, outputs, result, marker)
         privacy = fragment["privacy"]
         ledger.finalize(dataset, run_id, stage, privacy["charged_epsilon"], privacy["charged_delta"], events)
     return {
@@ -138,6 +99,68 @@ def spend_once(
         "charged_epsilon": privacy["charged_epsilon"],
         "outputs": outputs,
     }
+
+
+def _charge_then_compute(
+    ctx: RunContext, ledger: Ledger, stage: str, compute: Callable[[], StageResult]
+) -> StageResult:
+    """Steps 1 and 2 of :func:`spend_once` for a stage with no persisted output: refuse it if the
+    ledger already has its entry (its noise was drawn before a crash), else run ``compute`` with
+    the ledger charged the pending bound just before its first random draw. A resource failure is
+    raised as :class:`~dpngram.core.errors.ResourceExhausted`, saying whether that charge was made."""
+    dataset, run_id = ctx.config.dataset, ctx.run_id
+    if ledger.entry(dataset, run_id, stage) is not None:
+        raise ResumeError(
+            f"stage {stage} of run '{run_id}' drew its noise before a crash but its output is "
+            "incomplete; it is not drawn again (the ledger keeps its charge): start a new run "
+            "with a new --run-id"
+        )
+    bound = _pending_bound(ctx, ledger)
+    charged = False
+
+    def charge_before_drawing() -> None:
+        nonlocal charged
+        ledger.charge_pending(dataset, run_id, stage, bound)
+        charged = True
+
+    try:
+        with before_first_draw(charge_before_drawing):
+            return compute()
+    except Exception as err:
+        resource = resource_failure(err)
+        if resource is None:
+            raise
+        # Out of memory/disk: say whether the stage was charged (resumable, or not).
+        raise ResourceExhausted(stage, run_id, resource, charged=charged) from err
+
+
+def _persist(
+    ctx: RunContext, stage: str, outputs: list[str], result: StageResult, marker: Path
+) -> dict[str, Any]:
+    """The end of step 2 of :func:`spend_once`: check that ``compute`` wrote every output and that
+    the stage's composed epsilon fits its share, then write the stage's marker (its report
+    fragment: events, composed (ε, δ), what the ledger is charged) and checkpoint the release.
+    Returns the fragment."""
+    missing = [o for o in outputs if not (ctx.release.root / o).exists()]
+    if missing:
+        raise RuntimeError(f"stage {stage} did not write {missing}")
+    stage_eps, stage_delta = _stage_share(ctx.config, stage)
+    summary = _charged_summary(ctx, stage, result.events, stage_delta)
+    parent_total = summary["parent_total_epsilon"]
+    fragment = {
+        **result.report,
+        "privacy": {**summary, "budget_epsilon": stage_eps, "budget_delta": stage_delta},
+        "outputs": outputs,
+    }
+    if parent_total > stage_eps * (1 + 1e-6):
+        raise RuntimeError(
+            f"stage {stage} brings its stage's epsilon to {parent_total:.6g} > its budget "
+            f"{stage_eps:.6g}; "
+            "refusing to commit (this is a bug in the stage's calibration)"
+        )
+    write_part(ctx, marker, stage, fragment)
+    ctx.checkpoint()  # the noisy output is persisted where every worker finds it
+    return fragment
 
 
 def _pending_bound(ctx: RunContext, ledger: Ledger) -> Budget:

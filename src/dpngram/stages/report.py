@@ -210,39 +210,8 @@ def write_report(ctx: RunContext) -> Path:
     root = ctx.release.root
     tables = released_tables(root)
     per_k = _ngrams_per_k(tables)
-    privacy = privacy_summary(parts, ctx.config.delta, ctx.config.epsilon)
-    privacy["calibration"] = {
-        "mode": ctx.config.budget_calibration,
-        **ctx.config.budget_plan().report(),
-    }
-    dpne = _dpne_settings(ctx, parts)
-    if dpne:
-        privacy["dpne"] = dpne
     parameters = parts.get("parameters", {}).get("parameters") or published_parameters(ctx.config)
-    not_dp = non_dp_settings(parameters)
-    privacy["differentially_private"] = not not_dp
-    if not_dp:
-        privacy["non_dp_settings"] = not_dp
-        privacy["total"]["warning"] = (
-            f"NOT differentially private: {', '.join(not_dp)}; the epsilon above is what the noise "
-            "would give under a data-independent calibration, not a guarantee"
-        )
-    ledger = _ledger_charged(ctx)
-    if ledger is not None:
-        # each stage's charge as the ledger holds it (the same numbers as `dpngram ledger`)
-        for name, entry in ledger.pop("stages").items():
-            if name in privacy["stages"]:
-                privacy["stages"][name]["charged_epsilon"] = entry["epsilon"]
-                privacy["stages"][name]["charged_delta"] = entry["delta"]
-        privacy["ledger_charged"] = ledger
-    privacy["stages_note"] = (
-        "charged_epsilon/charged_delta: what the ledger charged each stage (they add up to "
-        "ledger_charged; the run's delta is charged once, to the first stage that uses it); "
-        "epsilon/delta: the stage's own events composed stand-alone at its delta share"
-    )
-    exact = privacy["total"]["epsilon"]
-    privacy["total"]["epsilon"] = display_epsilon(exact)
-    privacy["total"]["epsilon_exact"] = exact
+    privacy = _report_privacy(ctx, parts, parameters)
     report: dict[str, Any] = {
         "run_id": ctx.run_id,
         "dataset": ctx.config.dataset,
@@ -275,6 +244,46 @@ def write_report(ctx: RunContext) -> Path:
         tmp.write_text(render_html(report), encoding="utf-8")
     assert html_path.exists()
     return path
+
+
+def _report_privacy(ctx: RunContext, parts: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
+    """The report's section ``privacy``: the composed spend of every stage's events
+    (:func:`~dpngram.core.accounting.privacy_summary`), the budget calibration, the DPNE settings,
+    whether the run is differentially private at all (``parameters``), and what the ledger charged
+    each stage and the run."""
+    privacy = privacy_summary(parts, ctx.config.delta, ctx.config.epsilon)
+    privacy["calibration"] = {
+        "mode": ctx.config.budget_calibration,
+        **ctx.config.budget_plan().report(),
+    }
+    dpne = _dpne_settings(ctx, parts)
+    if dpne:
+        privacy["dpne"] = dpne
+    not_dp = non_dp_settings(parameters)
+    privacy["differentially_private"] = not not_dp
+    if not_dp:
+        privacy["non_dp_settings"] = not_dp
+        privacy["total"]["warning"] = (
+            f"NOT differentially private: {', '.join(not_dp)}; the epsilon above is what the noise "
+            "would give under a data-independent calibration, not a guarantee"
+        )
+    ledger = _ledger_charged(ctx)
+    if ledger is not None:
+        # each stage's charge as the ledger holds it (the same numbers as `dpngram ledger`)
+        for name, entry in ledger.pop("stages").items():
+            if name in privacy["stages"]:
+                privacy["stages"][name]["charged_epsilon"] = entry["epsilon"]
+                privacy["stages"][name]["charged_delta"] = entry["delta"]
+        privacy["ledger_charged"] = ledger
+    privacy["stages_note"] = (
+        "charged_epsilon/charged_delta: what the ledger charged each stage (they add up to "
+        "ledger_charged; the run's delta is charged once, to the first stage that uses it); "
+        "epsilon/delta: the stage's own events composed stand-alone at its delta share"
+    )
+    exact = privacy["total"]["epsilon"]
+    privacy["total"]["epsilon"] = display_epsilon(exact)
+    privacy["total"]["epsilon_exact"] = exact
+    return privacy
 
 
 def _validation_summary(part: dict[str, Any] | None) -> dict[str, Any]:
@@ -474,10 +483,31 @@ def _dpne_settings(ctx: RunContext, parts: dict[str, Any]) -> dict[str, Any] | N
 def _privacy_html(report: dict[str, Any]) -> list[str]:
     """Section "Privacy": the composed spend against the budget, per stage, the ledger, the plot."""
     privacy = report["privacy"]
+    sections = ["<h2>Privacy</h2>", *_spend_html(privacy)]
+    dpne = privacy.get("dpne")
+    if dpne:
+        sections.extend(_dpne_html(dpne))
+    if privacy["stages"]:
+        sections.extend(_stage_charges_html(privacy))
+    if "ledger_charged" in privacy:
+        sections.append(
+            f"<p class='muted'>Ledger entries for this run: {privacy['ledger_charged']['entries']}, "
+            f"ε charged {_esc(_fmt(privacy['ledger_charged']['epsilon']))}, "
+            f"δ charged {_esc(_fmt(privacy['ledger_charged']['delta']))}.</p>"
+        )
+    if "privacy_per_stage" in report["plots"]:
+        sections.append(
+            f"<img src='{_esc(report['plots']['privacy_per_stage'])}' alt='privacy spend per stage'>"
+        )
+    return sections
+
+
+def _spend_html(privacy: dict[str, Any]) -> list[str]:
+    """The run's composed spend against its budget (a warning first when it is not DP at all), and
+    how the budget was calibrated."""
     total = privacy["total"]
     sections: list[str] = []
     status = "ok" if privacy.get("within_budget") else "bad"
-    sections.append("<h2>Privacy</h2>")
     n_events = len(privacy.get("events", []))
     spent, budget = _esc(_fmt(total["epsilon"])), _esc(_fmt(privacy["epsilon_budget"]))
     basic, delta = _esc(_fmt(privacy["basic_composition"]["epsilon"])), _esc(_fmt(privacy["delta"]))
@@ -501,81 +531,69 @@ def _privacy_html(report: dict[str, Any]) -> list[str]:
             f"<p class='muted'>Budget calibration: {_esc(calibration.get('mode'))}. "
             f"Basic-composition sum over stages: ε = {basic}.</p>"
         )
-    dpne = privacy.get("dpne")
-    if dpne:
-        cap = (
-            f", cap ρ + {_esc(_fmt(dpne['policy_cap_alpha']))}σ"
-            if dpne.get("policy_cap_alpha") is not None
-            else ""
-        )
-        if dpne.get("sips_rounds") is not None:
-            cap = f", {_esc(_fmt(dpne['sips_rounds']))} rounds, budget ratio {_esc(_fmt(dpne['sips_ratio']))}"
-            if dpne.get("sips_admission") is not None:
-                adm = dpne["sips_admission"]
-                cap += (
-                    f", admission z = {_esc(_fmt(adm['floor']))} (ratio {_esc(_fmt(adm['ratio']))}, "
-                    f"levels k ≤ {_esc(_fmt(adm['max_n']))})"
-                )
-        sections.append(
-            f"<p>DPNE: DPSU policy <b>{_esc(dpne['policy'])}</b>{cap}; level schedule σ_k = "
-            f"{_esc(_fmt(dpne['sigma_decay']))}·σ_(k−1); vocabulary threshold's share of the dpne δ: "
-            f"{_esc(_fmt(dpne['threshold_delta_fraction']))}; "
-            f"vocabulary: {_esc(dpne['vocabulary_method'])}.</p>"
-        )
-        sections.append(
-            _table(
-                ["level", "σ", "ρ", "released"],
-                [[n, lv["sigma"], lv["rho"], lv["released"]] for n, lv in dpne["levels"].items()],
-            )
-        )
-    if privacy["stages"]:
-        stages = privacy["stages"]
-        rows: list[list[Any]] = [
-            [
-                n,
-                s["charged_epsilon"],
-                s.get("charged_delta") or 0.0,
-                s["epsilon"],
-                s["budget_epsilon"],
-                s["events"],
-            ]
-            for n, s in stages.items()
-        ]
-        charged = privacy.get("ledger_charged")
-        total_eps = charged["epsilon"] if charged else sum(s["charged_epsilon"] for s in stages.values())
-        total_delta = (
-            charged["delta"] if charged else sum(s.get("charged_delta") or 0.0 for s in stages.values())
-        )
-        rows.append(["total charged", total_eps, total_delta, "", "", ""])
-        sections.append(
-            _table(
-                [
-                    "stage",
-                    "ε charged (ledger)",
-                    "δ charged (ledger)",
-                    "ε stand-alone (own events at the stage's δ)",
-                    "stage budget ε",
-                    "events",
-                ],
-                rows,
-            )
-        )
-        sections.append(
-            "<p class='muted'>The charged columns are the ledger's entries for this run "
-            "(<code>dpngram ledger</code>): the run's δ is charged once, to the first stage whose "
-            "mechanism uses δ.</p>"
-        )
-    if "ledger_charged" in privacy:
-        sections.append(
-            f"<p class='muted'>Ledger entries for this run: {privacy['ledger_charged']['entries']}, "
-            f"ε charged {_esc(_fmt(privacy['ledger_charged']['epsilon']))}, "
-            f"δ charged {_esc(_fmt(privacy['ledger_charged']['delta']))}.</p>"
-        )
-    if "privacy_per_stage" in report["plots"]:
-        sections.append(
-            f"<img src='{_esc(report['plots']['privacy_per_stage'])}' alt='privacy spend per stage'>"
-        )
     return sections
+
+
+def _dpne_html(dpne: dict[str, Any]) -> list[str]:
+    """The DPNE settings the run used (:func:`_dpne_settings`) and each level's σ, ρ and release."""
+    cap = (
+        f", cap ρ + {_esc(_fmt(dpne['policy_cap_alpha']))}σ"
+        if dpne.get("policy_cap_alpha") is not None
+        else ""
+    )
+    if dpne.get("sips_rounds") is not None:
+        cap = f", {_esc(_fmt(dpne['sips_rounds']))} rounds, budget ratio {_esc(_fmt(dpne['sips_ratio']))}"
+        if dpne.get("sips_admission") is not None:
+            adm = dpne["sips_admission"]
+            cap += (
+                f", admission z = {_esc(_fmt(adm['floor']))} (ratio {_esc(_fmt(adm['ratio']))}, "
+                f"levels k ≤ {_esc(_fmt(adm['max_n']))})"
+            )
+    return [
+        f"<p>DPNE: DPSU policy <b>{_esc(dpne['policy'])}</b>{cap}; level schedule σ_k = "
+        f"{_esc(_fmt(dpne['sigma_decay']))}·σ_(k−1); vocabulary threshold's share of the dpne δ: "
+        f"{_esc(_fmt(dpne['threshold_delta_fraction']))}; "
+        f"vocabulary: {_esc(dpne['vocabulary_method'])}.</p>",
+        _table(
+            ["level", "σ", "ρ", "released"],
+            [[n, lv["sigma"], lv["rho"], lv["released"]] for n, lv in dpne["levels"].items()],
+        ),
+    ]
+
+
+def _stage_charges_html(privacy: dict[str, Any]) -> list[str]:
+    """Per stage: what the ledger charged, its stand-alone ε, its budget and its events; the total
+    charged (the ledger's, when the report has it)."""
+    stages = privacy["stages"]
+    rows: list[list[Any]] = [
+        [
+            n,
+            s["charged_epsilon"],
+            s.get("charged_delta") or 0.0,
+            s["epsilon"],
+            s["budget_epsilon"],
+            s["events"],
+        ]
+        for n, s in stages.items()
+    ]
+    charged = privacy.get("ledger_charged")
+    total_eps = charged["epsilon"] if charged else sum(s["charged_epsilon"] for s in stages.values())
+    total_delta = charged["delta"] if charged else sum(s.get("charged_delta") or 0.0 for s in stages.values())
+    rows.append(["total charged", total_eps, total_delta, "", "", ""])
+    headers = [
+        "stage",
+        "ε charged (ledger)",
+        "δ charged (ledger)",
+        "ε stand-alone (own events at the stage's δ)",
+        "stage budget ε",
+        "events",
+    ]
+    return [
+        _table(headers, rows),
+        "<p class='muted'>The charged columns are the ledger's entries for this run "
+        "(<code>dpngram ledger</code>): the run's δ is charged once, to the first stage whose "
+        "mechanism uses δ.</p>",
+    ]
 
 
 def _released_html(report: dict[str, Any]) -> list[str]:

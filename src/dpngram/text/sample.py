@@ -40,6 +40,7 @@ from __future__ import annotations
 import gzip
 import math
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -391,14 +392,7 @@ def write_sample(
 
     The same ``seed`` gives byte-identical files; ``seed=None`` draws a fresh one.
     """
-    if n_users < 1:
-        raise ValueError(f"n_users must be >= 1 (got {n_users})")
-    if heldout_users < 0:
-        raise ValueError(f"heldout_users must be >= 0 (got {heldout_users})")
-    if vocab_size < 50:
-        raise ValueError(f"vocab_size must be >= 50 (got {vocab_size})")
-    if public_sentences < 0:
-        raise ValueError(f"public_sentences must be >= 0 (got {public_sentences})")
+    _check_sample_sizes(n_users, heldout_users, vocab_size, public_sentences)
     spec = spec or SampleSpec()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -411,36 +405,57 @@ def write_sample(
     mean_sentences = max(1.0, spec.mean_tokens_per_user / per_sentence)
     mu = math.log(mean_sentences) - spec.users_sigma**2 / 2
 
-    users_path, public_path = out / "users.jsonl.gz", out / "public.txt.gz"
-    tmp, gz = _atomic_gzip(users_path, compresslevel)
-    with gz:
-        for first in range(0, n_users, chunk_users):
-            count = min(chunk_users, n_users - first)
-            gz.write(_user_chunk(rng, private, renderer, first, count, mu, spec.users_sigma))
-    os.replace(tmp, users_path)
+    def users(first_id: int, n: int) -> Iterator[bytes]:
+        for first in range(0, n, chunk_users):
+            count = min(chunk_users, n - first)
+            yield _user_chunk(rng, private, renderer, first_id + first, count, mu, spec.users_sigma)
 
-    tmp, gz = _atomic_gzip(public_path, compresslevel)
-    with gz:
-        chunk = chunk_users * 10
-        for first in range(0, public_sentences, chunk):
-            count = min(chunk, public_sentences - first)
-            tokens, lengths = public.sentences(rng, count)
-            seps = _separators(rng, lengths, np.zeros(count, dtype=bool), line_mode=True)
-            buf, starts = renderer.render(tokens, seps)
-            _capitalise(buf, starts[np.concatenate([[0], np.cumsum(lengths)[:-1]])])
-            gz.write(buf.tobytes())
-    os.replace(tmp, public_path)
-    written = {"users": users_path, "public": public_path}
+    written = {
+        "users": _write_gzip(out / "users.jsonl.gz", compresslevel, users(0, n_users)),
+        "public": _write_gzip(
+            out / "public.txt.gz",
+            compresslevel,
+            _public_chunks(rng, public, renderer, public_sentences, chunk_users * 10),
+        ),
+    }
     if heldout_users:
-        heldout_path = out / "heldout_users.jsonl.gz"
-        tmp, gz = _atomic_gzip(heldout_path, compresslevel)
-        with gz:
-            for first in range(0, heldout_users, chunk_users):
-                count = min(chunk_users, heldout_users - first)
-                gz.write(_user_chunk(rng, private, renderer, n_users + first, count, mu, spec.users_sigma))
-        os.replace(tmp, heldout_path)
-        written["heldout_users"] = heldout_path
+        heldout = users(n_users, heldout_users)
+        written["heldout_users"] = _write_gzip(out / "heldout_users.jsonl.gz", compresslevel, heldout)
     return written
+
+
+def _check_sample_sizes(n_users: int, heldout_users: int, vocab_size: int, public_sentences: int) -> None:
+    if n_users < 1:
+        raise ValueError(f"n_users must be >= 1 (got {n_users})")
+    if heldout_users < 0:
+        raise ValueError(f"heldout_users must be >= 0 (got {heldout_users})")
+    if vocab_size < 50:
+        raise ValueError(f"vocab_size must be >= 50 (got {vocab_size})")
+    if public_sentences < 0:
+        raise ValueError(f"public_sentences must be >= 0 (got {public_sentences})")
+
+
+def _write_gzip(path: Path, compresslevel: int, chunks: Iterable[bytes]) -> Path:
+    """Write ``chunks`` (drawn as they are written) gzipped to ``path``, atomically."""
+    tmp, gz = _atomic_gzip(path, compresslevel)
+    with gz:
+        for chunk in chunks:
+            gz.write(chunk)
+    os.replace(tmp, path)
+    return path
+
+
+def _public_chunks(
+    rng: Rng, model: _SentenceModel, renderer: _Renderer, n_sentences: int, chunk: int
+) -> Iterator[bytes]:
+    """The public corpus's bytes, ``chunk`` sentences at a time: one capitalised sentence a line."""
+    for first in range(0, n_sentences, chunk):
+        count = min(chunk, n_sentences - first)
+        tokens, lengths = model.sentences(rng, count)
+        seps = _separators(rng, lengths, np.zeros(count, dtype=bool), line_mode=True)
+        buf, starts = renderer.render(tokens, seps)
+        _capitalise(buf, starts[np.concatenate([[0], np.cumsum(lengths)[:-1]])])
+        yield buf.tobytes()
 
 
 def _user_chunk(
