@@ -217,15 +217,15 @@ def test_the_diagram_check_notices_a_missing_module() -> None:
 # Reviewability (docs/architecture.md, "Why this order"): privacy events come from mechanisms, the
 # budgeted stages are declared once, functions are short enough to check one at a time.
 # ----------------------------------------------------------------------------------------------
-def privacy_event_constructions(modules: list[Path]) -> list[str]:
-    """Calls of ``PrivacyEvent(...)`` (by name or attribute) in ``modules``."""
+def constructions_of(modules: list[Path], cls: str) -> list[str]:
+    """Calls of ``cls(...)`` (by name or attribute) in ``modules``."""
     found = []
     for path in modules:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call):
                 func = node.func
                 name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
-                if name == "PrivacyEvent":
+                if name == cls:
                     found.append(f"{path.name}:{node.lineno}")
     return found
 
@@ -234,13 +234,19 @@ def test_no_stage_constructs_a_privacy_event() -> None:
     """A stage only wires: the mechanism that drew the noise builds its events, next to its
     calibration (docs/architecture.md, "Where do I add a new mechanism")."""
     stages = sorted((PACKAGE / "stages").glob("*.py"))
-    assert privacy_event_constructions(stages) == []
+    assert constructions_of(stages, "PrivacyEvent") == []
+
+
+def test_only_engines_build_a_warehouse() -> None:
+    """Every caller gets the run's engine with the configured memory limit (engines/select.py)."""
+    outside = [p for p in MODULES if p.parent.name != "engines"]
+    assert constructions_of(outside, "Warehouse") == []
 
 
 def test_the_event_check_notices_a_stage_that_builds_an_event(tmp_path) -> None:
     bad = tmp_path / "bad_stage.py"
     bad.write_text("from dpngram.core import accounting\nE = accounting.PrivacyEvent('x', 'approx')\n")
-    assert privacy_event_constructions([bad]) == ["bad_stage.py:2"]
+    assert constructions_of([bad], "PrivacyEvent") == ["bad_stage.py:2"]
 
 
 #: Collections keyed by RunConfig's section names (``config.dpne``, ``config.bayes``, ...), a

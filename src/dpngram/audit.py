@@ -86,6 +86,7 @@ import numpy as np
 import pyarrow as pa
 from scipy import stats
 
+from dpngram.config.stages import BAYES, LM_COUNTS, SYNTH
 from dpngram.core.accounting import Accountant
 from dpngram.core.budget import Budget
 from dpngram.core.noise import NoiseSource
@@ -222,12 +223,12 @@ def _dpsu_releases(
     ``dpsu_release`` and the DPNE levels do. With DP-SIPS ``rounds`` (``sigma``, ``rho`` and
     ``cap`` unused) every run is a complete :func:`~dpngram.mechanisms.dpsu.sips_release`: its
     rounds, each with a fresh subset salt, dropping the items released before."""
-    from dpngram.engines.duckdb import Warehouse
+    from dpngram.engines.select import scratch_engine
     from dpngram.engines.sql import load_sql
 
     scores = []
     for rows in (rows_without, [*rows_without, *canary_rows]):
-        with Warehouse(":memory:", memory_limit="512MB", threads=1) as wh:
+        with scratch_engine("512MB", threads=1) as wh:
             _load_sentences(wh, rows, public, public_words)
             scan = load_sql("dpsu/histogram_scan", schema=_SCHEMA, histogram="hist")
             hits = np.empty(runs)
@@ -591,8 +592,7 @@ def audit_dpne_level(
     candidate domain is fixed by earlier releases, so it is public here) and the policy Gaussian
     filling to Γ_k = ρ_k + α σ_k, the cap ``release_level`` uses. The canary holds the audited
     k-gram only (shift 1), written in 3 sentences."""
-    from dpngram.core.accounting import PrivacyEvent
-    from dpngram.mechanisms.dpne import level_sigmas, level_threshold
+    from dpngram.mechanisms.dpne import LevelOutcome, level_sigmas, level_threshold
     from dpngram.mechanisms.dpsu import policy_fill_level
 
     cfg = dpne_defaults()
@@ -607,7 +607,8 @@ def audit_dpne_level(
     # a level's own event is its Gaussian (no threshold δ, Thm. 2.1); the claim is its ε at the
     # Gaussians' share of δ
     gaussian_delta = (1.0 - cfg.threshold_delta) * delta
-    claimed = Accountant([PrivacyEvent(f"dpne.k{k}", "gaussian", sigma=sigma)]).total_epsilon(gaussian_delta)
+    level = LevelOutcome(k, 0, 0, 0, sigma=sigma, rho=rho, variant="exact", valid_count="exact")
+    claimed = Accountant(level.events(f"dpne.k{k}")).total_epsilon(gaussian_delta)
     holders = _best_holders(rho, sigma, runs, gaussian_delta)
     # k-grams as items: the histogram SQL counts tokens, so each k-gram is one token "a_b"
     rows = [(f"u{i}", ["a_b"]) for i in range(holders)] + [(f"o{i}", ["c_d", f"e_{i}"]) for i in range(3)]
@@ -766,9 +767,9 @@ AUDITS: dict[str, tuple[Callable[..., Scores], int, int]] = {
     "dpsu_sips_admission": (audit_dpsu_sips_admission, 6000, 100),
     "dpsu_sips_public": (audit_dpsu_sips_public, 3000, 100),
     "dpne_level": (audit_dpne_level, 6000, 100),
-    "bayes": (audit_bayes, 20000, 2000),
-    "synth": (audit_synth, 20000, 2000),
-    "lm_counts": (audit_lm_counts, 20000, 2000),
+    BAYES.name: (audit_bayes, 20000, 2000),
+    SYNTH.name: (audit_synth, 20000, 2000),
+    LM_COUNTS.name: (audit_lm_counts, 20000, 2000),
 }
 
 

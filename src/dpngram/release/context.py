@@ -138,14 +138,9 @@ class RunContext:
 
     @contextmanager
     def warehouse(self, read_only: bool = False) -> Iterator[Warehouse]:
-        from dpngram.engines.duckdb import Warehouse
+        from dpngram.engines.select import open_warehouse
 
-        wh = Warehouse(
-            self.config.run_warehouse,
-            memory_limit=self.config.engine.memory_limit,
-            threads=self.config.engine.threads,
-            read_only=read_only,
-        )
+        wh = open_warehouse(self.config, read_only=read_only)
         try:
             if not read_only and self._needs_schema():
                 wh.run_schema(self.run_id)
