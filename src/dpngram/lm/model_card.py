@@ -8,6 +8,7 @@ Imports: dpngram.config, dpngram.core.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from dpngram.config import RunConfig
@@ -36,10 +37,12 @@ def render_model_card(
 
 
 def verdict_lines(verdict: dict[str, Any] | None) -> list[str]:
-    """The card's opening paragraph: :func:`verdict_line`, then, when the verdict has estimates, how
-    to read its perplexities (they weigh users, not tokens, so they differ from the perplexity over
-    all tokens that ``dpngram evaluate`` or a benchmark reports on the same kind of text)."""
-    lines = [verdict_line(verdict), ""]
+    """The card's opening paragraph: :func:`verdict_line` and, when it cannot tell,
+    :func:`users_needed_line`; then, when the verdict has estimates, how to read its perplexities
+    (they weigh users, not tokens, so they differ from the perplexity over all tokens that
+    ``dpngram evaluate`` or a benchmark reports on the same kind of text)."""
+    needed = users_needed_line(verdict)
+    lines = [verdict_line(verdict), *([needed] if needed else []), ""]
     if verdict and verdict.get("released_perplexity") is not None:
         lines += [
             "_How to read it: each perplexity is exp of the mean, over held-out users, of the user's "
@@ -76,6 +79,55 @@ def verdict_line(verdict: dict[str, Any] | None) -> str:
         "public-only model better": ": the public-only model fits your users' text better; prefer it.",
     }.get(verdict["verdict"], ": the data cannot tell which model is better.")
     return head + tail
+
+
+#: Beyond this multiple of the dataset's users the estimated difference is too close to zero (under
+#: 1% of the interval's near half-width) for the multiple to mean anything: the card says so.
+MAX_USERS_MULTIPLE = 100.0
+
+
+def users_multiple(verdict: dict[str, Any] | None) -> float | None:
+    """How many times this dataset's users the verdict would need before its interval of the log
+    ratio d excluded 0, if the difference stayed the size this run estimates (d̂): w/|d̂|, w the
+    interval's half-width on the side of 0 (docs/lm_privacy.md, section 5a, "Users needed"). A
+    function of released DP values only (post-processing). None when the verdict can tell, has no
+    estimate, or d̂ is about 0 (the multiple would exceed :data:`MAX_USERS_MULTIPLE`)."""
+    if not verdict or verdict.get("verdict") != "cannot tell" or verdict.get("log_ratio") is None:
+        return None
+    estimate = float(verdict["log_ratio"])
+    low, high = verdict["interval"]["log_ratio"]
+    near = high - estimate if estimate < 0 else estimate - low
+    if near >= MAX_USERS_MULTIPLE * abs(estimate):
+        return None
+    return max(near / abs(estimate), 1.0)
+
+
+def users_needed_line(verdict: dict[str, Any] | None) -> str | None:
+    """The sentence under a verdict that cannot tell: about how many times this dataset's users it
+    would need to tell (:func:`users_multiple`), or that this run cannot estimate it. None when the
+    verdict can tell or has no estimate (its line already says why)."""
+    if not verdict or verdict.get("verdict") != "cannot tell":
+        return None
+    if verdict.get("released_perplexity") is None or verdict.get("log_ratio") is None:
+        return None
+    multiple = users_multiple(verdict)
+    if multiple is None:
+        return (
+            "How many users it would need to tell cannot be estimated from this run: its estimate of "
+            "the difference between the two models is about zero (docs/lm_privacy.md, section 5a)."
+        )
+    return (
+        f"The verdict would need about {_about(multiple)}× as many users as this dataset to tell, if the "
+        "difference between the two models stays the size estimated here (docs/lm_privacy.md, "
+        "section 5a)."
+    )
+
+
+def _about(multiple: float) -> str:
+    """A multiple rounded up to what the estimate supports: 1.3 below 2, else a whole number."""
+    if multiple < 2:
+        return f"{math.ceil(multiple * 10 - 1e-9) / 10:.1f}"
+    return f"{math.ceil(multiple - 1e-9)}"
 
 
 def _privacy_lines(config: RunConfig, parts: dict[str, dict[str, Any]]) -> list[str]:
@@ -236,6 +288,4 @@ def _comparison_lines(comparison: dict[str, Any]) -> list[str]:
 
 
 def _factor(eps: float) -> str:
-    import math
-
     return f"{math.exp(eps):.3g}×" if eps < 50 else "a very large factor"
