@@ -1,5 +1,7 @@
 """``dpngram demo`` without Airflow: the sample set-up holds out users of the private domain and
-points the DAG's ``lm_eval_text`` at them; the final output labels both evaluation texts.
+points the DAG's ``lm_eval_text`` at them; the final output labels both evaluation texts, and
+says the same thing as the model card: the card's DP verdict first, then the held-out users'
+comparison as a demo-only check, with how it relates to the verdict (``demo.model_lines``).
 
 The DAG run itself is covered by tests/test_airflow_standalone.py and ``make demo``.
 """
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from rich.console import Console
 from dpngram import demo
 from dpngram.config import RunConfig
 from dpngram.lm.build import EVAL_TEXT_ROW, HELDOUT_PUBLIC_ROW
+from dpngram.lm.model_card import users_needed_line, verdict_line
 from dpngram.lm.open_model import HELDOUT_EVERY
 from dpngram.text.public import read_public_corpus
 from dpngram.text.tokenizer import tokenize_texts
@@ -165,3 +169,99 @@ def test_small_perplexity_differences_read_as_even(
     }
     out = _printed(_release(tmp_path, comparison))
     assert f"released ÷ public-only perplexity {released / public:.2f} ({verdict} here)" in out
+
+
+def _verdict(said: str, released: float = 88.0, public: float = 92.0) -> dict[str, Any]:
+    """report.json's ``model.private_domain``: a DP verdict saying ``said``."""
+    return {
+        "released_perplexity": released,
+        "public_only_perplexity": public,
+        "interval": {"level": 0.95, "released_perplexity": [67.0, 117.0], "log_ratio": [-0.25, 0.16]},
+        "log_ratio": math.log(released / public),
+        "verdict": said,
+        "epsilon": 2.38,
+        "loss_clip_nats": 12.0,
+    }
+
+
+def _model(verdict: dict[str, Any] | None, released: float, public: float) -> dict[str, Any]:
+    public_row = f"{HELDOUT_PUBLIC_ROW} (1 in {HELDOUT_EVERY}; neither model trained on them)"
+    return {
+        "private_domain": verdict,
+        "comparison": {
+            public_row: {"released model": _metrics(121.4, 0.36), "public-only model": _metrics(126.7, 0.36)},
+            EVAL_TEXT_ROW: {
+                "released model": _metrics(released, 0.35),
+                "public-only model": _metrics(public, 0.33),
+            },
+        },
+    }
+
+
+def _text(lines: list[str]) -> str:
+    """The lines as one text (the demo wraps its sentences at demo.WIDTH)."""
+    return " ".join(line.strip() for line in lines)
+
+
+def _check_note(lines: list[str]) -> str:
+    """The sentences under the held-out users' rows, up to the public text's label."""
+    start = lines.index(f"    {demo.HELDOUT_USERS_LABEL}:")
+    end = lines.index(f"    {demo.PUBLIC_TEXT_LABEL}:")
+    return _text([line for line in lines[start + 1 : end] if "÷" not in line and "perplexity " not in line])
+
+
+def test_where_the_verdict_cannot_tell_the_comparison_is_a_demo_only_check() -> None:
+    verdict = _verdict("cannot tell")
+    lines = demo.model_lines(_model(verdict, 126.2, 141.5), demo.HELDOUT_USERS_LABEL)
+    assert all(len(line) <= demo.WIDTH for line in lines[1:])
+    users = lines.index(f"    {demo.HELDOUT_USERS_LABEL}:")
+    head = _text(lines[1:users])  # the card's verdict, word for word, before any comparison
+    card = verdict_line(verdict).removeprefix("**Verdict:** ")
+    needed = users_needed_line(verdict)
+    assert needed is not None and "as many users as this dataset" in needed
+    assert head == f"DP verdict (as in the model card): {card} {needed}"
+    assert "demo-only check on synthetic held-out users" in lines[users]
+    note = _check_note(lines)
+    assert note == f"The DP verdict cannot tell at this dataset's size; this check can. {demo.ONLY_IN_A_DEMO}"
+    assert "(released model better here)" in lines[users + 3]  # the check's own reading stays
+
+
+@pytest.mark.parametrize(
+    ("said", "released", "public", "note"),
+    [
+        ("released model better", 126.2, 141.5, "Agrees with the DP verdict (released model better)."),
+        ("public-only model better", 141.5, 126.2, "Agrees with the DP verdict (public-only model better)."),
+        (
+            "public-only model better",
+            126.2,
+            141.5,
+            "Disagrees with the DP verdict (public-only model better):",
+        ),
+        ("released model better", 100.0, 101.0, "Disagrees with the DP verdict (released model better):"),
+    ],
+)
+def test_where_the_verdict_tells_the_demo_says_whether_the_check_agrees(
+    said: str, released: float, public: float, note: str
+) -> None:
+    verdict = _verdict(said)
+    lines = demo.model_lines(_model(verdict, released, public), demo.HELDOUT_USERS_LABEL)
+    head = _text(lines[1 : lines.index(f"    {demo.HELDOUT_USERS_LABEL}:")])
+    assert head == "DP verdict (as in the model card): " + verdict_line(verdict).removeprefix("**Verdict:** ")
+    assert "as many users" not in head  # a verdict that tells needs no more users
+    text = _check_note(lines)
+    assert text.startswith(note) and text.endswith(demo.ONLY_IN_A_DEMO)
+    assert "cannot tell" not in text
+
+
+def test_without_a_verdict_the_demo_prints_the_cards_none_and_the_check() -> None:
+    lines = demo.model_lines(_model(None, 126.2, 141.5), demo.HELDOUT_USERS_LABEL)
+    assert _text(lines[1 : lines.index(f"    {demo.HELDOUT_USERS_LABEL}:")]).startswith(
+        "DP verdict (as in the model card): none: this run released no private-domain verdict"
+    )
+    assert _check_note(lines) == demo.ONLY_IN_A_DEMO
+
+
+def test_a_verdict_without_comparisons_is_still_shown_and_no_model_shows_nothing() -> None:
+    lines = demo.model_lines({"private_domain": _verdict("cannot tell"), "comparison": {}}, "x")
+    assert len(lines) > 1 and "the data cannot tell" in _text(lines)
+    assert demo.model_lines({}, demo.HELDOUT_USERS_LABEL) == []

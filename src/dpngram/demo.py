@@ -16,9 +16,12 @@ Idempotent set-up, then one DAG run:
    ledger is the user's embedded one (``~/.local/share/dpngram/ledger.duckdb``, or
    ``DPNGRAM_LEDGER``): no server is needed;
 4. the paths of report.json, report.html, the Data Docs index (and the language model, when the
-   run builds one) are printed, then the released model against the public-only model on the
-   held-out users (private domain) and on held-out public sentences (report.json's
-   ``model.comparison``). The exit code is non-zero if the DAG run failed.
+   run builds one) are printed, then the model card's DP verdict word for word (report.json's
+   ``model.private_domain``), then the released model against the public-only model on the
+   held-out users (private domain) and on held-out public sentences (``model.comparison``). The
+   held-out users' comparison is labelled a demo-only check, with whether it agrees with the
+   verdict (:func:`model_lines`), so that the demo and its card say one thing. The exit code is
+   non-zero if the DAG run failed.
 
 The sample corpus is synthetic (no real person's text), so the demo's fixed seed is harmless;
 the DP noise of the run is drawn from the OS CSPRNG as in any run. The same holds for the held-out
@@ -28,7 +31,8 @@ synthetic too; with real data, evaluation text must be text that may be publishe
 
 Owns: ``dpngram demo`` / ``make demo``: the demo's sample corpus, Airflow home and configuration.
 Imports: dpngram.config.budget_plan (the default split), dpngram.text.sample, dpngram.lm.build (the
-comparison's row names; the run itself goes through the Airflow DAG, in a subprocess); rich.
+comparison's row names), dpngram.lm.model_card (the verdict's words; the run itself goes through the
+Airflow DAG, in a subprocess); rich.
 """
 
 from __future__ import annotations
@@ -301,9 +305,9 @@ def run_demo(
 
 
 #: How the demo names the evaluation texts of report.json's ``model.comparison`` (rows named by
-#: dpngram.lm.build's comparisons): its held-out users (the run's lm_eval_text) and the
-#: held-out public sentences.
-HELDOUT_USERS_LABEL = "on held-out users (private domain)"
+#: dpngram.lm.build's comparisons): its held-out users (the run's lm_eval_text, a check only a demo
+#: can run) and the held-out public sentences.
+HELDOUT_USERS_LABEL = "demo-only check on synthetic held-out users (private domain)"
 PUBLIC_TEXT_LABEL = "on public text (held-out sentences)"
 
 #: The comparison's models, in the order the demo shows them.
@@ -312,6 +316,9 @@ MODEL_ORDER = ("released model", "public-only model")
 #: Perplexity ratios within this of 1 are shown as "about even": the released model's perplexity
 #: moves by a few percent between runs on the same input (fresh DP noise, a noisy choice of λ).
 TIE = 0.02
+
+#: Width the demo wraps its sentences at (a newcomer reads them in a terminal).
+WIDTH = 100
 
 
 def _comparison_label(key: str, eval_text_label: str) -> tuple[int, str]:
@@ -325,39 +332,116 @@ def _comparison_label(key: str, eval_text_label: str) -> tuple[int, str]:
     return 2, "on " + key.split(" (")[0]
 
 
-def _model_lines(model: dict[str, Any], eval_text_label: str) -> list[str]:
-    """The released model against the public-only model on each evaluation text of the run."""
+def model_lines(model: dict[str, Any], eval_text_label: str) -> list[str]:
+    """What the demo says about the language model (report.json's ``model``): the model card's DP
+    verdict first, then the released model against the public-only model on each evaluation text;
+    under the held-out users' row, how that non-private check relates to the verdict
+    (:func:`check_note`), so that the demo and the card say one thing."""
     comparison = model.get("comparison") or {}
-    if not comparison:
+    if not comparison and "private_domain" not in model:
         return []
     lines = [
         "  language model  released (DP) vs public-only model; "
         "perplexity: lower is better, top-3: higher is better"
     ]
+    lines += verdict_text_lines(model.get("private_domain"))
     labelled = [(*_comparison_label(key, eval_text_label), row) for key, row in comparison.items()]
-    for _, label, row in sorted(labelled, key=lambda item: item[0]):
+    for order, label, row in sorted(labelled, key=lambda item: item[0]):
         lines.append(f"    {label}:")
-        names = [n for n in MODEL_ORDER if n in row] + sorted(n for n in row if n not in MODEL_ORDER)
-        for name in names:  # report.json's keys are sorted; the released model goes first
-            m = row[name]
-            ppl, top3 = m.get("open_vocab_perplexity"), m.get("top3_accuracy")
-            shown = f"open-vocabulary perplexity {ppl:6.1f}" if ppl is not None else "perplexity n/a"
-            if top3 is not None:
-                shown += f", top-3 next word {top3:.1%}"
-            lines.append(f"      {name:<18} {shown}")
-        released = (row.get("released model") or {}).get("open_vocab_perplexity")
-        public = (row.get("public-only model") or {}).get("open_vocab_perplexity")
-        if released and public:
-            ratio = released / public
-            verdict = (
-                "released model better"
-                if ratio < 1 - TIE
-                else "public-only model better"
-                if ratio > 1 + TIE
-                else f"about even: within {TIE:.0%}"
-            )
-            lines.append(f"      released ÷ public-only perplexity {ratio:.2f} ({verdict} here)")
+        lines += _row_lines(row)
+        if order == 0:  # the run's lm_eval_text: the demo's synthetic held-out users
+            ratio = _ratio(row)
+            note = check_note(model.get("private_domain"), _reading(ratio) if ratio else None)
+            lines += _wrapped(note, "      ")
     return lines
+
+
+def verdict_text_lines(verdict: dict[str, Any] | None) -> list[str]:
+    """The model card's verdict, word for word (dpngram.lm.model_card: its line, and how many users
+    it would need when it cannot tell), wrapped for the terminal."""
+    from dpngram.lm.model_card import users_needed_line, verdict_line
+
+    text = verdict_line(verdict).removeprefix("**Verdict:** ")
+    needed = users_needed_line(verdict)
+    if needed:
+        text += " " + needed
+    return _wrapped(f"DP verdict (as in the model card): {text}", "    ", "      ")
+
+
+def _row_lines(row: dict[str, Any]) -> list[str]:
+    """One evaluation text's rows: each model's perplexity and top-3, then their ratio."""
+    lines = []
+    names = [n for n in MODEL_ORDER if n in row] + sorted(n for n in row if n not in MODEL_ORDER)
+    for name in names:  # report.json's keys are sorted; the released model goes first
+        m = row[name]
+        ppl, top3 = m.get("open_vocab_perplexity"), m.get("top3_accuracy")
+        shown = f"open-vocabulary perplexity {ppl:6.1f}" if ppl is not None else "perplexity n/a"
+        if top3 is not None:
+            shown += f", top-3 next word {top3:.1%}"
+        lines.append(f"      {name:<18} {shown}")
+    ratio = _ratio(row)
+    if ratio:
+        lines.append(f"      released ÷ public-only perplexity {ratio:.2f} ({_reading(ratio)} here)")
+    return lines
+
+
+def _ratio(row: dict[str, Any]) -> float | None:
+    """The released model's perplexity over the public-only model's; None without both."""
+    released = (row.get("released model") or {}).get("open_vocab_perplexity")
+    public = (row.get("public-only model") or {}).get("open_vocab_perplexity")
+    return released / public if released and public else None
+
+
+def _reading(ratio: float) -> str:
+    """What a perplexity ratio says: 'released model better', 'public-only model better' or
+    'about even' (within :data:`TIE`)."""
+    if ratio < 1 - TIE:
+        return "released model better"
+    if ratio > 1 + TIE:
+        return "public-only model better"
+    return f"about even: within {TIE:.0%}"
+
+
+#: Why the held-out users' check exists only in the demo (the pipeline publishes metrics measured
+#: on lm_eval_text as they are, harmless only because the demo's users are synthetic).
+ONLY_IN_A_DEMO = (
+    "Only a demo can run this check: it reads the held-out users' text exactly, without DP noise, "
+    "which synthetic users allow and real users do not (on real data, the DP verdict is the answer)."
+)
+
+
+def check_note(verdict: dict[str, Any] | None, check: str | None) -> str:
+    """How the demo-only check on the synthetic held-out users (``check``: what its perplexity ratio reads)
+    relates to the DP verdict (report.json ``model.private_domain``): the verdict cannot tell, they
+    agree, or they disagree, said plainly; each time, why only a demo can run the check
+    (:data:`ONLY_IN_A_DEMO`)."""
+    said = (verdict or {}).get("verdict")
+    if not said or check is None:
+        return ONLY_IN_A_DEMO
+    if said == "cannot tell":
+        return f"The DP verdict cannot tell at this dataset's size; this check can. {ONLY_IN_A_DEMO}"
+    if said == check:
+        return f"Agrees with the DP verdict ({said}). {ONLY_IN_A_DEMO}"
+    return (
+        f"Disagrees with the DP verdict ({said}): the verdict is a DP estimate on other held-out "
+        "users of this dataset, each counted once; this check is exact, on these synthetic users' "
+        f"tokens. {ONLY_IN_A_DEMO}"
+    )
+
+
+def _wrapped(text: str, indent: str, subsequent: str | None = None) -> list[str]:
+    """``text`` in lines of at most :data:`WIDTH` characters, indented; a "section N" reference
+    stays on one line (a no-break space while wrapping)."""
+    import textwrap
+
+    lines = textwrap.wrap(
+        text.replace("section ", "section\u00a0"),
+        WIDTH,
+        initial_indent=indent,
+        subsequent_indent=indent if subsequent is None else subsequent,
+        break_on_hyphens=False,
+    )
+    return [line.replace("section\u00a0", "section ") for line in lines]
 
 
 def _print_outputs(console: Any, release: Path, eval_text_label: str = "on lm_eval_text") -> None:
@@ -384,5 +468,5 @@ def _print_outputs(console: Any, release: Path, eval_text_label: str = "on lm_ev
         f"  privacy      ε = {report['privacy']['total']['epsilon']:.4g} (composed), "
         f"δ = {report['privacy']['delta']:g}"
     )
-    for line in _model_lines(report.get("model") or {}, eval_text_label):
+    for line in model_lines(report.get("model") or {}, eval_text_label):
         console.print(line)
