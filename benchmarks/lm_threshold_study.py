@@ -165,9 +165,10 @@ class Setting:
         return noisy, calibration, SharedSelectionNoise(source)
 
     def evaluate_rule(self, name: str, noisy, sigma: float, source, eval_text: Path) -> dict[str, Any]:
-        from dpngram.lm.arpa import write_arpa
+        from dpngram.lm.arpa_file import write_arpa
         from dpngram.lm.build import adapted_public, compile_binary
-        from dpngram.lm.open_model import mix_models, noisy_count_model
+        from dpngram.lm.mixture import mix_models
+        from dpngram.lm.open_model import noisy_count_model
         from dpngram.stages.lm_counts import (
             _ArpaFiles,
             _select_mix_weight,

@@ -150,12 +150,12 @@ def test_no_module_imports_another_modules_private_names(tmp_path) -> None:
     planted = tmp_path / "planted.py"
     planted.write_text(
         "from dpngram.mechanisms.dpne import level_size, _scalar\n"
-        "from .arpa import _context\n"
+        "from .ngram_tables import _context\n"
         "from dpngram import __version__\n"
-        "import dpngram.lm.arpa\n"
+        "import dpngram.lm.ngram_tables\n"
         "import dpngram.mechanisms.dpne as dpne_module\n"
         "from dpngram.lm import build\n"
-        "dpngram.lm.arpa._context(1)\n"
+        "dpngram.lm.ngram_tables._context(1)\n"
         "dpne_module._scalar(2)\n"
         "build.build_route(build._seed)\n"
         "dpne_module.level_size(self._private)\n",
@@ -163,8 +163,8 @@ def test_no_module_imports_another_modules_private_names(tmp_path) -> None:
     )
     assert private_reach_ins([planted]) == [
         "planted.py:1: dpngram.mechanisms.dpne._scalar",
-        "planted.py:2: arpa._context",
-        "planted.py:7: dpngram.lm.arpa._context",
+        "planted.py:2: ngram_tables._context",
+        "planted.py:7: dpngram.lm.ngram_tables._context",
         "planted.py:8: dpne_module._scalar",
         "planted.py:9: build._seed",
     ]

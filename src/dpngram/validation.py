@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from dpngram.engines.base import Engine
-    from dpngram.lm.arpa import WrittenArpa
+    from dpngram.lm.arpa_file import WrittenArpa
 
 log = logging.getLogger(__name__)
 
@@ -526,7 +526,7 @@ def model_arpa_suite(src: Sources, written: WrittenArpa | None = None) -> list[B
     import polars as pl
 
     from dpngram.core.errors import ArpaError
-    from dpngram.lm.arpa import check_model, read_arpa
+    from dpngram.lm.arpa_file import check_model, read_arpa
     from dpngram.lm.public_cache import file_digest
 
     path = src.released(MODEL_ARPA)

@@ -14,7 +14,7 @@ The probability is the ARPA back-off rule, as KenLM computes it: with the contex
 N - 1 words (``<s>`` first), p(w | h) = p listed for (h, w) if the model lists it, else
 bo(h) + p(w | h without its first word), where bo(h) = 0 when h is not listed; a word outside the
 vocabulary is ``<unk>``, in the context as well. The model must be closed (every listed n-gram's
-context listed one order down), as :meth:`dpngram.lm.arpa.ArpaModel.structure` requires. KenLM
+context listed one order down), as :meth:`dpngram.lm.ngram_tables.ArpaModel.structure` requires. KenLM
 stores probabilities as 32-bit floats, these are the tables' 64-bit values: the two agree to about
 1e-6 in log10 (tests/test_backoff_scorer.py compares them on every event).
 
@@ -25,7 +25,7 @@ The same tables also rank next words (:meth:`BackoffScorer.scores_and_hits`, the
 model card's held-out comparison), by the rule of :class:`dpngram.lm.evaluate.NextWordPredictor`.
 
 Owns: :class:`BackoffScorer` (event scores, top-k hits).
-Imports: dpngram.lm.arpa; numba, numpy, polars.
+Imports: dpngram.lm.ngram_tables; numba, numpy, polars.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from dpngram.lm.arpa import ArpaModel
+from dpngram.lm.ngram_tables import ArpaModel
 
 BOS, EOS, UNK = "<s>", "</s>", "<unk>"
 
@@ -312,7 +312,7 @@ class BackoffScorer:
     @classmethod
     def from_model(cls, model: ArpaModel, like: BackoffScorer | None = None) -> BackoffScorer:
         """The scorer of ``model``. ``like``: a scorer of a model with the same n-grams in the same
-        rows, sharing its structure object (:func:`dpngram.lm.open_model.adapt_to_unigrams` of
+        rows, sharing its structure object (:func:`dpngram.lm.mixture.adapt_to_unigrams` of
         it): its vocabulary and hash tables are reused and only the probabilities are read (the
         selection scores P adapted at several strengths). Without that shared structure, ``like``
         is ignored."""

@@ -20,7 +20,8 @@ the sentence's tokens plus ``</s>``. A token is an OOV when it is not in the mod
 Owns: the evaluation metrics (open-vocabulary perplexity, OOV rate, top-k next-word accuracy),
 the spelling model, ``dpngram evaluate``'s computation (a consumer's held-out scoring built on it:
 :mod:`dpngram.lm.consumer`).
-Imports: dpngram.lm.arpa, dpngram.lm.backoff_scorer, dpngram.text, dpngram.core; kenlm, numpy, polars.
+Imports: dpngram.lm.ngram_tables, dpngram.lm.arpa_file, dpngram.lm.backoff_scorer, dpngram.text, dpngram.core;
+kenlm, numpy, polars.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ import numpy as np
 import polars as pl
 
 from dpngram.core.errors import ArpaError
-from dpngram.lm.arpa import BOS, EOS, UNK, ArpaModel, read_arpa
+from dpngram.lm.arpa_file import read_arpa
+from dpngram.lm.ngram_tables import BOS, EOS, UNK, ArpaModel
 
 if TYPE_CHECKING:
     from dpngram.lm.backoff_scorer import BackoffScorer
@@ -199,7 +201,7 @@ class NextWordPredictor:
     n-grams' last words, specials excluded) are grouped by their context row at order n - 1, as
     arrays; a context's group, sorted by (-log10 p, word), becomes a :class:`_Ranking` on first use
     and is cached, so a frequent context costs its continuations once. The context rows come from the
-    model's :meth:`~dpngram.lm.arpa.ArpaModel.structure` when it has been derived (a model that was
+    model's :meth:`~dpngram.lm.ngram_tables.ArpaModel.structure` when it has been derived (a model that was
     written or mixed), else from its n-gram strings. Contexts are looked up in batches
     (:meth:`prepare`): :func:`score_sentences` resolves all of its events' contexts at once."""
 
