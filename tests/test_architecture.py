@@ -54,6 +54,32 @@ def test_stages_are_independent_of_each_other() -> None:
         assert f'"dpngram.stages.{stage}"' in config_text, f"stage {stage} is missing from the contract"
 
 
+#: The release modules each lower layer may import (docs/architecture.md, "The rule"): the forbidden
+#: contracts must forbid every other one, so a new release module is forbidden to them by default.
+RELEASE_ALLOWED = {
+    "dpngram.mechanisms": {"dpngram.release.layout"},
+    "dpngram.lm": {"dpngram.release.layout", "dpngram.release.identity"},
+}
+
+
+@pytest.mark.parametrize("source", sorted(RELEASE_ALLOWED))
+def test_release_contracts_forbid_every_release_module_but_the_allowed(source: str) -> None:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    release = {
+        f"dpngram.release.{p.stem}" for p in (PACKAGE / "release").glob("*.py") if p.stem != "__init__"
+    }
+    forbidden = {
+        module
+        for c in config["contracts"]
+        if c["type"] == "forbidden" and source in c["source_modules"]
+        for module in c["forbidden_modules"]
+        if module.startswith("dpngram.release.")
+    }
+    assert forbidden == release - RELEASE_ALLOWED[source]
+
+
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_every_module_says_what_it_owns_and_may_import(path: Path) -> None:
     docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))

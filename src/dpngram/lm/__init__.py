@@ -8,6 +8,7 @@ reader; ``build.py`` the model from a release; ``evaluate.py`` perplexity and ne
 prediction; ``model_card.py`` the model card; ``kenlm_bin.py`` KenLM's command-line tools.
 
 Owns: language-model estimation, the ARPA format, the model card, model evaluation.
-Imports: dpngram.release.layout (no other release module), dpngram.engines, dpngram.text,
-dpngram.config, dpngram.core.
+Imports: dpngram.release.layout, dpngram.release.identity (only ``public_cache_dir``; no other
+release module: pyproject's forbidden contract), dpngram.engines, dpngram.text, dpngram.config,
+dpngram.core.
 """
