@@ -162,6 +162,22 @@ def kneser_ney_terms(
     :func:`kneser_ney_model` with ``extra_words`` equals :func:`kneser_ney` over the larger
     vocabulary. That lets the public model be fitted once per public corpus and completed per run
     with the run's DP-only words (:func:`dpngram.lm.open_model.open_public_model`)."""
+    top = _checked_top(top, order)
+    adjusted = _close(_adjusted(raw_marginals(top, order), order), order, vocabulary)
+    discounts = dict(discounts or {})
+    for n in range(1, order + 1):
+        adjusted[n] = adjusted[n].group_by("ngram").agg(pl.col("count").sum())
+        if n not in discounts:
+            discounts[n] = modified_discounts(adjusted[n].filter(pl.col("count") > 0)["count"])
+    terms = {1: _unigram_terms(adjusted[1], discounts[1])}
+    for n in range(2, order + 1):
+        terms[n - 1], terms[n] = _order_terms(adjusted[n], discounts[n], terms[n - 1], n)
+    return {n: t.sort("ngram") for n, t in terms.items()}
+
+
+def _checked_top(top: pl.DataFrame, order: int) -> pl.DataFrame:
+    """``top`` as (String, Float64) columns, or :class:`ArpaError` on a bad order, a negative or NaN
+    count, or an n-gram of another length."""
     if order < 1:
         raise ArpaError(f"order: must be >= 1 (got {order})")
     top = top.select(pl.col("ngram").cast(pl.String), pl.col("count").cast(pl.Float64))
@@ -170,55 +186,50 @@ def kneser_ney_terms(
     bad = top.filter(pl.col("ngram").str.split(" ").list.len() != order)
     if bad.height:
         raise ArpaError(f"ngram: {bad.height} row(s) do not have exactly {order} tokens")
-    adjusted = _close(_adjusted(raw_marginals(top, order), order), order, vocabulary)
-    discounts = dict(discounts or {})
-    for n in range(1, order + 1):
-        adjusted[n] = adjusted[n].group_by("ngram").agg(pl.col("count").sum())
-        if n not in discounts:
-            discounts[n] = modified_discounts(adjusted[n].filter(pl.col("count") > 0)["count"])
+    return top
 
-    terms: dict[int, pl.DataFrame] = {}
-    for n in range(1, order + 1):
-        d = discounts[n]
-        table = adjusted[n]
-        if n == 1:
-            table = table.filter(pl.col("ngram") != BOS)
-            total = float(table["count"].sum())
-            gamma0 = float(table.select(_discount("count", d).sum()).item()) / total if total > 0 else 1.0
-            alpha = (pl.col("count") - _discount("count", d)) / total if total > 0 else pl.lit(0.0)
-            t = table.select("ngram", a=alpha, b=pl.lit(gamma0))
-            t = pl.concat([t, pl.DataFrame({"ngram": [BOS], "a": [0.0], "b": [0.0]})])
-        else:
-            table = table.with_columns(ctx=ngram_context(), suf=ngram_suffix())
-            ctx = (
-                table.group_by("ctx")
-                .agg(total=pl.col("count").sum(), seen=_discount("count", d).sum())
-                .with_columns(
-                    gamma=pl.when(pl.col("total") > 0).then(pl.col("seen") / pl.col("total")).otherwise(1.0)
-                )
-            )
-            terms[n - 1] = (
-                terms[n - 1]
-                .join(ctx.select(pl.col("ctx").alias("ngram"), "gamma"), on="ngram", how="left")
-                .with_columns(pl.col("gamma").fill_null(1.0))
-            )
-            lower = terms[n - 1].select(pl.col("ngram").alias("suf"), la="a", lb="b")
-            own = pl.when(pl.col("total") > 0).then(
-                (pl.col("count") - _discount("count", d)) / pl.col("total")
-            )
-            t = (
-                table.join(ctx, on="ctx", how="left")
-                .join(lower, on="suf", how="left")
-                .select(
-                    "ngram",
-                    a=own.otherwise(0.0) + pl.col("gamma") * pl.col("la"),
-                    b=pl.col("gamma") * pl.col("lb"),
-                )
-            )
-            if t["a"].null_count():
-                raise ArpaError(f"order {n}: a suffix is missing one order below (closure failed)")
-        terms[n] = t
-    return {n: t.sort("ngram") for n, t in terms.items()}
+
+def _unigram_terms(table: pl.DataFrame, d: tuple[float, float, float]) -> pl.DataFrame:
+    """Order 1's terms from its adjusted counts: a = (r − D(r))/T, b = γ₀ (T: the total count, γ₀
+    the discounted share; with no counts a = 0, γ₀ = 1), and ``<s>`` with a = b = 0."""
+    table = table.filter(pl.col("ngram") != BOS)
+    total = float(table["count"].sum())
+    gamma0 = float(table.select(_discount("count", d).sum()).item()) / total if total > 0 else 1.0
+    alpha = (pl.col("count") - _discount("count", d)) / total if total > 0 else pl.lit(0.0)
+    t = table.select("ngram", a=alpha, b=pl.lit(gamma0))
+    return pl.concat([t, pl.DataFrame({"ngram": [BOS], "a": [0.0], "b": [0.0]})])
+
+
+def _order_terms(
+    table: pl.DataFrame, d: tuple[float, float, float], lower_terms: pl.DataFrame, n: int
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Order n's terms from its adjusted counts and order n − 1's terms: (order n − 1's terms with
+    ``gamma``, each n-gram's backoff weight as a context (1 when it is none), order n's terms)."""
+    table = table.with_columns(ctx=ngram_context(), suf=ngram_suffix())
+    ctx = (
+        table.group_by("ctx")
+        .agg(total=pl.col("count").sum(), seen=_discount("count", d).sum())
+        .with_columns(
+            gamma=pl.when(pl.col("total") > 0).then(pl.col("seen") / pl.col("total")).otherwise(1.0)
+        )
+    )
+    lower_terms = lower_terms.join(
+        ctx.select(pl.col("ctx").alias("ngram"), "gamma"), on="ngram", how="left"
+    ).with_columns(pl.col("gamma").fill_null(1.0))
+    lower = lower_terms.select(pl.col("ngram").alias("suf"), la="a", lb="b")
+    own = pl.when(pl.col("total") > 0).then((pl.col("count") - _discount("count", d)) / pl.col("total"))
+    t = (
+        table.join(ctx, on="ctx", how="left")
+        .join(lower, on="suf", how="left")
+        .select(
+            "ngram",
+            a=own.otherwise(0.0) + pl.col("gamma") * pl.col("la"),
+            b=pl.col("gamma") * pl.col("lb"),
+        )
+    )
+    if t["a"].null_count():
+        raise ArpaError(f"order {n}: a suffix is missing one order below (closure failed)")
+    return lower_terms, t
 
 
 def terms_structure(terms: dict[int, pl.DataFrame]) -> dict[int, pl.DataFrame]:
