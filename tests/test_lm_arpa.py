@@ -1,5 +1,6 @@
-"""ARPA writer (lm/arpa.py): Kneser-Ney on expected counts gives normalised conditional
-distributions, the ARPA validity rules are enforced, and KenLM's build_binary accepts the file."""
+"""Kneser-Ney (lm/kneser_ney.py) and the ARPA file (lm/arpa_file.py): Kneser-Ney on expected
+counts gives normalised conditional distributions, the ARPA validity rules are enforced, and
+KenLM's build_binary accepts the file."""
 
 from __future__ import annotations
 
