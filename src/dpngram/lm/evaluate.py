@@ -17,11 +17,15 @@ the sentence's tokens plus ``</s>``. A token is an OOV when it is not in the mod
   k most probable (ties broken by the word string). An OOV target is a miss. Needs the ARPA file
   (:class:`NextWordPredictor`); a binary model does not list its vocabulary.
 
+Why one module (just over 600 lines): the metrics, the predictor and the two entry points share
+the counting conventions above; :class:`NextWordPredictor` (with ``_Ranking``) is the seam to split
+along when it grows.
+
 Owns: the evaluation metrics (open-vocabulary perplexity, OOV rate, top-k next-word accuracy),
 the spelling model, ``dpngram evaluate``'s computation (a consumer's held-out scoring built on it:
 :mod:`dpngram.lm.consumer`).
-Imports: dpngram.lm.ngram_tables, dpngram.lm.arpa_file, dpngram.lm.backoff_scorer, dpngram.text, dpngram.core;
-kenlm, numpy, polars.
+Imports: dpngram.lm.ngram_tables, dpngram.lm.arpa_file, dpngram.lm.backoff_scorer, dpngram.text,
+dpngram.core; kenlm, numpy, polars.
 """
 
 from __future__ import annotations
