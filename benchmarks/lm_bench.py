@@ -29,7 +29,7 @@ inherits the parent's high-water mark through fork + exec). Rows:
   placeholder word; in the ARPA file the placeholder is renamed ``<unk>`` (its unigram mass added
   to lmplz's own ``<unk>``), so scoring the raw evaluation text maps exactly those tokens to it and
   they pay the spelling cost of the open-vocabulary perplexity, like the DP model's OOVs;
-* ``oracle`` (ε-independent): the public-only lmplz model mixed (``lm.open_model.mix_models``)
+* ``oracle`` (ε-independent): the public-only lmplz model mixed (``lm.mixture.mix_models``)
   with a NON-private trigram model of the training text restricted to its 3,000 most frequent
   words and to n-grams seen at least 20 times: the DP model's Q estimator
   (``lm.open_model.noisy_count_model``) on exact counts, threshold 20, discount 1; tokens outside

@@ -4,7 +4,7 @@ Both LM stages build the public model P from the public corpus (stage ``lm_count
 domain and selection, stage ``lm`` for the released model and again for the model card's
 stand-ins): word counts, order-1..3 counts with the ``<unk>`` mapping, Kneser-Ney, one ARPA file.
 This benchmark times exactly that step (:func:`dpngram.lm.open_model.open_public_model` +
-:func:`dpngram.lm.arpa.write_arpa`), each size in a fresh process (peak RSS of that process), on
+:func:`dpngram.lm.arpa_file.write_arpa`), each size in a fresh process (peak RSS of that process), on
 public corpora of 100k / 400k / 1.6M sentences from the sample generator (about 10 tokens a
 sentence), with a 1,000-word DP vocabulary (the generator's most frequent words).
 
@@ -42,7 +42,7 @@ JOB = textwrap.dedent(
     import json, resource, sys, time
     from collections import Counter
     sys.path.insert(0, sys.argv[1])
-    from dpngram.lm.arpa import write_arpa
+    from dpngram.lm.arpa_file import write_arpa
     from dpngram.lm.open_model import open_public_model
     path, arpa, dp_words = sys.argv[2], sys.argv[3], int(sys.argv[4])
     dp_vocabulary = [w for w in json.loads(open(sys.argv[5]).read())][:dp_words]

@@ -54,6 +54,32 @@ def test_stages_are_independent_of_each_other() -> None:
         assert f'"dpngram.stages.{stage}"' in config_text, f"stage {stage} is missing from the contract"
 
 
+#: The release modules each lower layer may import (docs/architecture.md, "The rule"): the forbidden
+#: contracts must forbid every other one, so a new release module is forbidden to them by default.
+RELEASE_ALLOWED = {
+    "dpngram.mechanisms": {"dpngram.release.layout"},
+    "dpngram.lm": {"dpngram.release.layout", "dpngram.release.identity"},
+}
+
+
+@pytest.mark.parametrize("source", sorted(RELEASE_ALLOWED))
+def test_release_contracts_forbid_every_release_module_but_the_allowed(source: str) -> None:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    release = {
+        f"dpngram.release.{p.stem}" for p in (PACKAGE / "release").glob("*.py") if p.stem != "__init__"
+    }
+    forbidden = {
+        module
+        for c in config["contracts"]
+        if c["type"] == "forbidden" and source in c["source_modules"]
+        for module in c["forbidden_modules"]
+        if module.startswith("dpngram.release.")
+    }
+    assert forbidden == release - RELEASE_ALLOWED[source]
+
+
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_every_module_says_what_it_owns_and_may_import(path: Path) -> None:
     docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
@@ -150,12 +176,12 @@ def test_no_module_imports_another_modules_private_names(tmp_path) -> None:
     planted = tmp_path / "planted.py"
     planted.write_text(
         "from dpngram.mechanisms.dpne import level_size, _scalar\n"
-        "from .arpa import _context\n"
+        "from .ngram_tables import _context\n"
         "from dpngram import __version__\n"
-        "import dpngram.lm.arpa\n"
+        "import dpngram.lm.ngram_tables\n"
         "import dpngram.mechanisms.dpne as dpne_module\n"
         "from dpngram.lm import build\n"
-        "dpngram.lm.arpa._context(1)\n"
+        "dpngram.lm.ngram_tables._context(1)\n"
         "dpne_module._scalar(2)\n"
         "build.build_route(build._seed)\n"
         "dpne_module.level_size(self._private)\n",
@@ -163,8 +189,8 @@ def test_no_module_imports_another_modules_private_names(tmp_path) -> None:
     )
     assert private_reach_ins([planted]) == [
         "planted.py:1: dpngram.mechanisms.dpne._scalar",
-        "planted.py:2: arpa._context",
-        "planted.py:7: dpngram.lm.arpa._context",
+        "planted.py:2: ngram_tables._context",
+        "planted.py:7: dpngram.lm.ngram_tables._context",
         "planted.py:8: dpne_module._scalar",
         "planted.py:9: build._seed",
     ]

@@ -16,10 +16,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from dpngram.lm.arpa import BOS, EOS, ArpaModel, kneser_ney, read_arpa, write_arpa
+from dpngram.lm.arpa_file import read_arpa, write_arpa
 from dpngram.lm.backoff_scorer import BackoffScorer
 from dpngram.lm.evaluate import load_model
-from dpngram.lm.open_model import adapt_to_unigrams, mix_models, unigram_distribution
+from dpngram.lm.kneser_ney import kneser_ney
+from dpngram.lm.mixture import adapt_to_unigrams, mix_models
+from dpngram.lm.ngram_tables import BOS, EOS, ArpaModel, unigram_distribution
 
 TOLERANCE = 5e-6
 WORDS = [f"w{i}" for i in range(25)]

@@ -1,5 +1,6 @@
-"""ARPA writer (lm/arpa.py): Kneser-Ney on expected counts gives normalised conditional
-distributions, the ARPA validity rules are enforced, and KenLM's build_binary accepts the file."""
+"""Kneser-Ney (lm/kneser_ney.py) and the ARPA file (lm/arpa_file.py): Kneser-Ney on expected
+counts gives normalised conditional distributions, the ARPA validity rules are enforced, and
+KenLM's build_binary accepts the file."""
 
 from __future__ import annotations
 
@@ -13,19 +14,11 @@ import polars as pl
 import pytest
 
 from dpngram.core.errors import ArpaError
-from dpngram.lm.arpa import (
-    BOS,
-    EOS,
-    UNK,
-    ArpaModel,
-    check_model,
-    kneser_ney,
-    ngrams_of_sentences,
-    raw_marginals,
-    read_arpa,
-    write_arpa,
-)
+from dpngram.lm.arpa_file import check_model, read_arpa, write_arpa
 from dpngram.lm.kenlm_bin import kenlm_binary
+from dpngram.lm.kneser_ney import kneser_ney, raw_marginals
+from dpngram.lm.ngram_tables import BOS, EOS, UNK, ArpaModel
+from dpngram.lm.open_model import ngrams_of_sentences
 
 SENTENCES = [["a", "b", "c"], ["a", "b"], ["b", "c", "a", "b"], ["c"], ["a", "a", "a", "c", "b"]]
 VOCAB = ["a", "b", "c", "d"]
@@ -216,7 +209,7 @@ def test_the_columnwise_reader_equals_the_line_reader_and_falls_back_on_odd_file
     for row, as the line-by-line reader, on a file from write_arpa and one from KenLM's lmplz-style
     layout (blank lines, CRLF, a 2-field line at a lower order). Odd files take the line reader,
     so its one-line errors stay."""
-    from dpngram.lm.arpa import _read_arpa_lines, _read_regular_arpa
+    from dpngram.lm.arpa_file import _read_arpa_lines, _read_regular_arpa
 
     arpa = tmp_path / "m.arpa"
     write_arpa(kneser_ney(frame(counts(SENTENCES, 3, 2.0)), 3, VOCAB), arpa)

@@ -18,7 +18,7 @@ import pytest
 
 from dpngram.cli import main
 from dpngram.lm import evaluate as evaluate_module
-from dpngram.lm.arpa import BOS, EOS, UNK, kneser_ney, read_arpa, write_arpa
+from dpngram.lm.arpa_file import read_arpa, write_arpa
 from dpngram.lm.evaluate import (
     SPELL_ALPHABET,
     SPELL_MEAN_LENGTH,
@@ -29,6 +29,8 @@ from dpngram.lm.evaluate import (
     spelling_log10prob,
 )
 from dpngram.lm.kenlm_bin import kenlm_binary
+from dpngram.lm.kneser_ney import kneser_ney
+from dpngram.lm.ngram_tables import BOS, EOS, UNK
 
 CORPUS = [
     ["the", "cat", "sat", "on", "the", "mat"],

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 from dpngram.engines.duckdb import Warehouse
-from dpngram.lm.arpa import read_arpa
+from dpngram.lm.arpa_file import read_arpa
 from dpngram.lm.backoff_scorer import BackoffScorer
 from dpngram.lm.evaluate import load_model
 from dpngram.mechanisms import heldout_scoring, lm_selection, lm_verdict

@@ -22,27 +22,13 @@ from collections import Counter
 import polars as pl
 import pytest
 
-from dpngram.lm.arpa import (
-    BOS,
-    EOS,
-    UNK,
-    ArpaError,
-    ArpaModel,
-    NgramUnion,
-    check_model,
-    kneser_ney,
-    union_ngrams,
-    write_arpa,
-)
+from dpngram.core.errors import ArpaError
+from dpngram.lm.arpa_file import check_model, write_arpa
 from dpngram.lm.kenlm_bin import kenlm_binary
-from dpngram.lm.open_model import (
-    MARKERS,
-    adapt_to_unigrams,
-    mix_models,
-    model_probabilities,
-    model_vocabulary,
-    noisy_count_model,
-)
+from dpngram.lm.kneser_ney import kneser_ney
+from dpngram.lm.mixture import NgramUnion, adapt_to_unigrams, mix_models, model_probabilities, union_ngrams
+from dpngram.lm.ngram_tables import BOS, EOS, UNK, ArpaModel
+from dpngram.lm.open_model import MARKERS, model_vocabulary, noisy_count_model
 
 ORDER = 3
 VOCAB = ["a", "b", "c", "d", "e"]  # d and e never occur in the public text
@@ -427,7 +413,7 @@ def test_unigram_adaptation_is_exact_mdi_in_backoff_form():
     Tolerance: float64 sums over < 10 words (1e-12)."""
     from collections import Counter
 
-    from dpngram.lm.open_model import adapt_to_unigrams
+    from dpngram.lm.mixture import adapt_to_unigrams
 
     c: Counter[str] = Counter()
     for s in (["a", "b", "c"], ["a", "c"], ["b", "b", "a"], ["c", "a", "b", "c"]):

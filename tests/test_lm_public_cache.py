@@ -14,7 +14,8 @@ import polars as pl
 import pytest
 
 from dpngram.lm import open_model, public_cache
-from dpngram.lm.arpa import BOS, EOS, UNK, ArpaModel, kneser_ney
+from dpngram.lm.kneser_ney import kneser_ney
+from dpngram.lm.ngram_tables import BOS, EOS, UNK, ArpaModel
 
 
 def _corpus(path: Path, seed: int, lines: int = 400) -> Path:

@@ -16,7 +16,7 @@ from dpngram.config import RunConfig
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.lm import build
-from dpngram.lm.arpa import read_arpa
+from dpngram.lm.arpa_file import read_arpa
 from dpngram.orchestration.plan import release_steps
 from dpngram.release import layout
 from dpngram.release.context import read_parts
@@ -346,7 +346,8 @@ def test_the_stage_checks_the_tables_it_wrote_and_the_file_against_them(released
     fails it as ``file_differs_from_checked_tables``."""
     import hashlib
 
-    from dpngram.lm.arpa import ArpaModel, WrittenArpa, read_arpa
+    from dpngram.lm.arpa_file import WrittenArpa, read_arpa
+    from dpngram.lm.ngram_tables import ArpaModel
     from dpngram.validation import validate_model
 
     ctx, _ = released_run

@@ -16,7 +16,8 @@ import polars as pl
 import pytest
 
 from dpngram.core.errors import ArpaError
-from dpngram.lm.arpa import BOS, EOS, UNK, kneser_ney
+from dpngram.lm.kneser_ney import kneser_ney
+from dpngram.lm.ngram_tables import BOS, EOS, UNK
 from dpngram.lm.open_model import noisy_count_model
 from dpngram.lm.unigram_shrinkage import posterior_counts, unresolved_shape
 

@@ -71,7 +71,7 @@ def placeholder_to_unk(src: Path, dst: Path) -> None:
     n-gram; its unigram and lmplz's own ``<unk>`` unigram merge (probabilities added, the
     placeholder's backoff kept). lmplz never lists ``<unk>`` above order 1 (--skip_symbols), so
     nothing else collides; every context still sums to one."""
-    from dpngram.lm.arpa import UNK
+    from dpngram.lm.ngram_tables import UNK
 
     with open(src, encoding="utf-8") as fh:
         header: list[str] = []
@@ -150,7 +150,7 @@ def oracle_counts(train_txt: Path, top: set[str], vocabulary: set[str]):
     the 3,000 words and markers seen >= ORACLE_MIN_COUNT times."""
     import polars as pl
 
-    from dpngram.lm.arpa import BOS, UNK
+    from dpngram.lm.ngram_tables import BOS, UNK
     from dpngram.lm.open_model import sentence_ngram_counts
 
     sentences = 0
@@ -184,10 +184,12 @@ def oracle_model(
     import kenlm
     import polars as pl
 
-    from dpngram.lm.arpa import BOS, EOS, MIN_PROB, UNK, ArpaModel, read_arpa, write_arpa
+    from dpngram.lm.arpa_file import read_arpa, write_arpa
     from dpngram.lm.build import compile_binary
     from dpngram.lm.evaluate import score_sentences
-    from dpngram.lm.open_model import mix_models, noisy_count_model
+    from dpngram.lm.mixture import mix_models
+    from dpngram.lm.ngram_tables import BOS, EOS, MIN_PROB, UNK, ArpaModel
+    from dpngram.lm.open_model import noisy_count_model
 
     started = time.perf_counter()
     words: Counter[str] = Counter()

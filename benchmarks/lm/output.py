@@ -169,7 +169,7 @@ def parameters(args: argparse.Namespace, epsilons: list[float]) -> dict[str, Any
                 "discount": ORACLE_DISCOUNT,
                 "weight_grid": list(ORACLE_GRID),
                 "weight_choice": "lowest open-vocabulary perplexity on the evaluation text (oracle)",
-                "mixture": "lm.open_model.mix_models (static linear mixture merged into one backoff model)",
+                "mixture": "lm.mixture.mix_models (static linear mixture merged into one backoff model)",
             },
         },
         "tokenizer": "pipeline tokenizer, lower-cased (the evaluation's and the pipeline's)",

@@ -275,7 +275,7 @@ def study(
     import polars as pl
 
     from dpngram.config import DEFAULT_STAGE_BUDGET
-    from dpngram.lm.arpa import write_arpa
+    from dpngram.lm.arpa_file import write_arpa
     from dpngram.lm.build import ReleasedInputs, adapted_public, mixture_components
     from dpngram.release.layout import LM_COUNTS
 
@@ -376,8 +376,8 @@ def other_unigrams(
     """The ``unigram estimator`` rows: Q over each estimate, P′ adapted to it, oracle λ, best β."""
     import polars as pl
 
-    from dpngram.lm.arpa import write_arpa
-    from dpngram.lm.open_model import adapt_to_unigrams
+    from dpngram.lm.arpa_file import write_arpa
+    from dpngram.lm.mixture import adapt_to_unigrams
 
     table = public.tables[1].filter(pl.col("ngram") != BOS)
     words = table["ngram"].to_list()

@@ -5,7 +5,7 @@
                                                 [--out benchmarks/results/lm_merge.json]
 
 The released model is the mixture λ·Q + (1 − λ)·P′ merged into one ARPA backoff model
-(``dpngram.lm.open_model.mix_models``): where neither model lists an n-gram, the merged model backs
+(``dpngram.lm.mixture.mix_models``): where neither model lists an n-gram, the merged model backs
 off with one weight per context, while the per-event mixture λ·Q(e) + (1 − λ)·P′(e) lets each model
 back off on its own. Per corpus, ε and run: one default release (``lm_bench.dp_run``, fresh noise) on
 lm_bench's training users; then, by post-processing of the released files only, on lm_bench's scored
@@ -46,7 +46,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def _backoffs(model: Any, union: Any) -> np.ndarray:
-    from dpngram.lm.open_model import _listed_on
+    from dpngram.lm.mixture import _listed_on
 
     return np.power(10.0, np.nan_to_num(_listed_on(model, union, 1, None)[1]))
 
@@ -57,7 +57,7 @@ def _rows(release_root: Path, config: Any, eval_text: Path) -> dict[str, Any]:
     from dpngram.lm.backoff_scorer import BackoffScorer
     from dpngram.lm.build import ReleasedInputs, adapted_public, mixture_components
     from dpngram.lm.evaluate import _file_sentences, spelling_log10prob
-    from dpngram.lm.open_model import _probabilities_on, mix_models, union_ngrams
+    from dpngram.lm.mixture import _probabilities_on, mix_models, union_ngrams
 
     part = json.loads((release_root / "report.parts" / "lm_counts.json").read_text())
     part = part.get("report", part)

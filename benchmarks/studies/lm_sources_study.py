@@ -78,8 +78,8 @@ def theta_component(base: Any, theta: Any) -> tuple[Any, dict[str, Any]]:
     """T: ``base`` (P′) with the continuations of each θ context redistributed by θ (module doc)."""
     import polars as pl
 
-    from dpngram.lm.arpa import UNK, model_from_probabilities
-    from dpngram.lm.open_model import _suffix, backoff_weights, model_probabilities
+    from dpngram.lm.mixture import backoff_weights, model_probabilities
+    from dpngram.lm.ngram_tables import UNK, model_from_probabilities, ngram_suffix
 
     order = base.order
     vocab = base.tables[1]["ngram"]
@@ -100,7 +100,7 @@ def theta_component(base: Any, theta: Any) -> tuple[Any, dict[str, Any]]:
         [
             base.tables[2].select("ngram"),
             th.select(ngram=pl.col("ctx")),
-            th.select(ngram=_suffix()),
+            th.select(ngram=ngram_suffix()),
         ]
     ).unique()
     probs = model_probabilities(base, {1: base.tables[1].select("ngram"), 2: bi, 3: tri})
@@ -131,7 +131,7 @@ def chen_rows(path: Path) -> Any:
     """The Chen counts as (n, ngram, noisy_count) rows of order ≤ 3 in the LM's conventions."""
     import polars as pl
 
-    from dpngram.lm.arpa import BOS, EOS, UNK
+    from dpngram.lm.ngram_tables import BOS, EOS, UNK
 
     src = pl.read_parquet(path, columns=["ngram", "noisy_count"])
     out: dict[tuple[int, str], float] = {}
@@ -269,7 +269,7 @@ def best_mixture(names: list[str], logs: dict[str, np.ndarray], spell: np.ndarra
 
 def nested_mixture(models: dict[str, Any], weights: dict[str, float]) -> Any:
     """Σ_k w_k·model_k as one ARPA model: mix_models applied component by component."""
-    from dpngram.lm.open_model import mix_models
+    from dpngram.lm.mixture import mix_models
 
     names = [n for n in weights if weights[n] > 0]
     acc, total = models[names[0]], weights[names[0]]
@@ -286,7 +286,7 @@ def study_run(corpus: Corpus, eps: float, prep: dict[str, Any], args: argparse.N
     import polars as pl
 
     from dpngram.config import DEFAULT_STAGE_BUDGET
-    from dpngram.lm.arpa import write_arpa
+    from dpngram.lm.arpa_file import write_arpa
     from dpngram.lm.build import ReleasedInputs, adapted_public, compile_binary, mixture_components
     from dpngram.release.layout import NGRAM_COUNTS_NOISY
 

@@ -168,9 +168,10 @@ class Setting:
         return noisy, calibration, SharedSelectionNoise(source)
 
     def evaluate_rule(self, name: str, noisy, sigma: float, source, eval_text: Path) -> dict[str, Any]:
-        from dpngram.lm.arpa import write_arpa
+        from dpngram.lm.arpa_file import write_arpa
         from dpngram.lm.build import adapted_public, compile_binary
-        from dpngram.lm.open_model import mix_models, noisy_count_model
+        from dpngram.lm.mixture import mix_models
+        from dpngram.lm.open_model import noisy_count_model
         from dpngram.mechanisms.lm_counts import thresholded_release
         from dpngram.mechanisms.lm_models import CandidateModels
         from dpngram.mechanisms.lm_selection import select_mix_weight

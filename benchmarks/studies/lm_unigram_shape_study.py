@@ -61,7 +61,7 @@ def _perplexity(prob: np.ndarray, spell: np.ndarray) -> float:
 
 def _scored(model: Any, path: Path, sentences: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
     """(probability, spelling log10) per event of ``model`` (written to ``path``, then removed)."""
-    from dpngram.lm.arpa import write_arpa
+    from dpngram.lm.arpa_file import write_arpa
 
     write_arpa(model, path)
     logs, spell = event_logprobs(path, sentences)
@@ -73,7 +73,9 @@ def _rows(release_root: Path, config: Any, eval_text: Path, work: Path) -> dict[
     import polars as pl
 
     from dpngram.lm.build import ReleasedInputs, load_public
-    from dpngram.lm.open_model import adapt_to_unigrams, noisy_count_model, unigram_distribution
+    from dpngram.lm.mixture import adapt_to_unigrams
+    from dpngram.lm.ngram_tables import unigram_distribution
+    from dpngram.lm.open_model import noisy_count_model
     from dpngram.release.layout import LM_COUNTS
 
     part = json.loads((release_root / "report.parts" / "lm_counts.json").read_text())

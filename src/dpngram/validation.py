@@ -79,7 +79,8 @@ if TYPE_CHECKING:
     import polars as pl
 
     from dpngram.engines.base import Engine
-    from dpngram.lm.arpa import ArpaModel, WrittenArpa
+    from dpngram.lm.arpa_file import WrittenArpa
+    from dpngram.lm.ngram_tables import ArpaModel
 
 log = logging.getLogger(__name__)
 
@@ -511,7 +512,7 @@ def model_arpa_suite(src: Sources, written: WrittenArpa | None = None) -> list[B
     import polars as pl
 
     from dpngram.core.errors import ArpaError
-    from dpngram.lm.arpa import read_arpa
+    from dpngram.lm.arpa_file import read_arpa
     from dpngram.lm.public_cache import file_digest
 
     path = src.released(MODEL_ARPA)
@@ -555,7 +556,7 @@ def _arpa_aggregates(
     import polars as pl
 
     from dpngram.core.errors import ArpaError
-    from dpngram.lm.arpa import check_model
+    from dpngram.lm.arpa_file import check_model
 
     orders = sorted(set(declared) | set(model.tables))
     try:

@@ -14,7 +14,7 @@ The probability is the ARPA back-off rule, as KenLM computes it: with the contex
 N - 1 words (``<s>`` first), p(w | h) = p listed for (h, w) if the model lists it, else
 bo(h) + p(w | h without its first word), where bo(h) = 0 when h is not listed; a word outside the
 vocabulary is ``<unk>``, in the context as well. The model must be closed (every listed n-gram's
-context listed one order down), as :meth:`dpngram.lm.arpa.ArpaModel.structure` requires. KenLM
+context listed one order down), as :meth:`dpngram.lm.ngram_tables.ArpaModel.structure` requires. KenLM
 stores probabilities as 32-bit floats, these are the tables' 64-bit values: the two agree to about
 1e-6 in log10 (tests/test_backoff_scorer.py compares them on every event).
 
@@ -25,7 +25,7 @@ The same tables also rank next words (:meth:`BackoffScorer.scores_and_hits`, the
 model card's held-out comparison), by the rule of :class:`dpngram.lm.evaluate.NextWordPredictor`.
 
 Owns: :class:`BackoffScorer` (event scores, top-k hits).
-Imports: dpngram.lm.arpa; numba, numpy, polars.
+Imports: dpngram.lm.ngram_tables; numba, numpy, polars.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from dpngram.lm.arpa import ArpaModel
+from dpngram.lm.ngram_tables import ArpaModel
 
 BOS, EOS, UNK = "<s>", "</s>", "<unk>"
 
@@ -92,8 +92,15 @@ def _rank_top(
     stamp,
     top,
 ):  # pragma: no cover - compiled
-    """The first ``kmax`` words of one context's ranking (see :func:`_walk`; ``crow``: its
-    context rows per order, -1 where unlisted) into ``top`` (-1 pads a shorter ranking)."""
+    """The first ``kmax`` words of one context's ranking into ``top`` (-1 pads a shorter ranking);
+    ``crow``: its context rows per order, -1 where unlisted.
+
+    The ranking of a context h is that of :class:`dpngram.lm.evaluate.NextWordPredictor`: h's listed
+    continuations merged, by (-log10 p, string rank) with h's own ones first on a tie, with the
+    ranking of h without its first word shifted by bo(h), skipping the words h lists.
+
+    Over 60 lines: one compiled merge (the caps, the root, then level by level), called from
+    :func:`_walk`'s hot loop; its 14 arrays would travel through every helper split off."""
     # how many items each level must yield: kmax at the top, plus what the levels above can skip
     cap = np.empty(clen + 1, dtype=np.int64)
     need = kmax
@@ -171,18 +178,17 @@ def _walk(
     top_cache,
 ):  # pragma: no cover - compiled
     """One pass over the sentences: sentence s is ``words[sentence_offsets[s]:sentence_offsets[s + 1]]``
-    (unigram rows); its events are its words, then ``</s>``.
+    (unigram rows); its events are its words, then ``</s>``. ``keys``, ``rows``, ``start``,
+    ``mask``: the hash tables of :class:`BackoffScorer`.
 
     * ``out``: log10 p of every event, in order (the ARPA back-off rule, module docstring);
     * with ``kmax`` > 0, ``hits[k - 1]`` += 1 for every token whose word is ``predictable`` (listed,
-      not a marker) and among the k most probable next words after its context (k = 1..kmax). The
-      ranking of a context h is that of :class:`dpngram.lm.evaluate.NextWordPredictor`: h's listed
-      continuations merged, by (-log10 p, string rank) with h's own ones first on a tie, with the
-      ranking of h without its first word shifted by bo(h), skipping the words h lists. It depends
-      only on the longest listed context (which fixes the shorter ones), so its first kmax words
-      are computed once per such context (global row): ``top_cache[row]``, -2 while not computed.
+      not a marker) and among the k most probable next words after its context (k = 1..kmax), as
+      :func:`_rank_top` ranks them; a ranking's first kmax words are computed once per longest listed
+      context (it fixes the shorter ones): ``top_cache[its global row]``, -2 while not computed.
 
-    ``keys``, ``rows``, ``start``, ``mask``: the hash tables of :class:`BackoffScorer`."""
+    Over 60 lines: the hot loop of every held-out score; with its back-off lookup in a compiled
+    helper (even ``inline="always"``) it ran about 30% slower, so it stays one piece."""
     cont_start, cont_word, cont_lp, root_words, rank = ranking
     ctx = np.empty(max(order - 1, 1), dtype=np.int64)  # the last N - 1 context words, oldest first
     crow = np.empty(order, dtype=np.int64)  # crow[m]: row at order m of the context's last m words
@@ -221,10 +227,8 @@ def _walk(
                         deepest = row_offset[m] + crow[m]
                 top = top_cache[deepest]
                 if top[0] == -2:
-                    _rank_top(
-                        i + 1, clen, crow, kmax, logprob, backoff, row_offset, cont_start, cont_word, cont_lp,
-                        root_words, rank, stamp, top,
-                    )  # fmt: skip
+                    _rank_top(i + 1, clen, crow, kmax, logprob, backoff, row_offset, cont_start, cont_word,
+                              cont_lp, root_words, rank, stamp, top)  # fmt: skip
                 for k in range(kmax):
                     if top[k] == w:
                         for kk in range(k, kmax):
@@ -312,7 +316,7 @@ class BackoffScorer:
     @classmethod
     def from_model(cls, model: ArpaModel, like: BackoffScorer | None = None) -> BackoffScorer:
         """The scorer of ``model``. ``like``: a scorer of a model with the same n-grams in the same
-        rows, sharing its structure object (:func:`dpngram.lm.open_model.adapt_to_unigrams` of
+        rows, sharing its structure object (:func:`dpngram.lm.mixture.adapt_to_unigrams` of
         it): its vocabulary and hash tables are reused and only the probabilities are read (the
         selection scores P adapted at several strengths). Without that shared structure, ``like``
         is ignored."""

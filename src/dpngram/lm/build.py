@@ -38,8 +38,9 @@ import pyarrow.parquet as pq
 
 from dpngram.config import RunConfig
 from dpngram.core.errors import ConfigError
-from dpngram.lm.arpa import BOS, EOS, UNK, WrittenArpa, write_arpa
+from dpngram.lm.arpa_file import WrittenArpa, write_arpa
 from dpngram.lm.kenlm_bin import kenlm_binary
+from dpngram.lm.ngram_tables import BOS, EOS, UNK
 from dpngram.release.layout import LM_COUNTS, TRIGRAM_DIST, VOCABULARY
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ def unresolved_unigrams(part: dict[str, Any]) -> str:
 
 def mixture_of(public: Any, inputs: ReleasedInputs, part: dict[str, Any]) -> Any:
     """M = λ·Q + (1 − λ)·P′ merged into one backoff model, with the released (β, λ)."""
-    from dpngram.lm.open_model import mix_models
+    from dpngram.lm.mixture import mix_models
 
     private = noisy_counts_model(inputs, public, part)
     adapted = adapted_public(public, private, float(part.get("unigram_adaptation", 0.0)))
@@ -124,9 +125,10 @@ def mixture_of(public: Any, inputs: ReleasedInputs, part: dict[str, Any]) -> Any
 
 
 def adapted_public(public: Any, private: Any, strength: float) -> Any:
-    """P adapted to Q's unigram distribution with strength β (``dpngram.lm.open_model.adapt_to_unigrams``);
+    """P adapted to Q's unigram distribution with strength β (``dpngram.lm.mixture.adapt_to_unigrams``);
     β = 0 is P itself."""
-    from dpngram.lm.open_model import adapt_to_unigrams, unigram_distribution
+    from dpngram.lm.mixture import adapt_to_unigrams
+    from dpngram.lm.ngram_tables import unigram_distribution
 
     return public if strength == 0 else adapt_to_unigrams(public, unigram_distribution(private), strength)
 
@@ -164,7 +166,7 @@ def released_mixture(
     """M through the public-model cache (``build()`` computes it on a miss, and it is stored). The
     tables and the row links are two entries of one key; links missing beside stored tables are
     derived from the strings and stored."""
-    from dpngram.lm.arpa import ArpaModel, NgramLinks
+    from dpngram.lm.ngram_tables import ArpaModel, NgramLinks
     from dpngram.lm.public_cache import cached_tables
     from dpngram.release.identity import public_cache_dir
 
@@ -224,7 +226,7 @@ def build_route_mixture(
     stored it (:func:`released_mixture`). ``public``: returns P when the caller loads it (step
     ``lm`` does, in a thread, to score it), else P is loaded here when needed. Returns the build
     description; ``info['model']`` is the model written and ``info['written']`` it as written
-    (:class:`dpngram.lm.arpa.WrittenArpa`, for the check); neither goes into the report."""
+    (:class:`dpngram.lm.arpa_file.WrittenArpa`, for the check); neither goes into the report."""
     counts_path = inputs.root / LM_COUNTS
     if part is None or not counts_path.is_file():
         raise ConfigError(

@@ -17,10 +17,15 @@ the sentence's tokens plus ``</s>``. A token is an OOV when it is not in the mod
   k most probable (ties broken by the word string). An OOV target is a miss. Needs the ARPA file
   (:class:`NextWordPredictor`); a binary model does not list its vocabulary.
 
+Why one module (just over 600 lines): the metrics, the predictor and the two entry points share
+the counting conventions above; :class:`NextWordPredictor` (with ``_Ranking``) is the seam to split
+along when it grows.
+
 Owns: the evaluation metrics (open-vocabulary perplexity, OOV rate, top-k next-word accuracy),
 the spelling model, ``dpngram evaluate``'s computation (a consumer's held-out scoring built on it:
 :mod:`dpngram.lm.consumer`).
-Imports: dpngram.lm.arpa, dpngram.lm.backoff_scorer, dpngram.text, dpngram.core; kenlm, numpy, polars.
+Imports: dpngram.lm.ngram_tables, dpngram.lm.arpa_file, dpngram.lm.backoff_scorer, dpngram.text,
+dpngram.core; kenlm, numpy, polars.
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ import numpy as np
 import polars as pl
 
 from dpngram.core.errors import ArpaError
-from dpngram.lm.arpa import BOS, EOS, UNK, ArpaModel, read_arpa
+from dpngram.lm.arpa_file import read_arpa
+from dpngram.lm.ngram_tables import BOS, EOS, UNK, ArpaModel
 
 if TYPE_CHECKING:
     from dpngram.lm.backoff_scorer import BackoffScorer
@@ -199,7 +205,7 @@ class NextWordPredictor:
     n-grams' last words, specials excluded) are grouped by their context row at order n - 1, as
     arrays; a context's group, sorted by (-log10 p, word), becomes a :class:`_Ranking` on first use
     and is cached, so a frequent context costs its continuations once. The context rows come from the
-    model's :meth:`~dpngram.lm.arpa.ArpaModel.structure` when it has been derived (a model that was
+    model's :meth:`~dpngram.lm.ngram_tables.ArpaModel.structure` when it has been derived (a model that was
     written or mixed), else from its n-gram strings. Contexts are looked up in batches
     (:meth:`prepare`): :func:`score_sentences` resolves all of its events' contexts at once."""
 
@@ -429,9 +435,29 @@ def score_sentences(
             context.append(UNK if is_oov else sentence[i])
     if predictor is not None and pending:
         missing_word |= _predict(predictor, pending, hits, diff)
-    worst_diff = diff[0]
-    result: dict[str, Any] = {
-        "sentences": sentences_n,
+    result = _perplexities(
+        sentences_n, tokens, oov, events, events_in_vocab, logprob, logprob_in_vocab, logprob_open
+    )
+    if predictor is not None and (missing_word or diff[0] > ARPA_MATCH_TOLERANCE):
+        what = "a word KenLM knows is missing" if missing_word else f"log10 p differs by {diff[0]:.3g}"
+        accuracy_note = f"the ARPA file does not match the model ({what}); top-k not computed"
+        predictor = None
+    return result | _accuracies(hits, pred_events if predictor is not None else None, accuracy_note)
+
+
+def _perplexities(
+    sentences: int,
+    tokens: int,
+    oov: int,
+    events: int,
+    events_in_vocab: int,
+    logprob: float,
+    logprob_in_vocab: float,
+    logprob_open: float,
+) -> dict[str, Any]:
+    """:func:`score_sentences`'s counts and perplexities from its sums (module docstring)."""
+    return {
+        "sentences": sentences,
         "tokens": tokens,
         "oov_tokens": oov,
         "oov_rate": oov / tokens if tokens else 0.0,
@@ -443,20 +469,19 @@ def score_sentences(
         "open_vocab_log10_prob": logprob_open,
         "open_vocab_perplexity": 10 ** (-logprob_open / events) if events else math.nan,
     }
-    if predictor is not None and (missing_word or worst_diff > ARPA_MATCH_TOLERANCE):
-        what = "a word KenLM knows is missing" if missing_word else f"log10 p differs by {worst_diff:.3g}"
-        accuracy_note = f"the ARPA file does not match the model ({what}); top-k not computed"
-        predictor = None
-    if predictor is None:
-        result.update({f"top{k}_accuracy": None for k in TOP_K}, prediction_events=None)
-    else:
-        result.update(
-            {f"top{k}_accuracy": hits[k] / pred_events if pred_events else math.nan for k in TOP_K},
-            prediction_events=pred_events,
-        )
-        accuracy_note = None
-    result["accuracy_note"] = accuracy_note
-    return result
+
+
+def _accuracies(hits: dict[int, int], pred_events: int | None, accuracy_note: str | None) -> dict[str, Any]:
+    """:func:`score_sentences`'s top-k keys: the share of the ``pred_events`` predicted events
+    among ``hits``, or None for each (with ``accuracy_note`` saying why) when ``pred_events`` is
+    None (no predictor, or one that does not match the ARPA file)."""
+    if pred_events is None:
+        return {f"top{k}_accuracy": None for k in TOP_K} | {
+            "prediction_events": None,
+            "accuracy_note": accuracy_note,
+        }
+    accuracies = {f"top{k}_accuracy": hits[k] / pred_events if pred_events else math.nan for k in TOP_K}
+    return accuracies | {"prediction_events": pred_events, "accuracy_note": None}
 
 
 #: Prediction events resolved together by :func:`score_sentences` (bounds the memory they take).

@@ -1,6 +1,6 @@
-"""The open-vocabulary language model: a public Kneser-Ney model P, a model Q estimated from the
-run's DP-noisy n-gram counts (step ``lm_counts``), and their linear interpolation written as one
-ARPA backoff model (docs/lm.md, "Open-vocabulary model").
+"""The open-vocabulary language model's two components: a public Kneser-Ney model P and a model Q
+estimated from the run's DP-noisy n-gram counts (step ``lm_counts``); their mixture, written as
+one ARPA backoff model, is :mod:`dpngram.lm.mixture` (docs/lm.md, "Open-vocabulary model").
 
 Everything here is post-processing: inputs are the public corpus, released DP outputs (the DP
 vocabulary, the noisy counts, the selected weight λ) and public parameters. No private data.
@@ -9,22 +9,16 @@ vocabulary, the noisy counts, the selected weight λ) and public parameters. No 
   ``public_cap`` of them, by public count): a word public text knows never becomes ``<unk>``.
 * :func:`public_counts` — order-1..N counts of the public corpus with V_LM's ``<unk>`` mapping.
 * :func:`public_model` — P: interpolated modified Kneser-Ney on the public counts
-  (:func:`dpngram.lm.arpa.kneser_ney`).
+  (:func:`dpngram.lm.kneser_ney.kneser_ney`).
 * :func:`noisy_count_model` — Q: interpolated absolute discounting on noisy counts whose context
   totals are the noisy counts of the contexts themselves; its unigram level spreads the mass left
   below the threshold in P's shape or by empirical-Bayes counts (:mod:`dpngram.lm.unigram_shrinkage`),
   so with no private evidence Q's unigram level is P's.
-* :func:`mix_models` — λ·Q + (1 − λ)·P as one ARPA model (a static mixture, as SRILM's
-  ``-mix-lm``): exact for every n-gram listed in P or Q; other n-grams back off with weights that
-  make every context sum to one.
 
-Why one module (over 600 lines): its functions are the steps of one construction (vocabulary,
-public counts, P, Q, the mixture, the adaptation) that share the ARPA-level data structures; split
-up, each part would be read only by the next.
-
-Owns: the model vocabulary V_LM, the public model P, the noisy-count model Q, the mixture, the
-held-out public split (:data:`HELDOUT_EVERY`).
-Imports: dpngram.lm.arpa, dpngram.lm.unigram_shrinkage, dpngram.text, dpngram.core; numpy, polars.
+Owns: the model vocabulary V_LM, the public corpus's n-gram counts, the public model P, the
+noisy-count model Q, the held-out public split (:data:`HELDOUT_EVERY`).
+Imports: dpngram.lm.ngram_tables, dpngram.lm.kneser_ney, dpngram.lm.unigram_shrinkage,
+dpngram.text, dpngram.core; polars.
 """
 
 from __future__ import annotations
@@ -35,25 +29,25 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from dpngram.core.errors import ArpaError
-from dpngram.lm.arpa import (
-    BOS,
-    BOS_LOGPROB,
-    EOS,
-    MIN_PROB,
-    UNK,
-    ArpaModel,
-    NgramUnion,
+from dpngram.lm.kneser_ney import (
     kneser_ney,
     kneser_ney_model,
     kneser_ney_terms,
-    model_from_probabilities,
-    ngrams_of_sentences,
     raw_marginals,
     terms_structure,
+)
+from dpngram.lm.ngram_tables import (
+    BOS,
+    EOS,
+    UNK,
+    ArpaModel,
+    model_from_probabilities,
+    ngram_context,
+    ngram_suffix,
+    unigram_distribution,
 )
 from dpngram.lm.unigram_shrinkage import unresolved_shape
 
@@ -61,14 +55,6 @@ MARKERS = (BOS, EOS, UNK)
 
 
 PUBLIC_BATCH_SENTENCES = 100_000
-
-
-def _context() -> pl.Expr:
-    return pl.col("ngram").str.replace(r" [^ ]+$", "")
-
-
-def _suffix() -> pl.Expr:
-    return pl.col("ngram").str.replace(r"^[^ ]+ ", "")
 
 
 #: Every HELDOUT_EVERY-th public sentence (index % HELDOUT_EVERY == HELDOUT_EVERY - 1) is the
@@ -199,6 +185,38 @@ def model_vocabulary(
     return sorted(words)
 
 
+def ngrams_of_sentences(sentences: pl.Series, order: int, vocabulary: set[str] | None) -> pl.DataFrame:
+    """(ngram, count) of sentences (a list[str] series) with one <s> and one </s> per sentence,
+    tokens outside ``vocabulary`` mapped to <unk> (None: no mapping); order-n grams with <s> only
+    first: a sentence of m tokens gives m + 1 - (n - 2) n-grams for n >= 2 (same convention as
+    sql/bayes/occurrences.sql for n = 3)."""
+    frame = pl.DataFrame({"toks": sentences}).filter(pl.col("toks").list.len() > 0)
+    frame = frame.with_row_index("sid").explode("toks")
+    if vocabulary is not None:
+        vocab = pl.Series("v", sorted(vocabulary), dtype=pl.String)
+        frame = frame.with_columns(
+            toks=pl.when(pl.col("toks").is_in(vocab.implode())).then(pl.col("toks")).otherwise(pl.lit(UNK))
+        )
+    padded = (
+        frame.group_by("sid", maintain_order=True)
+        .agg(pl.col("toks"))
+        .select(toks=pl.concat_list(pl.lit(BOS), pl.col("toks"), pl.lit(EOS)))
+    )
+    width = max(order, 2)
+    # list.len() is unsigned: a sentence shorter than the width would wrap below 0 to ~2^32 starts
+    # (order 5 on a one-token sentence asked polars for 34 GB), so the count is signed first
+    starts = pl.col("toks").list.len().cast(pl.Int64) - width + 1
+    grams = (
+        padded.with_columns(start=pl.int_ranges(0, starts))
+        .explode("start")
+        .drop_nulls("start")
+        .select(ngram=pl.col("toks").list.slice(pl.col("start") + (width - order), order).list.join(" "))
+    )
+    if order == 1:  # unigrams: every predicted token (not <s>)
+        grams = grams.filter(pl.col("ngram") != BOS)
+    return grams.group_by("ngram").agg(count=pl.len().cast(pl.Float64))
+
+
 def sentence_ngram_counts(
     sentences: Iterable[list[str]], order: int, vocabulary: Iterable[str] | None = None
 ) -> dict[int, pl.DataFrame]:
@@ -227,7 +245,7 @@ def batch_ngram_counts(
 
     At order 2 or 3 only the top order is counted: every non-empty sentence, padded, has at least
     one n-gram of that order, so the lower orders are its marginals, exactly
-    (:func:`dpngram.lm.arpa.raw_marginals`; tests/test_lm_public_cache.py). A pass per order cost
+    (:func:`dpngram.lm.kneser_ney.raw_marginals`; tests/test_lm_public_cache.py). A pass per order cost
     Brown 1.9 s against 1.1 s. Longer orders count every order (a short sentence has no top-order
     n-gram)."""
     vocab = None if vocabulary is None else set(vocabulary)
@@ -370,7 +388,7 @@ def _open_public_model(
     ``cache_dir``: the public-model cache (:mod:`dpngram.lm.public_cache`; None: no cache): the
     corpus's raw counts are read from it (or counted once and stored), and P's Kneser-Ney terms are
     fitted once per (corpus, part, order, the public words V_LM keeps), then completed with the
-    run's DP-only words (:func:`dpngram.lm.arpa.kneser_ney_terms`: the same P as a fit over all of
+    run's DP-only words (:func:`dpngram.lm.kneser_ney.kneser_ney_terms`: the same P as a fit over all of
     V_LM). Also returns that cache key ("" without a cache)."""
     from dpngram.lm.public_cache import (
         cached_tables,
@@ -418,13 +436,6 @@ def public_model(counts: dict[int, pl.DataFrame], order: int, vocabulary: Iterab
     if top.height == 0:  # no public text: a uniform model over the vocabulary
         top = pl.DataFrame(schema={"ngram": pl.String, "count": pl.Float64})
     return kneser_ney(top, order, vocabulary)
-
-
-def _probs(model: ArpaModel, n: int) -> pl.DataFrame:
-    return model.tables[n].select(
-        "ngram",
-        prob=pl.when(pl.col("ngram") == BOS).then(0.0).otherwise(pl.lit(10.0).pow(pl.col("logprob"))),
-    )
 
 
 def noisy_count_model(
@@ -500,7 +511,7 @@ def _noisy_unigrams(
     """Q's order 1 (columns ngram, prob) from the order-1 noisy counts ``ones``: Q(w) =
     (ĉ(w) − D)₊/T + γ₀ S(w) over P's vocabulary, S = P or the empirical-Bayes shape of the words
     below the threshold (:func:`noisy_count_model`)."""
-    base1 = _probs(base, 1).rename({"prob": "base"})
+    base1 = unigram_distribution(base).rename({"prob": "base"})
     words = ones.filter(pl.col("ngram") != BOS)
     total = float(words["noisy_count"].sum()) if words.height else 0.0
     listed1 = words.filter(pl.col("noisy_count") >= threshold).join(
@@ -546,7 +557,7 @@ def _noisy_order(
     cand = rows.filter((pl.col("n") == n) & (pl.col("noisy_count") >= threshold)).select(
         "ngram", count=pl.col("noisy_count")
     )
-    cand = cand.with_columns(ctx=_context(), suf=_suffix())
+    cand = cand.with_columns(ctx=ngram_context(), suf=ngram_suffix())
     # closure: the context and the suffix must be listed one order below
     cand = cand.join(listed_lower.rename({"ngram": "ctx"}), on="ctx", how="semi")
     cand = cand.join(listed_lower.rename({"ngram": "suf"}), on="suf", how="semi")
@@ -576,223 +587,3 @@ def _noisy_order(
         )
     )
     return p, cand.select("ngram", "count"), ctx.select(pl.col("ctx").alias("ngram"), "gamma")
-
-
-def model_probabilities(model: ArpaModel, ngrams: dict[int, pl.DataFrame]) -> dict[int, pl.DataFrame]:
-    """The model's probability p(w|h) (listed or backed off, ARPA semantics) of every n-gram in
-    ``ngrams[n]`` (column ``ngram``), for n = 1..order. Each ``ngrams[n]`` must contain the suffixes
-    of ``ngrams[n + 1]`` (closure), as the union of two ARPA models' n-grams does."""
-    out: dict[int, pl.DataFrame] = {}
-    for n in sorted(ngrams):
-        own = model.tables[n].select(
-            "ngram",
-            own=pl.when(pl.col("ngram") == BOS).then(0.0).otherwise(pl.lit(10.0).pow(pl.col("logprob"))),
-        )
-        g = ngrams[n].select("ngram").unique().join(own, on="ngram", how="left")
-        if n == 1:
-            out[1] = g.select("ngram", prob=pl.col("own").fill_null(0.0))
-            continue
-        bo = model.tables[n - 1].select(
-            pl.col("ngram").alias("ctx"), bo=pl.lit(10.0).pow(pl.col("backoff").fill_null(0.0))
-        )
-        lower = out[n - 1].rename({"ngram": "suf", "prob": "lower"})
-        g = (
-            g.with_columns(ctx=_context(), suf=_suffix())
-            .join(bo, on="ctx", how="left")
-            .join(lower, on="suf", how="left")
-        )
-        if g["lower"].null_count():
-            raise ArpaError(f"order {n}: a suffix is missing from the n-grams one order below")
-        out[n] = g.select(
-            "ngram", prob=pl.coalesce(pl.col("own"), pl.col("bo").fill_null(1.0) * pl.col("lower"))
-        )
-    return out
-
-
-def mix_models(
-    public: ArpaModel,
-    private: ArpaModel,
-    weight: float,
-    order_weights: dict[int, float] | None = None,
-    union: NgramUnion | None = None,
-) -> ArpaModel:
-    """λ·private + (1 − λ)·public (λ = ``weight``; a static mixture, SRILM's ``-mix-lm``) as one
-    ARPA model over the union of the two models' n-grams. ``order_weights``: another λ for the
-    listed n-grams of some orders (benchmarks/studies/lm_merge_study.py; the product passes none).
-
-    Listed n-grams get the exact mixture; the backoff weight of a context h is
-    (1 − Σ listed p(w|h)) / (1 − Σ listed p(w|h')) so every context sums to one (1 for a context
-    with no listed continuation). Both models must have the same order and the same unigrams.
-    Array arithmetic over the union's rows (:meth:`ArpaModel.structure`); the result carries that
-    structure, so checking and writing it joins no strings again. ``union``: the two models'
-    n-gram union computed ahead, used when it serves them (:meth:`NgramUnion.serves`)."""
-    weights = {n: weight for n in range(1, public.order + 1)} | (order_weights or {})
-    for n, w in weights.items():
-        if not 0.0 <= w <= 1.0:
-            raise ArpaError(f"weight of order {n}: must be in [0, 1] (got {w})")
-    order = public.order
-    if private.order != order:
-        raise ArpaError(f"orders differ: public {order}, private {private.order}")
-    uni_p, uni_q = set(public.tables[1]["ngram"].to_list()), set(private.tables[1]["ngram"].to_list())
-    if uni_p != uni_q:
-        raise ArpaError("the two models must have the same unigrams (vocabulary)")
-    ahead = union if union is not None and union.serves(public, private) else NgramUnion.of(public, private)
-    union_model, public_rows = ahead.union, ahead.base_rows
-    links = union_model.structure()
-    pp, qq = _probabilities_on(public, union_model, public_rows), _probabilities_on(private, union_model)
-    probs = {n: (1.0 - weights[n]) * pp[n] + weights[n] * qq[n] for n in range(1, order + 1)}
-    tables: dict[int, pl.DataFrame] = {}
-    for n in range(1, order + 1):
-        frame = union_model.tables[n].with_columns(
-            logprob=pl.when(pl.col("ngram") == BOS)
-            .then(BOS_LOGPROB)
-            .otherwise(pl.Series(np.log10(np.clip(probs[n], MIN_PROB, 1.0))))
-        )
-        if n < order:
-            link = links[n + 1]
-            contexts = union_model.tables[n].height
-            listed = np.bincount(link.context, weights=probs[n + 1], minlength=contexts)
-            lower = np.bincount(link.context, weights=probs[n][link.suffix], minlength=contexts)
-            num, den = 1.0 - listed, 1.0 - lower
-            with np.errstate(divide="ignore", invalid="ignore"):
-                gamma = np.where(den > 1e-12, np.clip(num, 0.0, None) / den, 0.0)
-            gamma = np.where(np.bincount(link.context, minlength=contexts) > 0, gamma, 1.0)
-            frame = frame.with_columns(backoff=pl.Series(np.log10(np.clip(gamma, MIN_PROB, None))))
-        else:
-            frame = frame.with_columns(backoff=pl.lit(None, dtype=pl.Float64))
-        tables[n] = frame
-    return ArpaModel.with_structure(tables, links)
-
-
-def _probabilities_on(
-    model: ArpaModel, closed: ArpaModel, rows: dict[int, np.ndarray] | None = None
-) -> dict[int, np.ndarray]:
-    """The model's probability p(w|h) (listed or backed off, ARPA semantics; ``<s>`` 0) of every
-    row of ``closed`` (a closed set of n-grams containing the model's, e.g. a union), as arrays in
-    ``closed``'s row order: :func:`model_probabilities` through ``closed``'s structure. ``rows``:
-    the row in ``closed`` of each of the model's rows, when known (:func:`union_ngrams`); else the
-    n-grams are matched by their strings."""
-    links = closed.structure()
-    out: dict[int, np.ndarray] = {}
-    backoff_lower: np.ndarray | None = None
-    for n in range(1, model.order + 1):
-        logprob, backoff = _listed_on(model, closed, n, None if rows is None else rows[n])
-        listed = ~np.isnan(logprob)
-        if n == 1:
-            prob = np.where(listed, np.power(10.0, np.nan_to_num(logprob)), 0.0)
-            prob = np.where(closed.tables[1]["ngram"] == BOS, 0.0, prob)
-        else:
-            link = links[n]
-            assert backoff_lower is not None
-            backed = backoff_lower[link.context] * out[n - 1][link.suffix]
-            prob = np.where(listed, np.power(10.0, np.nan_to_num(logprob)), backed)
-        out[n] = prob
-        # a context the model does not list (or lists without a backoff) backs off with weight 1
-        backoff_lower = np.power(10.0, backoff)
-    return out
-
-
-def _listed_on(
-    model: ArpaModel, closed: ArpaModel, n: int, rows: np.ndarray | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """The model's order-n log10 probability (NaN where not listed) and backoff (0 where not listed
-    or null) on ``closed``'s order-n rows; ``rows``: where the model's rows are in ``closed``."""
-    table = model.tables[n]
-    if rows is None:
-        own = closed.tables[n].join(
-            table.select("ngram", "logprob", "backoff"), on="ngram", how="left", maintain_order="left"
-        )
-        return own["logprob"].to_numpy(), own["backoff"].fill_null(0.0).to_numpy()
-    size = closed.tables[n].height
-    logprob, backoff = np.full(size, np.nan), np.zeros(size)
-    logprob[rows] = table["logprob"].to_numpy()
-    backoff[rows] = table["backoff"].fill_null(0.0).to_numpy()
-    return logprob, backoff
-
-
-def backoff_weights(probs: dict[int, pl.DataFrame], order: int) -> dict[int, pl.DataFrame]:
-    """The backoff weight of every context of a closed set of listed probabilities (``ngram``,
-    ``prob`` per order): gamma(h) = (1 - sum of listed p(w|h)) / (1 - sum of listed p(w|h')), so
-    every context sums to one (0 where the lower order lists everything)."""
-    gammas: dict[int, pl.DataFrame] = {}
-    for n in range(2, order + 1):
-        lower = probs[n - 1].rename({"ngram": "suf", "prob": "lower"})
-        ctx = (
-            probs[n]
-            .with_columns(ctx=_context(), suf=_suffix())
-            .join(lower, on="suf", how="left")
-            .group_by("ctx")
-            .agg(num=1.0 - pl.col("prob").sum(), den=1.0 - pl.col("lower").sum())
-            .with_columns(
-                gamma=pl.when(pl.col("den") > 1e-12)
-                .then(pl.col("num").clip(0.0, None) / pl.col("den"))
-                .otherwise(0.0)
-            )
-        )
-        gammas[n] = ctx.select(pl.col("ctx").alias("ngram"), "gamma")
-    return gammas
-
-
-def unigram_distribution(model: ArpaModel) -> pl.DataFrame:
-    """The model's unigram probabilities (``ngram``, ``prob``; ``<s>`` has 0)."""
-    return _probs(model, 1)
-
-
-def adapt_to_unigrams(model: ArpaModel, target: pl.DataFrame, beta: float) -> ArpaModel:
-    """Unigram (MDI) adaptation of a backoff model: p'(w|h) = α(w)·p(w|h)/Z(h) with
-    α(w) = (target(w)/p(w))^β, Z(h) = Σ_w α(w)·p(w|h) (Kneser, Peters & Klakow 1997, "fast
-    marginal adaptation"). ``target``: (``ngram``, ``prob``) unigram distribution over the model's
-    vocabulary. In backoff form: listed n-grams are scaled by α(w)/Z(h) and the backoff weight of h
-    becomes bo(h)·Z(h')/Z(h), with Z computed order by order from the listed n-grams:
-    Z(h) = Σ_listed α(w)p(w|h) + bo(h)·(Z(h') − Σ_listed α(w)p(w|h')) (Z(h) = Z(h') for a context
-    with no listed continuation).
-
-    Array arithmetic over the model's rows through :meth:`ArpaModel.structure` (each n-gram's
-    context, suffix and word as row numbers, derived once per model): the selection adapts the
-    same P at several β. The model must be closed (as every model built here is)."""
-    order = model.order
-    links = model.structure()
-    uni = model.tables[1]
-    p1 = np.where(uni["ngram"] == BOS, 0.0, np.power(10.0, uni["logprob"].to_numpy()))
-    t = uni.select("ngram").join(target, on="ngram", how="left", maintain_order="left")["prob"]
-    t = t.fill_null(0.0).to_numpy()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        alpha = np.where((p1 > 0) & (t > 0), np.power(t / p1, beta), 1.0)
-    z0 = float(np.sum(p1 * alpha))
-    probs = {1: p1 * alpha / z0}
-    gammas: dict[int, np.ndarray] = {}
-    z_by_order = {0: np.array([z0])}  # Z of every listed context, by its order (0: the empty one)
-    prob_lower = p1
-    for n in range(2, order + 1):
-        link = links[n]
-        prob = np.power(10.0, model.tables[n]["logprob"].to_numpy())
-        contexts = model.tables[n - 1].height
-        bo = np.power(10.0, model.tables[n - 1]["backoff"].fill_null(0.0).to_numpy())
-        weighted = alpha[link.word]
-        a = np.bincount(link.context, weights=weighted * prob, minlength=contexts)
-        b = np.bincount(link.context, weights=weighted * prob_lower[link.suffix], minlength=contexts)
-        listed = np.bincount(link.context, minlength=contexts) > 0
-        # Z(h') of each context h: its suffix's Z one order down (the empty context's for n = 2)
-        z_suffix = np.full(contexts, z0) if n == 2 else z_by_order[n - 2][links[n - 1].suffix]
-        z = np.where(listed, a + bo * (z_suffix - b), z_suffix)
-        z_by_order[n - 1] = z
-        gammas[n - 1] = bo * z_suffix / z
-        probs[n] = weighted * prob / z[link.context]
-        prob_lower = prob
-    tables: dict[int, pl.DataFrame] = {}
-    for n in range(1, order + 1):
-        logprob = np.log10(np.clip(probs[n], MIN_PROB, 1.0))
-        frame = (
-            model.tables[n]
-            .select("ngram")
-            .with_columns(
-                logprob=pl.when(pl.col("ngram") == BOS).then(BOS_LOGPROB).otherwise(pl.Series(logprob))
-            )
-        )
-        backoff = (
-            pl.Series(np.log10(np.clip(gammas[n], MIN_PROB, None)))
-            if n < order
-            else pl.lit(None, dtype=pl.Float64)
-        )
-        tables[n] = frame.with_columns(backoff=backoff)
-    return ArpaModel.with_structure(tables, links)  # the same n-grams in the same rows

@@ -12,7 +12,7 @@ corpus again and fitted Kneser-Ney again. Eight kinds of entries:
   by the corpus file's SHA-256, so every later run on the same corpus skips tokenising and
   counting; a run maps them to its vocabulary (:func:`map_to_vocabulary`), which gives exactly the
   counts of counting with that mapping.
-* ``models``: P's Kneser-Ney terms (:func:`dpngram.lm.arpa.kneser_ney_terms`), keyed by the
+* ``models``: P's Kneser-Ney terms (:func:`dpngram.lm.kneser_ney.kneser_ney_terms`), keyed by the
   corpus digest, the part, the order and the public words the run's model vocabulary V_LM keeps.
   A run completes them with its DP-only words, which have no public counts, in a few hundredths
   of a second. The DP vocabulary changes from run to run, but the public words V_LM keeps do not
@@ -22,7 +22,7 @@ corpus again and fitted Kneser-Ney again. Eight kinds of entries:
 * ``heldout``: the held-out public sentences as the text file the model card's comparison scores
   (:func:`dpngram.lm.open_model.write_heldout_text`), keyed by the corpus digest and the
   lowercasing; reading and tokenising the whole corpus for them cost about 0.4 s a run on Brown.
-* ``structure``: the row links of those terms (:func:`dpngram.lm.arpa.terms_structure`: each
+* ``structure``: the row links of those terms (:func:`dpngram.lm.kneser_ney.terms_structure`: each
   n-gram's context, suffix and last word as row numbers), same key. P carries them, with its
   DP-only unigram rows renumbered, instead of deriving them from its strings in every run.
 * ``frequent``: the ``lm_count_domain`` most frequent public n-grams of each order 2..N, the
@@ -52,7 +52,7 @@ and only the :data:`KEEP` most recently used entries of each kind are kept. A ca
 read or written is skipped (the caller recomputes; a table entry that cannot be read is replaced by
 the result): the cache never changes a result.
 
-Owns: the cache layout and keys. Imports: dpngram.lm.arpa; polars.
+Owns: the cache layout and keys. Imports: dpngram.lm.ngram_tables; polars.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ from typing import TypeVar
 
 import polars as pl
 
-from dpngram.lm.arpa import BOS, EOS, UNK
+from dpngram.lm.ngram_tables import BOS, EOS, UNK
 
 #: Bump when the counting or the model recipe changes: older entries are then never read.
 CACHE_VERSION = 1

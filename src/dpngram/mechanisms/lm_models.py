@@ -91,7 +91,7 @@ class CandidateModels:
         (:meth:`released`) that the verdict builds after the selection: the union is the same for
         every adapted P (P's rows), and the worker is idle while this thread adapts P for the
         selection. A failure there only makes :meth:`released` compute the union itself."""
-        from dpngram.lm.arpa import NgramUnion
+        from dpngram.lm.mixture import NgramUnion
 
         self._union = pool.submit(NgramUnion.of, self._public, self._private)
 
@@ -134,7 +134,7 @@ class CandidateModels:
         """The model step ``lm`` writes (``dpngram.lm.build.build_route_mixture``): weight·Q +
         (1 − weight)·P_β merged into one backoff model. Not the per-event mixture the selection
         scores: they differ where neither model lists an n-gram (docs/lm.md, "Mixture")."""
-        from dpngram.lm.open_model import mix_models
+        from dpngram.lm.mixture import mix_models
 
         def build() -> Any:
             model = mix_models(self._adapted_model(beta), self._private, weight, union=self._union_of())
