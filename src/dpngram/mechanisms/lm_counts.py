@@ -58,7 +58,6 @@ if TYPE_CHECKING:
     from dpngram.mechanisms.bayes import GaussianCalibration
 
 
-
 VOCABULARY_TABLE = "lm_vocabulary"
 
 
