@@ -13,13 +13,22 @@ wall ≤ 120 s with ingest ≤ 40 s; ``--memory-limit 4GB`` holds (peak RSS ≤ 
 ≤ 3× the input's size. ``--full-split`` adds one run at 1M users with the default budget split
 (every stage, the language model included; target ≤ 5 min within 4GB).
 
+After each dpne=1 run the machine floor (:mod:`scale_floor`) runs on the same corpus with the
+run's released sets, in a fresh process: bare DuckDB SQL that reads and tokenizes the JSONL and
+builds the per-user-distinct histograms DPNE needs (``hist_1``; ``hist_K`` over the K-grams whose
+prefix and suffix are in the released S_(K-1)), with no DP and no bookkeeping. The row records
+``floor`` (seconds per phase, total, peak RSS) and ``floor_ratio``: ingest / read_tokenize,
+dpne.kK / hist_K, and the run's wall / the floor's total (issue "speed close to the machine's
+floor": the ratio, not the seconds, is the figure that must hold on every machine type), next to
+``cpu_model`` and ``git_commit``. ``--no-floor`` skips it.
+
 Spark rows come from ``results/scale_spark.json`` (``benchmarks/spark_scale_bench.py``) when it
 exists. The projection to 100M users fits time ∝ users^b to the measured points of each engine
 (the exponent b is measured, not assumed) and extrapolates; the per-executor division for a
 cluster is an assumption and is labelled as one.
 
 Usage: ``.venv/bin/python benchmarks/scale_bench.py [--users 100000 300000 1000000 3000000]
-[--policy default|weighted|...] [--full-split] [--plot-only]``. Writes ``results/scale.json`` and
+[--policy default|weighted|...] [--full-split] [--plot-only] [--no-floor]``. Writes ``results/scale.json`` and
 ``results/scale.png``. Time it on a quiet machine: other jobs on the 2 cores inflate wall times
 (the load average is recorded per row).
 """
@@ -52,6 +61,7 @@ from _common import (  # noqa: E402
     tree_rss,
     write_result,
 )
+from scale_floor import run_floor  # noqa: E402
 
 SEED = 20261124
 VOCAB = 50_000
@@ -65,7 +75,8 @@ TARGETS = {
     "spill_over_input": 3.0,
 }
 FULL_SPLIT_TARGET_SECONDS = 300.0
-DPNE_ARGS = ["--max-n", "5", "--stage-budget", "dpne=1", "--epsilon", "4", "--delta", "1e-7"]
+MAX_N = 5
+DPNE_ARGS = ["--max-n", str(MAX_N), "--stage-budget", "dpne=1", "--epsilon", "4", "--delta", "1e-7"]
 
 
 def corpus(users: int) -> dict[str, Path]:
@@ -159,6 +170,53 @@ def statement_profile(
     return [{**s, "seconds": round(s["seconds"], 2), "longest": round(s["longest"], 2)} for s in keep]
 
 
+def code_commit(code: Path | None) -> str | None:
+    """The commit measured: this checkout's (:func:`git_commit`), or a baseline tree's HEAD."""
+    if code is None:
+        return git_commit()
+    proc = subprocess.run(["git", "-C", str(code), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return proc.stdout.strip() or None
+
+
+def floor_ratios(row: dict[str, Any]) -> dict[str, float]:
+    """Product seconds over floor seconds (:mod:`scale_floor`), per stage: ingest / read_tokenize,
+    dpne.kK / hist_K, and ``wall`` = the whole run's wall seconds / the floor's total."""
+    floor = row.get("floor") or {}
+    phases, stages = floor.get("seconds") or {}, row.get("stage_seconds") or {}
+    pairs = {"ingest": "read_tokenize", **{f"dpne.k{k}": f"hist_{k}" for k in range(1, MAX_N + 1)}}
+    out = {
+        stage: round(stages[stage] / phases[phase], 2)
+        for stage, phase in pairs.items()
+        if stages.get(stage) is not None and phases.get(phase)
+    }
+    if floor.get("total_seconds"):
+        out["wall"] = round(row["wall_seconds"] / floor["total_seconds"], 2)
+    return out
+
+
+def add_floor(row: dict[str, Any], users_file: Path, release: Path, scratch: Path) -> None:
+    """Measure the floor on the run's corpus and released sets into ``row`` (``floor``,
+    ``floor_ratio``); a failed floor is recorded as ``floor.error``, the product's row is kept."""
+    try:
+        row["floor"] = run_floor(users_file, release, MAX_N, MEMORY_LIMIT, scratch=scratch)
+    except (RuntimeError, OSError, ValueError) as err:
+        row["floor"] = {"error": str(err)[-2000:]}
+        return
+    row["floor_ratio"] = floor_ratios(row)
+
+
+def summary_line(row: dict[str, Any]) -> str:
+    """One line per point: wall seconds, the floor's total and the product/floor ratios."""
+    line = f"-- {row['users']:,} users, {row['code']}: wall {row['wall_seconds']} s"
+    floor = row.get("floor") or {}
+    if floor.get("error"):
+        return line + f", floor failed: {floor['error'].splitlines()[-1:]}"
+    if floor.get("total_seconds"):
+        ratios = ", ".join(f"{k} {v}" for k, v in row.get("floor_ratio", {}).items())
+        line += f", floor {floor['total_seconds']} s; product/floor: {ratios}"
+    return line
+
+
 def run_point(
     users: int,
     policy: str,
@@ -166,11 +224,14 @@ def run_point(
     full_split: bool = False,
     profile: bool = False,
     code: Path | None = None,
+    floor: bool = False,
 ) -> dict[str, Any]:
     """One ``dpngram run`` on ``users`` generated users; returns its measured row. ``profile``:
     also the per-statement profile (:func:`statement_profile`); it appends a line per statement,
     which costs well under 1% of the run (a few thousand statements). ``code``: run the source tree
-    there (:func:`baseline_tree`) instead of this checkout, with the same venv and corpus."""
+    there (:func:`baseline_tree`) instead of this checkout, with the same venv and corpus.
+    ``floor``: then measure the machine floor on the same corpus with the run's released sets
+    (:func:`add_floor`, dpne=1 runs only: its phases are DPNE's)."""
     paths = corpus(users)
     work = (
         DATA
@@ -218,6 +279,7 @@ def run_point(
         "engine": "duckdb",
         "code": f"baseline {code.name.removeprefix('baseline_')}" if code else "this checkout",
         "cpu_model": machine().get("cpu_model"),
+        "git_commit": code_commit(code),
         "users": users,
         "policy": policy,
         "split": "default (every stage)" if full_split else "dpne=1",
@@ -250,6 +312,8 @@ def run_point(
     row["ngrams"] = sum(v for v in released.values() if v)
     if profile and profile_path.exists():
         row["statement_profile"] = statement_profile(profile_path, sampler.series)
+    if floor and not full_split:
+        add_floor(row, paths["users"], Path(summary["release"]), work)
     shutil.rmtree(work, ignore_errors=True)  # warehouses of 1M+ users are GBs
     return row
 
@@ -521,6 +585,11 @@ def main() -> None:
         help="also run each point with the code of this commit, in the same session (a ratio that does "
         "not depend on the machine)",
     )
+    parser.add_argument(
+        "--no-floor",
+        action="store_true",
+        help="skip the machine floor (scale_floor.py) measured after each dpne=1 run",
+    )
     parser.add_argument("--out", default="scale.json", help="result file under benchmarks/results/")
     parser.add_argument(
         "--merge", action="store_true", help="keep rows of results/scale.json not re-measured"
@@ -536,13 +605,16 @@ def main() -> None:
     for policy in args.policy:
         for users in args.users:
             print(f"== {users:,} users, policy {policy}", flush=True)
-            row = run_point(users, policy, profile=args.profile)
+            row = run_point(users, policy, profile=args.profile, floor=not args.no_floor)
             print(json.dumps(row), flush=True)
+            print(summary_line(row), flush=True)
             rows.append(row)
             if baseline:
                 print(f"== {users:,} users, policy {policy}, code of {baseline.name}", flush=True)
-                rows.append(run_point(users, policy, profile=args.profile, code=baseline))
+                row = run_point(users, policy, profile=args.profile, code=baseline, floor=not args.no_floor)
+                rows.append(row)
                 print(json.dumps(rows[-1]), flush=True)
+                print(summary_line(rows[-1]), flush=True)
     if args.full_split:
         print("== 1,000,000 users, default split (every stage)", flush=True)
         rows.append(run_point(1_000_000, "default", full_split=True, profile=args.profile))
