@@ -869,8 +869,10 @@ def test_a_selection_salt_is_not_a_draw_but_a_salt_is():
 #: value of the salt, and the selection reaches the release only through a later noise draw.
 SELECTION_SALT_CALLERS = {
     ("mechanisms/dpsu_policy.py", "secret_histogram"): "DPSU/DPNE per-user subset + policy visiting order",
-    ("mechanisms/dpsu.py", "sips_rounds_release"): "DP-SIPS round's per-user subset (each round; one "
-    "for all rounds with admission, drawn before round 1's SQL)",
+    ("mechanisms/dpsu.py", "sips_rounds_release"): "DP-SIPS's one per-user subset salt for all rounds "
+    "with admission, drawn before round 1's SQL",
+    ("mechanisms/dpsu.py", "_build_round_histogram"): "DP-SIPS round's per-user subset (each round, "
+    "unless the shared salt above is given)",
     ("stages/bayes.py", "run_bayes"): "per-user W-trigram subset (contribution bound)",
     ("stages/bayes.py", "run_bayes_baseline"): "per-user W-trigram subset (contribution bound)",
     ("stages/lm_counts.py", "run_lm_counts"): "selection/counting partition of the users by id",
