@@ -545,12 +545,14 @@ def test_the_card_says_how_to_read_the_verdicts_perplexities():
         "released_perplexity": 198.3,
         "public_only_perplexity": 394.4,
         "interval": interval,
+        "log_ratio": -0.3,
         "epsilon": 2.38,
         "verdict": "released model better",
         "loss_clip_nats": 12.0,
     }
     lines = verdict_lines(verdict)
-    assert lines[0].startswith("**Verdict:** on held-out users") and "198 (150–250, 95%)" in lines[0]
+    assert lines[0].startswith("**Verdict:** on held-out users") and "198 against 394" in lines[0]
+    assert "a ratio of 0.74 (0.61–0.90, 95%)" in lines[0]  # exp of the log ratio and its interval
     assert "every user counts once" in lines[2] and "clipped at 12 nats" in lines[2]
     none = {**verdict, "released_perplexity": None, "verdict": "cannot tell"}
     assert [line for line in verdict_lines(none) if line] == [verdict_lines(none)[0]]

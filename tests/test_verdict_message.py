@@ -127,3 +127,27 @@ def test_no_estimate_or_no_verdict_gives_no_sentence():
     none = {**cannot_tell(-0.05, -2.0, 2.0), "released_perplexity": None, "log_ratio": None}
     assert users_needed_line(none) is None and users_needed_line(None) is None
     assert "too few held-out users" in verdict_lines(none)[0]
+
+
+@pytest.mark.parametrize(
+    ("users", "released_ppl", "public_ppl"), [(500, 88.0, 92.0), (5000, 88.0, 92.0), (5000, 92.0, 88.0)]
+)
+def test_the_line_shows_the_interval_the_verdict_is_decided_on(noiseless, users, released_ppl, public_ppl):
+    """The ratio interval printed on the verdict line excludes 1 exactly when the verdict tells, and
+    on the side it names: a reader can check the verdict from the line alone."""
+    import re
+
+    verdict = released(users, released_ppl, public_ppl)
+    line = verdict_line(verdict)
+    found = re.search(r"a ratio of (\d+\.\d+) \((\d+\.\d+)–(\d+\.\d+), 95%\)", line)
+    assert found is not None, line
+    ratio, low, high = (float(v) for v in found.groups())
+    assert ratio == pytest.approx(released_ppl / public_ppl, abs=0.006)  # printed to 2 decimals
+    if verdict["verdict"] == "cannot tell":
+        assert low < 1.0 < high
+    elif verdict["verdict"] == "released model better":
+        assert high < 1.0
+    else:
+        assert low > 1.0
+    if users == 5000:  # ten times the first case's users: the interval narrows enough to tell
+        assert verdict["verdict"] != "cannot tell"

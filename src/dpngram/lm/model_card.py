@@ -56,23 +56,28 @@ def verdict_lines(verdict: dict[str, Any] | None) -> list[str]:
 
 def verdict_line(verdict: dict[str, Any] | None) -> str:
     """The card's opening line: the private-domain verdict (a DP estimate on held-out users of this
-    dataset, released by stage lm_counts; docs/lm_privacy.md), or why there is none."""
+    dataset, released by stage lm_counts; docs/lm_privacy.md), or why there is none. It shows the
+    interval the verdict is decided on: that of the perplexity ratio exp(d) of the paired per-user
+    difference d, which excludes 1 exactly when the verdict can tell. The two perplexities'
+    own intervals are wider (they are not paired) and stay in report.json only: beside the verdict
+    they overlap even when it can tell, which reads as a contradiction."""
     if not verdict:
         return (
             "**Verdict:** none: this run released no private-domain verdict (it needs stage lm_counts "
             "and lm_verdict_holdout > 0); compare the models on your own held-out text."
         )
     level = f"{100 * verdict['interval']['level']:.0f}%"
-    rel_lo, rel_hi = verdict["interval"]["released_perplexity"]
     if verdict.get("released_perplexity") is None:
         return (
             f"**Verdict:** the data cannot tell: too few held-out users for a DP estimate at "
             f"ε = {verdict['epsilon']:.3g}."
         )
+    ratio_lo, ratio_hi = (math.exp(v) for v in verdict["interval"]["log_ratio"])
     head = (
         f"**Verdict:** on held-out users of this dataset (a DP estimate, ε = {verdict['epsilon']:.3g}): "
-        f"perplexity {verdict['released_perplexity']:.0f} ({rel_lo:.0f}–{rel_hi:.0f}, {level}) against "
-        f"{verdict['public_only_perplexity']:.0f} for the public-only model"
+        f"perplexity {verdict['released_perplexity']:.0f} against "
+        f"{verdict['public_only_perplexity']:.0f} for the public-only model, a ratio of "
+        f"{math.exp(verdict['log_ratio']):.2f} ({ratio_lo:.2f}–{ratio_hi:.2f}, {level})"
     )
     tail = {
         "released model better": ": prefer this model for text like your users'.",
