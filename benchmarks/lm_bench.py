@@ -95,12 +95,25 @@ from lm.corpus import headline, run_corpus, targets  # noqa: E402, F401
 from lm.dp_run import bench_config, dp_run, run_lm_stage  # noqa: E402, F401
 from lm.models import evaluate, lmplz_model, oracle_model  # noqa: E402, F401
 from lm.output import parameters, previous_summary, print_table, refresh_derived, write_out  # noqa: E402, F401
+from lm.real_corpora import REAL_CORPORA, real_corpus  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--epsilons", default=",".join(f"{e:g}" for e in EPSILONS))
-    ap.add_argument("--corpora", default="sotu,generated")
+    ap.add_argument("--epsilons", default="1,4", help="comma-separated ε of the whole run (default 1,4)")
+    ap.add_argument(
+        "--corpora",
+        default=",".join(("sotu", "generated", *REAL_CORPORA)),
+        help="comma-separated: sotu, generated and the real user-written corpora of "
+        f"benchmarks/lm/real_corpora.py ({', '.join(REAL_CORPORA)})",
+    )
+    ap.add_argument("--runs", type=int, default=3, help="DP releases per corpus and ε (fresh noise each)")
+    ap.add_argument(
+        "--baseline-commit",
+        default=None,
+        help="also release with this commit's code (a worktree under benchmarks/.data/) on the same "
+        "split and score it as row dp_baseline, e.g. e539b2f (main of 2026-12-05)",
+    )
     ap.add_argument(
         "--users", type=int, default=None, help=f"generated corpus size (default {GENERATED_USERS:,})"
     )
@@ -148,6 +161,8 @@ def main() -> None:
         if args.quick and "--epsilons" not in sys.argv
         else [float(e) for e in args.epsilons.split(",")]
     )
+    if args.quick and "--runs" not in sys.argv:
+        args.runs = 1
     if args.users is None:
         args.users = QUICK_USERS if args.quick else GENERATED_USERS
     out_json = (
@@ -187,8 +202,11 @@ def main() -> None:
             corpus = Corpus("sotu", Path(args.sotu), Path(args.brown), 1, {"users": 12_807})
         elif name == "generated":
             corpus = generated_corpus(args.users)
+        elif name in REAL_CORPORA:
+            corpus = real_corpus(name, Path(args.brown))
         else:
-            raise SystemExit(f"--corpora: unknown corpus {name!r} (sotu, generated)")
+            known = ", ".join(("sotu", "generated", *REAL_CORPORA))
+            raise SystemExit(f"--corpora: unknown corpus {name!r} ({known})")
         out["results"][name] = run_corpus(corpus, epsilons, args)
         print_table(name, out["results"][name])
         write_out(out, out_json, started, partial=name != names[-1])

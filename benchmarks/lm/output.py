@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -36,11 +37,14 @@ def print_table(name: str, block: dict[str, Any]) -> None:
     print(head)
     print("-" * len(head))
     for r in block["results"]:
-        for row in ROW_NAMES:
+        for row in (*ROW_NAMES, "dp_baseline"):
+            if row not in r["rows"]:
+                continue
             m = r["rows"][row]
+            built = "" if m.get("build_seconds") is None else f"{m['build_seconds']:>8.1f}"
             print(
                 f"{r['epsilon']:>4g} {row:<24} {m['open_vocab_perplexity']:>9.1f} {m['top1_accuracy']:>6.3f} "
-                f"{m['top3_accuracy']:>6.3f} {m['oov_rate']:>6.3f} {m['build_seconds']:>8.1f}"
+                f"{m['top3_accuracy']:>6.3f} {m['oov_rate']:>6.3f} {built}"
             )
         h = r["headline"]
         stage = r["lm_stage"]
@@ -56,80 +60,114 @@ def print_table(name: str, block: dict[str, Any]) -> None:
         )
 
 
+def _runs_by_epsilon(results: list[dict[str, Any]], value) -> tuple[list[float], list[float]]:
+    """(ε, mean over the runs of ``value(run)``) for each ε whose runs have a value."""
+    eps = sorted({r["epsilon"] for r in results})
+    pairs = []
+    for e in eps:
+        values = [v for r in results if r["epsilon"] == e and (v := value(r)) is not None]
+        if values:
+            pairs.append((e, sum(values) / len(values)))
+    return [e for e, _ in pairs], [m for _, m in pairs]
+
+
 def plot(out: dict[str, Any], path: Path) -> None:
-    """Per corpus: open-vocabulary perplexity and top-3 accuracy vs ε, the DP model (each point
-    labelled with the run's λ and unigram-adaptation β) against flat baselines."""
+    """Per corpus: open-vocabulary perplexity and the log gap closed vs ε. Each run of the DP model is
+    a dot and the line joins their means; the baseline commit's releases (``--baseline-commit``)
+    likewise in grey; public-only, non-private and the oracle as flat lines; the gap targets as
+    red bars."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import ScalarFormatter
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    from lm.corpus import GAP_TARGETS, REAL_GAP_TARGETS
+    from lm.real_corpora import REAL_CORPORA
 
     corpora = list(out["results"])
-    fig, axes = plt.subplots(len(corpora), 2, figsize=(10, 3.8 * len(corpora) + 0.5), squeeze=False)
+    fig, axes = plt.subplots(len(corpora), 2, figsize=(10, 3.6 * len(corpora) + 0.6), squeeze=False)
     for i, name in enumerate(corpora):
-        results = out["results"][name]["results"]
-        base = out["results"][name]["baselines"]
-        eps = [r["epsilon"] for r in results]
-        for ax, key, label in (
-            (axes[i][0], "open_vocab_perplexity", "open-vocabulary perplexity"),
-            (axes[i][1], "top3_accuracy", "top-3 next-word accuracy"),
-        ):
-            ys = [r["rows"]["dp"][key] for r in results]
-            ax.plot(eps, ys, "o-", color="C0", label="DP model (mixture; λ, β chosen by the run)")
-            prev = ((out.get("previous_run") or {}).get("corpora") or {}).get(name)
-            if prev:
-                pk = "dp_open_vocab_perplexity" if key == "open_vocab_perplexity" else "dp_top3_accuracy"
-                pe = sorted(prev["results"], key=float)
-                commit = (out["previous_run"].get("commit") or "")[:7]
-                when = (out["previous_run"].get("date") or "")[:10]
-                ax.plot(
-                    [float(e) for e in pe],
-                    [prev["results"][e][pk] for e in pe],
-                    "s--",
-                    color="0.6",
-                    markersize=4,
-                    label=f"DP model, previous run ({commit}, {when})",
+        block = out["results"][name]
+        results, base = block["results"], block["baselines"]
+        ppl = {k: base[k]["open_vocab_perplexity"] for k in ("public_only", "non_private") if k in base}
+        gap = math.log(ppl["public_only"] / ppl["non_private"])
+        code = next(
+            (r["rows"]["dp_baseline"].get("code") for r in results if "dp_baseline" in r["rows"]), None
+        )
+        commit = (out.get("git_commit") or "")[:7]
+        for ax, metric in ((axes[i][0], "perplexity"), (axes[i][1], "gap")):
+
+            def value(
+                r: dict[str, Any], row: str, metric: str = metric, ppl: dict = ppl, gap: float = gap
+            ) -> float | None:
+                m = r["rows"].get(row)
+                if m is None:
+                    return None
+                return (
+                    m["open_vocab_perplexity"]
+                    if metric == "perplexity"
+                    else (math.log(ppl["public_only"] / m["open_vocab_perplexity"]) / gap)
                 )
-            for r, y in zip(results, ys, strict=True):
-                beta = r.get("unigram_adaptation")
-                text = f"λ={r['mix_weight']:g}" + (f"\nβ={beta:g}" if isinstance(beta, int | float) else "")
-                ax.annotate(
-                    text, (r["epsilon"], y), textcoords="offset points", xytext=(4, 4), fontsize=7, color="C0"
-                )
-            for row, style, color, text in (
-                ("public_only", "--", "C2", "public-only (lmplz)"),
-                ("non_private", "--", "k", "non-private (lmplz)"),
-                ("oracle", ":", "C3", "oracle (public + restricted non-private, best λ)"),
+
+            for row, color, marker, text in (
+                ("dp", "C0", "o", f"DP model, this commit ({commit})"),
+                ("dp_baseline", "0.55", "s", f"DP model, baseline commit ({code})"),
             ):
-                ax.axhline(base[row][key], linestyle=style, color=color, label=text)
-            ax.annotate(
-                f"oracle λ={base['oracle']['mix_weight']:g}",
-                (0.01, base["oracle"][key]),
-                xycoords=("axes fraction", "data"),
-                textcoords="offset points",
-                xytext=(2, 3),
-                fontsize=7,
-                color="C3",
-            )
+                points = [(r["epsilon"], v) for r in results if (v := value(r, row)) is not None]
+                if not points:
+                    continue
+                ax.scatter(*zip(*points, strict=True), color=color, marker=marker, s=16, zorder=3)
+                xs, ys = _runs_by_epsilon(results, lambda r, row=row: value(r, row))
+                ax.plot(xs, ys, "-", color=color, marker=marker, markersize=4, label=f"{text}: mean of runs")
+            if metric == "perplexity":
+                for row, style, color, text in (
+                    ("public_only", "--", "C2", "public-only (lmplz)"),
+                    ("non_private", "--", "k", "non-private (lmplz)"),
+                    ("oracle", ":", "C3", "oracle (public + restricted non-private, best λ)"),
+                ):
+                    if row in base:
+                        ax.axhline(
+                            base[row]["open_vocab_perplexity"], linestyle=style, color=color, label=text
+                        )
+                ax.set_yscale("log")
+                ax.yaxis.set_major_formatter(ScalarFormatter())
+                ax.yaxis.set_minor_formatter(NullFormatter())
+                ax.set_ylabel("open-vocabulary perplexity")
+            else:
+                goals = REAL_GAP_TARGETS if name in REAL_CORPORA else GAP_TARGETS if name == "sotu" else {}
+                run_eps = {r["epsilon"] for r in results}
+                for k, (e, goal) in enumerate((e, g) for e, g in goals.items() if e in run_eps):
+                    ax.plot(
+                        [e / 1.25, e * 1.25],
+                        [goal, goal],
+                        color="C3",
+                        lw=2,
+                        label="target" if k == 0 else None,
+                    )
+                if "oracle" in base:
+                    oracle = math.log(ppl["public_only"] / base["oracle"]["open_vocab_perplexity"]) / gap
+                    ax.axhline(oracle, linestyle=":", color="C3")
+                ax.axhline(0.0, color="C2", linestyle="--")
+                ax.set_ylabel("log gap closed (0 public-only, 1 non-private)")
+            eps = sorted({r["epsilon"] for r in results})
             ax.set_xscale("log", base=2)
             ax.set_xticks(eps, [f"{e:g}" for e in eps])
             ax.set_xlabel("ε (whole run)")
-            ax.set_ylabel(label)
-            if key == "open_vocab_perplexity":
-                ax.set_yscale("log")
-                ax.yaxis.set_major_formatter(ScalarFormatter())
-                ax.yaxis.set_minor_formatter(ScalarFormatter())
-            sizes = out["results"][name]["sizes"]
+            sizes = block["sizes"]
             ax.set_title(
                 f"{name}: {sizes['train_users']:,} training users, {sizes['scored_users']:,} scored",
                 fontsize=9,
             )
     handles, labels = axes[0][0].get_legend_handles_labels()
+    more = [(h, t) for h, t in zip(*axes[0][1].get_legend_handles_labels(), strict=True) if t == "target"]
+    for h, _ in more:
+        handles.append(h)
+        labels.append("gap target (right column)")
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
-    fig.suptitle("DP language model vs baselines (order 3; held-out users)")
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    fig.savefig(path, dpi=110)
+    fig.suptitle("DP language model vs baselines (order 3; held-out users; dots: runs, fresh noise each)")
+    fig.tight_layout(rect=(0, 0.05 + 0.15 / len(corpora), 1, 1))
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
@@ -212,6 +250,7 @@ def previous_summary(path: Path) -> dict[str, Any] | None:
                 }
                 for r in block["results"]
             },
+            "summary": block.get("summary"),  # mean/min/max over runs (since 2026-12-06)
         }
     params = old.get("parameters", {})
     run_config = next(iter(params.get("run_config", {}).values()), {})
@@ -375,10 +414,8 @@ def write_out(out: dict[str, Any], out_json: Path, started: float, partial: bool
     }
     out["parameters"]["run_config"] = {name: block["run_config"] for name, block in out["results"].items()}
     out["baselines"] = {name: block["baselines"] for name, block in out["results"].items()}
-    out["headline"] = {
-        name: {f"{r['epsilon']:g}": r["headline"] for r in block["results"]}
-        for name, block in out["results"].items()
-    }
+    # per corpus and ε: mean, min and max over the runs (lm.corpus.summary_by_epsilon)
+    out["headline"] = {name: block["summary"] for name, block in out["results"].items()}
     out["targets"] = {name: block["targets"] for name, block in out["results"].items()}
     out["missed_targets"] = missed_targets(out)
     out["ablations"] = ablations()
