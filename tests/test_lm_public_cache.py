@@ -355,3 +355,15 @@ def test_vocabulary_digest_is_of_the_sorted_set_nul_terminated():
     want = hashlib.sha256("Z\0a\0é\0日\0".encode()).hexdigest()
     assert public_cache.vocabulary_digest(["日", "a", "é", "Z", "a"]) == want
     assert public_cache.vocabulary_digest([]) == hashlib.sha256(b"").hexdigest()
+
+
+def test_a_tokenizer_change_does_not_reuse_cached_public_tokens(monkeypatch) -> None:
+    """Cache entries hold the public corpus's tokens: a new tokenizer version gives every entry a
+    new key, so a warehouse warmed before an upgrade is not read with the old tokens."""
+    from dpngram.lm import public_cache
+    from dpngram.text import tokenizer
+
+    before = public_cache.entry_key("digest", "part", 3)
+    assert public_cache.entry_key("digest", "part", 3) == before  # a key is stable
+    monkeypatch.setattr(tokenizer, "TOKENIZER_VERSION", tokenizer.TOKENIZER_VERSION + 1)
+    assert public_cache.entry_key("digest", "part", 3) != before

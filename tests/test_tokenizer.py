@@ -78,6 +78,32 @@ def test_words(text: str, expected: list[str]) -> None:
     assert toks(text) == expected
 
 
+# -- double quotes -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('"no" he said', ['"', "no", '"', "he", "said"]),
+        ("``no'' he said", ['"', "no", '"', "he", "said"]),  # Penn-Treebank pairs (Brown)
+        ("\u201cno\u201d he said", ['"', "no", '"', "he", "said"]),  # typographic quotes
+        ("\u2018\u2018no\u2019\u2019", ['"', "no", '"']),  # two typographic apostrophes each
+        ("x = ''", ["x", "=", '"']),
+        ("it's 'one' word", ["it's", "'", "one", "'", "word"]),  # single quotes stay
+    ],
+)
+def test_every_way_of_writing_a_double_quote_is_one_token(text: str, expected: list[str]) -> None:
+    """A public corpus in Penn-Treebank style and user text must agree on the quote token, or the
+    public model never predicts the '"' of user text (it was the most frequent out-of-vocabulary
+    token of every benchmark corpus against Brown: benchmarks/results/lm_oov.json)."""
+    assert toks(text) == expected
+
+
+def test_a_quote_still_closes_a_sentence() -> None:
+    assert tokenize_texts(["He said ``stop.'' Then he left."])[0] == [
+        ["he", "said", '"', "stop", ".", '"'],
+        ["then", "he", "left", "."],
+    ]
+
+
 # -- numbers -------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("text", "expected"),

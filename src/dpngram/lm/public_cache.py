@@ -128,7 +128,12 @@ def word_codes(ngrams: pl.DataFrame, public_words: list[str], order: int) -> pl.
 
 
 def entry_key(*parts: object) -> str:
-    return hashlib.sha256(json.dumps([CACHE_VERSION, *parts], default=str).encode()).hexdigest()[:40]
+    """The key of a cache entry: its parts, :data:`CACHE_VERSION` and the tokenizer's version (the
+    entries hold tokens of the public corpus: a rule change must not reuse them)."""
+    from dpngram.text.tokenizer import TOKENIZER_VERSION
+
+    payload = [CACHE_VERSION, TOKENIZER_VERSION, *parts]
+    return hashlib.sha256(json.dumps(payload, default=str).encode()).hexdigest()[:40]
 
 
 def map_to_vocabulary(raw: dict[int, pl.DataFrame], vocabulary: Iterable[str]) -> dict[int, pl.DataFrame]:
