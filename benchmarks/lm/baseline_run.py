@@ -11,11 +11,12 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from lm.common import MAX_N, ROOT, STAGE_BUDGET
+from lm.common import MAX_N, STAGE_BUDGET
 
 
 def baseline_release(
@@ -28,7 +29,7 @@ def baseline_release(
     warehouse.parent.mkdir(parents=True, exist_ok=True)
     split = ",".join(f"{k}={v:g}" for k, v in STAGE_BUDGET.items())
     command = [
-        str(ROOT / ".venv" / "bin" / "python"),
+        sys.executable,  # this checkout's venv (the tree has none of its own)
         "-m",
         "dpngram.cli",
         "run",
