@@ -429,7 +429,9 @@ VERDICT = {
         "level": 0.95,
         "released_perplexity": [80.1, 175.2],
         "public_only_perplexity": [78.3, 171.1],
+        "log_ratio": [-0.21, 0.26],
     },
+    "log_ratio": 0.023,
     "epsilon": 1.79,
     "verdict": "cannot tell",
     "sigma": 59.1,
@@ -504,6 +506,14 @@ def test_score_heldout_records_what_it_scored_on_beside_the_verdict(toy_model, t
     assert (
         verdict["line"].startswith("on held-out users of this dataset") and "cannot tell" in verdict["line"]
     )
+    assert "a ratio of 1.02 (0.81–1.30, 95%)" in verdict["line"]  # exp of the paired estimate
+    # a report written before the paired estimate was recorded still gets its line
+    older = {k: v for k, v in VERDICT.items() if k != "log_ratio"}
+    older["interval"] = {k: v for k, v in VERDICT["interval"].items() if k != "log_ratio"}
+    line = score_heldout(toy_model, text, corpus, _release_report(tmp_path, verdict=older))[
+        "release_verdict"
+    ]["line"]
+    assert "(released: 80–175, 95%)" in line and "cannot tell" in line
     assert (
         score_heldout(toy_model, text, corpus, _release_report(tmp_path, verdict=None))["release_verdict"]
         is None

@@ -80,7 +80,14 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 
 
 #: Keys of report.json's ``model.private_domain`` a consumer records beside its own score.
-VERDICT_KEYS = ("released_perplexity", "public_only_perplexity", "interval", "epsilon", "verdict")
+VERDICT_KEYS = (
+    "released_perplexity",
+    "public_only_perplexity",
+    "log_ratio",
+    "interval",
+    "epsilon",
+    "verdict",
+)
 
 
 def release_verdict(report: dict[str, Any]) -> dict[str, Any] | None:

@@ -72,13 +72,18 @@ def verdict_line(verdict: dict[str, Any] | None) -> str:
             f"**Verdict:** the data cannot tell: too few held-out users for a DP estimate at "
             f"ε = {verdict['epsilon']:.3g}."
         )
-    ratio_lo, ratio_hi = (math.exp(v) for v in verdict["interval"]["log_ratio"])
     head = (
         f"**Verdict:** on held-out users of this dataset (a DP estimate, ε = {verdict['epsilon']:.3g}): "
         f"perplexity {verdict['released_perplexity']:.0f} against "
-        f"{verdict['public_only_perplexity']:.0f} for the public-only model, a ratio of "
-        f"{math.exp(verdict['log_ratio']):.2f} ({ratio_lo:.2f}–{ratio_hi:.2f}, {level})"
+        f"{verdict['public_only_perplexity']:.0f} for the public-only model"
     )
+    ratio_interval = verdict["interval"].get("log_ratio")
+    if verdict.get("log_ratio") is not None and ratio_interval:
+        ratio_lo, ratio_hi = (math.exp(v) for v in ratio_interval)
+        head += f", a ratio of {math.exp(verdict['log_ratio']):.2f} ({ratio_lo:.2f}–{ratio_hi:.2f}, {level})"
+    else:  # a report from before 2026-12-06 that a consumer reads: no paired estimate recorded
+        rel_lo, rel_hi = verdict["interval"]["released_perplexity"]
+        head += f" (released: {rel_lo:.0f}–{rel_hi:.0f}, {level})"
     tail = {
         "released model better": ": prefer this model for text like your users'.",
         "public-only model better": ": the public-only model fits your users' text better; prefer it.",
