@@ -94,7 +94,7 @@ from lm.common import (  # noqa: E402, F401
 from lm.corpus import headline, run_corpus, targets  # noqa: E402, F401
 from lm.dp_run import bench_config, dp_run, run_lm_stage  # noqa: E402, F401
 from lm.models import evaluate, lmplz_model, oracle_model  # noqa: E402, F401
-from lm.output import parameters, previous_summary, print_table, refresh_derived, write_out  # noqa: E402, F401
+from lm.output import markdown_table, parameters, previous_summary, print_table, refresh_derived, write_out  # noqa: E402, F401
 from lm.real_corpora import REAL_CORPORA, real_corpus  # noqa: E402
 
 
@@ -147,6 +147,9 @@ def parse_args() -> argparse.Namespace:
         "the studies' JSON (no run)",
     )
     ap.add_argument(
+        "--table", action="store_true", help="only print the existing --out's headline as a markdown table"
+    )
+    ap.add_argument(
         "--out",
         default=None,
         help="JSON path (default benchmarks/results/lm.json; --quick: benchmarks/.data/lm_quick.json)",
@@ -168,6 +171,9 @@ def main() -> None:
     out_json = (
         Path(args.out) if args.out else (CACHE / "lm_quick.json" if args.quick else RESULTS / "lm.json")
     )
+    if args.table:
+        print(markdown_table(json.loads(out_json.read_text(encoding="utf-8"))))
+        return
     if args.refresh_derived:
         refresh_derived(out_json)
         print(f"refreshed missed_targets and ablations of {out_json}")

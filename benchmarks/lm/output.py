@@ -425,3 +425,39 @@ def write_out(out: dict[str, Any], out_json: Path, started: float, partial: bool
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps(out, indent=1, default=str), encoding="utf-8")
     plot(out, out_json.with_suffix(".png"))
+
+
+def markdown_table(out: dict[str, Any]) -> str:
+    """The headline of an lm.json as a markdown table (``lm_bench.py --table``): per corpus and ε,
+    the DP model's open-vocabulary perplexity (geometric mean of the runs, min–max: one run whose
+    selection fell back to the public-only model would dominate an arithmetic mean), the baseline
+    commit's,
+    their ratio, the log gap closed by each, the DP model's OOV rate, and the public-only and
+    non-private perplexities."""
+    lines = [
+        "| corpus | ε | runs | DP ppl, geometric mean (min–max) | baseline ppl | DP ÷ baseline "
+        "| gap closed (min–max) | baseline gap | DP OOV | public-only | non-private |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, block in out["results"].items():
+        base = block["baselines"]
+        for eps in sorted({r["epsilon"] for r in block["results"]}):
+            runs = [r for r in block["results"] if r["epsilon"] == eps]
+            dp = [r["rows"]["dp"]["open_vocab_perplexity"] for r in runs]
+            old = [
+                r["rows"]["dp_baseline"]["open_vocab_perplexity"] for r in runs if "dp_baseline" in r["rows"]
+            ]
+            gaps = [r["headline"]["gap_closed"] for r in runs]
+            old_gaps = [r["headline"].get("baseline_gap_closed") for r in runs if "dp_baseline" in r["rows"]]
+            mean = math.exp(sum(math.log(v) for v in dp) / len(dp))
+            old_mean = math.exp(sum(math.log(v) for v in old) / len(old)) if old else None
+            public, nonprivate = (base[k]["open_vocab_perplexity"] for k in ("public_only", "non_private"))
+            lines.append(
+                f"| {name} | {eps:g} | {len(runs)} | {mean:.1f} ({min(dp):.1f}–{max(dp):.1f}) | "
+                + (f"{old_mean:.1f} | {mean / old_mean:.3f} | " if old_mean else "– | – | ")
+                + f"{sum(gaps) / len(gaps):.3f} ({min(gaps):.3f}–{max(gaps):.3f}) | "
+                + (f"{sum(old_gaps) / len(old_gaps):.3f} | " if old_gaps else "– | ")
+                + f"{sum(r['rows']['dp']['oov_rate'] for r in runs) / len(runs):.3f} | "
+                + f"{public:.1f} | {nonprivate:.1f} |"
+            )
+    return "\n".join(lines)
