@@ -1,11 +1,16 @@
 """The open-vocabulary DP language model (route 'mixture': stage lm_counts + stage lm) against
-public-only, non-private and oracle KenLM models, on held-out users of two corpora, vs ε.
+public-only, non-private and oracle KenLM models, on held-out users of four corpora, at each ε.
 
-    python benchmarks/lm_bench.py [--epsilons 0.5,1,2,4,8] [--corpora sotu,generated]
-                                  [--users 200000] [--quick] [--previous PATH|none]
+    python benchmarks/lm_bench.py [--epsilons 1,4] [--runs 3] [--corpora sotu,generated,chat,mail]
+                                  [--baseline-commit REV] [--users 200000] [--quick]
+                                  [--previous PATH|none] [--table]
 
 Corpora (users split by sha256(user_id) % 10 == 0: held out, never seen by any model):
 
+* ``chat`` and ``mail``: real user-written text with authors, built from registry packages pinned
+  by version and sha256 (``benchmarks/lm/real_corpora.py``: the BYU Chit-Chat Challenge from PyPI,
+  the SpamAssassin corpus's ham from the npm registry), Brown public; every held-out user is
+  scored;
 * ``sotu``: ``../shared/data/sotu_users.jsonl.gz`` (12,807 users) private, Brown
   (``../shared/data/brown_public.txt.gz``) public; every held-out user is scored;
 * ``generated``: ``dpngram.text.sample.write_sample`` with ``--users`` users (default 200,000) and a
@@ -13,6 +18,13 @@ Corpora (users split by sha256(user_id) % 10 == 0: held out, never seen by any m
   (cached under ``benchmarks/.data/`` keyed by users, public sentences, seed and
   ``GENERATOR_VERSION``); the held-out users with (sha256 // 10) % 10 == 0 (a tenth of them, about
   1% of all users) are scored, which keeps the Python top-k scorer at ~200k tokens per model.
+
+``--runs`` releases per corpus and ε (default 3, fresh noise each); each cell is summarised as mean,
+min and max (``summary`` per corpus, ``headline`` in the JSON). ``--baseline-commit REV`` also
+releases with REV's own code (its ``dpngram run``, a worktree under benchmarks/.data/) on the same
+training file and settings and scores its model with this checkout's evaluation: row
+``dp_baseline``, and the target that the mean gap closed is not below the baseline's by more than
+one run's spread (max − min of the runs). ``--table`` prints an existing JSON's headline as markdown.
 
 Per (corpus, ε): one pipeline run on the training users (ingest, DPSU vocabulary, DPNE T = 3, stage
 lm_counts, validate, stage lm, report; stage_budget dpne 0.5, lm_counts 0.5; every lm_* option at
