@@ -26,9 +26,9 @@ training file and settings and scores its model with this checkout's evaluation:
 ``dp_baseline``, and the target that the mean gap closed is not below the baseline's by more than
 one run's spread (max − min of the runs). ``--table`` prints an existing JSON's headline as markdown.
 
-Per (corpus, ε): one pipeline run on the training users (ingest, DPSU vocabulary, DPNE T = 3, stage
-lm_counts, validate, stage lm, report; stage_budget dpne 0.5, lm_counts 0.5; every lm_* option at
-its default; fresh secure noise per run), with stage ``lm`` alone in a spawned child process: its
+Per (corpus, ε, run): one pipeline run on the training users (a user's default run: every stage,
+DPNE T = 5, the default split dpne 0.4 / lm_counts 0.4 / bayes 0.1 / synth 0.1, every lm_* option
+at its default; fresh secure noise per run), with stage ``lm`` alone in a spawned child process: its
 time is report part lm's ``seconds``, its peak RSS the larger of that process's VmHWM and the
 sampled RSS of it plus the KenLM tools it runs (getrusage's ru_maxrss is not used: a spawned child
 inherits the parent's high-water mark through fork + exec). Rows:
