@@ -61,13 +61,18 @@ def print_table(name: str, block: dict[str, Any]) -> None:
         )
 
 
-def _runs_by_epsilon(results: list[dict[str, Any]], value) -> tuple[list[float], list[float]]:
-    """(ε, mean over the runs of ``value(run)``) for each ε whose runs have a value."""
+def _runs_by_epsilon(
+    results: list[dict[str, Any]], value, geometric: bool = False
+) -> tuple[list[float], list[float]]:
+    """(ε, mean over the runs of ``value(run)``) for each ε whose runs have a value; ``geometric``:
+    the geometric mean (perplexities, as in :func:`markdown_table`)."""
     eps = sorted({r["epsilon"] for r in results})
     pairs = []
     for e in eps:
         values = [v for r in results if r["epsilon"] == e and (v := value(r)) is not None]
-        if values:
+        if values and geometric:
+            pairs.append((e, math.exp(sum(math.log(v) for v in values) / len(values))))
+        elif values:
             pairs.append((e, sum(values) / len(values)))
     return [e for e, _ in pairs], [m for _, m in pairs]
 
@@ -81,7 +86,7 @@ def plot(out: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
     from lm.corpus import GAP_TARGETS, REAL_GAP_TARGETS
     from lm.real_corpora import REAL_CORPORA
@@ -119,7 +124,9 @@ def plot(out: dict[str, Any], path: Path) -> None:
                 if not points:
                     continue
                 ax.scatter(*zip(*points, strict=True), color=color, marker=marker, s=16, zorder=3)
-                xs, ys = _runs_by_epsilon(results, lambda r, row=row: value(r, row))
+                xs, ys = _runs_by_epsilon(
+                    results, lambda r, row=row: value(r, row), geometric=metric == "perplexity"
+                )
                 ax.plot(xs, ys, "-", color=color, marker=marker, markersize=4, label=f"{text}: mean of runs")
             if metric == "perplexity":
                 for row, style, color, text in (
@@ -132,6 +139,8 @@ def plot(out: dict[str, Any], path: Path) -> None:
                             base[row]["open_vocab_perplexity"], linestyle=style, color=color, label=text
                         )
                 ax.set_yscale("log")
+                # labels at 1-2-3-5-7 of each decade: a corpus's range is often under one decade
+                ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 3.0, 5.0, 7.0)))
                 ax.yaxis.set_major_formatter(ScalarFormatter())
                 ax.yaxis.set_minor_formatter(NullFormatter())
                 ax.set_ylabel("open-vocabulary perplexity")
