@@ -64,9 +64,12 @@ _CHAR_MAP = {
 
 # Double quotes written as two characters -> '"' (version 2): the ``opening'' and closing pairs
 # of Penn-Treebank-style corpora (Brown, the default public corpus, has 8,850 of each and no '"'),
-# so a public corpus and user text agree on the quote token. Applied after _CHAR_MAP, so two
-# typographic apostrophes also make one '"'.
-_QUOTE_PAIRS = {"``": '"', "''": '"'}
+# so a public corpus and user text agree on the quote token; two typographic apostrophes too.
+_QUOTE_PAIRS = {"``": '"', "''": '"', "\u2018\u2018": '"', "\u2019\u2019": '"'}
+
+# Both maps in one pass over the text: leftmost-first matching with the two-character pairs listed
+# first, so a pair wins over its first character (a second pass cost about 9% of tokenization).
+_REPLACEMENTS = {**_QUOTE_PAIRS, **_CHAR_MAP}
 
 
 # A sentence ends at a run of . ! ? (plus closing quotes/brackets) followed by whitespace, and at
@@ -104,8 +107,7 @@ def sentence_tokens_expr(text: str | pl.Expr, lowercase: bool = True) -> pl.Expr
     expr = (
         expr.str.replace_all(_FORMAT_CHARS, "")
         .str.replace_all(_SPACE_LIKE, " ")
-        .str.replace_many(list(_CHAR_MAP), list(_CHAR_MAP.values()))
-        .str.replace_many(list(_QUOTE_PAIRS), list(_QUOTE_PAIRS.values()))
+        .str.replace_many(list(_REPLACEMENTS), list(_REPLACEMENTS.values()), leftmost=True)
         .str.replace_all(_SENTENCE_BREAK, "${1}\n")
         .str.split("\n")
         .list.eval(pl.element().str.extract_all(TOKEN_PATTERN))
