@@ -63,11 +63,7 @@ def baseline_release(
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
         raise RuntimeError(f"baseline release ({tree.name}) failed ({proc.returncode}):\n{tail}")
-    summary = json.loads(proc.stdout)
-    release = Path(summary["release"]) if summary.get("release") else None
-    if release is None or not (release / "model" / "model.binary").is_file():
-        found = sorted(out.glob("*/runs/*/model/model.binary"))
-        if not found:
-            raise RuntimeError(f"baseline release ({tree.name}) wrote no model under {out}")
-        release = found[-1].parent.parent
-    return {"model": release / "model" / "model.binary", "run_seconds": seconds}
+    model = Path(json.loads(proc.stdout)["release"]) / "model" / "model.binary"
+    if not model.is_file():
+        raise RuntimeError(f"baseline release ({tree.name}) wrote no model: {model}")
+    return {"model": model, "run_seconds": seconds}
