@@ -61,6 +61,10 @@ def print_table(name: str, block: dict[str, Any]) -> None:
         )
 
 
+def geometric_mean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
 def _runs_by_epsilon(
     results: list[dict[str, Any]], value, geometric: bool = False
 ) -> tuple[list[float], list[float]]:
@@ -71,7 +75,7 @@ def _runs_by_epsilon(
     for e in eps:
         values = [v for r in results if r["epsilon"] == e and (v := value(r)) is not None]
         if values and geometric:
-            pairs.append((e, math.exp(sum(math.log(v) for v in values) / len(values))))
+            pairs.append((e, geometric_mean(values)))
         elif values:
             pairs.append((e, sum(values) / len(values)))
     return [e for e, _ in pairs], [m for _, m in pairs]
@@ -475,8 +479,8 @@ def markdown_table(out: dict[str, Any]) -> str:
             ]
             gaps = [r["headline"]["gap_closed"] for r in runs]
             old_gaps = [r["headline"].get("baseline_gap_closed") for r in runs if "dp_baseline" in r["rows"]]
-            mean = math.exp(sum(math.log(v) for v in dp) / len(dp))
-            old_mean = math.exp(sum(math.log(v) for v in old) / len(old)) if old else None
+            mean = geometric_mean(dp)
+            old_mean = geometric_mean(old) if old else None
             public, nonprivate = (base[k]["open_vocab_perplexity"] for k in ("public_only", "non_private"))
             lines.append(
                 f"| {name} | {eps:g} | {len(runs)} | {mean:.1f} ({min(dp):.1f}–{max(dp):.1f}) | "
