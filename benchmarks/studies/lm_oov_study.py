@@ -117,7 +117,8 @@ def study(corpus: Corpus, work: Path) -> dict:
 def dp_model_rows(name: str) -> dict | None:
     """The DP model's OOV rate and DP vocabulary size per ε from results/lm.json, if it has them."""
     try:
-        block = json.loads((RESULTS / "lm.json").read_text())["results"][name]
+        lm = json.loads((RESULTS / "lm.json").read_text())
+        block = lm["results"][name]
     except (OSError, ValueError, KeyError):
         return None
     out: dict[str, dict] = {}
@@ -127,7 +128,7 @@ def dp_model_rows(name: str) -> dict | None:
         row["dp_vocabulary_size"].append(r["dp_vocabulary_size"])
     return {
         "from": "results/lm.json",
-        "git_commit": json.loads((RESULTS / "lm.json").read_text()).get("git_commit"),
+        "git_commit": lm.get("git_commit"),
         "runs": out,
     }
 
