@@ -18,7 +18,7 @@ import pytest
 
 from dpngram.config import RunConfig
 from dpngram.config.budget_plan import DEFAULT_STAGE_BUDGET
-from dpngram.core.accounting import Accountant, PrivacyEvent
+from dpngram.core.accounting import Accountant, PrivacyEvent, compose_gaussian_sigmas
 from dpngram.core.noise import NoiseSource
 from dpngram.mechanisms.bayes import bayesian_release, calibrate
 from dpngram.mechanisms.dpne import LevelOutcome, level_sigmas
@@ -69,9 +69,14 @@ def _real_events_of(config: RunConfig, stages: tuple[str, ...]) -> list[PrivacyE
                     dpne.sigma_decay,
                     dpne.max_contribution,
                     threshold_delta=dpne.threshold_delta,
+                    new_words=dpne.new_words,
+                    new_words_share=dpne.new_words_share,
                 )
-                assert vocab.sigma == pytest.approx(sigmas[1], rel=1e-12)
-                events += vocab.events("dpne.k1")
+                vocab_events = vocab.events("dpne.k1")
+                # with a new-words round, its sigma and the rest compose to the one sigma_1
+                gaussians = [e.sigma for e in vocab_events if e.mechanism == "gaussian"]
+                assert compose_gaussian_sigmas(gaussians) == pytest.approx(sigmas[1], rel=1e-12)
+                events += vocab_events
             events += [_level_events(k, sigma) for k, sigma in sigmas.items() if k >= 2]
         elif stage == "bayes":
             # the sensitivity and vocabulary size do not change the noise multiplier sigma/sensitivity
@@ -114,6 +119,9 @@ def _combinations() -> list[tuple[dict[str, float], dict]]:
     out.append(({"dpne": 0.4, "lm_counts": 0.4, "bayes": 0.1, "synth": 0.1}, {}))
     out.append(({"dpne": 0.4, "lm_counts": 0.3, "bayes": 0.15, "synth": 0.15}, {}))  # the previous default
     out.append(({"dpne": 0.9, "synth": 0.1}, {"sigma_decay": 0.8, "dpne_threshold_delta": 0.5, "max_n": 3}))
+    # the vocabulary's new-words round: same events' total (docs/dpne.md, "New words")
+    out.append(({"dpne": 0.4, "lm_counts": 0.4, "bayes": 0.1, "synth": 0.1}, {"dpsu_new_words": 10}))
+    out.append(({"dpne": 1.0}, {"dpsu_new_words": 3, "dpsu_new_words_share": 0.6}))
     return out
 
 

@@ -93,6 +93,8 @@ class DpneConfig(Section):
         "sips_admission_max_n": "dpsu_sips_admission_max_n",
         "public_vocabulary": "dpne_public_vocabulary",
         "threshold_delta": "dpne_threshold_delta",
+        "new_words": "dpsu_new_words",
+        "new_words_share": "dpsu_new_words_share",
     }
 
     max_n: int = Field(
@@ -242,6 +244,28 @@ class DpneConfig(Section):
         "an eta threshold (like a k-gram level's) instead of the DPSU threshold, and public words nobody "
         "holds are released at the same rate (at most eta times the round-1 vocabulary, in expectation); "
         "same epsilon and delta. 0: off.",
+    )
+
+    new_words: int = Field(
+        0,
+        ge=0,
+        le=10_000,
+        title="New words per user",
+        description="The vocabulary's new-words round: after its release, each user's this many most "
+        "frequent words that are neither released nor in the public domain (dpne_public_vocabulary) go "
+        "through one more DPSU round, so words common among the users but missing from the public corpus "
+        "(chat and mail slang, product names) can enter the vocabulary and the language model. 0: off. "
+        "Same epsilon and delta: the round takes dpsu_new_words_share of the vocabulary's budget.",
+    )
+
+    new_words_share: float = Field(
+        0.25,
+        gt=0,
+        lt=1,
+        title="New words: budget share",
+        description="dpsu_new_words > 0 only: the new-words round's share of the vocabulary's Gaussian "
+        "budget and threshold delta (the round's sigma is sigma_1 / sqrt(share), the rest of the "
+        "vocabulary's sigma_1 / sqrt(1 - share)).",
     )
 
     threshold_delta: float = Field(

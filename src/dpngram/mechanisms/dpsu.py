@@ -78,6 +78,7 @@ from dpngram.core.budget import Budget
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql, safe_identifier
+from dpngram.mechanisms.dpsu_new_words import NewWordsRound, release_new_words, split_new_words
 from dpngram.mechanisms.dpsu_policy import (
     Policy,
     check_policy,
@@ -114,11 +115,19 @@ class DpsuParameters:
     policy: Policy = "weighted"
     cap: float | None = None
     rounds: tuple[SipsRound, ...] = ()
+    #: The vocabulary's new-words round (``dpsu_new_words`` > 0; None: off). ``sigma`` and
+    #: ``threshold_delta`` above are then what is left for the release before it.
+    new_words: NewWordsRound | None = None
 
     def events(self, stage: str) -> list[PrivacyEvent]:
         """Gaussian (sensitivity 1) + the (0, delta_0) threshold event (DPNE Thm. 2.1 proof).
         DP-SIPS: one Gaussian sigma_r and one (0, delta_0r) event per round; the Gaussians compose
-        exactly to ``sigma`` and the deltas add up to ``threshold_delta`` (docs/dpne.md, "DP-SIPS")."""
+        exactly to ``sigma`` and the deltas add up to ``threshold_delta`` (docs/dpne.md, "DP-SIPS").
+        The new-words round adds its own two events (:meth:`NewWordsRound.events`)."""
+        extra = self.new_words.events(stage) if self.new_words is not None else []
+        return self._release_events(stage) + extra
+
+    def _release_events(self, stage: str) -> list[PrivacyEvent]:
         if self.rounds:
             return [
                 event
@@ -160,30 +169,39 @@ def vocabulary_parameters(
     sips_rounds: int = 1,
     sips_ratio: float = 1.0,
     sips_admission: float | None = None,
+    new_words: int = 0,
+    new_words_share: float = 0.25,
 ) -> DpsuParameters:
     """sigma_1 from DPNE Thm. 2.1 (``dpne_sigmas`` over ``max_n`` levels at the dpne ``budget``, the
     Gaussian at ``(1 - threshold_delta) * delta``) and rho_1 at ``threshold_delta * delta`` (the
     paper's split is 1/2). With the policy Gaussian, items are filled up to
     ``rho_1 + policy_cap * sigma_1``. With DP-SIPS, ``rounds`` splits sigma_1 and delta_0 over
-    ``sips_rounds`` rounds (:func:`sips_vocabulary_rounds`); ``threshold`` stays the one-round rho_1."""
+    ``sips_rounds`` rounds (:func:`sips_vocabulary_rounds`); ``threshold`` stays the one-round rho_1.
+    With ``new_words`` = m > 0, the share ``new_words_share`` of (sigma_1, delta_0) goes to the
+    new-words round (:func:`dpngram.mechanisms.dpsu_new_words.split_new_words`) and everything
+    above runs on the rest."""
     check_policy(policy)
     epsilon, delta = budget
     _, sigmas = dpne_sigmas(epsilon, delta, max_n, sigma_decay, gaussian_delta=1.0 - threshold_delta)
-    sigma_1 = sigmas[0]
-    rho = dpsu_threshold(sigma_1, threshold_delta * delta, max_contribution)
+    sigma_1, delta_0 = sigmas[0], threshold_delta * delta
+    new_round = None
+    if new_words:
+        sigma_1, delta_0, new_round = split_new_words(sigma_1, delta_0, new_words_share, new_words)
+    rho = dpsu_threshold(sigma_1, delta_0, max_contribution)
     rounds: tuple[SipsRound, ...] = ()
     if policy == "dp-sips":
         rounds = sips_vocabulary_rounds(
-            sigma_1, threshold_delta * delta, max_contribution, sips_rounds, sips_ratio, sips_admission
+            sigma_1, delta_0, max_contribution, sips_rounds, sips_ratio, sips_admission
         )
     return DpsuParameters(
         sigma=sigma_1,
         threshold=rho,
         max_contribution=max_contribution,
-        threshold_delta=threshold_delta * delta,
+        threshold_delta=delta_0,
         policy=policy,
         cap=policy_fill_level(policy, rho, sigma_1, policy_cap),
         rounds=rounds,
+        new_words=new_round,
     )
 
 
@@ -680,14 +698,16 @@ def release_vocabulary(
     params: DpsuParameters,
     noise: NoiseSource,
     public: PublicDomain | None = None,
+    log: dict[str, Any] | None = None,
 ) -> int:
     """S_1 = DPSU over each user's distinct tokens of ``{schema}.sentences``; stored as
     ``{schema}.dpne_s1_items(item)``. Returns |S_1|. ``public``: the public domain of the
-    vocabulary (DP-SIPS with 2+ rounds only; ignored otherwise)."""
+    vocabulary (DP-SIPS with 2+ rounds only; ignored otherwise). With ``params.new_words``, the
+    new-words round follows and adds its words (their count goes to ``log["new_words"]``)."""
     source = "dpsu_vocabulary_source"
     wh.execute(load_sql("dpsu/vocabulary_source", schema=schema, target=source))
     if params.rounds:
-        return sips_release(
+        released = sips_release(
             wh,
             schema,
             source,
@@ -700,17 +720,35 @@ def release_vocabulary(
             public=public,
             coded_items=True,  # strings: the kept lists are cheaper as 64-bit codes
         )
-    return dpsu_release(
-        wh,
-        schema,
-        source,
-        VOCABULARY_TABLE,
-        sigma=params.sigma,
-        threshold=params.threshold,
-        max_contribution=params.max_contribution,
-        noise=noise,
-        cap=params.cap,
-    )
+    else:
+        released = dpsu_release(
+            wh,
+            schema,
+            source,
+            VOCABULARY_TABLE,
+            sigma=params.sigma,
+            threshold=params.threshold,
+            max_contribution=params.max_contribution,
+            noise=noise,
+            cap=params.cap,
+        )
+    if params.new_words is None:
+        return released
+    public_table = public.table if public is not None else None
+    new = release_new_words(wh, schema, source, VOCABULARY_TABLE, public_table, params.new_words, noise)
+    if len(new):
+        with wh.registered(dpsu_new_words_batch=pa.table({"item": new})):
+            wh.execute(
+                load_sql(
+                    "dpsu/released_union",
+                    schema=schema,
+                    target=VOCABULARY_TABLE,
+                    released="dpsu_new_words_batch",
+                )
+            )
+    if log is not None:
+        log["new_words"] = len(new)
+    return released + len(new)
 
 
 def write_keys_parquet(table: pa.Table, path: Path, columns: dict[str, pa.DataType]) -> None:

@@ -64,6 +64,8 @@ def dpsu_parameters(config: RunConfig) -> DpsuParameters:
         sips_rounds=dpne.sips_rounds,
         sips_ratio=dpne.sips_plan(1)[0],
         sips_admission=dpne.sips_plan(1)[1],
+        new_words=dpne.new_words,
+        new_words_share=dpne.new_words_share,
     )
 
 
@@ -121,6 +123,7 @@ def _vocabulary_report(
     released: int | None,
     public: PublicDomain | None,
     public_log: list[dict[str, Any]],
+    new_words: int | None = None,
 ) -> dict[str, Any]:
     """The ``dpne.k1`` report part: the public DPSU parameters (none for a TrieHH-only S_1), the
     DP-SIPS rounds and the public domain's rounds."""
@@ -141,6 +144,8 @@ def _vocabulary_report(
             {"sigma": r.sigma, "rho": r.threshold, "threshold_delta": r.threshold_delta}
             for r in params.rounds
         ]
+    if dpsu and params.new_words is not None:
+        report["new_words"] = params.new_words.report(new_words)
     if public is not None:
         report["public_domain"] = {
             "words": public.size,
@@ -163,10 +168,13 @@ def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict
     def compute(wh: Engine) -> StageResult:
         method = ctx.config.dpne.vocabulary_method  # dpsu | triehh | both
         public_log: list[dict[str, Any]] = []
+        release_log: dict[str, Any] = {}
         public = install_public_domain(wh, ctx, public_log) if uses_public_domain(ctx.config) else None
         if method != "triehh":
             try:
-                released = release_vocabulary(wh, ctx.schema, params, noise or NoiseSource.secure(), public)
+                released = release_vocabulary(
+                    wh, ctx.schema, params, noise or NoiseSource.secure(), public, release_log
+                )
             finally:
                 if public is not None:
                     wh.drop(ctx.schema, public.table)
@@ -187,7 +195,9 @@ def run_vocabulary(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict
         wh.drop(ctx.schema, PUBLIC_ONLY_TABLE, SEEDS_TABLE)
         with ctx.release.writing(VOCABULARY) as tmp:
             write_keys_parquet(table, tmp, VOCABULARY_COLUMNS)
-        report = _vocabulary_report(params, method, released, public, public_log)
+        report = _vocabulary_report(
+            params, method, released, public, public_log, release_log.get("new_words")
+        )
         events = params.events(VOCABULARY_STAGE)
         if method == "triehh":  # no DPSU spend: a zero event keeps the stage's marker format
             events = triehh.merged_vocabulary_events(VOCABULARY_STAGE)

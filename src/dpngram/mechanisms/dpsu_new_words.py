@@ -1,0 +1,159 @@
+"""New words: one more DPSU round for the vocabulary, over the words nobody has released yet.
+
+The vocabulary's DP-SIPS rounds (:mod:`dpngram.mechanisms.dpsu`) keep up to Delta0 = 100 distinct
+words per user, picked at random, and a word outside the public domain needs the full DPSU
+threshold. On a small population of real writers this admits only the most common words: in the
+chat corpus of the LM benchmark (1,169 users) "haha" is used by 45% of the users and is still not
+released, because a user's 100 kept words rarely include it. The words of real text that fall
+outside the public corpus (benchmarks/results/lm_oov.json) are exactly the ones the language model
+then cannot name.
+
+This round (``dpsu_new_words`` = m > 0; docs/dpne.md, "New words") runs after the vocabulary's
+release, over each user's words that are neither released nor in the public domain, and keeps the
+user's m most frequent of them (ties in a secret salted order), weight 1/sqrt(#kept) each. That is
+the weighted DPSU of GGK+20 with Delta = m on a filtered relation:
+
+* the filter is public data (the public domain) and earlier DP output (the released words), so by
+  adaptive composition the round is, given them, a Gaussian mechanism of l2-sensitivity 1 (each
+  user's weights have norm <= 1, and the kept set depends on that user's words only);
+* the threshold rho_new = dpsu_threshold(sigma_new, delta_new, m) bounds by delta_new the
+  probability that a word held only by the added user is released.
+
+Its budget is a share f (``dpsu_new_words_share``) of the vocabulary's: the rest of the vocabulary
+runs at sigma_1 / sqrt(1 - f) and the round at sigma_1 / sqrt(f), two Gaussians that compose
+exactly to the one sigma_1 of the vocabulary (Dong, Roth & Su 2019), and the threshold delta_0
+is split (1 - f, f). So the stage's privacy shape and the run's calibration are unchanged.
+
+Owns: :class:`NewWordsRound` (its parameters and privacy events) and its release.
+Imports: dpngram.mechanisms.dpsu_rounds, dpngram.engines, dpngram.core; pyarrow.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from dpngram.core.accounting import PrivacyEvent, compose_gaussian_sigmas, dpsu_threshold
+from dpngram.core.errors import ConfigError
+from dpngram.core.noise import NoiseSource
+from dpngram.engines.base import Engine
+from dpngram.engines.sql import load_sql, safe_identifier
+
+#: Largest ``dpsu_new_words`` (words a user contributes to the round).
+MAX_NEW_WORDS_PER_USER = 10_000
+
+
+@dataclass(frozen=True)
+class NewWordsRound:
+    """Public parameters of the new-words round: noise ``sigma``, threshold ``threshold``, the
+    threshold's ``threshold_delta`` and ``per_user`` (m: words kept per user)."""
+
+    sigma: float
+    threshold: float
+    threshold_delta: float
+    per_user: int
+
+    def events(self, stage: str) -> list[PrivacyEvent]:
+        """The round's privacy map: a sensitivity-1 Gaussian of ``sigma`` and the (0,
+        ``threshold_delta``) event of its threshold (module docstring)."""
+        return [
+            PrivacyEvent(stage=stage, mechanism="gaussian", sigma=self.sigma, note="DPSU new words"),
+            PrivacyEvent(
+                stage=stage,
+                mechanism="approx",
+                epsilon=0.0,
+                delta=self.threshold_delta,
+                note="DPSU threshold, new words",
+            ),
+        ]
+
+    def report(self, released: int | None) -> dict[str, float | int | None]:
+        return {
+            "per_user": self.per_user,
+            "sigma": self.sigma,
+            "rho": self.threshold,
+            "threshold_delta": self.threshold_delta,
+            "released": released,
+        }
+
+
+def split_new_words(
+    sigma: float, threshold_delta: float, share: float, per_user: int
+) -> tuple[float, float, NewWordsRound]:
+    """Split the vocabulary's (sigma_1, delta_0) between its release and the new-words round:
+    returns (sigma_1 / sqrt(1 - f), (1 - f) delta_0, the round at sigma_1 / sqrt(f) and the rest of
+    delta_0). The two sigmas compose to at most ``sigma`` (rounded towards safety, as
+    :func:`dpngram.mechanisms.dpsu_rounds.sips_sigmas` does) and the deltas add up to
+    ``threshold_delta``."""
+    if (
+        isinstance(per_user, bool)
+        or not isinstance(per_user, int)
+        or not 1 <= per_user <= MAX_NEW_WORDS_PER_USER
+    ):
+        raise ConfigError(
+            f"dpsu_new_words: must be an integer in 1..{MAX_NEW_WORDS_PER_USER} (got {per_user!r})"
+        )
+    if not (isinstance(share, (int, float)) and math.isfinite(share) and 0 < share < 1):
+        raise ConfigError(f"dpsu_new_words_share: must be a number in (0, 1) (got {share!r})")
+    main, new = sigma / math.sqrt(1.0 - share), sigma / math.sqrt(share)
+    while compose_gaussian_sigmas([main, new]) > sigma:
+        main, new = math.nextafter(main, 0.0), math.nextafter(new, 0.0)
+    main_delta = threshold_delta * (1.0 - share)
+    new_delta = threshold_delta - main_delta
+    return (
+        main,
+        main_delta,
+        NewWordsRound(
+            sigma=new,
+            threshold=dpsu_threshold(new, new_delta, per_user),
+            threshold_delta=new_delta,
+            per_user=per_user,
+        ),
+    )
+
+
+def release_new_words(
+    wh: Engine,
+    schema: str,
+    source: str,
+    released: str,
+    public: str | None,
+    rnd: NewWordsRound,
+    noise: NoiseSource,
+) -> pa.Array:
+    """The round over ``{schema}.{source}(user_id, item)`` (one row per occurrence): the histogram
+    of each user's ``rnd.per_user`` most frequent items outside ``{schema}.{released}(item)`` and
+    ``{schema}.{public}(item)`` (``sql/dpsu/new_words_histogram.sql``; private, dropped here), then
+    the items whose weight + N(0, sigma^2) exceeds the threshold. Returns them (keys only)."""
+    from dpngram.mechanisms.dpsu import threshold_histogram  # the one thresholding rule
+
+    excluded = safe_identifier(f"{released}_new_words_excluded")
+    histogram = safe_identifier(f"{released}_new_words_histogram")
+    try:
+        wh.execute(
+            load_sql(
+                "dpsu/new_words_excluded",
+                schema=schema,
+                target=excluded,
+                released=released,
+                public=public or released,
+            )
+        )
+        wh.execute(
+            load_sql(
+                "dpsu/new_words_histogram", schema=schema, target=histogram, source=source, excluded=excluded
+            ),
+            {"salt": int(noise.selection_salt()), "per_user": rnd.per_user},
+        )
+        kept = threshold_histogram(
+            wh,
+            load_sql("dpsu/histogram_scan", schema=schema, histogram=histogram),
+            sigma=rnd.sigma,
+            threshold=rnd.threshold,
+            noise=noise,
+        )
+    finally:
+        wh.drop(schema, excluded, histogram)
+    return kept.column("item").combine_chunks()
