@@ -134,6 +134,14 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help=f"smoke test: ε={QUICK_EPSILON:g}, {QUICK_USERS:,} generated users",
     )
+    ap.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of every DP release by its flat name (JSON value), e.g. dpsu_new_words=10; "
+        "repeatable. The baseline commit's releases keep their defaults",
+    )
     ap.add_argument("--delta", type=float, default=DELTA)
     ap.add_argument("--memory-limit", default="4GB", help="DuckDB memory limit of the pipeline runs")
     ap.add_argument("--sotu", default=str(DATA / "sotu_users.jsonl.gz"))
@@ -166,7 +174,17 @@ def parse_args() -> argparse.Namespace:
         default=None,
         help="JSON path (default benchmarks/results/lm.json; --quick: benchmarks/.data/lm_quick.json)",
     )
-    return ap.parse_args()
+    args = ap.parse_args()
+    args.options = {}
+    for item in args.option:
+        name, sep, value = item.partition("=")
+        if not sep:
+            ap.error(f"--option {item!r}: expected NAME=VALUE")
+        try:
+            args.options[name] = json.loads(value)
+        except json.JSONDecodeError:
+            args.options[name] = value
+    return args
 
 
 def main() -> None:

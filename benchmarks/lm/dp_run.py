@@ -132,11 +132,11 @@ def bench_config(
     default; also used by benchmarks/studies/lm_threshold_study.py and, with another
     ``stage_budget`` / ``max_n`` / a ``warehouse`` whose public-model cache is shared,
     benchmarks/studies/lm_split_study.py). ``options``: further settings by their flat names
-    (benchmarks/studies/lm_forms_study.py's ``lm_count_clip``)."""
+    (benchmarks/studies/lm_forms_study.py's ``lm_count_clip``), over lm_bench's ``--option``s."""
     from dpngram.config import RunConfig
 
     return RunConfig.build(
-        **(options or {}),
+        **{**getattr(args, "options", {}), **(options or {})},
         dataset=f"lm-bench-{corpus.name}-eps{eps:g}",
         input=str(train),
         public=str(corpus.public),

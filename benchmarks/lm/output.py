@@ -199,6 +199,7 @@ def parameters(args: argparse.Namespace, epsilons: list[float]) -> dict[str, Any
         "stage_budget": STAGE_BUDGET,
         "memory_limit": args.memory_limit,
         "lm_options": {**lm_defaults, "lm_route": "auto (-> mixture: the run has an lm_counts share)"},
+        "options": getattr(args, "options", {}),
         "split_is_the_product_default": STAGE_BUDGET == DEFAULT_STAGE_BUDGET,
         "mix_weight_grid": list(WEIGHT_GRID),
         "split": "sha256(user_id) % 10 == 0: held out (never trained on); all other users train",
