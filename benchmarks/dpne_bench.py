@@ -16,6 +16,7 @@ scaling (issue 3; docs/dpne.md "Benchmark results").
     .venv/bin/python benchmarks/dpne_bench.py sips-admission [--users 200000] [--repeat 3]
     .venv/bin/python benchmarks/dpne_bench.py default-check [--users 200000] [--repeat 3]
                                               [--generated-repeat N]
+    .venv/bin/python benchmarks/dpne_bench.py new-words [--users 200000] [--repeat 3]
     .venv/bin/python benchmarks/dpne_bench.py [all]      (sotu, synthetic, scaling, figure; ~35 min)
 
 Parameters are the paper's §3.1.2 setting: eps = 4, delta = 1e-7, Delta_0 = 100, eta = 0.01, both-side
@@ -48,6 +49,9 @@ pruning; T = 9 for Table 4, T = 5 for the reference comparison and the speed run
   issue "Scale" was filed) and the weighted policy side by side on SOTU and ``--users`` generated
   users at eps 4 and 1 (``benchmarks/dpne/default_check.py``). Writes
   ``results/dpne_default_check.json`` and ``.png``.
+* ``new-words`` — the vocabulary's new-words round (``dpsu_new_words``) on and off on SOTU, the LM
+  benchmark's real corpora (``benchmarks/lm/real_corpora.py``) and ``--users`` generated users
+  (``benchmarks/dpne/new_words.py``). Writes ``results/dpne_new_words.json``.
 * ``figure`` — ``results/dpne_figure1.png`` (n-grams per k, log y, one panel per corpus; like the
   paper's Figure 1) from the two JSON files.
 
@@ -75,6 +79,7 @@ from dpne.budget import mode_budget, mode_budget_speed  # noqa: E402
 from dpne.common import CACHE  # noqa: E402
 from dpne.default_check import mode_default_check  # noqa: E402
 from dpne.jobs import job_main  # noqa: E402
+from dpne.new_words import mode_new_words  # noqa: E402
 from dpne.public_vocab import mode_public_vocab  # noqa: E402
 from dpne.sips import mode_sips, mode_sips_speed  # noqa: E402
 from dpne.table4 import mode_figure, mode_large_baselines, mode_scaling, mode_sotu, mode_speed, mode_synthetic  # noqa: E402
@@ -94,6 +99,7 @@ MODES = [
     "public-vocab",
     "sips-admission",
     "default-check",
+    "new-words",
     "all",
 ]
 
@@ -191,6 +197,9 @@ def run_modes(args: argparse.Namespace) -> None:
     if args.mode == "sips-speed":
         args.users = users
         mode_sips_speed(args)
+    if args.mode == "new-words":
+        args.users = users
+        mode_new_words(args)
 
 
 def main() -> None:
