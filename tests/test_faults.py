@@ -873,6 +873,8 @@ SELECTION_SALT_CALLERS = {
     "with admission, drawn before round 1's SQL",
     ("mechanisms/dpsu.py", "_build_round_histogram"): "DP-SIPS round's per-user subset (each round, "
     "unless the shared salt above is given)",
+    ("mechanisms/dpsu_new_words.py", "release_new_words"): "per-user tie order of the vocabulary's "
+    "new-words round, which runs after the vocabulary's first draw (the stage is charged already)",
     ("stages/bayes.py", "run_bayes"): "per-user W-trigram subset (contribution bound)",
     ("stages/bayes.py", "run_bayes_baseline"): "per-user W-trigram subset (contribution bound)",
     ("stages/lm_counts.py", "run_lm_counts"): "selection/counting partition of the users by id",
