@@ -452,4 +452,4 @@ def test_the_vocabulary_stage_adds_the_new_words_and_reports_them(tmp_path):
     assert part["new_words"]["per_user"] == 3 and part["new_words"]["released"] == 1
     assert part["new_words"]["rho"] < 80 / 2
     notes = [e["note"] for e in part["privacy"]["events"]]
-    assert "DPSU new words" in notes and "DPSU threshold, new words" in notes
+    assert "new words" in notes and "DPSU threshold, new words" in notes

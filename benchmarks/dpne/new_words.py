@@ -7,12 +7,12 @@ round costs or gives the DPNE release itself. Writes ``results/dpne_new_words.js
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
-from dpne.budget import BROWN, budget_runs
-from dpne.common import PAPER, SOTU, SPEED_T, corpus, header, write_result
+from dpne.budget import BROWN
+from dpne.common import PAPER, SOTU, SPEED_T, corpus, header
+from dpne.public_vocab import compare_configs
 from dpne.sips import SIPS_EPSILONS
 
 #: Off (the default when the round was added) against m = 10 words per user with the default
@@ -56,23 +56,6 @@ def mode_new_words(args: argparse.Namespace) -> None:
             "other_parameters": "defaults (dp-sips with admission; public domain 100,000 words)",
         },
     )
-    record["corpora"] = {}
-    summary: dict[str, Any] = {}
-    for label, (path, public) in _corpora(users).items():
-        configs = {name: {**o, "public": str(public)} for name, o in NEW_WORDS_CONFIGS.items()}
-        result = budget_runs(workdir, label.split(" ")[0], path, configs, SIPS_EPSILONS, args.repeat)
-        record["corpora"][label] = result
-        for eps in SIPS_EPSILONS:
-            rows = {c: result["runs"][f"{c} eps={eps:g}"] for c in configs}
-            off, on = (rows[c] for c in NEW_WORDS_CONFIGS)
-            summary[f"{label} eps={eps:g}"] = {
-                "released_total": {c: r["released_total"]["mean"] for c, r in rows.items()},
-                "released_per_k": {c: r["released_per_k_mean"] for c, r in rows.items()},
-                "ratio": round(on["released_total"]["mean"] / off["released_total"]["mean"], 4),
-                "spurious_fraction": {c: r["spurious_fraction"]["mean"] for c, r in rows.items()},
-                "dpne_seconds": {c: r["dpne_seconds"]["mean"] for c, r in rows.items()},
-            }
-        write_result("dpne_new_words.json", {**record, "summary": summary})
-    record["summary"] = summary
-    print(json.dumps(summary, indent=1))
-    write_result("dpne_new_words.json", record)
+    compare_configs(
+        workdir, _corpora(users), NEW_WORDS_CONFIGS, args.repeat, record, {}, "dpne_new_words.json", "ratio"
+    )

@@ -47,23 +47,42 @@ def mode_public_vocab(args: argparse.Namespace) -> None:
         corpora["sotu (public: brown)"] = (SOTU, BROWN)
     generated = corpus(users)
     corpora[f"generated-{users} (public: its own)"] = (generated, generated.parent / "public.txt.gz")
-    record["corpora"] = {}
     summary: dict[str, Any] = {"reference_sotu_eps4_mean": statistics.fmean(REFERENCE["released_total_runs"])}
+    compare_configs(
+        workdir, corpora, PUBLIC_VOCAB_CONFIGS, args.repeat, record, summary, "dpne_public_vocab.json", "gain"
+    )
+
+
+def compare_configs(
+    workdir: Path,
+    corpora: dict[str, tuple[Path, Path]],
+    configs: dict[str, dict[str, Any]],
+    repeat: int,
+    record: dict[str, Any],
+    summary: dict[str, Any],
+    out_name: str,
+    ratio_key: str,
+) -> None:
+    """Two settings (``configs``: the first is the reference, the second the one judged) on every
+    corpus (path, its public corpus) at eps 4 and 1, ``repeat`` runs each (:func:`budget_runs`):
+    the runs go to ``record["corpora"]``, the per-corpus means and the second's ratio to the first
+    (under ``ratio_key``) to ``summary``; ``results/OUT_NAME`` is rewritten after each corpus."""
+    record["corpora"] = {}
     for label, (path, public) in corpora.items():
-        configs = {name: {**o, "public": str(public)} for name, o in PUBLIC_VOCAB_CONFIGS.items()}
-        result = budget_runs(workdir, label.split(" ")[0], path, configs, SIPS_EPSILONS, args.repeat)
+        with_public = {name: {**o, "public": str(public)} for name, o in configs.items()}
+        result = budget_runs(workdir, label.split(" ")[0], path, with_public, SIPS_EPSILONS, repeat)
         record["corpora"][label] = result
         for eps in SIPS_EPSILONS:
-            rows = {c: result["runs"][f"{c} eps={eps:g}"] for c in configs}
-            off, on = (rows[c] for c in PUBLIC_VOCAB_CONFIGS)
+            rows = {c: result["runs"][f"{c} eps={eps:g}"] for c in with_public}
+            first, second = (rows[c] for c in configs)
             summary[f"{label} eps={eps:g}"] = {
                 "released_total": {c: r["released_total"]["mean"] for c, r in rows.items()},
                 "released_per_k": {c: r["released_per_k_mean"] for c, r in rows.items()},
-                "gain": round(on["released_total"]["mean"] / off["released_total"]["mean"], 4),
+                ratio_key: round(second["released_total"]["mean"] / first["released_total"]["mean"], 4),
                 "spurious_fraction": {c: r["spurious_fraction"]["mean"] for c, r in rows.items()},
                 "dpne_seconds": {c: r["dpne_seconds"]["mean"] for c, r in rows.items()},
             }
-        write_result("dpne_public_vocab.json", {**record, "summary": summary})
+        write_result(out_name, {**record, "summary": summary})
     record["summary"] = summary
     print(json.dumps(summary, indent=1))
-    write_result("dpne_public_vocab.json", record)
+    write_result(out_name, record)

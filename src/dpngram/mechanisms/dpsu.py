@@ -92,7 +92,7 @@ from dpngram.mechanisms.dpsu_public import (
     public_round_shares,
     public_threshold,
 )
-from dpngram.mechanisms.dpsu_rounds import SipsRound, sips_vocabulary_rounds
+from dpngram.mechanisms.dpsu_rounds import SipsRound, dpsu_events, sips_vocabulary_rounds
 
 VOCABULARY_STAGE = "dpne.k1"
 
@@ -132,29 +132,9 @@ class DpsuParameters:
             return [
                 event
                 for r, rnd in enumerate(self.rounds, start=1)
-                for event in (
-                    PrivacyEvent(
-                        stage=stage, mechanism="gaussian", sigma=rnd.sigma, note=f"DP-SIPS round {r}"
-                    ),
-                    PrivacyEvent(
-                        stage=stage,
-                        mechanism="approx",
-                        epsilon=0.0,
-                        delta=rnd.threshold_delta,
-                        note=f"DPSU threshold, DP-SIPS round {r}",
-                    ),
-                )
+                for event in dpsu_events(stage, rnd.sigma, rnd.threshold_delta or 0.0, f"DP-SIPS round {r}")
             ]
-        return [
-            PrivacyEvent(stage=stage, mechanism="gaussian", sigma=self.sigma),
-            PrivacyEvent(
-                stage=stage,
-                mechanism="approx",
-                epsilon=0.0,
-                delta=self.threshold_delta,
-                note="DPSU threshold",
-            ),
-        ]
+        return dpsu_events(stage, self.sigma, self.threshold_delta)
 
 
 def vocabulary_parameters(

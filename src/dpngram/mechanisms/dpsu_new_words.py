@@ -25,7 +25,7 @@ exactly to the one sigma_1 of the vocabulary (Dong, Roth & Su 2019), and the thr
 is split (1 - f, f). So the stage's privacy shape and the run's calibration are unchanged.
 
 Owns: :class:`NewWordsRound` (its parameters and privacy events) and its release.
-Imports: dpngram.mechanisms.dpsu_rounds, dpngram.engines, dpngram.core; pyarrow.
+Imports: dpngram.mechanisms (dpsu_rounds; dpsu lazily), dpngram.engines, dpngram.core; pyarrow.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql, safe_identifier
+from dpngram.mechanisms.dpsu_rounds import dpsu_events
 
 #: Largest ``dpsu_new_words`` (words a user contributes to the round).
 MAX_NEW_WORDS_PER_USER = 10_000
@@ -58,16 +59,7 @@ class NewWordsRound:
     def events(self, stage: str) -> list[PrivacyEvent]:
         """The round's privacy map: a sensitivity-1 Gaussian of ``sigma`` and the (0,
         ``threshold_delta``) event of its threshold (module docstring)."""
-        return [
-            PrivacyEvent(stage=stage, mechanism="gaussian", sigma=self.sigma, note="DPSU new words"),
-            PrivacyEvent(
-                stage=stage,
-                mechanism="approx",
-                epsilon=0.0,
-                delta=self.threshold_delta,
-                note="DPSU threshold, new words",
-            ),
-        ]
+        return dpsu_events(stage, self.sigma, self.threshold_delta, "new words")
 
     def report(self, released: int | None) -> dict[str, float | int | None]:
         return {

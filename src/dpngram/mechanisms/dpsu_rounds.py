@@ -8,7 +8,8 @@ value here is data-independent: the release itself is :func:`dpngram.mechanisms.
 (which re-exports these names).
 
 Owns: :class:`SipsRound`, the DP-SIPS bounds, the budget split (:func:`sips_fractions`,
-:func:`sips_sigmas`), the admission floor and the vocabulary's rounds.
+:func:`sips_sigmas`), the admission floor, the vocabulary's rounds, and the privacy events of one
+thresholded DPSU release (:func:`dpsu_events`, shared by every vocabulary round).
 Imports: dpngram.core; nothing else.
 """
 
@@ -18,8 +19,26 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from dpngram.core.accounting import compose_gaussian_sigmas, dpsu_threshold
+from dpngram.core.accounting import PrivacyEvent, compose_gaussian_sigmas, dpsu_threshold
 from dpngram.core.errors import ConfigError
+
+
+def dpsu_events(stage: str, sigma: float, threshold_delta: float, label: str = "") -> list[PrivacyEvent]:
+    """The privacy map of one thresholded DPSU release (GGK+20; DPNE Thm. 2.1 proof): a
+    sensitivity-1 Gaussian of ``sigma`` and the (0, ``threshold_delta``) event of its threshold.
+    ``label`` names the release in both notes ("DP-SIPS round 2", "new words"; empty for a
+    one-round vocabulary)."""
+    return [
+        PrivacyEvent(stage=stage, mechanism="gaussian", sigma=sigma, note=label),
+        PrivacyEvent(
+            stage=stage,
+            mechanism="approx",
+            epsilon=0.0,
+            delta=threshold_delta,
+            note=f"DPSU threshold, {label}" if label else "DPSU threshold",
+        ),
+    ]
+
 
 #: Bounds of the DP-SIPS parameters (also the configuration's): R rounds, geometric ratio.
 SIPS_MAX_ROUNDS = 10
