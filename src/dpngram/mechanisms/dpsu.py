@@ -79,6 +79,7 @@ from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql, safe_identifier
 from dpngram.mechanisms.dpsu_new_words import NewWordsRound, release_new_words, split_new_words
+from dpngram.mechanisms.dpsu_policy import BATCH_ROWS as BATCH_ROWS  # re-exported
 from dpngram.mechanisms.dpsu_policy import (
     Policy,
     check_policy,
@@ -86,6 +87,7 @@ from dpngram.mechanisms.dpsu_policy import (
     secret_histogram,
 )
 from dpngram.mechanisms.dpsu_policy import dpsu_histogram as dpsu_histogram  # re-exported
+from dpngram.mechanisms.dpsu_policy import threshold_histogram as threshold_histogram  # re-exported
 from dpngram.mechanisms.dpsu_public import (
     PublicDomain,
     public_domain_draw,
@@ -98,9 +100,6 @@ VOCABULARY_STAGE = "dpne.k1"
 
 
 VOCABULARY_TABLE = "dpne_s1_items"  # released S_1 (item column), private schema but DP output
-
-
-BATCH_ROWS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -183,48 +182,6 @@ def vocabulary_parameters(
         rounds=rounds,
         new_words=new_round,
     )
-
-
-def threshold_histogram(
-    wh: Engine,
-    scan_sql: str,
-    *,
-    sigma: float,
-    threshold: float,
-    noise: NoiseSource,
-    params: dict[str, Any] | None = None,
-    batch_rows: int = BATCH_ROWS,
-    admit_floor: float | None = None,
-    admitted: list[pa.Array] | None = None,
-) -> pa.Table:
-    """Stream ``scan_sql`` (columns ``item``, ``weight``) and keep the items with
-    ``weight + N(0, sigma^2) > threshold`` (supplement Alg. 5 lines 7-10 / Alg. 1 thresholding).
-
-    Noise is drawn per record batch (vectorised); only the kept keys are held in memory, so
-    memory follows the size of the release, not of the histogram. Returns a table with column
-    ``item``. With ``admit_floor`` (DP-SIPS admission), the same noisy values also decide the
-    items with ``admit_floor <= weight + noise <= threshold``, appended to ``admitted`` (keys only;
-    private: a run-internal table, never released)."""
-    if (admit_floor is None) != (admitted is None):
-        raise ValueError("admit_floor and admitted go together")
-    kept: list[pa.RecordBatch] = []
-    item_type = None
-    for batch in wh.fetch_batches(scan_sql, params, batch_rows):
-        item_type = batch.schema.field("item").type
-        if batch.num_rows == 0:
-            continue
-        weights = batch.column("weight").to_numpy(zero_copy_only=False)
-        if admit_floor is None:
-            mask = noise.above_threshold(weights, sigma, threshold)
-        else:
-            assert admitted is not None
-            mask, admit = noise.threshold_bands(weights, sigma, threshold, admit_floor)
-            if admit.any():
-                admitted.append(batch.column("item").filter(pa.array(admit)))
-        if mask.any():
-            kept.append(batch.select(["item"]).filter(pa.array(mask)))
-    schema = pa.schema([pa.field("item", item_type or pa.int64())])
-    return pa.Table.from_batches(kept, schema=schema) if kept else schema.empty_table()
 
 
 def dpsu_release(

@@ -25,7 +25,7 @@ exactly to the one sigma_1 of the vocabulary (Dong, Roth & Su 2019), and the thr
 is split (1 - f, f). So the stage's privacy shape and the run's calibration are unchanged.
 
 Owns: :class:`NewWordsRound` (its parameters and privacy events) and its release.
-Imports: dpngram.mechanisms (dpsu_rounds; dpsu lazily), dpngram.engines, dpngram.core; pyarrow.
+Imports: dpngram.mechanisms (dpsu_policy, dpsu_rounds), dpngram.engines, dpngram.core; pyarrow.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql, safe_identifier
+from dpngram.mechanisms.dpsu_policy import threshold_histogram
 from dpngram.mechanisms.dpsu_rounds import dpsu_events
 
 #: Largest ``dpsu_new_words`` (words a user contributes to the round).
@@ -119,8 +120,6 @@ def release_new_words(
     of each user's ``rnd.per_user`` most frequent items outside ``{schema}.{released}(item)`` and
     ``{schema}.{public}(item)`` (``sql/dpsu/new_words_histogram.sql``; private, dropped here), then
     the items whose weight + N(0, sigma^2) exceeds the threshold. Returns them (keys only)."""
-    from dpngram.mechanisms.dpsu import threshold_histogram  # the one thresholding rule
-
     excluded = safe_identifier(f"{released}_new_words_excluded")
     histogram = safe_identifier(f"{released}_new_words_histogram")
     try:

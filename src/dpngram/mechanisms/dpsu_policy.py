@@ -5,7 +5,9 @@ l2 ball. Derivation: docs/dpne.md, "Policy Gaussian"; the release around it is
 :mod:`dpngram.mechanisms.dpsu`.
 
 Owns: the policy names, the fill level, the sequential update (numpy, then compiled:
-:mod:`dpngram.mechanisms.policy_kernel`), the user stream and :func:`secret_histogram`.
+:mod:`dpngram.mechanisms.policy_kernel`), the user stream, :func:`secret_histogram` and the one
+thresholding rule every DPSU and DPNE release streams its histogram through
+(:func:`threshold_histogram`; re-exported by :mod:`dpngram.mechanisms.dpsu`).
 Imports: dpngram.mechanisms.policy_kernel (lazily), dpngram.engines, dpngram.core; numpy, pyarrow.
 """
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Iterator
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +30,52 @@ Policy = Literal["weighted", "policy-gaussian", "dp-sips"]
 
 
 POLICIES: tuple[str, ...] = ("weighted", "policy-gaussian", "dp-sips")
+
+
+#: Rows per record batch when a histogram streams to the noisy threshold.
+BATCH_ROWS = 1 << 20
+
+
+def threshold_histogram(
+    wh: Engine,
+    scan_sql: str,
+    *,
+    sigma: float,
+    threshold: float,
+    noise: NoiseSource,
+    params: dict[str, Any] | None = None,
+    batch_rows: int = BATCH_ROWS,
+    admit_floor: float | None = None,
+    admitted: list[pa.Array] | None = None,
+) -> pa.Table:
+    """Stream ``scan_sql`` (columns ``item``, ``weight``) and keep the items with
+    ``weight + N(0, sigma^2) > threshold`` (supplement Alg. 5 lines 7-10 / Alg. 1 thresholding).
+
+    Noise is drawn per record batch (vectorised); only the kept keys are held in memory, so
+    memory follows the size of the release, not of the histogram. Returns a table with column
+    ``item``. With ``admit_floor`` (DP-SIPS admission), the same noisy values also decide the
+    items with ``admit_floor <= weight + noise <= threshold``, appended to ``admitted`` (keys only;
+    private: a run-internal table, never released)."""
+    if (admit_floor is None) != (admitted is None):
+        raise ValueError("admit_floor and admitted go together")
+    kept: list[pa.RecordBatch] = []
+    item_type = None
+    for batch in wh.fetch_batches(scan_sql, params, batch_rows):
+        item_type = batch.schema.field("item").type
+        if batch.num_rows == 0:
+            continue
+        weights = batch.column("weight").to_numpy(zero_copy_only=False)
+        if admit_floor is None:
+            mask = noise.above_threshold(weights, sigma, threshold)
+        else:
+            assert admitted is not None
+            mask, admit = noise.threshold_bands(weights, sigma, threshold, admit_floor)
+            if admit.any():
+                admitted.append(batch.column("item").filter(pa.array(admit)))
+        if mask.any():
+            kept.append(batch.select(["item"]).filter(pa.array(mask)))
+    schema = pa.schema([pa.field("item", item_type or pa.int64())])
+    return pa.Table.from_batches(kept, schema=schema) if kept else schema.empty_table()
 
 
 def check_policy(policy: str) -> None:
