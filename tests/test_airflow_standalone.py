@@ -24,8 +24,9 @@ One session (module fixture) runs, in order:
    a release of a second dataset (``OTHER_DATASET``) into the same OUT; then, in Chromium, the
    malformed run's ``ingest`` log page (the quarantine summary), the Assets page (both datasets'
    assets), the graph view at default zoom (``graph.png``; the fan-out from the nodes' positions,
-   the labels' size on screen)
-   and the trigger form refusing ``{"dpne": 2}`` typed into *Budget split*.
+   the labels' size on screen),
+   the trigger form refusing ``{"dpne": 2}`` typed into *Budget split*, and the vocabulary's
+   new-words Params in *Privacy details* (defaults, descriptions, a share of 1.5 refused).
 
 Then the marker must appear in no Airflow log, no XCom value and no released file, and XCom must
 hold no exact private count. The processes are killed (process groups) whatever happens; on a
@@ -338,11 +339,57 @@ GRAPH_VIEWPORT = {"width": 1440, "height": 900}
 #: The smallest readable label at default zoom: 11 px text.
 MIN_LABEL_FONT_PX = 11
 
+#: The Params of the vocabulary's opt-in new-words round (issue 52), in the order the form shows them.
+NEW_WORDS = ("dpsu_new_words", "dpsu_new_words_share")
+#: From a form field to the (Chakra) accordion item of its section.
+SECTION_OF_FIELD = "xpath=ancestor::*[@data-scope='accordion' and @data-part='item'][1]"
+
+
+def look_at_the_new_words_params(page, airflow: Airflow, shots: Path) -> dict[str, Any]:
+    """A fresh trigger form: where the new-words Params are (hidden while their section is folded,
+    then in *Privacy details*), what each row shows (label, description, default), what the
+    widget makes of a negative m, and the refusal of a share of 1.5 (saved as
+    ``trigger_form_new_words.png``)."""
+    page.goto(f"{airflow.url}/dags/{DAG_ID}")
+    page.get_by_role("button", name="Trigger").first.click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_text("Run Parameters").wait_for(timeout=60_000)
+    fields = {name: dialog.locator(f"[name=element_{name}]") for name in NEW_WORDS}
+    out: dict[str, Any] = {"visible_folded": {name: field.is_visible() for name, field in fields.items()}}
+    dialog.get_by_role("button", name="Privacy details").click()
+    fields["dpsu_new_words"].wait_for(state="visible", timeout=30_000)
+    out["section_text"] = fields["dpsu_new_words"].locator(SECTION_OF_FIELD).inner_text()
+    out["rows"] = {}
+    for name, field in fields.items():
+        item = field.locator(SECTION_OF_FIELD)
+        row = field.locator("xpath=ancestor::*[@data-scope='field' and @data-part='root'][1]")
+        out["rows"][name] = {
+            "section": item.locator("[data-part=item-trigger]").first.inner_text().strip(),
+            "text": " ".join(row.inner_text().split()),
+            "value": field.input_value(),
+            "visible": field.is_visible(),
+        }
+    # Airflow's number widget clamps a value outside inclusive bounds when the field loses focus
+    fields["dpsu_new_words"].fill("-1")
+    fields["dpsu_new_words"].press("Tab")
+    out["negative_m_becomes"] = fields["dpsu_new_words"].input_value()
+    # exclusive bounds are not clamped: the form sends the value and the API refuses it
+    fields["dpsu_new_words_share"].fill("1.5")
+    fields["dpsu_new_words_share"].press("Tab")
+    out["share_sent"] = fields["dpsu_new_words_share"].input_value()
+    dialog.get_by_role("button", name="Trigger").click()
+    dialog.get_by_text("Invalid input for param dpsu_new_words_share").wait_for(timeout=60_000)
+    out["refused_dialog"] = dialog.inner_text()
+    out["refused_dialog_open"] = dialog.is_visible()
+    page.screenshot(path=str(shots / "trigger_form_new_words.png"))
+    return out
+
 
 def look_in_the_browser(airflow: Airflow, base: Path, malformed_run_id: str) -> dict[str, Any]:
     """What an operator sees in the UI after the runs (issue 28): the ``ingest`` task's log page
     of the malformed run, the Assets page, the release DAG's graph view at default zoom (saved as
-    ``graph.png``) and the trigger form refusing ``{"dpne": 2}``. Returns what the tests check."""
+    ``graph.png``), the trigger form refusing ``{"dpne": 2}``, and the new-words Params
+    (:func:`look_at_the_new_words_params`). Returns what the tests check."""
     import urllib.parse
 
     from conftest import CHROMIUM_ARGS
@@ -411,6 +458,8 @@ def look_in_the_browser(airflow: Airflow, base: Path, malformed_run_id: str) -> 
             out["refused_dialog"] = dialog.inner_text()
             page.screenshot(path=str(shots / "trigger_form_refused.png"))
             out["refused_dialog_open"] = dialog.is_visible()
+            # 5. the vocabulary's new-words Params, in a fresh form
+            out["new_words"] = look_at_the_new_words_params(page, airflow, shots)
         finally:
             browser.close()
     return out
@@ -851,6 +900,55 @@ def test_budget_split_above_one_is_refused_in_the_trigger_form(session):
     dialog = browser["refused_dialog"]
     assert "Invalid input for param stage_budget: 2 is greater than the maximum of 1" in dialog, dialog
     assert browser["refused_dialog_open"] is True
+    before, after = session["run_counts_form"]
+    assert after == before, (before, after)
+
+
+def test_the_new_words_params_are_explained_beside_the_vocabulary_in_the_trigger_form(session):
+    """In the browser: the new-words round's two Params are folded away with the other vocabulary
+    knobs in *Privacy details*, right after *Public vocabulary domain*, each with the label and
+    description of the Param schema (off by default, what it costs, that the share only matters
+    when the round is on, the bounds) and its default; a negative m is clamped to 0 (off) by the
+    number widget, and a share of 1.5 is refused at trigger time with the schema's message, the
+    dialog staying open and no run created."""
+    from dpngram.orchestration.form import PRIVACY, form_params
+
+    browser = _browser(session)
+    seen = browser["new_words"]
+    params = form_params({})
+    assert seen["visible_folded"] == dict.fromkeys(NEW_WORDS, False), seen["visible_folded"]
+    rows = seen["rows"]
+    for name, default in zip(NEW_WORDS, ("0", "0.25"), strict=True):
+        row = rows[name]
+        assert row["section"] == PRIVACY and row["visible"], (name, row)
+        assert row["value"] == default, (name, row["value"])
+        shown = f"{params[name]['title']} {params[name]['description']}"
+        assert row["text"] == " ".join(shown.split()), (name, row["text"])
+    # what a newcomer needs, in the words the page shows
+    m_text, share_text = rows["dpsu_new_words"]["text"], rows["dpsu_new_words_share"]["text"]
+    assert "(0: off)" in m_text and "Off by default (0)." in m_text, m_text
+    assert "A measured trade, hence opt-in" in m_text and "fewer of its other words" in m_text, m_text
+    assert m_text.endswith("Allowed: 0 ≤ value ≤ 10 000."), m_text
+    assert share_text.startswith("New-words round: budget share Only used when dpsu_new_words"), share_text
+    assert share_text.endswith("Allowed: 0 < value < 1."), share_text
+    # beside the related vocabulary Params, in this order
+    text = seen["section_text"]
+    order = [
+        text.index("Public vocabulary domain"),
+        text.index(params["dpsu_new_words"]["title"]),
+        text.index(params["dpsu_new_words_share"]["title"]),
+        text.index("Threshold share of delta"),
+    ]
+    assert order == sorted(order), order
+    # out of range: clamped (m), or refused before a run exists (the share)
+    assert seen["negative_m_becomes"] == "0", seen["negative_m_becomes"]
+    assert seen["share_sent"] == "1.5"
+    dialog = seen["refused_dialog"]
+    assert (
+        "Invalid input for param dpsu_new_words_share: 1.5 is greater than or equal to the maximum of 1"
+        in dialog
+    ), dialog
+    assert seen["refused_dialog_open"] is True
     before, after = session["run_counts_form"]
     assert after == before, (before, after)
 
