@@ -297,6 +297,7 @@ class LmConfig(Section):
     FLAGS: ClassVar[dict[str, str]] = {
         "route": "lm_route",
         "public_vocab_size": "lm_public_vocab_size",
+        "public_prune": "lm_public_prune",
         "count_domain": "lm_count_domain",
         "count_clip": "lm_count_clip",
         "count_power": "lm_count_power",
@@ -326,6 +327,18 @@ class LmConfig(Section):
         title="LM: public words in the model vocabulary",
         description="The model vocabulary is the DP vocabulary plus this many of the public corpus's most "
         "frequent words (0: DP vocabulary only). Public data: no privacy cost.",
+    )
+
+    public_prune: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        title="LM: prune the public model (opt-in)",
+        description="0 (default): the public model keeps every trigram. K > 0: its trigrams seen at most K "
+        "times in the public corpus are left out, their mass given to the backoff (KenLM's lmplz --prune "
+        "0 0 K). With K = 1 the public Brown model drops about half its n-grams and the LM stages take "
+        "less time, at a measured cost in perplexity (docs/lm.md, 'A pruned public model'): a trade for "
+        "small private corpora. Public data: no privacy cost.",
     )
 
     count_domain: int = Field(

@@ -157,6 +157,7 @@ def mixture_key(inputs: ReleasedInputs, config: RunConfig, part: dict[str, Any])
         *(part[k] for k in ("order", "threshold", "discount", "mix_weight")),
         part.get("unigram_adaptation", 0.0),
         unresolved_unigrams(part),
+        *((f"public pruned <= {config.lm.public_prune}",) if config.lm.public_prune else ()),
     )
 
 
@@ -205,6 +206,7 @@ def load_public(inputs: ReleasedInputs, config: RunConfig, part: dict[str, Any])
         config.public,
         order=int(part["order"]),
         public_cap=config.lm.public_vocab_size,
+        public_prune=config.lm.public_prune,
         lowercase=config.lowercase,
         part=RELEASED_PART,
         cache_dir=public_cache_dir(config),
@@ -241,6 +243,8 @@ def build_route_mixture(
     model_words = model.tables[1].filter(~pl.col("ngram").is_in([BOS, EOS, UNK])).height
     # Without a public corpus P is the uniform distribution over V_LM (= the DP vocabulary).
     public_part = "public Kneser-Ney" if config.public else "uniform (no public corpus)"
+    if config.public and config.lm.public_prune:
+        public_part += f" (its trigrams seen at most {config.lm.public_prune} times pruned)"
     sources: dict[str, Any] = (
         {"public_corpus": {"kneser_ney": True, "vocabulary_words": model_words}} if config.public else {}
     )
@@ -415,6 +419,7 @@ def compare_on_eval_text(binary: Path, inputs: ReleasedInputs, config: RunConfig
         config.public,
         order=config.lm.order,
         public_cap=config.lm.public_vocab_size,
+        public_prune=config.lm.public_prune,
         lowercase=config.lowercase,
         part="all",
         cache_dir=public_cache_dir(config),

@@ -152,6 +152,7 @@ def kneser_ney_terms(
     order: int,
     vocabulary: Iterable[str] = (),
     discounts: dict[int, tuple[float, float, float]] | None = None,
+    prune: float = 0.0,
 ) -> dict[int, pl.DataFrame]:
     """:func:`kneser_ney` before the uniform distribution's share is fixed: per order, ``ngram``,
     ``a``, ``b`` with p(w|h) = a + b/H (H: the number of predictable unigrams, ``<s>`` excluded)
@@ -161,7 +162,11 @@ def kneser_ney_terms(
     below, so a word without counts added to the vocabulary only raises H:
     :func:`kneser_ney_model` with ``extra_words`` equals :func:`kneser_ney` over the larger
     vocabulary. That lets the public model be fitted once per public corpus and completed per run
-    with the run's DP-only words (:func:`dpngram.lm.open_model.open_public_model`)."""
+    with the run's DP-only words (:func:`dpngram.lm.open_model.open_public_model`).
+
+    ``prune`` > 0 (order >= 2 only): the top-order n-grams with a count at most ``prune`` are left
+    out (:func:`_pruned`); everything below the top order, the discounts included, is
+    estimated from every n-gram, as without the cut."""
     top = _checked_top(top, order)
     adjusted = _close(_adjusted(raw_marginals(top, order), order), order, vocabulary)
     discounts = dict(discounts or {})
@@ -169,9 +174,12 @@ def kneser_ney_terms(
         adjusted[n] = adjusted[n].group_by("ngram").agg(pl.col("count").sum())
         if n not in discounts:
             discounts[n] = modified_discounts(adjusted[n].filter(pl.col("count") > 0)["count"])
+    if prune < 0 or not np.isfinite(prune):
+        raise ArpaError(f"prune: must be finite and >= 0 (got {prune})")
     terms = {1: _unigram_terms(adjusted[1], discounts[1])}
     for n in range(2, order + 1):
-        terms[n - 1], terms[n] = _order_terms(adjusted[n], discounts[n], terms[n - 1], n)
+        cut = prune if n == order else 0.0
+        terms[n - 1], terms[n] = _order_terms(adjusted[n], discounts[n], terms[n - 1], n, cut)
     return {n: t.sort("ngram") for n, t in terms.items()}
 
 
@@ -201,14 +209,18 @@ def _unigram_terms(table: pl.DataFrame, d: tuple[float, float, float]) -> pl.Dat
 
 
 def _order_terms(
-    table: pl.DataFrame, d: tuple[float, float, float], lower_terms: pl.DataFrame, n: int
+    table: pl.DataFrame, d: tuple[float, float, float], lower_terms: pl.DataFrame, n: int, prune: float = 0.0
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Order n's terms from its adjusted counts and order n − 1's terms: (order n − 1's terms with
-    ``gamma``, each n-gram's backoff weight as a context (1 when it is none), order n's terms)."""
+    ``gamma``, each n-gram's backoff weight as a context (1 when it is none), order n's terms).
+    ``prune`` > 0: the n-grams :func:`_pruned` selects are left out (:func:`_pruned`)."""
     table = table.with_columns(ctx=ngram_context(), suf=ngram_suffix())
+    given_up = _discount("count", d)
+    if prune > 0:  # a pruned n-gram gives its context all of its count, not only its discount
+        given_up = pl.when(_pruned(prune)).then(pl.col("count")).otherwise(given_up)
     ctx = (
         table.group_by("ctx")
-        .agg(total=pl.col("count").sum(), seen=_discount("count", d).sum())
+        .agg(total=pl.col("count").sum(), seen=given_up.sum())
         .with_columns(
             gamma=pl.when(pl.col("total") > 0).then(pl.col("seen") / pl.col("total")).otherwise(1.0)
         )
@@ -229,7 +241,22 @@ def _order_terms(
     )
     if t["a"].null_count():
         raise ArpaError(f"order {n}: a suffix is missing one order below (closure failed)")
+    if prune > 0:
+        t = t.filter(~pl.col("ngram").is_in(table.filter(_pruned(prune))["ngram"].implode()))
     return lower_terms, t
+
+
+def _pruned(prune: float) -> pl.Expr:
+    """The top-order n-grams a pruned model leaves out: a positive count r <= ``prune`` = K (lmplz
+    ``--prune 0 … 0 K``; docs/lm.md, "A pruned public model").
+
+    A pruned n-gram (h, w) gives its context all of its count instead of D(r)·min(1, r):
+    γ'(h) = (Σ_kept D(r)·min(1, r) + Σ_pruned r) / S(h), and a kept n-gram's probability is
+    (r − D(r)·min(1, r))/S(h) + γ'(h)·p(w | h'). A pruned w gets γ'(h)·p(w | h') through the backoff,
+    so every context still sums to exactly 1: Σ_kept (r − D·min(1, r))/S(h) + γ'(h)·Σ_w p(w | h') =
+    (S(h) − Σ_pruned r − Σ_kept D·min(1, r))/S(h) + γ'(h) = 1. Lower orders, their continuation
+    counts and every discount are those of the full counts."""
+    return (pl.col("count") > 0) & (pl.col("count") <= prune)
 
 
 def terms_structure(terms: dict[int, pl.DataFrame]) -> dict[int, pl.DataFrame]:

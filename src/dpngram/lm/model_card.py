@@ -246,6 +246,7 @@ _PARAMETERS = (
     "max_n",
     "max_contribution",
     "lm_public_vocab_size",
+    "lm_public_prune",
     "lm_count_domain",
     "lm_count_clip",
     "lm_count_power",

@@ -380,6 +380,7 @@ def _open_public_model(
     lowercase: bool = True,
     part: str = RELEASED_PART,
     cache_dir: Path | None = None,
+    public_prune: int = 0,
 ) -> tuple[list[str], dict[int, pl.DataFrame], ArpaModel, str, list[str]]:
     """(V_LM, public counts per order, P, cache key, V_LM's public words) from the DP vocabulary
     and the public corpus (or none).
@@ -389,14 +390,10 @@ def _open_public_model(
     corpus's raw counts are read from it (or counted once and stored), and P's Kneser-Ney terms are
     fitted once per (corpus, part, order, the public words V_LM keeps), then completed with the
     run's DP-only words (:func:`dpngram.lm.kneser_ney.kneser_ney_terms`: the same P as a fit over all of
-    V_LM). Also returns that cache key ("" without a cache)."""
-    from dpngram.lm.public_cache import (
-        cached_tables,
-        entry_key,
-        file_digest,
-        map_to_vocabulary,
-        vocabulary_digest,
-    )
+    V_LM). ``public_prune`` K > 0: P's top-order n-grams seen at most K times are left out
+    (:func:`dpngram.lm.kneser_ney.kneser_ney_terms`; the counts returned are all of them). Also
+    returns that cache key ("" without a cache)."""
+    from dpngram.lm.public_cache import cached_tables, file_digest, map_to_vocabulary
 
     empty = pl.DataFrame(schema={"ngram": pl.String, "count": pl.Float64})
     if not public_path:
@@ -414,13 +411,12 @@ def _open_public_model(
     # public corpus, not per run, whenever V_LM keeps the same public words.
     public_words = [w for w in vocabulary if w in words]
     dp_only = [w for w in vocabulary if w not in words]
-    key = ""
-    if cache_dir:
-        key = entry_key(
-            "public-kn-terms", digest, split_key(part), lowercase, order, vocabulary_digest(public_words)
-        )
+    key = _terms_key(digest, part, lowercase, order, public_words, public_prune) if cache_dir else ""
     terms = cached_tables(
-        cache_dir, "models", key, lambda: kneser_ney_terms(counts[order], order, public_words)
+        cache_dir,
+        "models",
+        key,
+        lambda: kneser_ney_terms(counts[order], order, public_words, prune=public_prune),
     )
     # P's structure (each n-gram's context, suffix and word rows), stored beside its terms: a run
     # would otherwise derive it from P's strings (~1 s on Brown) for every P it adapts, mixes or writes
@@ -428,6 +424,19 @@ def _open_public_model(
         cached_tables(cache_dir, "structure", key, lambda: terms_structure(terms)) if cache_dir else None
     )
     return vocabulary, counts, kneser_ney_model(terms, dp_only, structure), key, public_words
+
+
+def _terms_key(
+    digest: str | None, part: str, lowercase: bool, order: int, public_words: list[str], public_prune: int
+) -> str:
+    """The cache key of P's Kneser-Ney terms (the keys of unpruned terms are those from before the
+    pruning option)."""
+    from dpngram.lm.public_cache import entry_key, vocabulary_digest
+
+    pruned = (f"pruned <= {public_prune}",) if public_prune else ()
+    return entry_key(
+        "public-kn-terms", digest, split_key(part), lowercase, order, vocabulary_digest(public_words), *pruned
+    )
 
 
 def public_model(counts: dict[int, pl.DataFrame], order: int, vocabulary: Iterable[str]) -> ArpaModel:

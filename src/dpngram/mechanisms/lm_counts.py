@@ -188,11 +188,13 @@ def build_domain(
     kgrams: dict[int, list[str]],
     lowercase: bool = True,
     cache_dir: Path | None = None,
+    public_prune: int = 0,
 ) -> CountDomain:
     """V_LM, the public model P and the counting domain D (module docstring, steps 1-2), with the
     rows' counting keys. Order 1 is sorted; each higher order holds the public picks, sorted, then
     the released k-grams that are not among them, sorted. ``cache_dir``: the public-model cache
-    (:mod:`dpngram.lm.public_cache`)."""
+    (:mod:`dpngram.lm.public_cache`); ``public_prune``: P's pruning (the domain's public picks are
+    taken from every public n-gram either way)."""
     from dpngram.lm.open_model import MARKERS, public_model_and_frequent
     from dpngram.lm.public_cache import CODE_WORDS
 
@@ -204,6 +206,7 @@ def build_domain(
         frequent_cap=domain_cap,
         lowercase=lowercase,
         cache_dir=cache_dir,
+        public_prune=public_prune,
     )
     _, ids = counting_ids(vocabulary)
     unigrams = sorted({*vocabulary, *MARKERS})

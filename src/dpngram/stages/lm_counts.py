@@ -306,6 +306,7 @@ def _count_domain(config: RunConfig, root: Path, dp_vocab: list[str]) -> CountDo
         kgrams=kgrams,
         lowercase=config.lowercase,
         cache_dir=public_cache_dir(config),
+        public_prune=config.lm.public_prune,
     )
 
 
