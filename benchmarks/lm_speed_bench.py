@@ -2,6 +2,7 @@
 
     python benchmarks/lm_speed_bench.py [--baseline REV] [--repeats 1]
                                         [--corpora sotu sotu-2k generated-100k] [--merge]
+                                        [--option NAME=VALUE ...] [--out FILE]
 
 Issue 25's speed target: on a corpus of <= 100k users the LM stages must not cost more than ingest
 plus DPNE. Each run is ``dpngram run`` with every default (the default stage split, the model and
@@ -23,11 +24,13 @@ Per code version and corpus, two runs in a row:
 
 ``--baseline REV`` also runs git revision REV (a worktree under benchmarks/.data/, its ``src`` first
 on PYTHONPATH with its own SQL, with this checkout's virtualenv: ``_common.baseline_tree``),
-alternating with this checkout, so the two share the machine's load. The headline is the ratio
-(lm_counts + lm) / (ingest + DPNE) of each run, which a shared machine distorts less than seconds.
-Timings come from the run's operator directory.
-Writes ``benchmarks/results/lm_speed.json``; with ``--merge`` the file's rows of other corpora are
-kept (each row names its commit and baseline).
+alternating with this checkout, so the two share the machine's load. ``--option NAME=VALUE``
+(repeatable; a flat parameter name, e.g. ``lm_public_prune=1``) also runs this checkout with those
+settings, alternating with its defaults: an opt-in setting's ratio beside the default's. The
+headline is the ratio (lm_counts + lm) / (ingest + DPNE) of each run, which a shared machine
+distorts less than seconds. Timings come from the run's operator directory.
+Writes ``benchmarks/results/lm_speed.json`` (``--out``: another file there); with ``--merge`` the
+file's rows of other corpora are kept (each row names its commit and baseline).
 """
 
 from __future__ import annotations
@@ -88,9 +91,15 @@ def _write_small_sotu(source: Path, target: Path) -> None:
 
 
 def one_run(
-    label: str, src: Path | None, work: Path, phase: str, corpus_name: str = "sotu"
+    label: str,
+    src: Path | None,
+    work: Path,
+    phase: str,
+    corpus_name: str = "sotu",
+    extra: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """One default run; ``src``: a checkout's ``src`` put first on PYTHONPATH (None: this one)."""
+    """One default run; ``src``: a checkout's ``src`` put first on PYTHONPATH (None: this one);
+    ``extra``: more command-line flags (``--option``)."""
     private, public = corpus_paths(corpus_name)
     env = dict(os.environ)
     env.pop("DPNGRAM_INSECURE_TEST_SEED", None)
@@ -117,6 +126,7 @@ def one_run(
         "4",
         "--delta",
         "1e-7",
+        *extra,
     ]
     load_before = load_average()
     started = time.perf_counter()
@@ -159,20 +169,37 @@ def main() -> None:
         help="corpora to run (default: all; generated-100k takes about 1.5 min a run)",
     )
     ap.add_argument("--merge", action="store_true", help="keep lm_speed.json's rows of other corpora")
+    ap.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="also run this checkout with this setting (flat name, e.g. lm_public_prune=1), alternating "
+        "with its defaults; repeatable",
+    )
+    ap.add_argument("--out", default="lm_speed.json", help="result file under benchmarks/results/")
     args = ap.parse_args()
+    extra: list[str] = []
+    for item in args.option:
+        name, sep, value = item.partition("=")
+        if not sep:
+            ap.error(f"--option {item!r}: expected NAME=VALUE")
+        extra += [f"--{name.replace('_', '-')}", value]
     with tempfile.TemporaryDirectory(prefix="dpngram-lmspeed-") as tmpdir:
         tmp = Path(tmpdir)
-        versions: list[tuple[str, Path | None]] = [("this", None)]
+        versions: list[tuple[str, Path | None, tuple[str, ...]]] = [("this", None, ())]
         if args.baseline:
-            versions.insert(0, ("baseline", baseline_tree(args.baseline) / "src"))
+            versions.insert(0, ("baseline", baseline_tree(args.baseline) / "src", ()))
+        if extra:
+            versions.append(("this " + " ".join(args.option), None, tuple(extra)))
         rows = []
         for name in args.corpora:
             for r in range(args.repeats):
-                for label, src in versions:
-                    work = tmp / f"{name}-{label}-{r}"
+                for v, (label, src, flags) in enumerate(versions):
+                    work = tmp / f"{name}-{v}-{r}"
                     work.mkdir()
                     for phase in ("cold", "warm"):
-                        row = one_run(label, src, work, phase, name)
+                        row = one_run(label, src, work, phase, name, flags)
                         row["git_commit"] = git_commit()
                         row["baseline"] = args.baseline
                         rows.append(row)
@@ -194,12 +221,13 @@ def main() -> None:
             "delta": 1e-7,
             "split": "default (every stage)",
             "baseline": args.baseline,
+            "options": args.option,
             "repeats": args.repeats,
         },
         "target": "lm_counts + lm <= ingest + DPNE (ratio <= 1) on any corpus of <= 100k users",
         "rows": rows,
     }
-    previous = ROOT / "benchmarks" / "results" / "lm_speed.json"
+    previous = ROOT / "benchmarks" / "results" / args.out
     if args.merge and previous.is_file():
         old = json.loads(previous.read_text(encoding="utf-8"))
         kept = [r for r in old.get("rows", []) if r.get("corpus") not in args.corpora]
@@ -208,7 +236,7 @@ def main() -> None:
             r.setdefault("baseline", old.get("parameters", {}).get("baseline"))
         payload["rows"] = kept + rows
         payload["parameters"]["ran"] = sorted({r["corpus"] for r in payload["rows"]})
-    print(write_result("lm_speed.json", payload))
+    print(write_result(args.out, payload))
 
 
 if __name__ == "__main__":
