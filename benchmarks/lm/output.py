@@ -106,6 +106,9 @@ def plot(out: dict[str, Any], path: Path) -> None:
             (r["rows"]["dp_baseline"].get("code") for r in results if "dp_baseline" in r["rows"]), None
         )
         commit = (out.get("git_commit") or "")[:7]
+        options = out.get("parameters", {}).get("options") or {}
+        if options:  # --option: the setting judged, in the legend
+            commit += "; " + ", ".join(f"{k} = {v}" for k, v in options.items())
         for ax, metric in ((axes[i][0], "perplexity"), (axes[i][1], "gap")):
 
             def value(
