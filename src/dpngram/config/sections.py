@@ -334,11 +334,12 @@ class LmConfig(Section):
         ge=0,
         le=1_000_000,
         title="LM: prune the public model (opt-in)",
-        description="0 (default): the public model keeps every trigram. K > 0: its trigrams seen at most K "
-        "times in the public corpus are left out, their mass given to the backoff (KenLM's lmplz --prune "
-        "0 0 K). With K = 1 the public Brown model drops about half its n-grams and the LM stages take "
-        "less time, at a measured cost in perplexity (docs/lm.md, 'A pruned public model'): a trade for "
-        "small private corpora. Public data: no privacy cost.",
+        description="0 (default): the public model keeps every top-order n-gram (trigram). K > 0: those "
+        "seen at most K times in the public corpus are left out and their mass goes to the backoff, as "
+        "KenLM's lmplz --prune 0 0 K. With K = 1 Brown's model keeps 572k of its 1.33M n-grams and the LM "
+        "stages take about 1 s less a run; the model was as good on real chat and mail text, and 1.5-3.8% "
+        "worse in perplexity on SOTU and a generated corpus (docs/lm.md, 'A pruned public model'): a trade "
+        "for small private corpora. Public data: no privacy cost.",
     )
 
     count_domain: int = Field(
