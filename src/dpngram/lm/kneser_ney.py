@@ -167,6 +167,8 @@ def kneser_ney_terms(
     ``prune`` > 0 (order >= 2 only): the top-order n-grams with a count at most ``prune`` are left
     out (:func:`_pruned`); everything below the top order, the discounts included, is
     estimated from every n-gram, as without the cut."""
+    if prune < 0 or not np.isfinite(prune):
+        raise ArpaError(f"prune: must be finite and >= 0 (got {prune})")
     top = _checked_top(top, order)
     adjusted = _close(_adjusted(raw_marginals(top, order), order), order, vocabulary)
     discounts = dict(discounts or {})
@@ -174,8 +176,6 @@ def kneser_ney_terms(
         adjusted[n] = adjusted[n].group_by("ngram").agg(pl.col("count").sum())
         if n not in discounts:
             discounts[n] = modified_discounts(adjusted[n].filter(pl.col("count") > 0)["count"])
-    if prune < 0 or not np.isfinite(prune):
-        raise ArpaError(f"prune: must be finite and >= 0 (got {prune})")
     terms = {1: _unigram_terms(adjusted[1], discounts[1])}
     for n in range(2, order + 1):
         cut = prune if n == order else 0.0
@@ -213,7 +213,8 @@ def _order_terms(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Order n's terms from its adjusted counts and order n − 1's terms: (order n − 1's terms with
     ``gamma``, each n-gram's backoff weight as a context (1 when it is none), order n's terms).
-    ``prune`` > 0: the n-grams :func:`_pruned` selects are left out (:func:`_pruned`)."""
+    ``prune`` > 0: the n-grams :func:`_pruned` selects give their context all of their count and
+    get no row."""
     table = table.with_columns(ctx=ngram_context(), suf=ngram_suffix())
     given_up = _discount("count", d)
     if prune > 0:  # a pruned n-gram gives its context all of its count, not only its discount
@@ -230,8 +231,9 @@ def _order_terms(
     ).with_columns(pl.col("gamma").fill_null(1.0))
     lower = lower_terms.select(pl.col("ngram").alias("suf"), la="a", lb="b")
     own = pl.when(pl.col("total") > 0).then((pl.col("count") - _discount("count", d)) / pl.col("total"))
+    kept = table.filter(~_pruned(prune)) if prune > 0 else table
     t = (
-        table.join(ctx, on="ctx", how="left")
+        kept.join(ctx, on="ctx", how="left")
         .join(lower, on="suf", how="left")
         .select(
             "ngram",
@@ -241,8 +243,6 @@ def _order_terms(
     )
     if t["a"].null_count():
         raise ArpaError(f"order {n}: a suffix is missing one order below (closure failed)")
-    if prune > 0:
-        t = t.filter(~pl.col("ngram").is_in(table.filter(_pruned(prune))["ngram"].implode()))
     return lower_terms, t
 
 
