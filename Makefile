@@ -5,7 +5,7 @@
 #                     KenLM lmplz/build_binary in a per-machine cache shared by all clones
 #   make test         setup, then the test suite (pytest, 2 workers)
 #   make demo         setup, then `dpngram demo`
-#   make bench        setup, then every benchmarks/*_bench.py and make test-platform
+#   make bench        setup, then make test-platform and every benchmarks/*_bench.py (resumable)
 #   make test-platform  setup, then docker/compose.yaml's two-worker platform without Docker (~5 min)
 #                     (PostgreSQL, Redis, S3 on moto, Celery Airflow; tests/test_platform.py)
 #   make test-postgres  the old name of make test-platform
@@ -78,12 +78,10 @@ test-platform: setup
 test-postgres: test-platform
 
 # Every benchmark runs (with no arguments) even if an earlier one fails; the failures are listed.
+# The runner (benchmarks/run_all.py: the platform test, then benchmarks/*_bench.py) resumes an
+# interrupted run on the same commit; RESTART=1 starts over, BENCH_ARGS=--list shows the progress.
 bench: setup
-	@shopt -s nullglob; benches=(benchmarks/*_bench.py); failed=(); \
-	if [ $${#benches[@]} -eq 0 ]; then echo "no benchmarks/*_bench.py scripts yet"; exit 0; fi; \
-	echo "== make test-platform"; { $(PLATFORM_TEST); } || failed+=("test-platform"); \
-	for b in "$${benches[@]}"; do echo "== $$b"; $(PY) "$$b" || failed+=("$$b"); done; \
-	if [ $${#failed[@]} -gt 0 ]; then echo "failed benchmarks: $${failed[*]}" >&2; exit 1; fi
+	$(PY) benchmarks/run_all.py --platform-command '$(PLATFORM_TEST)' $(if $(RESTART),--restart) $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

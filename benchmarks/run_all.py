@@ -1,0 +1,287 @@
+"""``make bench``: every ``benchmarks/*_bench.py`` with no arguments, plus ``make test-platform``,
+resumable.
+
+The whole suite takes hours on two cores (``results/bench_run.json`` records each step's seconds),
+so a run that stops part-way (a closed terminal, a reboot, Ctrl-C) does not start over: the next
+``make bench`` on the same commit skips the steps that already passed and runs the rest. The
+progress lives in ``benchmarks/.data/bench_progress.json`` (gitignored); each step's output also
+goes to ``benchmarks/.data/bench_logs/STEP.log``.
+
+A run resumes only when HEAD is the commit the progress was recorded on and the code that the
+benchmarks run (``src/``, ``sql/``, ``benchmarks/`` except ``results/``) has no uncommitted change;
+otherwise it starts over and says why. ``--restart`` starts over anyway; ``--only STEP ...`` runs
+the named steps whatever their state; ``--list`` prints the steps, their state and their last
+duration without running anything.
+
+Every step runs even if an earlier one fails; the failures are listed at the end and the exit
+status is 1. ``results/bench_run.json`` (written after every step) records the commit, the
+machine, each step's status, seconds and finishing time, and how many invocations the run took.
+
+Usage: ``python benchmarks/run_all.py [--platform-command CMD] [--restart | --only STEP ... | --list]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from _common import DATA, RESULTS, ROOT, machine, now
+
+BENCHMARKS = ROOT / "benchmarks"
+PROGRESS = DATA / "bench_progress.json"
+LOGS = DATA / "bench_logs"
+RECORD = RESULTS / "bench_run.json"
+PLATFORM_STEP = "test-platform"
+
+#: What ``make test-platform`` runs; the Makefile passes its own command with --platform-command.
+DEFAULT_PLATFORM_COMMAND = (
+    "bash scripts/system_deps.sh && .venv/bin/python -m pytest -m platform -s --timeout 1500 "
+    "tests/test_platform.py"
+)
+
+#: Paths whose uncommitted changes make a recorded progress unusable (the code the steps run).
+CODE_PATHS = ("src", "sql", "benchmarks", ":(exclude)benchmarks/results")
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    command: list[str]
+
+
+def bench_steps(platform_command: str) -> list[Step]:
+    """The platform test, then every ``benchmarks/*_bench.py`` in name order, each with no arguments."""
+    steps = [Step(PLATFORM_STEP, ["bash", "-c", platform_command])]
+    for script in sorted(BENCHMARKS.glob("*_bench.py")):
+        steps.append(Step(script.name, [sys.executable, str(script.relative_to(ROOT))]))
+    return steps
+
+
+def code_identity() -> tuple[str | None, bool]:
+    """(HEAD, whether the code the benchmarks run has uncommitted changes); (None, True) outside git."""
+    try:
+        head = _git("rev-parse", "HEAD")
+        dirty = bool(_git("status", "--porcelain", "--", *CODE_PATHS))
+    except (OSError, subprocess.CalledProcessError):
+        return None, True
+    return head, dirty
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def load_progress(head: str | None, dirty: bool, restart: bool) -> tuple[dict[str, Any], str | None]:
+    """The recorded progress to resume, or a fresh one with the reason it is fresh (None: resumed, or
+    nothing to resume)."""
+    fresh = {"commit": head, "started": now(), "invocations": 0, "steps": {}}
+    if not PROGRESS.is_file():
+        return fresh, None
+    try:
+        old = json.loads(PROGRESS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return fresh, f"{PROGRESS.relative_to(ROOT)} is unreadable"
+    if restart:
+        return fresh, "--restart"
+    if dirty or head is None:
+        return fresh, "the benchmarked code (src/, sql/, benchmarks/) has uncommitted changes"
+    if old.get("commit") != head:
+        return fresh, f"the progress was recorded on {str(old.get('commit'))[:10]}, HEAD is {head[:10]}"
+    return old, None
+
+
+def save_progress(progress: dict[str, Any]) -> None:
+    PROGRESS.parent.mkdir(parents=True, exist_ok=True)
+    tmp = PROGRESS.with_suffix(".tmp")
+    tmp.write_text(json.dumps(progress, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(PROGRESS)
+
+
+def last_durations() -> dict[str, float]:
+    """Each step's seconds in the committed ``results/bench_run.json`` (for the time-left estimate)."""
+    try:
+        record = json.loads(RECORD.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {s["name"]: s["seconds"] for s in record.get("steps", []) if s.get("seconds") is not None}
+
+
+def minutes(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def run_step(step: Step, log: Path) -> tuple[int, float]:
+    """Run one step from the repository root, its output to the terminal and to ``log``; (exit status,
+    seconds). Ctrl-C stops the step and propagates."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with log.open("w", encoding="utf-8") as out:
+        out.write(f"$ {shlex.join(step.command)}\n")
+        proc = subprocess.Popen(
+            step.command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                sys.stdout.write(line)
+                out.write(line)
+            code = proc.wait()
+        except KeyboardInterrupt:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
+    return code, time.monotonic() - start
+
+
+def write_record(progress: dict[str, Any], steps: list[Step]) -> None:
+    """``results/bench_run.json``: the run as far as it got, every step in order."""
+    rows = []
+    for step in steps:
+        state = progress["steps"].get(step.name, {})
+        rows.append(
+            {
+                "name": step.name,
+                "status": state.get("status", "not run"),
+                "seconds": state.get("seconds"),
+                "finished": state.get("finished"),
+                "invocation": state.get("invocation"),
+            }
+        )
+    passed = [r for r in rows if r["status"] == "passed"]
+    payload = {
+        "benchmark": "make bench (benchmarks/run_all.py)",
+        "date": now(),
+        "git_commit": progress["commit"],
+        "started": progress["started"],
+        "invocations": progress["invocations"],
+        "complete": len(passed) == len(rows),
+        "steps_passed": len(passed),
+        "steps": rows,
+        "total_seconds": round(sum(r["seconds"] or 0 for r in rows), 1),
+        "machine": machine(),
+        "note": "each step with no arguments, as `make bench` runs it; the steps of one run may span "
+        "several invocations on the same commit (resumed), so machine.load_average is the last one's",
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    RECORD.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+def print_list(steps: list[Step], progress: dict[str, Any], previous: dict[str, float]) -> None:
+    for step in steps:
+        state = progress["steps"].get(step.name, {})
+        status = state.get("status", "to run")
+        took = state.get("seconds", previous.get(step.name))
+        print(f"  {step.name:<32} {status:<12} {minutes(took) if took is not None else '-'}")
+
+
+def run_steps(
+    todo: list[Step], steps: list[Step], progress: dict[str, Any], previous: dict[str, float]
+) -> str:
+    """Run ``todo`` in order, saving the progress and the record after each step; "interrupted" when
+    Ctrl-C stopped a step (the step is recorded as such), else "done"."""
+    for i, step in enumerate(todo, start=1):
+        left = sum(previous.get(s.name, 0.0) for s in todo[i - 1 :])
+        hint = f"; about {minutes(left)} left by the last recorded run" if left else ""
+        print(f"\n== [{i}/{len(todo)}] {step.name} ({shlex.join(step.command)}){hint}", flush=True)
+        try:
+            code, seconds = run_step(step, LOGS / f"{step.name}.log")
+        except KeyboardInterrupt:
+            progress["steps"][step.name] = {
+                "status": "interrupted",
+                "finished": now(),
+                "invocation": progress["invocations"],
+            }
+            save_progress(progress)
+            write_record(progress, steps)
+            print(f"\nmake bench: interrupted in {step.name}; `make bench` resumes here", file=sys.stderr)
+            return "interrupted"
+        progress["steps"][step.name] = {
+            "status": "passed" if code == 0 else f"failed ({code})",
+            "seconds": round(seconds, 1),
+            "finished": now(),
+            "invocation": progress["invocations"],
+        }
+        save_progress(progress)
+        write_record(progress, steps)
+        print(
+            f"== {step.name}: {'passed' if code == 0 else f'FAILED (exit {code})'} in {minutes(seconds)}",
+            flush=True,
+        )
+    return "done"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument(
+        "--platform-command", default=DEFAULT_PLATFORM_COMMAND, help="the test-platform step's shell command"
+    )
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--restart", action="store_true", help="start over, whatever was recorded")
+    group.add_argument(
+        "--only", nargs="+", metavar="STEP", help="run these steps (names as --list prints them)"
+    )
+    group.add_argument("--list", action="store_true", help="print the steps and their state, run nothing")
+    args = parser.parse_args(argv)
+
+    steps = bench_steps(args.platform_command)
+    head, dirty = code_identity()
+    progress, reason = load_progress(head, dirty, args.restart)
+    previous = last_durations()
+    if args.list:
+        print(f"make bench at {str(head)[:10]}{' (uncommitted changes)' if dirty else ''}:")
+        print_list(steps, progress, previous)
+        return 0
+    names = {s.name for s in steps}
+    if args.only:
+        unknown = sorted(set(args.only) - names)
+        if unknown:
+            parser.error(f"no step named {', '.join(unknown)}; the steps: {', '.join(sorted(names))}")
+        todo = [s for s in steps if s.name in args.only]
+    else:
+        todo = [s for s in steps if progress["steps"].get(s.name, {}).get("status") != "passed"]
+    if reason:
+        print(f"make bench: starting over ({reason})")
+    elif progress["steps"] and not args.only:
+        print(
+            f"make bench: resuming at {str(head)[:10]}: "
+            f"{len(steps) - len(todo)} of {len(steps)} steps passed already"
+        )
+    progress["invocations"] += 1
+    save_progress(progress)
+    if run_steps(todo, steps, progress, previous) == "interrupted":
+        return 130
+    failed = [
+        s.name for s in steps if progress["steps"].get(s.name, {}).get("status", "").startswith("failed")
+    ]
+    print(f"\nmake bench at {str(head)[:10]}:")
+    print_list(steps, progress, previous)
+    print(f"record: {RECORD.relative_to(ROOT)}; logs: {LOGS.relative_to(ROOT)}/")
+    if failed:
+        print(
+            f"failed benchmarks: {' '.join(failed)} (their logs above; `make bench` re-runs only them)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

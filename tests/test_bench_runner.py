@@ -1,0 +1,145 @@
+"""``make bench``'s runner (benchmarks/run_all.py): every benchmark is a step, a failed or
+interrupted run resumes where it stopped on the same commit and starts over on another, and the
+record says what ran."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import run_all  # noqa: E402  (benchmarks/ is not a package)
+
+
+def test_the_steps_are_the_platform_test_and_every_bench_script():
+    steps = run_all.bench_steps("echo platform")
+    scripts = sorted(p.name for p in (ROOT / "benchmarks").glob("*_bench.py"))
+    assert [s.name for s in steps] == [run_all.PLATFORM_STEP, *scripts]
+    # each script runs with no arguments, as `make bench` always ran them
+    assert all(s.command[1:] == [f"benchmarks/{s.name}"] for s in steps[1:])
+    assert steps[0].command == ["bash", "-c", "echo platform"]
+
+
+@pytest.fixture
+def runner(tmp_path, monkeypatch):
+    """run_all with its state under tmp_path and three fake steps; the second fails until the file
+    ``fixed`` exists. Each step appends its name to ``ran`` when it runs."""
+    ran = tmp_path / "ran"
+
+    def step(name: str, script: str) -> run_all.Step:
+        return run_all.Step(
+            name, [sys.executable, "-c", f"open({str(ran)!r}, 'a').write({name!r} + '\\n')\n{script}"]
+        )
+
+    fixed = tmp_path / "fixed"
+    steps = [
+        step("one", "print('one done')"),
+        step("two", f"import os, sys; sys.exit(0 if os.path.exists({str(fixed)!r}) else 3)"),
+        step("three", "print('three done')"),
+    ]
+    monkeypatch.setattr(run_all, "bench_steps", lambda command: steps)
+    monkeypatch.setattr(run_all, "PROGRESS", tmp_path / "progress.json")
+    monkeypatch.setattr(run_all, "LOGS", tmp_path / "logs")
+    monkeypatch.setattr(run_all, "RECORD", tmp_path / "bench_run.json")
+    monkeypatch.setattr(run_all, "RESULTS", tmp_path)
+    monkeypatch.setattr(run_all, "ROOT", tmp_path)
+    head = {"commit": "a" * 40}
+    monkeypatch.setattr(run_all, "code_identity", lambda: (head["commit"], False))
+
+    def runs() -> list[str]:
+        names = ran.read_text().split() if ran.exists() else []
+        ran.unlink(missing_ok=True)
+        return names
+
+    def record() -> dict:
+        return json.loads((tmp_path / "bench_run.json").read_text())
+
+    return run_all, runs, record, fixed, head
+
+
+def test_a_failed_step_is_reported_and_only_it_runs_again(runner, capsys):
+    run_all, runs, record, fixed, _ = runner
+    assert run_all.main([]) == 1
+    assert runs() == ["one", "two", "three"]  # a failure does not stop the steps after it
+    assert "failed benchmarks: two" in capsys.readouterr().err
+    first = record()
+    assert [s["status"] for s in first["steps"]] == ["passed", "failed (3)", "passed"]
+    assert not first["complete"]
+    assert (run_all.LOGS / "one.log").read_text().splitlines()[-1] == "one done"
+
+    fixed.touch()
+    assert run_all.main([]) == 0
+    assert runs() == ["two"]
+    assert "resuming at aaaaaaaaaa: 2 of 3 steps passed already" in capsys.readouterr().out
+    second = record()
+    assert second["complete"] and second["invocations"] == 2
+    assert [s["invocation"] for s in second["steps"]] == [1, 2, 1]
+    assert second["git_commit"] == "a" * 40
+
+
+def test_another_commit_or_restart_starts_over(runner, capsys):
+    run_all, runs, record, fixed, head = runner
+    fixed.touch()
+    assert run_all.main([]) == 0
+    runs()
+    assert run_all.main([]) == 0  # nothing left to do on the same commit
+    assert runs() == []
+    head["commit"] = "b" * 40
+    assert run_all.main([]) == 0
+    assert runs() == ["one", "two", "three"]
+    assert "the progress was recorded on aaaaaaaaaa, HEAD is bbbbbbbbbb" in capsys.readouterr().out
+    assert record()["invocations"] == 1
+    assert run_all.main(["--restart"]) == 0
+    assert runs() == ["one", "two", "three"]
+    assert run_all.main(["--only", "three"]) == 0
+    assert runs() == ["three"]
+
+
+def test_uncommitted_code_never_resumes(runner, monkeypatch, capsys):
+    run_all, runs, _, fixed, _ = runner
+    fixed.touch()
+    assert run_all.main([]) == 0
+    runs()
+    monkeypatch.setattr(run_all, "code_identity", lambda: ("a" * 40, True))
+    assert run_all.main([]) == 0
+    assert runs() == ["one", "two", "three"]
+    assert "uncommitted changes" in capsys.readouterr().out
+
+
+def test_an_interrupted_step_is_where_the_next_run_starts(runner, monkeypatch):
+    run_all, runs, record, fixed, _ = runner
+    fixed.touch()
+    real = run_all.run_step
+
+    def interrupt_two(step, log):
+        if step.name == "two":
+            raise KeyboardInterrupt
+        return real(step, log)
+
+    monkeypatch.setattr(run_all, "run_step", interrupt_two)
+    assert run_all.main([]) == 130
+    assert runs() == ["one"]
+    assert [s["status"] for s in record()["steps"]] == ["passed", "interrupted", "not run"]
+    monkeypatch.setattr(run_all, "run_step", real)
+    assert run_all.main([]) == 0
+    assert runs() == ["two", "three"]
+
+
+def test_list_runs_nothing(runner, capsys):
+    run_all, runs, _, _, _ = runner
+    assert run_all.main(["--list"]) == 0
+    assert runs() == []
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("one", "two", "three"))
+
+
+def test_an_unknown_step_is_refused_with_the_names(runner, capsys):
+    run_all, _, _, _, _ = runner
+    with pytest.raises(SystemExit):
+        run_all.main(["--only", "four"])
+    assert "no step named four; the steps: one, three, two" in capsys.readouterr().err
