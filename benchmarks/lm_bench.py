@@ -56,8 +56,9 @@ seconds per model. Headline per corpus and ε: gap_closed = ln(ppl_public/ppl_dp
 ln(ppl_public/ppl_nonprivate), top3_gain_points = 100 (top3_dp − top3_public), dp_vs_public =
 ppl_dp/ppl_public, dp_over_nonprivate = ppl_dp/ppl_nonprivate (open-vocabulary perplexities).
 
-``previous_run`` in the JSON: the headline of the lm.json this run replaces (or of ``--previous``), so
-a reader can compare the two; the plot draws its DP curve in grey.
+``previous_run`` in the JSON: the headline of the lm.json this run replaces (or of ``--previous``; with
+``--option``, of the default's ``results/lm.json``), so a reader can compare the two; the plot draws
+its DP curve in grey.
 
 ``--quick`` (smoke test): ε = 4 only and a 20,000-user generated corpus; writes
 benchmarks/.data/lm_quick.json/.png instead of benchmarks/results/lm.json and lm.png. Scratch files
@@ -151,8 +152,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument(
         "--previous",
         default=None,
-        help="an earlier lm.json whose headline is carried as previous_run (default: the output "
-        "JSON if it exists, read before it is replaced; 'none' to skip)",
+        help="an earlier lm.json whose headline is carried as previous_run (default: with --option, "
+        "results/lm.json, the default's latest run; else the output JSON if it exists, read before "
+        "it is replaced; 'none' to skip)",
     )
     ap.add_argument(
         "--merge",
@@ -185,6 +187,17 @@ def parse_args() -> argparse.Namespace:
         except json.JSONDecodeError:
             args.options[name] = value
     return args
+
+
+def previous_path(previous: str | None, options: list[str], out_json: Path) -> Path | None:
+    """The lm.json whose headline becomes ``previous_run``: ``--previous`` (None for 'none'); by
+    default, for an ``--option`` run the default's latest ``results/lm.json`` (an option is judged
+    against the default, not against an earlier run of itself), else the file this run replaces."""
+    if previous == "none":
+        return None
+    if previous is not None:
+        return Path(previous)
+    return RESULTS / "lm.json" if options else out_json
 
 
 def main() -> None:
@@ -220,9 +233,9 @@ def main() -> None:
         "parameters": parameters(args, epsilons),
         "results": {},
     }
-    previous = Path(args.previous) if args.previous not in (None, "none") else out_json
-    if args.previous != "none" and previous.is_file():
-        out["previous_run"] = previous_summary(previous)
+    previous = previous_path(args.previous, args.option, out_json)
+    if previous is not None and previous.is_file():
+        out["previous_run"] = previous_summary(previous, replaced=previous == out_json)
     if args.merge and out_json.is_file():
         old = json.loads(out_json.read_text(encoding="utf-8"))
         kept = {n: block for n, block in old.get("results", {}).items() if n not in names}

@@ -240,9 +240,10 @@ def parameters(args: argparse.Namespace, epsilons: list[float]) -> dict[str, Any
     }
 
 
-def previous_summary(path: Path) -> dict[str, Any] | None:
-    """The headline of an earlier lm.json (read before this run overwrites it), for comparison:
-    its commit, date, baselines and, per corpus and ε, the DP row and the headline."""
+def previous_summary(path: Path, *, replaced: bool = True) -> dict[str, Any] | None:
+    """The headline of an earlier lm.json (``replaced``: the file this run overwrites, read before
+    it does; else another run's file, e.g. the default's for an --option run), for comparison: its
+    commit, date, baselines and, per corpus and ε, the DP row and the headline."""
     try:
         old = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -273,7 +274,9 @@ def previous_summary(path: Path) -> dict[str, Any] | None:
     params = old.get("parameters", {})
     run_config = next(iter(params.get("run_config", {}).values()), {})
     return {
-        "note": f"the previous result of this benchmark ({path.name} before this run replaced it)",
+        "note": f"the previous result of this benchmark ({path.name} before this run replaced it)"
+        if replaced
+        else f"the latest result this run is compared with ({path.name})",
         "commit": _commit(old.get("git_commit")),
         "date": old.get("date"),
         "seconds": old.get("seconds"),
