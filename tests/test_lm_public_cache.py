@@ -367,3 +367,124 @@ def test_a_tokenizer_change_does_not_reuse_cached_public_tokens(monkeypatch) -> 
     assert public_cache.entry_key("digest", "part", 3) == before  # a key is stable
     monkeypatch.setattr(tokenizer, "TOKENIZER_VERSION", tokenizer.TOKENIZER_VERSION + 1)
     assert public_cache.entry_key("digest", "part", 3) != before
+
+
+# -- the shared copy (a deployment's run store) --------------------------------------------------
+def test_the_shared_copy_reads_the_run_stores_variable():
+    from dpngram.release.run_store import RUN_STORE_ENV
+
+    assert public_cache.RUN_STORE_ENV == RUN_STORE_ENV
+
+
+@pytest.fixture
+def shared(tmp_path, monkeypatch) -> Path:
+    """A run store on a local path (fsspec treats it as it treats s3://; tests/test_object_storage.py
+    runs the same code against S3); returns the shared copy's folder."""
+    store = tmp_path / "run-store"
+    monkeypatch.setenv(public_cache.RUN_STORE_ENV, f"file://{store}")
+    return store / "_cache" / "public"
+
+
+def _counting(frame: pl.DataFrame, calls: list[str], worker: str):
+    def compute():
+        calls.append(worker)
+        return {1: frame, 2: frame.with_columns(pl.col("count") * 2)}
+
+    return compute
+
+
+def test_a_worker_reads_what_another_computed_from_the_shared_copy(tmp_path, shared):
+    frame = pl.DataFrame({"ngram": ["a", "b"], "count": [1.0, 2.0]})
+    calls: list[str] = []
+    first = public_cache.cached_tables(tmp_path / "a", "models", "k", _counting(frame, calls, "a"))
+    assert sorted(p.name for p in (shared / "models" / "k").iterdir()) == [
+        "meta.json",
+        "order1.parquet",
+        "order2.parquet",
+    ]
+    got = public_cache.cached_tables(tmp_path / "b", "models", "k", _counting(frame, calls, "b"))
+    assert calls == ["a"]  # worker b downloaded instead of computing
+    assert set(got) == {1, 2} and all(got[n].equals(first[n]) for n in got)
+    assert (tmp_path / "b" / "models" / "k" / "meta.json").is_file()  # now in b's own cache too
+    # a file entry travels the same way
+    written: list[str] = []
+
+    def write(path: Path) -> None:
+        written.append(path.parent.parent.parent.name)
+        path.write_text("held-out sentences\n", encoding="utf-8")
+
+    a_file = public_cache.cached_file(tmp_path / "a", "heldout", "h", "heldout.txt", write)
+    b_file = public_cache.cached_file(tmp_path / "b", "heldout", "h", "heldout.txt", write)
+    assert written == ["a"] and b_file is not None and a_file is not None
+    assert b_file.read_text(encoding="utf-8") == a_file.read_text(encoding="utf-8")
+    assert b_file.is_relative_to(tmp_path / "b")
+
+
+def test_a_runs_released_mixture_is_not_shared(tmp_path, shared):
+    frame = pl.DataFrame({"ngram": ["a"], "count": [1.0]})
+    calls: list[str] = []
+    public_cache.cached_tables(tmp_path / "a", "mixtures", "m", _counting(frame, calls, "a"))
+    public_cache.cached_tables(tmp_path / "b", "mixtures", "m", _counting(frame, calls, "b"))
+    assert calls == ["a", "b"]
+    assert not (shared / "mixtures").exists()
+
+
+def test_an_entry_without_its_meta_file_is_missing_and_gets_completed(tmp_path, shared):
+    """A worker killed while uploading leaves tables without meta.json (uploaded last): others
+    compute the entry and complete the shared copy."""
+    frame = pl.DataFrame({"ngram": ["a"], "count": [3.0]})
+    calls: list[str] = []
+    public_cache.cached_tables(tmp_path / "a", "counts", "c", _counting(frame, calls, "a"))
+    (shared / "counts" / "c" / "meta.json").unlink()
+    got = public_cache.cached_tables(tmp_path / "b", "counts", "c", _counting(frame, calls, "b"))
+    assert calls == ["a", "b"] and got[1].equals(frame)
+    assert (shared / "counts" / "c" / "meta.json").is_file()
+    public_cache.cached_tables(tmp_path / "c", "counts", "c", _counting(frame, calls, "c"))
+    assert calls == ["a", "b"]
+
+
+def test_a_damaged_shared_entry_is_computed_and_replaced(tmp_path, shared):
+    frame = pl.DataFrame({"ngram": ["a", "b"], "count": [1.0, 2.0]})
+    calls: list[str] = []
+    public_cache.cached_tables(tmp_path / "a", "structure", "s", _counting(frame, calls, "a"))
+    part = shared / "structure" / "s" / "order1.parquet"
+    part.write_bytes(part.read_bytes()[:20])
+    got = public_cache.cached_tables(tmp_path / "b", "structure", "s", _counting(frame, calls, "b"))
+    assert calls == ["a", "b"] and got[1].equals(frame)
+    assert pl.read_parquet(part).equals(frame)  # the shared copy is whole again
+
+
+def test_an_unreachable_shared_copy_changes_nothing(tmp_path, monkeypatch, caplog):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the run store should be", encoding="utf-8")
+    monkeypatch.setenv(public_cache.RUN_STORE_ENV, f"file://{blocker}/store")
+    frame = pl.DataFrame({"ngram": ["a"], "count": [1.0]})
+    calls: list[str] = []
+    with caplog.at_level("WARNING", logger="dpngram.lm.public_cache"):
+        got = public_cache.cached_tables(tmp_path / "a", "models", "k", _counting(frame, calls, "a"))
+    assert calls == ["a"] and got[1].equals(frame)
+    assert "could not add the models entry to the shared copy" in caplog.text
+    assert (tmp_path / "a" / "models" / "k" / "meta.json").is_file()  # the local cache still works
+
+
+def test_the_meta_file_is_uploaded_last(tmp_path, shared, monkeypatch):
+    real = public_cache._filesystem
+    uploaded: list[str] = []
+
+    def recording(url: str):
+        fs, path = real(url)  # fsspec hands out one cached instance: wrap its put_file once
+        if not getattr(fs.put_file, "recording", False):
+            put = fs.put_file
+
+            def put_file(local, remote, **kwargs):
+                uploaded.append(Path(remote).name)
+                return put(local, remote, **kwargs)
+
+            put_file.recording = True
+            monkeypatch.setattr(fs, "put_file", put_file)
+        return fs, path
+
+    monkeypatch.setattr(public_cache, "_filesystem", recording)
+    frame = pl.DataFrame({"ngram": ["a"], "count": [1.0]})
+    public_cache.cached_tables(tmp_path / "a", "frequent", "f", _counting(frame, [], "a"))
+    assert uploaded == ["order1.parquet", "order2.parquet", "meta.json"]

@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -495,7 +496,7 @@ def test_asset_key_of_a_local_out_is_a_file_url_of_its_absolute_path(tmp_path, m
 
 # -- 6. the run store: the release DAG on two workers that share no disk ---------------------------
 def test_the_release_dag_on_two_workers_sharing_only_s3_and_postgres_publishes_once_and_leaves_nothing(
-    s3, sample, tmp_path, postgres_ledger_url, monkeypatch
+    s3, sample, tmp_path, postgres_ledger_url, monkeypatch, caplog
 ):
     from dpngram.core.accounting import JOINT_TOLERANCE
     from dpngram.orchestration.plan import TASKS
@@ -504,6 +505,7 @@ def test_the_release_dag_on_two_workers_sharing_only_s3_and_postgres_publishes_o
     from dpngram.release.identity import operator_dir
     from dpngram.release.run_store import RunStore, sweep_closed
 
+    caplog.set_level(logging.INFO, logger="dpngram.lm.public_cache")
     base = fresh_prefix()
     out, store = f"{base}/out", f"{base}/runs"
     dataset = "workers"
@@ -665,6 +667,21 @@ def test_the_release_dag_on_two_workers_sharing_only_s3_and_postgres_publishes_o
     assert not (other / "staging" / dataset / run_id).exists()
     assert not (other / "operator" / run_id).exists()  # its copy is in the store
     assert local_tree(default_warehouse) == default_before  # no task fell back to the per-user warehouse
+
+    # the public model was fitted for both workers once: its entries are in the store's shared copy
+    # of the public-model cache (not the run's released mixture, one per run), each worker's own
+    # entries are among them, and a worker read at least one instead of computing it
+    shared = storage.list_files(join(store, "_cache", "public"))
+    kinds = {f.split("/")[0] for f in shared}
+    assert {"counts", "models", "structure", "frequent"} <= kinds
+    assert not kinds & {"mixtures", "mixture_links"}
+    shared_models = {f.split("/")[1] for f in shared if f.startswith("models/") and f.endswith("/meta.json")}
+    for worker in workers:
+        local_models = {
+            p.name for p in (worker / "cache" / "public" / "models").glob("*") if not p.name.startswith(".")
+        }
+        assert local_models and local_models <= shared_models
+    assert "from the shared copy" in caplog.text
 
     # the ledger: closed, one entry per charged stage, adding up to the run's epsilon
     assert run["state"] == "closed"

@@ -43,6 +43,16 @@ corpus again and fitted Kneser-Ney again. Eight kinds of entries:
   only for the model it would build itself from the released files (about 0.75 s on SOTU's model
   against 0.1 s to read it). A run whose cache is elsewhere, or gone, builds it again.
 
+**The shared copy.** A deployment whose workers share no disk names a run store
+(``DPNGRAM_RUN_STORE``, :mod:`dpngram.release.run_store`); the entries of the
+:data:`SHARED_KINDS` are then also kept under ``RUN_STORE/_cache/public/`` (:func:`shared_root`).
+A worker whose own cache misses an entry downloads it from there before computing it, and uploads
+what it computes (the table files first, ``meta.json``, the mark of a complete entry, last). So the
+public model is fitted once per deployment, not once per worker, nor once per task where workers
+are short-lived (a KubernetesExecutor pod). The shared copy is never pruned (an entry per public
+corpus and model setting); deleting it is always safe. An unreachable or damaged shared copy is
+skipped with a warning: the worker computes the entry as without it.
+
 Only public data is stored: the public corpus's counts, a model fitted on them over V_LM (the
 DP vocabulary, a released output, ∪ public words) and models computed from released DP outputs
 and that model (post-processing). The directory is ``WAREHOUSE_DIR/cache/public``
@@ -52,13 +62,16 @@ and only the :data:`KEEP` most recently used entries of each kind are kept. A ca
 read or written is skipped (the caller recomputes; a table entry that cannot be read is replaced by
 the result): the cache never changes a result.
 
-Owns: the cache layout and keys. Imports: dpngram.lm.ngram_tables; polars.
+Owns: the cache layout and keys, the shared copy's layout. Imports: dpngram.lm.ngram_tables; polars,
+fsspec (the shared copy; not dpngram.release.storage: the mechanisms import this module and must
+not import the run plumbing, pyproject's contracts).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 from collections.abc import Callable, Iterable
@@ -88,7 +101,24 @@ KEEP = {
 #: in 0.08 s against zstd's 0.13 s, at 1.3x the size); the rest zstd.
 FAST_WRITE = {"mixtures": "lz4", "mixture_links": "lz4"}
 
+#: The kinds kept in the shared copy (module docstring): a public corpus's entries, which every run
+#: on that corpus reads. Not a run's released mixture (``mixtures``, ``mixture_links``): one per run,
+#: the shared copy would keep them all, and stage ``lm`` rebuilds one in about a second.
+SHARED_KINDS = frozenset({"counts", "models", "structure", "frequent", "public_sentences", "heldout"})
+
+#: The file whose presence marks a table entry as complete; uploaded last.
+META = "meta.json"
+
+#: The environment variable that names the deployment's run store; the same name as
+#: :data:`dpngram.release.run_store.RUN_STORE_ENV` (tests/test_lm_public_cache.py checks it).
+RUN_STORE_ENV = "DPNGRAM_RUN_STORE"
+
+#: Where in the run store the shared copy is (a run id never starts with "_": no run's prefix).
+SHARED_PREFIX = "_cache/public"
+
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 def file_digest(path: str | os.PathLike[str]) -> str:
@@ -199,6 +229,75 @@ def _store(entry: Path, fill: Callable[[Path], object], keep: int) -> None:
     _prune(kind_dir, keep)
 
 
+def shared_root() -> str | None:
+    """The shared copy of this deployment, ``RUN_STORE/_cache/public``, or None (no run store: one
+    machine, where the warehouse's cache is the only one)."""
+    store = os.environ.get(RUN_STORE_ENV, "").strip()
+    return f"{store.rstrip('/')}/{SHARED_PREFIX}" if store else None
+
+
+def _shared_url(kind: str, key: str) -> str | None:
+    """The shared copy's entry of ``kind``/``key``, or None (no shared copy, or a kind kept locally)."""
+    root = shared_root() if kind in SHARED_KINDS else None
+    return None if root is None else f"{root}/{kind}/{key}"
+
+
+def _filesystem(url: str):  # noqa: ANN202 - an fsspec filesystem
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(url)
+    fs.invalidate_cache()  # another worker may have written since
+    return fs, path
+
+
+def _fetch_shared(entry: Path, kind: str, key: str, name: str | None = None) -> bool:
+    """Download the shared copy's entry into ``entry`` (stored like a computed one: a temporary
+    directory renamed into place): the file ``name`` of a file entry, else a table entry's
+    ``meta.json`` and the tables it lists. False when there is no shared copy or it lacks the entry,
+    or cannot be read (a warning; the caller then computes the entry)."""
+    url = _shared_url(kind, key)
+    if url is None:
+        return False
+    try:
+        fs, path = _filesystem(url)
+        if name is None:
+            orders = json.loads(fs.cat_file(f"{path}/{META}"))["orders"]
+            names = [f"order{int(n)}.parquet" for n in orders] + [META]
+        else:
+            names = [name]
+
+        def fill(tmp: Path) -> None:
+            for file in names:
+                fs.get_file(f"{path}/{file}", str(tmp / file))
+
+        _store(entry, fill, KEEP.get(kind, 4))
+    except FileNotFoundError:
+        return False
+    except Exception as err:  # noqa: BLE001 - any storage error: the entry is computed instead
+        log.warning(
+            "public-model cache: the shared copy's %s entry is unreadable (%s); computing it", kind, err
+        )
+        return False
+    log.info("public-model cache: %s entry %s from the shared copy", kind, key[:12])
+    return True
+
+
+def _share(entry: Path, kind: str, key: str) -> None:
+    """Upload a computed entry to the shared copy, ``meta.json`` last (a reader takes an entry
+    without it as missing). A failure is a warning: the entry stays local."""
+    url = _shared_url(kind, key)
+    if url is None or not entry.is_dir():
+        return
+    files = sorted((p for p in entry.iterdir() if p.is_file()), key=lambda p: (p.name == META, p.name))
+    try:
+        fs, path = _filesystem(url)
+        fs.makedirs(path, exist_ok=True)  # a local or mounted path needs the folder; S3 has none
+        for file in files:
+            fs.put_file(str(file), f"{path}/{file.name}")
+    except Exception as err:  # noqa: BLE001 - any storage error: the local entry stands
+        log.warning("public-model cache: could not add the %s entry to the shared copy (%s)", kind, err)
+
+
 def _write_tables(entry: Path, tables: dict[int, pl.DataFrame], keep: int, compression: str = "zstd") -> None:
     def fill(tmp: Path) -> None:
         for n, table in tables.items():
@@ -215,22 +314,30 @@ def cached_tables(
     if cache_dir is None:
         return compute()
     entry = Path(cache_dir) / kind / key
-    try:
-        tables = _read_tables(entry)
-    except (OSError, ValueError, pl.exceptions.PolarsError):
-        tables = None
+    tables = _read_entry(entry)
+    if tables is None and not entry.exists() and _fetch_shared(entry, kind, key):
+        tables = _read_entry(entry)
     if tables is not None:
         _touch(entry)
         return tables
     # an entry that exists but cannot be read (a damaged file, a copy cut short) is removed, so the
-    # result computed now replaces it instead of every later run computing it again
+    # result computed now replaces it (here and in the shared copy) instead of every later run
+    # computing it again
     shutil.rmtree(entry, ignore_errors=True)
     tables = compute()
     try:
         _write_tables(entry, tables, KEEP.get(kind, 4), FAST_WRITE.get(kind, "zstd"))
     except OSError:  # a read-only or full disk: the result stands, uncached
-        pass
+        return tables
+    _share(entry, kind, key)
     return tables
+
+
+def _read_entry(entry: Path) -> dict[int, pl.DataFrame] | None:
+    try:
+        return _read_tables(entry)
+    except (OSError, ValueError, pl.exceptions.PolarsError):
+        return None
 
 
 def cached_file(
@@ -242,11 +349,14 @@ def cached_file(
     if cache_dir is None:
         return None
     entry = Path(cache_dir) / kind / key
-    if (entry / name).is_file():
+    if (entry / name).is_file() or (not entry.exists() and _fetch_shared(entry, kind, key, name)):
         _touch(entry)
         return entry / name
     try:
         _store(entry, lambda tmp: write(tmp / name), KEEP.get(kind, 4))
     except OSError:  # a read-only or full disk
         return None
-    return entry / name if (entry / name).is_file() else None
+    if not (entry / name).is_file():
+        return None
+    _share(entry, kind, key)
+    return entry / name
