@@ -144,7 +144,18 @@ def composed_epsilons() -> dict[str, Any]:
     from dpngram.config import RunConfig
 
     def row(fractions: dict[str, float], **extra: Any) -> dict[str, Any]:
-        values = {"input": "x", "out": "y", "epsilon": 4.0, "delta": 1e-7, "stage_budget": fractions, **extra}
+        # a public corpus named (never read: the plan only needs to know there is one), so that
+        # every stage of the split runs; without one the bayes stage is skipped, and a split of
+        # bayes alone would plan no stage at all (target epsilon 0)
+        values = {
+            "input": "x",
+            "out": "y",
+            "public": "public.txt",
+            "epsilon": 4.0,
+            "delta": 1e-7,
+            "stage_budget": fractions,
+            **extra,
+        }
         joint = RunConfig.build(**values).budget_plan()
         alone = RunConfig.build(**values, budget_calibration="per-stage").budget_plan()
         return {
