@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -48,6 +49,15 @@ DEFAULT_PLATFORM_COMMAND = (
 
 #: Paths whose uncommitted changes make a recorded progress unusable (the code the steps run).
 CODE_PATHS = ("src", "sql", "benchmarks", ":(exclude)benchmarks/results")
+
+
+#: Signals that stop a step rather than fail it: Ctrl-C, ``kill``, a closed terminal. A step that
+#: ends by one of them is recorded as interrupted (the next run starts with it), not as failed.
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 @dataclass(frozen=True)
@@ -194,13 +204,16 @@ def run_steps(
     todo: list[Step], steps: list[Step], progress: dict[str, Any], previous: dict[str, float]
 ) -> str:
     """Run ``todo`` in order, saving the progress and the record after each step; "interrupted" when
-    Ctrl-C stopped a step (the step is recorded as such), else "done"."""
+    Ctrl-C, or a stop signal to the runner or the step, stopped a step (the step is recorded as
+    such, and the next run starts with it), else "done"."""
     for i, step in enumerate(todo, start=1):
         left = sum(previous.get(s.name, 0.0) for s in todo[i - 1 :])
         hint = f"; about {minutes(left)} left by the last recorded run" if left else ""
         print(f"\n== [{i}/{len(todo)}] {step.name} ({shlex.join(step.command)}){hint}", flush=True)
         try:
             code, seconds = run_step(step, LOGS / f"{step.name}.log")
+            if -code in STOP_SIGNALS:  # the step was stopped, e.g. with the runner ignoring SIGINT
+                raise KeyboardInterrupt
         except KeyboardInterrupt:
             progress["steps"][step.name] = {
                 "status": "interrupted",
@@ -266,7 +279,14 @@ def main(argv: list[str] | None = None) -> int:
         )
     progress["invocations"] += 1
     save_progress(progress)
-    if run_steps(todo, steps, progress, previous) == "interrupted":
+    # kill and a closed terminal stop the run as Ctrl-C does (a background job may even ignore SIGINT)
+    before = {stop: signal.signal(stop, _stop) for stop in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        outcome = run_steps(todo, steps, progress, previous)
+    finally:
+        for stop, handler in before.items():
+            signal.signal(stop, handler)
+    if outcome == "interrupted":
         return 130
     failed = [
         s.name for s in steps if progress["steps"].get(s.name, {}).get("status", "").startswith("failed")

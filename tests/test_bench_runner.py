@@ -143,3 +143,27 @@ def test_an_unknown_step_is_refused_with_the_names(runner, capsys):
     with pytest.raises(SystemExit):
         run_all.main(["--only", "four"])
     assert "no step named four; the steps: one, three, two" in capsys.readouterr().err
+
+
+def test_a_step_stopped_by_a_signal_is_interrupted_not_failed(runner, monkeypatch):
+    """A background ``make bench`` may ignore SIGINT itself, so a stop reaches only the step: the
+    step's death by SIGINT or SIGTERM counts as an interruption, and the next run starts with it."""
+    run_all, runs, record, fixed, _ = runner
+    fixed.touch()
+    real = run_all.run_step
+
+    def killed(step, log):
+        if step.name == "two":
+            stopped = run_all.Step(
+                "two", [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"]
+            )
+            return real(stopped, log)
+        return real(step, log)
+
+    monkeypatch.setattr(run_all, "run_step", killed)
+    assert run_all.main([]) == 130
+    assert runs() == ["one"]
+    assert [s["status"] for s in record()["steps"]] == ["passed", "interrupted", "not run"]
+    monkeypatch.setattr(run_all, "run_step", real)
+    assert run_all.main([]) == 0
+    assert runs() == ["two", "three"]
