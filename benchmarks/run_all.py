@@ -200,6 +200,19 @@ def print_list(steps: list[Step], progress: dict[str, Any], previous: dict[str, 
         print(f"  {step.name:<32} {status:<12} {minutes(took) if took is not None else '-'}")
 
 
+def _time_left(remaining: list[Step], previous: dict[str, float]) -> str:
+    """The progress line's estimate from the last recorded run: the time left when every remaining
+    step was timed there, else what the timed ones took (an estimate that counts an untimed step as
+    0 s would mislead)."""
+    timed = [previous[s.name] for s in remaining if s.name in previous]
+    if not timed:
+        return ""
+    if len(timed) == len(remaining):
+        return f"; about {minutes(sum(timed))} left by the last recorded run"
+    took = minutes(sum(timed))
+    return f"; {len(timed)} of the {len(remaining)} steps left took {took} in the last recorded run"
+
+
 def run_steps(
     todo: list[Step], steps: list[Step], progress: dict[str, Any], previous: dict[str, float]
 ) -> str:
@@ -207,8 +220,7 @@ def run_steps(
     Ctrl-C, or a stop signal to the runner or the step, stopped a step (the step is recorded as
     such, and the next run starts with it), else "done"."""
     for i, step in enumerate(todo, start=1):
-        left = sum(previous.get(s.name, 0.0) for s in todo[i - 1 :])
-        hint = f"; about {minutes(left)} left by the last recorded run" if left else ""
+        hint = _time_left(todo[i - 1 :], previous)
         print(f"\n== [{i}/{len(todo)}] {step.name} ({shlex.join(step.command)}){hint}", flush=True)
         try:
             code, seconds = run_step(step, LOGS / f"{step.name}.log")

@@ -167,3 +167,12 @@ def test_a_step_stopped_by_a_signal_is_interrupted_not_failed(runner, monkeypatc
     monkeypatch.setattr(run_all, "run_step", real)
     assert run_all.main([]) == 0
     assert runs() == ["two", "three"]
+
+
+def test_the_time_left_counts_only_steps_the_last_run_timed():
+    steps = [run_all.Step(n, ["true"]) for n in ("a", "b", "c")]
+    assert run_all._time_left(steps, {}) == ""
+    every = {"a": 60.0, "b": 3000.0, "c": 600.0}
+    assert run_all._time_left(steps, every) == "; about 61 min left by the last recorded run"
+    some = {"a": 50.0, "b": 30.0}
+    assert run_all._time_left(steps, some) == "; 2 of the 3 steps left took 80 s in the last recorded run"
