@@ -23,7 +23,9 @@ Usage: ``python benchmarks/run_all.py [--platform-command CMD] [--restart | --on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import shlex
 import signal
 import subprocess
@@ -54,6 +56,10 @@ CODE_PATHS = ("src", "sql", "benchmarks", ":(exclude)benchmarks/results")
 #: Signals that stop a step rather than fail it: Ctrl-C, ``kill``, a closed terminal. A step that
 #: ends by one of them is recorded as interrupted (the next run starts with it), not as failed.
 STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+
+
+#: Seconds a stopped step gets for its clean-ups before the rest of its process group is killed.
+STOP_GRACE = 120
 
 
 def _stop(signum: int, frame: object) -> None:
@@ -135,13 +141,22 @@ def minutes(seconds: float) -> str:
 
 def run_step(step: Step, log: Path) -> tuple[int, float]:
     """Run one step from the repository root, its output to the terminal and to ``log``; (exit status,
-    seconds). Ctrl-C stops the step and propagates."""
+    seconds). The step runs in a process group of its own; Ctrl-C (or a stop signal to the runner)
+    sends SIGINT to that whole group, so that pytest and the benchmarks run their clean-ups (the
+    platform test stops its PostgreSQL, Redis, S3 server and Airflow services), waits up to
+    :data:`STOP_GRACE` seconds, kills what is left, and propagates."""
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with log.open("w", encoding="utf-8") as out:
         out.write(f"$ {shlex.join(step.command)}\n")
         proc = subprocess.Popen(
-            step.command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+            step.command,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
         )
         try:
             assert proc.stdout is not None
@@ -150,13 +165,23 @@ def run_step(step: Step, log: Path) -> tuple[int, float]:
                 out.write(line)
             code = proc.wait()
         except KeyboardInterrupt:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            _stop_group(proc)
             raise
     return code, time.monotonic() - start
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGINT to the step's process group (clean-ups run), then SIGKILL to what is left after
+    :data:`STOP_GRACE` seconds."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=STOP_GRACE)
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def write_record(progress: dict[str, Any], steps: list[Step]) -> None:
@@ -291,8 +316,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     progress["invocations"] += 1
     save_progress(progress)
-    # kill and a closed terminal stop the run as Ctrl-C does (a background job may even ignore SIGINT)
-    before = {stop: signal.signal(stop, _stop) for stop in (signal.SIGTERM, signal.SIGHUP)}
+    # Ctrl-C, kill and a closed terminal stop the run the same way, also when it was started in the
+    # background, where SIGINT is ignored (and the steps, which inherit that, would ignore it too)
+    before = {stop: signal.signal(stop, _stop) for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         outcome = run_steps(todo, steps, progress, previous)
     finally:

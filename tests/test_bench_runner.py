@@ -176,3 +176,51 @@ def test_the_time_left_counts_only_steps_the_last_run_timed():
     assert run_all._time_left(steps, every) == "; about 61 min left by the last recorded run"
     some = {"a": 50.0, "b": 30.0}
     assert run_all._time_left(steps, some) == "; 2 of the 3 steps left took 80 s in the last recorded run"
+
+
+def test_stopping_the_run_stops_the_steps_whole_process_group(runner, monkeypatch, tmp_path):
+    """A step's own children (the platform test's servers, a benchmark's pipeline processes) go
+    with it when the run is stopped: SIGINT to the step's group, SIGKILL after the grace period."""
+    import os
+    import signal
+    import threading
+    import time
+
+    run_all, runs, record, fixed, _ = runner
+    fixed.touch()
+    monkeypatch.setattr(run_all, "STOP_GRACE", 5)
+    pidfile = tmp_path / "grandchild.pid"
+    script = (
+        "import subprocess, time\n"
+        "child = subprocess.Popen(['sleep', '300'])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(300)\n"
+    )
+    real = run_all.run_step
+
+    def long_two(step, log):
+        if step.name == "two":
+            return real(run_all.Step("two", [sys.executable, "-c", script]), log)
+        return real(step, log)
+
+    monkeypatch.setattr(run_all, "run_step", long_two)
+
+    def stop_when_started() -> None:
+        deadline = time.monotonic() + 60
+        while not pidfile.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)  # the runner's handler turns it into a stop
+
+    threading.Thread(target=stop_when_started, daemon=True).start()
+    assert run_all.main([]) == 130
+    assert [s["status"] for s in record()["steps"]] == ["passed", "interrupted", "not run"]
+    grandchild = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(grandchild, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the step's child outlived the stop")
