@@ -111,6 +111,19 @@ def test_uncommitted_code_never_resumes(runner, monkeypatch, capsys):
     assert "uncommitted changes" in capsys.readouterr().out
 
 
+def _stopped_at_two_then_resumed(runner, monkeypatch, stopping, real) -> None:
+    """With ``stopping`` as the step runner the run stops in step two (recorded as interrupted);
+    the next run, with the ``real`` one, starts with step two."""
+    run_all, runs, record, _, _ = runner
+    monkeypatch.setattr(run_all, "run_step", stopping)
+    assert run_all.main([]) == 130
+    assert runs() == ["one"]
+    assert [s["status"] for s in record()["steps"]] == ["passed", "interrupted", "not run"]
+    monkeypatch.setattr(run_all, "run_step", real)
+    assert run_all.main([]) == 0
+    assert runs() == ["two", "three"]
+
+
 def test_an_interrupted_step_is_where_the_next_run_starts(runner, monkeypatch):
     run_all, runs, record, fixed, _ = runner
     fixed.touch()
@@ -121,13 +134,7 @@ def test_an_interrupted_step_is_where_the_next_run_starts(runner, monkeypatch):
             raise KeyboardInterrupt
         return real(step, log)
 
-    monkeypatch.setattr(run_all, "run_step", interrupt_two)
-    assert run_all.main([]) == 130
-    assert runs() == ["one"]
-    assert [s["status"] for s in record()["steps"]] == ["passed", "interrupted", "not run"]
-    monkeypatch.setattr(run_all, "run_step", real)
-    assert run_all.main([]) == 0
-    assert runs() == ["two", "three"]
+    _stopped_at_two_then_resumed(runner, monkeypatch, interrupt_two, real)
 
 
 def test_list_runs_nothing(runner, capsys):
@@ -160,13 +167,7 @@ def test_a_step_stopped_by_a_signal_is_interrupted_not_failed(runner, monkeypatc
             return real(stopped, log)
         return real(step, log)
 
-    monkeypatch.setattr(run_all, "run_step", killed)
-    assert run_all.main([]) == 130
-    assert runs() == ["one"]
-    assert [s["status"] for s in record()["steps"]] == ["passed", "interrupted", "not run"]
-    monkeypatch.setattr(run_all, "run_step", real)
-    assert run_all.main([]) == 0
-    assert runs() == ["two", "three"]
+    _stopped_at_two_then_resumed(runner, monkeypatch, killed, real)
 
 
 def test_the_time_left_counts_only_steps_the_last_run_timed():
