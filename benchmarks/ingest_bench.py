@@ -7,7 +7,13 @@ For each corpus size (default 1,000,000 and 100,000 users x ~100 tokens) it
    batch size, not the data), and measures wall time, rows/s, tokens/s, peak RSS (the child's
    ``ru_maxrss``, plus a 0.2 s RSS sampler), the warehouse file size and the row identity,
 3. measures tokenizer-only throughput on the largest corpus with 1 and with all polars threads,
-   for ``tokenize_frame`` (what ingest runs) and ``tokenize_texts`` (adds Python list building).
+   for ``tokenize_frame`` (what ingest runs) and ``tokenize_texts`` (adds Python list building),
+4. compares the tokenizer inside DuckDB with today's polars pass (issue 51 item 3: "tokenize in one
+   pass"; :func:`engine_tokenizer_worker`): per batch, either polars tokenizes and DuckDB inserts
+   the raw text and the sentences (what ingest does, here without its overlap of the two), or
+   DuckDB inserts the raw text and tokenizes it in SQL into the sentences (``scale_floor.py``'s
+   SQL tokenizer, the floor's). Alternated ``--engine-tokenizer-repeats`` times in one process,
+   with the two sentence tables compared row by row.
 
 Prints a table and writes benchmarks/results/ingest.json (machine, date, parameters, results).
 The corpora are synthetic, so printing their counts here is fine (unlike a real ingest). The
@@ -15,6 +21,7 @@ machine may be shared: the 1-minute load average before/after each ingest is rec
 
     .venv/bin/python benchmarks/ingest_bench.py                 # 1M and 100k users
     .venv/bin/python benchmarks/ingest_bench.py --users 20000   # quick run
+    .venv/bin/python benchmarks/ingest_bench.py --engine-tokenizer-only   # item 4 alone, into ingest.json
 """
 
 from __future__ import annotations
@@ -163,6 +170,117 @@ def tokenizer_worker(input_path: str, max_docs: int) -> None:
     )
 
 
+def engine_tokenizer_worker(input_path: str, repeats: int) -> None:
+    """Child process: the tokenizer in polars (today's ingest) against the tokenizer in DuckDB SQL,
+    alternated ``repeats`` times over the same documents, each into a fresh in-memory database with
+    the product's two tables (raw text uncompressed, as ``sql/ingest/create.sql``), in batches of
+    300,000 documents (about the product's batch). Prints each way's seconds and whether the two
+    ways' sentences are equal."""
+    import duckdb
+    import polars as pl
+    from scale_floor import TOKEN, _lit, _tokenized_text
+
+    from dpngram.text.tokenizer import tokenize_frame
+
+    docs = pl.read_ndjson(input_path).with_row_index("doc_id")
+    docs = docs.select(pl.col("user_id"), pl.col("doc_id").cast(pl.Int64), pl.col("text"))
+    batch = 300_000
+    visible = _lit(r"[^\t\n\x{0B}\f\r\x{85}\p{Z}]")
+    in_engine = f"""
+        INSERT INTO sentences
+        SELECT user_id, doc_id, CAST(i - 1 AS INTEGER), regexp_extract_all(parts[i], {_lit(TOKEN)})
+        FROM (
+            SELECT user_id, doc_id, parts, generate_subscripts(parts, 1) AS i
+            FROM (
+                SELECT user_id, doc_id,
+                       list_filter(string_split({_tokenized_text("text")}, chr(10)),
+                                   lambda p: regexp_matches(p, {visible})) AS parts
+                FROM raw_batch
+            )
+        )"""
+
+    def database() -> Any:
+        con = duckdb.connect()
+        con.execute("SET threads = 2; SET memory_limit = '4GB'")
+        con.execute(
+            "CREATE TABLE raw_text (user_id VARCHAR, doc_id BIGINT,"
+            " text VARCHAR USING COMPRESSION uncompressed);"
+            "CREATE TABLE sentences (user_id VARCHAR, doc_id BIGINT, sent_id INTEGER, tokens VARCHAR[])"
+        )
+        return con
+
+    def polars_way(con: Any, frame: Any) -> None:
+        sentences = tokenize_frame(frame)
+        con.register("raw_batch", frame.to_arrow())
+        con.register("sentence_batch", sentences.to_arrow())
+        con.execute("INSERT INTO raw_text SELECT * FROM raw_batch")
+        con.execute("INSERT INTO sentences SELECT * FROM sentence_batch")
+
+    def engine_way(con: Any, frame: Any) -> None:
+        con.register("raw_batch", frame.to_arrow())
+        con.execute("INSERT INTO raw_text SELECT * FROM raw_batch")
+        con.execute(in_engine)
+
+    ways = {"polars_then_insert": polars_way, "duckdb_sql": engine_way}
+    seconds: dict[str, list[float]] = {name: [] for name in ways}
+    tables: dict[str, Any] = {}
+    for _ in range(repeats):
+        for name, way in ways.items():
+            con = database()
+            started = time.perf_counter()
+            for offset in range(0, docs.height, batch):
+                way(con, docs.slice(offset, batch))
+                con.unregister("raw_batch")
+            seconds[name].append(round(time.perf_counter() - started, 3))
+            ordered = "SELECT doc_id, sent_id, tokens FROM sentences ORDER BY doc_id, sent_id"
+            tables[name] = pl.from_arrow(con.execute(ordered).to_arrow_table())
+            con.close()
+    first, second = tables.values()
+    print(
+        json.dumps(
+            {
+                "docs": docs.height,
+                "sentences": first.height,
+                "tokens": int(first.get_column("tokens").list.len().sum()),
+                "seconds": seconds,
+                "same_sentences": first.equals(second),
+                "threads": 2,
+                "batch_documents": batch,
+            }
+        )
+    )
+
+
+def engine_tokenizer_row(args: argparse.Namespace) -> dict[str, Any]:
+    """The comparison of :func:`engine_tokenizer_worker` on the ``--engine-tokenizer-users`` corpus,
+    with the load around it and the ratio of the medians (engine over polars)."""
+    path, meta = corpus(args.engine_tokenizer_users, args.public_sentences)
+    load_before = load_average()
+    run = run_child(["--engine-tokenizer-worker", str(path), str(args.engine_tokenizer_repeats)])
+    medians = {name: sorted(values)[len(values) // 2] for name, values in run["seconds"].items()}
+    return {
+        "users": args.engine_tokenizer_users,
+        "corpus": meta,
+        **run,
+        "median_seconds": medians,
+        "engine_over_polars": round(medians["duckdb_sql"] / medians["polars_then_insert"], 2),
+        "load_average_1min_before_after": [load_before, load_average()],
+        "note": (
+            "the DuckDB SQL tokenizer is scale_floor.py's: no NFKC (DuckDB has NFC only), so on "
+            "non-ASCII text the product would still need polars for those rows; the polars way "
+            "runs tokenizer and insert one after the other, where ingest overlaps them"
+        ),
+    }
+
+
+def print_engine_tokenizer(row: dict[str, Any]) -> None:
+    print(f"\ntokenizer in DuckDB SQL vs polars, {row['docs']:,} documents, {row['tokens']:,} tokens")
+    for name, values in row["seconds"].items():
+        print(f"  {name:<20} {' '.join(f'{v:.2f}' for v in values)} s")
+    print(f"  engine / polars (medians): {row['engine_over_polars']}")
+    print(f"  same sentences: {row['same_sentences']}")
+
+
 def run_child(args: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, __file__, *args], capture_output=True, text=True, env={**os.environ, **(env or {})}
@@ -188,6 +306,21 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--public-sentences", type=int, default=20_000)
     parser.add_argument("--tokenizer-docs", type=int, default=200_000)
     parser.add_argument("--keep-warehouse", action="store_true")
+    parser.add_argument(
+        "--engine-tokenizer-users",
+        type=int,
+        default=100_000,
+        help="corpus of the engine tokenizer's comparison",
+    )
+    parser.add_argument("--engine-tokenizer-repeats", type=int, default=3)
+    parser.add_argument(
+        "--engine-tokenizer-only",
+        action="store_true",
+        help="run only the engine-tokenizer comparison and update its entry of ingest.json",
+    )
+    parser.add_argument(
+        "--engine-tokenizer-worker", nargs=2, metavar=("INPUT", "REPEATS"), help=argparse.SUPPRESS
+    )
     parser.add_argument("--worker", nargs=3, metavar=("INPUT", "MEMORY", "WAREHOUSE"), help=argparse.SUPPRESS)
     parser.add_argument("--tokenizer-worker", nargs=2, metavar=("INPUT", "DOCS"), help=argparse.SUPPRESS)
     return parser.parse_args()
@@ -253,7 +386,10 @@ def run_sizes(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict
 
 
 def save_results(
-    args: argparse.Namespace, results: list[dict[str, Any]], tokenizer: list[dict[str, Any]]
+    args: argparse.Namespace,
+    results: list[dict[str, Any]],
+    tokenizer: list[dict[str, Any]],
+    engine_tokenizer: dict[str, Any],
 ) -> None:
     """benchmarks/results/ingest.json."""
     payload = {
@@ -271,6 +407,7 @@ def save_results(
         },
         "results": results,
         "tokenizer": tokenizer,
+        "engine_tokenizer": engine_tokenizer,
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(payload, indent=2) + "\n")
@@ -285,9 +422,22 @@ def main() -> None:
     if args.tokenizer_worker:
         tokenizer_worker(args.tokenizer_worker[0], int(args.tokenizer_worker[1]))
         return
+    if args.engine_tokenizer_worker:
+        engine_tokenizer_worker(args.engine_tokenizer_worker[0], int(args.engine_tokenizer_worker[1]))
+        return
+    if args.engine_tokenizer_only:
+        row = engine_tokenizer_row(args)
+        print_engine_tokenizer(row)
+        payload = json.loads(RESULTS.read_text())
+        payload["engine_tokenizer"] = {"date": now(), "machine": machine(), **row}
+        RESULTS.write_text(json.dumps(payload, indent=2) + "\n")
+        print(f"\nengine_tokenizer written to {RESULTS.relative_to(ROOT)}")
+        return
     results, tokenizer = run_sizes(args)
+    engine_tokenizer = engine_tokenizer_row(args)
     print_tables(results, tokenizer)
-    save_results(args, results, tokenizer)
+    print_engine_tokenizer(engine_tokenizer)
+    save_results(args, results, tokenizer, engine_tokenizer)
 
 
 def _batch_bytes() -> int:
