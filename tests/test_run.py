@@ -371,6 +371,30 @@ def test_a_missing_public_corpus_is_refused_before_anything_is_spent(tmp_path):
     assert prepare(make_config(tmp_path, public=missing, stage_budget={"dpne": 1.0})).run_id
 
 
+@pytest.mark.parametrize(
+    ("split", "extra", "needs"),
+    [
+        ({"bayes": 1.0}, {}, "the DPSU vocabulary"),
+        ({"lm_counts": 0.6, "synth": 0.4}, {}, "the DPSU vocabulary"),
+        ({"triehh": 0.5, "synth": 0.5}, {"vocabulary_method": "triehh"}, "the k-gram levels 2..5"),
+    ],
+)
+def test_a_split_without_a_dpne_share_is_refused_before_anything_is_spent(tmp_path, split, extra, needs):
+    """Every run releases the vocabulary (and the k-gram levels) from the dpne share: a split without
+    one used to be accepted and then stop at the vocabulary, after ingest. Now the pre-check refuses
+    it with a split that would run, and reserves nothing."""
+    config = make_config(tmp_path, stage_budget=split, **extra)
+    with pytest.raises(ConfigError, match="^stage_budget: .* has no 'dpne' share") as refused:
+        prepare(config)
+    message = str(refused.value)
+    assert needs in message
+    example = json.loads(message.rsplit("for example ", 1)[1])
+    assert example["dpne"] > 0 and set(example) == {"dpne", *split}
+    assert sum(example.values()) <= 1 + 1e-9
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.staging"))
+    assert prepare(make_config(tmp_path, stage_budget=example, **extra)).run_id  # the example runs
+
+
 def test_input_problem_is_decided_from_the_path_alone(tmp_path):
     """What ``privacy_precheck`` refuses before reserving anything (issue 28, item 3)."""
     from dpngram.release.publish import input_problem

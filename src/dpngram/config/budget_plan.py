@@ -22,6 +22,7 @@ is planned).
 from __future__ import annotations
 
 import functools
+import json
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dpngram.config.stages import BUDGETED_STAGES, LM_COUNTS, STAGE_BY_NAME
@@ -82,6 +83,25 @@ def stage_skip_reason(config: RunConfig, stage: str) -> str | None:
     if STAGE_BY_NAME[stage].needs_public and config.public is None:
         return f"no public corpus (the prior of the {stage} stage): set public to run it"
     return None
+
+
+def dpne_share_problem(config: RunConfig) -> str | None:
+    """Why the split cannot run: the DPNE steps always run (every other stage reads the vocabulary,
+    and the k-gram levels follow it), and they draw noise from the dpne share unless the vocabulary
+    is TrieHH's and T = 1. Without that share the run would stop at its vocabulary, after ingest.
+    None when the split is runnable."""
+    if "dpne" in config.stage_budget:
+        return None
+    method, max_n = config.dpne.vocabulary_method, config.dpne.max_n
+    if method == "triehh" and max_n == 1:
+        return None
+    needs = "the DPSU vocabulary" if method != "triehh" else f"the k-gram levels 2..{max_n}"
+    example = {"dpne": 0.5, **{s: round(0.5 / len(config.stage_budget), 4) for s in config.stage_budget}}
+    return (
+        f"stage_budget: {json.dumps(config.stage_budget)} has no 'dpne' share, but every run releases "
+        f"{needs} from it (every other stage reads the vocabulary); give dpne a share, for example "
+        f"{json.dumps(example)}"
+    )
 
 
 def triehh_skip_reason(config: RunConfig) -> str | None:

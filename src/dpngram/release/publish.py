@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dpngram.config import RunConfig
-from dpngram.config.budget_plan import reads_public_corpus
+from dpngram.config.budget_plan import dpne_share_problem, reads_public_corpus
 from dpngram.core.errors import ConfigError
 from dpngram.engines.base import is_remote_path
 from dpngram.engines.sql import run_schema_name
@@ -152,6 +152,8 @@ def _refuse_unreadable_paths(config: RunConfig) -> None:
     """:func:`prepare`'s checks of paths, before the ledger is opened: an OUT of the old shared
     layout, or a public corpus that the run's stages would read and that is not a file (they
     would fail only after earlier stages have spent budget)."""
+    if (problem := dpne_share_problem(config)) is not None:  # it would stop after ingest
+        raise ConfigError(problem)
     if not is_object_url(config.out):
         try:
             check_out_layout(config.out)  # an OUT of the old shared layout: refused, nothing reserved
