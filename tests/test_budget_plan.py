@@ -61,6 +61,7 @@ def _real_events_of(config: RunConfig, stages: tuple[str, ...]) -> list[PrivacyE
                 dpne.sigma_decay,
                 threshold_delta=dpne.threshold_delta,
                 dpsu_vocabulary=dpsu_vocabulary,
+                new_words_reserve=dpne.new_words_reserve(),
             )
             if dpsu_vocabulary:
                 vocab = vocabulary_parameters(
@@ -71,11 +72,23 @@ def _real_events_of(config: RunConfig, stages: tuple[str, ...]) -> list[PrivacyE
                     threshold_delta=dpne.threshold_delta,
                     new_words=dpne.new_words,
                     new_words_share=dpne.new_words_share,
+                    new_words_funding=dpne.new_words_funding,
                 )
                 vocab_events = vocab.events("dpne.k1")
-                # with a new-words round, its sigma and the rest compose to the one sigma_1
                 gaussians = [e.sigma for e in vocab_events if e.mechanism == "gaussian"]
-                assert compose_gaussian_sigmas(gaussians) == pytest.approx(sigmas[1], rel=1e-12)
+                if dpne.new_words_reserve():
+                    # the round paid by every level: all of them compose to the levels' sigma* alone
+                    unfunded = level_sigmas(
+                        share, dpne.max_n, dpne.sigma_decay, threshold_delta=dpne.threshold_delta
+                    )
+                    funded = gaussians + [s for k, s in sigmas.items() if k >= 2]
+                    assert compose_gaussian_sigmas(funded) == pytest.approx(
+                        compose_gaussian_sigmas(unfunded.values()), rel=1e-12
+                    )
+                    assert sigmas[2] > unfunded[2]  # and the k-gram levels did pay
+                else:
+                    # with a new-words round, its sigma and the rest compose to the one sigma_1
+                    assert compose_gaussian_sigmas(gaussians) == pytest.approx(sigmas[1], rel=1e-12)
                 events += vocab_events
             events += [_level_events(k, sigma) for k, sigma in sigmas.items() if k >= 2]
         elif stage == "bayes":
@@ -122,6 +135,10 @@ def _combinations() -> list[tuple[dict[str, float], dict]]:
     # the vocabulary's new-words round: same events' total (docs/dpne.md, "New words")
     out.append(({"dpne": 0.4, "lm_counts": 0.4, "bayes": 0.1, "synth": 0.1}, {"dpsu_new_words": 10}))
     out.append(({"dpne": 1.0}, {"dpsu_new_words": 3, "dpsu_new_words_share": 0.6}))
+    funded_by_levels = {"dpsu_new_words": 10, "dpsu_new_words_funding": "dpne"}
+    out.append(({"dpne": 0.4, "lm_counts": 0.4, "bayes": 0.1, "synth": 0.1}, funded_by_levels))
+    out.append(({"dpne": 0.5, "triehh": 0.5}, {**funded_by_levels, "vocabulary_method": "both"}))
+    out.append(({"dpne": 1.0}, {**funded_by_levels, "dpsu_new_words_share": 0.6, "sigma_decay": 0.8}))
     return out
 
 

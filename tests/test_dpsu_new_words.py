@@ -8,8 +8,10 @@ public data, so given it the round is a Gaussian mechanism of l2-sensitivity 1 (
 have norm 1 and its kept set depends on its own rows only) plus the (0, delta_new) event of the
 DPSU threshold: the words only the added user holds are released with probability at most
 delta_new. So for any event E and neighbours D, D' (one user added), both ways,
-P[E | D'] <= e^eps P[E | D] + delta_G(eps, sigma) + delta_new. The budget split
-(:func:`~dpngram.mechanisms.dpsu_new_words.split_new_words`) keeps the stage's (epsilon, delta).
+P[E | D'] <= e^eps P[E | D] + delta_G(eps, sigma) + delta_new. Both fundings keep the stage's
+(epsilon, delta): the vocabulary's split (:func:`~dpngram.mechanisms.dpsu_new_words.split_new_words`)
+and the levels' (:func:`~dpngram.mechanisms.dpsu_new_words.new_words_from_levels`, every DPNE level
+scaled by :func:`~dpngram.core.accounting.reserve_gaussian`).
 
 The statistical tests run the real round (:func:`~dpngram.mechanisms.dpsu_new_words.release_new_words`:
 SQL, salt and noise) many times; checks use Clopper-Pearson bounds at a stated false-failure rate
@@ -25,15 +27,24 @@ import pytest
 from conftest import sentences_warehouse
 from scipy import stats
 
-from dpngram.core.accounting import compose, compose_gaussian_sigmas, dpsu_threshold, gaussian_delta
+from dpngram.core.accounting import (
+    PrivacyEvent,
+    compose,
+    compose_gaussian_sigmas,
+    dpne_sigmas,
+    dpsu_threshold,
+    gaussian_delta,
+    reserve_gaussian,
+)
 from dpngram.core.budget import Budget
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.sql import load_sql
-from dpngram.mechanisms import dpsu
+from dpngram.mechanisms import dpne, dpsu
 from dpngram.mechanisms.dpsu_new_words import (
     MAX_NEW_WORDS_PER_USER,
     NewWordsRound,
+    new_words_from_levels,
     release_new_words,
     split_new_words,
 )
@@ -108,6 +119,75 @@ def test_new_words_leave_the_stage_epsilon_and_delta_unchanged(policy):
             assert sum(e.delta for e in events) == pytest.approx(0.1 * delta, rel=1e-12)
             assert params.threshold_delta == pytest.approx((1 - share) * 0.1 * delta, rel=1e-12)
             assert compose_gaussian_sigmas([params.sigma, params.new_words.sigma]) <= plain.sigma
+
+
+@pytest.mark.timeout(10)
+def test_a_reserved_gaussian_keeps_the_composition_and_scales_every_sigma_alike():
+    """reserve_gaussian: the new sigma is sigma_1 / sqrt(f); every sigma is multiplied by one factor,
+    sqrt(P / (P - f / sigma_1^2)); all of them compose to at most the given sigmas' composition and
+    at most 4 ulps below it (the rounding), over schedules with c above, at and below 1."""
+    for epsilon, delta, levels, decay in ((1.0, 1e-6, 5, 1.2), (4.0, 1e-7, 3, 1.0), (0.5, 1e-5, 8, 0.8)):
+        sigmas = dpne_sigmas(epsilon, delta, levels, decay, gaussian_delta=0.9)[1]
+        target = compose_gaussian_sigmas(sigmas)
+        precision = sum(1 / s**2 for s in sigmas)
+        for share in (0.01, 0.25, 0.6, 0.99):
+            scaled, new = reserve_gaussian(sigmas, share)
+            factor = math.sqrt(precision / (precision - share / sigmas[0] ** 2))
+            assert new == pytest.approx(sigmas[0] / math.sqrt(share), rel=1e-12)
+            assert [a / b for a, b in zip(scaled, sigmas, strict=True)] == pytest.approx([factor] * levels)
+            composed = compose_gaussian_sigmas([*scaled, new])
+            assert composed <= target and target - composed <= 4 * math.ulp(target), (levels, share)
+    with pytest.raises(Exception, match="share"):
+        reserve_gaussian([1.0, 2.0], 1.0)
+
+
+@pytest.mark.timeout(10)
+def test_funding_by_every_level_costs_the_vocabulary_less_at_the_same_epsilon():
+    """'dpne' funding: the round is the same as with 'vocabulary' funding (sigma, delta, threshold),
+    the vocabulary's and the k-gram levels' sigmas grow by one common factor, smaller than the
+    vocabulary's 1 / sqrt(1 - f) under 'vocabulary' funding, and the stage's events (vocabulary with
+    its round, levels 2..T) compose to the same epsilon as without the round."""
+    budget, levels, decay = Budget(2.0, 1e-6), 5, 1.2
+    kwargs = {"threshold_delta": 0.1, "policy": "dp-sips", "sips_rounds": 2}
+    plain_levels = dpne.level_sigmas(budget, levels, decay, threshold_delta=0.1)
+    plain = dpsu.vocabulary_parameters(budget, levels, decay, 100, **kwargs)
+    for share in (0.1, 0.25, 0.6):
+        by_vocabulary = dpsu.vocabulary_parameters(
+            budget, levels, decay, 100, new_words=10, new_words_share=share, **kwargs
+        )
+        by_levels = dpsu.vocabulary_parameters(
+            budget,
+            levels,
+            decay,
+            100,
+            new_words=10,
+            new_words_share=share,
+            new_words_funding="dpne",
+            **kwargs,
+        )
+        assert by_levels.new_words is not None and by_vocabulary.new_words is not None
+        assert by_levels.new_words.sigma == pytest.approx(by_vocabulary.new_words.sigma, rel=1e-12)
+        assert by_levels.new_words.threshold_delta == by_vocabulary.new_words.threshold_delta
+        assert by_levels.threshold_delta == by_vocabulary.threshold_delta
+        scaled_levels = dpne.level_sigmas(budget, levels, decay, threshold_delta=0.1, new_words_reserve=share)
+        factor = by_levels.sigma / plain.sigma
+        assert 1 < factor < by_vocabulary.sigma / plain.sigma
+        for k in range(2, levels + 1):
+            assert scaled_levels[k] / plain_levels[k] == pytest.approx(factor, rel=1e-12)
+        assert by_levels.sigma == scaled_levels[1]
+
+        def stage_epsilon(vocabulary, level_sigmas):
+            events = vocabulary.events("dpne.k1") + [
+                PrivacyEvent(stage=f"dpne.k{k}", mechanism="gaussian", sigma=level_sigmas[k])
+                for k in range(2, levels + 1)
+            ]
+            return compose(events, budget.delta)["epsilon"]
+
+        assert stage_epsilon(by_levels, scaled_levels) == pytest.approx(
+            stage_epsilon(plain, plain_levels), rel=1e-9
+        )
+    sigma_1 = dpne_sigmas(2.0, 1e-6, levels, decay, gaussian_delta=0.9)[1][0]
+    assert new_words_from_levels([sigma_1], 1e-7, 0.25, 10)[0] == pytest.approx(sigma_1 / math.sqrt(0.75))
 
 
 # ----------------------------------------------------------------------------------------------

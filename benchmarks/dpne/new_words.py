@@ -16,10 +16,12 @@ from dpne.public_vocab import compare_configs
 from dpne.sips import SIPS_EPSILONS
 
 #: Off (the default when the round was added) against m = 10 words per user with the default
-#: share 0.25 of the vocabulary's budget; the run's public corpus in both.
+#: share 0.25, paid by the vocabulary's other rounds or by every DPNE level
+#: (``dpsu_new_words_funding``); the run's public corpus in all three.
 NEW_WORDS_CONFIGS: dict[str, dict[str, Any]] = {
     "new-words-off": {"dpsu_new_words": 0},
     "new-words-10": {"dpsu_new_words": 10},
+    "new-words-10-dpne": {"dpsu_new_words": 10, "dpsu_new_words_funding": "dpne"},
 }
 
 

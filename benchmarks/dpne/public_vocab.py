@@ -63,10 +63,11 @@ def compare_configs(
     out_name: str,
     ratio_key: str,
 ) -> None:
-    """Two settings (``configs``: the first is the reference, the second the one judged) on every
+    """Two or more settings (``configs``: the first is the reference, the others are judged) on every
     corpus (path, its public corpus) at eps 4 and 1, ``repeat`` runs each (:func:`budget_runs`):
     the runs go to ``record["corpora"]``, the per-corpus means and the second's ratio to the first
-    (under ``ratio_key``) to ``summary``; ``results/OUT_NAME`` is rewritten after each corpus."""
+    (under ``ratio_key``; every judged setting's under ``RATIO_KEY_by_config`` when there are more)
+    to ``summary``; ``results/OUT_NAME`` is rewritten after each corpus."""
     record["corpora"] = {}
     for label, (path, public) in corpora.items():
         with_public = {name: {**o, "public": str(public)} for name, o in configs.items()}
@@ -74,11 +75,16 @@ def compare_configs(
         record["corpora"][label] = result
         for eps in SIPS_EPSILONS:
             rows = {c: result["runs"][f"{c} eps={eps:g}"] for c in with_public}
-            first, second = (rows[c] for c in configs)
+            reference, *judged = configs
+            ratios = {
+                c: round(rows[c]["released_total"]["mean"] / rows[reference]["released_total"]["mean"], 4)
+                for c in judged
+            }
             summary[f"{label} eps={eps:g}"] = {
                 "released_total": {c: r["released_total"]["mean"] for c, r in rows.items()},
                 "released_per_k": {c: r["released_per_k_mean"] for c, r in rows.items()},
-                ratio_key: round(second["released_total"]["mean"] / first["released_total"]["mean"], 4),
+                ratio_key: ratios[judged[0]],
+                **({f"{ratio_key}_by_config": ratios} if len(judged) > 1 else {}),
                 "spurious_fraction": {c: r["spurious_fraction"]["mean"] for c, r in rows.items()},
                 "dpne_seconds": {c: r["dpne_seconds"]["mean"] for c, r in rows.items()},
             }

@@ -95,6 +95,7 @@ class DpneConfig(Section):
         "threshold_delta": "dpne_threshold_delta",
         "new_words": "dpsu_new_words",
         "new_words_share": "dpsu_new_words_share",
+        "new_words_funding": "dpsu_new_words_funding",
     }
 
     max_n: int = Field(
@@ -272,6 +273,22 @@ class DpneConfig(Section):
         "fewer others; epsilon and delta stay the same (the round's sigma is sigma_1 / sqrt(share), the "
         "other rounds' sigma_1 / sqrt(1 - share)).",
     )
+
+    new_words_funding: Literal["vocabulary", "dpne"] = Field(
+        "vocabulary",
+        title="New-words round: who pays",
+        description="Only used when dpsu_new_words (New-words round: words per user m) is above 0. "
+        "'vocabulary': the vocabulary's other rounds pay for the round (their noise grows by "
+        "1 / sqrt(1 - share)). 'dpne': every DPNE level pays in proportion, the vocabulary included "
+        "(each level's noise grows by the same, smaller factor). The round itself is the same either "
+        "way; so are epsilon and delta.",
+    )
+
+    def new_words_reserve(self) -> float:
+        """The share every DPNE level gives up for the new-words round: ``new_words_share`` when the
+        round runs (m > 0, a DPSU vocabulary) and is funded by every level ('dpne'); else 0."""
+        runs = self.new_words > 0 and self.vocabulary_method != "triehh"
+        return self.new_words_share if runs and self.new_words_funding == "dpne" else 0.0
 
     threshold_delta: float = Field(
         0.1,

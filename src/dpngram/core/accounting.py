@@ -109,6 +109,28 @@ def compose_gaussian_sigmas(sigmas: Iterable[float]) -> float:
     return 1.0 / math.sqrt(inv)
 
 
+def reserve_gaussian(sigmas: Sequence[float], share: float) -> tuple[list[float], float]:
+    """Room for one more sensitivity-1 Gaussian beside ``sigmas``, paid by all of them in proportion.
+
+    The new mechanism gets noise ``sigmas[0] / sqrt(share)`` (the precision ``share / sigma_1^2``),
+    and every sigma is multiplied by ``sqrt(P / (P - share / sigma_1^2))`` with ``P = sum 1/sigma^2``,
+    so that the returned sigmas and the new one compose to exactly ``compose_gaussian_sigmas(sigmas)``
+    (Gaussians compose by adding precisions). Rounded as
+    :func:`dpngram.mechanisms.dpsu_rounds.sips_sigmas` rounds: the composition of the result is
+    never above that of ``sigmas``, so the accountant's epsilon is never below the plan's (at most a
+    few ulps above). Returns (the scaled sigmas, the new sigma)."""
+    if not (math.isfinite(share) and 0 < share < 1):
+        raise BudgetError(f"the reserved share must be in (0, 1) (got {share!r})")
+    target = compose_gaussian_sigmas(sigmas)
+    precision = 1.0 / (target * target)
+    reserved = share / (sigmas[0] * sigmas[0])  # < precision: share < 1 and sigma_1 >= target
+    scale = math.sqrt(precision / (precision - reserved))
+    scaled, new = [s * scale for s in sigmas], sigmas[0] / math.sqrt(share)
+    while compose_gaussian_sigmas([*scaled, new]) > target:
+        scaled, new = [math.nextafter(s, 0.0) for s in scaled], math.nextafter(new, 0.0)
+    return scaled, new
+
+
 def dpne_sigmas(
     epsilon: float, delta: float, levels: int, decay: float = 1.0, gaussian_delta: float = 0.5
 ) -> tuple[float, list[float]]:

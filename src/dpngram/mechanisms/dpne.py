@@ -56,7 +56,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from scipy import stats
 
-from dpngram.core.accounting import PrivacyEvent, dpne_sigmas
+from dpngram.core.accounting import PrivacyEvent, dpne_sigmas, reserve_gaussian
 from dpngram.core.budget import Budget
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
@@ -108,6 +108,7 @@ def level_sigmas(
     *,
     threshold_delta: float = 0.5,
     dpsu_vocabulary: bool = True,
+    new_words_reserve: float = 0.0,
 ) -> dict[int, float]:
     """{k: sigma_k} for the levels that draw Gaussian noise, from the dpne ``budget`` (Thm. 2.1,
     sigma_k = c sigma_{k-1}).
@@ -115,10 +116,15 @@ def level_sigmas(
     With a DPSU vocabulary, levels 1..T compose to sigma* at ``(1 - threshold_delta) * delta`` and
     the vocabulary's threshold takes the rest. With a TrieHH vocabulary no DPSU level runs: levels
     2..T alone compose to sigma* at the whole delta (level thresholds cost no delta, Thm. 2.1), so
-    nothing is reserved for a level that does not run."""
+    nothing is reserved for a level that does not run. ``new_words_reserve`` f > 0 (the vocabulary's
+    new-words round paid by every level, ``dpsu_new_words_funding`` 'dpne') scales every level's
+    sigma so that the levels and a round at sigma_1 / sqrt(f) compose to sigma*
+    (:func:`dpngram.core.accounting.reserve_gaussian`; the vocabulary applies the same factor)."""
     epsilon, delta = budget
     if dpsu_vocabulary:
         sigmas = dpne_sigmas(epsilon, delta, max_n, sigma_decay, gaussian_delta=1.0 - threshold_delta)[1]
+        if new_words_reserve:
+            sigmas = reserve_gaussian(sigmas, new_words_reserve)[0]
         return dict(enumerate(sigmas, start=1))
     if max_n < 2:
         return {}

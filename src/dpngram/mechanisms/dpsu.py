@@ -78,7 +78,13 @@ from dpngram.core.budget import Budget
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.engines.sql import load_sql, safe_identifier
-from dpngram.mechanisms.dpsu_new_words import NewWordsRound, release_new_words, split_new_words
+from dpngram.mechanisms.dpsu_new_words import (
+    NewWordsFunding,
+    NewWordsRound,
+    new_words_from_levels,
+    release_new_words,
+    split_new_words,
+)
 from dpngram.mechanisms.dpsu_policy import BATCH_ROWS as BATCH_ROWS  # re-exported
 from dpngram.mechanisms.dpsu_policy import (
     Policy,
@@ -150,21 +156,26 @@ def vocabulary_parameters(
     sips_admission: float | None = None,
     new_words: int = 0,
     new_words_share: float = 0.25,
+    new_words_funding: NewWordsFunding = "vocabulary",
 ) -> DpsuParameters:
     """sigma_1 from DPNE Thm. 2.1 (``dpne_sigmas`` over ``max_n`` levels at the dpne ``budget``, the
     Gaussian at ``(1 - threshold_delta) * delta``) and rho_1 at ``threshold_delta * delta`` (the
     paper's split is 1/2). With the policy Gaussian, items are filled up to
     ``rho_1 + policy_cap * sigma_1``. With DP-SIPS, ``rounds`` splits sigma_1 and delta_0 over
     ``sips_rounds`` rounds (:func:`sips_vocabulary_rounds`); ``threshold`` stays the one-round rho_1.
-    With ``new_words`` = m > 0, the share ``new_words_share`` of (sigma_1, delta_0) goes to the
-    new-words round (:func:`dpngram.mechanisms.dpsu_new_words.split_new_words`) and everything
-    above runs on the rest."""
+    With ``new_words`` = m > 0, the new-words round runs at sigma_1 / sqrt(``new_words_share``) with
+    that share of delta_0, and everything above runs on the rest: the vocabulary's sigma_1 / sqrt(1 -
+    share) with ``new_words_funding`` 'vocabulary'
+    (:func:`dpngram.mechanisms.dpsu_new_words.split_new_words`), or every level's sigma scaled
+    alike with 'dpne' (:func:`dpngram.mechanisms.dpsu_new_words.new_words_from_levels`)."""
     check_policy(policy)
     epsilon, delta = budget
     _, sigmas = dpne_sigmas(epsilon, delta, max_n, sigma_decay, gaussian_delta=1.0 - threshold_delta)
     sigma_1, delta_0 = sigmas[0], threshold_delta * delta
     new_round = None
-    if new_words:
+    if new_words and new_words_funding == "dpne":
+        sigma_1, delta_0, new_round = new_words_from_levels(sigmas, delta_0, new_words_share, new_words)
+    elif new_words:
         sigma_1, delta_0, new_round = split_new_words(sigma_1, delta_0, new_words_share, new_words)
     rho = dpsu_threshold(sigma_1, delta_0, max_contribution)
     rounds: tuple[SipsRound, ...] = ()

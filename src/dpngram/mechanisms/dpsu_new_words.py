@@ -19,10 +19,14 @@ the weighted DPSU of GGK+20 with Delta = m on a filtered relation:
 * the threshold rho_new = dpsu_threshold(sigma_new, delta_new, m) bounds by delta_new the
   probability that a word held only by the added user is released.
 
-Its budget is a share f (``dpsu_new_words_share``) of the vocabulary's: the rest of the vocabulary
-runs at sigma_1 / sqrt(1 - f) and the round at sigma_1 / sqrt(f), two Gaussians that compose
-exactly to the one sigma_1 of the vocabulary (Dong, Roth & Su 2019), and the threshold delta_0
-is split (1 - f, f). So the stage's privacy shape and the run's calibration are unchanged.
+Its noise is sigma_1 / sqrt(f) (f = ``dpsu_new_words_share``; sigma_1 the vocabulary's noise without
+the round) and its threshold takes f of the vocabulary's threshold delta_0. Who pays for it is
+``dpsu_new_words_funding``: 'vocabulary' (:func:`split_new_words`) runs the rest of the vocabulary at
+sigma_1 / sqrt(1 - f), the two Gaussians composing exactly to the one sigma_1 (Dong, Roth & Su
+2019); 'dpne' (:func:`new_words_from_levels`) multiplies every DPNE level's sigma, the vocabulary's
+included, by the same factor so that the levels and the round compose exactly to the stage's
+sigma* (:func:`dpngram.core.accounting.reserve_gaussian`). Either way the stage's privacy shape and
+the run's calibration are unchanged.
 
 Owns: :class:`NewWordsRound` (its parameters and privacy events) and its release.
 Imports: dpngram.mechanisms (dpsu_policy, dpsu_rounds), dpngram.engines, dpngram.core; pyarrow.
@@ -31,11 +35,13 @@ Imports: dpngram.mechanisms (dpsu_policy, dpsu_rounds), dpngram.engines, dpngram
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import pyarrow as pa
 
-from dpngram.core.accounting import PrivacyEvent, compose_gaussian_sigmas, dpsu_threshold
+from dpngram.core.accounting import PrivacyEvent, compose_gaussian_sigmas, dpsu_threshold, reserve_gaussian
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
@@ -45,6 +51,9 @@ from dpngram.mechanisms.dpsu_rounds import dpsu_events
 
 #: Largest ``dpsu_new_words`` (words a user contributes to the round).
 MAX_NEW_WORDS_PER_USER = 10_000
+
+#: Who pays for the round (``dpsu_new_words_funding``): the vocabulary alone, or every DPNE level.
+NewWordsFunding = Literal["vocabulary", "dpne"]
 
 
 @dataclass(frozen=True)
@@ -72,14 +81,8 @@ class NewWordsRound:
         }
 
 
-def split_new_words(
-    sigma: float, threshold_delta: float, share: float, per_user: int
-) -> tuple[float, float, NewWordsRound]:
-    """Split the vocabulary's (sigma_1, delta_0) between its release and the new-words round:
-    returns (sigma_1 / sqrt(1 - f), (1 - f) delta_0, the round at sigma_1 / sqrt(f) and the rest of
-    delta_0). The two sigmas compose to at most ``sigma`` (rounded towards safety, as
-    :func:`dpngram.mechanisms.dpsu_rounds.sips_sigmas` does) and the deltas add up to
-    ``threshold_delta``."""
+def check_new_words(share: float, per_user: int) -> None:
+    """``dpsu_new_words``: an integer in 1..MAX_NEW_WORDS_PER_USER; ``dpsu_new_words_share``: in (0, 1)."""
     if (
         isinstance(per_user, bool)
         or not isinstance(per_user, int)
@@ -90,21 +93,48 @@ def split_new_words(
         )
     if not (isinstance(share, (int, float)) and math.isfinite(share) and 0 < share < 1):
         raise ConfigError(f"dpsu_new_words_share: must be a number in (0, 1) (got {share!r})")
+
+
+def _round(sigma: float, threshold_delta: float, share: float, per_user: int) -> tuple[float, NewWordsRound]:
+    """The rest of the threshold delta (1 - f) delta_0 and the round at ``sigma`` with f delta_0."""
+    main_delta = threshold_delta * (1.0 - share)
+    new_delta = threshold_delta - main_delta
+    return main_delta, NewWordsRound(
+        sigma=sigma,
+        threshold=dpsu_threshold(sigma, new_delta, per_user),
+        threshold_delta=new_delta,
+        per_user=per_user,
+    )
+
+
+def split_new_words(
+    sigma: float, threshold_delta: float, share: float, per_user: int
+) -> tuple[float, float, NewWordsRound]:
+    """Funding 'vocabulary': split the vocabulary's (sigma_1, delta_0) between its release and the
+    new-words round: returns (sigma_1 / sqrt(1 - f), (1 - f) delta_0, the round at sigma_1 / sqrt(f)
+    and the rest of delta_0). The two sigmas compose to at most ``sigma`` (rounded towards safety,
+    as :func:`dpngram.mechanisms.dpsu_rounds.sips_sigmas` does) and the deltas add up to
+    ``threshold_delta``."""
+    check_new_words(share, per_user)
     main, new = sigma / math.sqrt(1.0 - share), sigma / math.sqrt(share)
     while compose_gaussian_sigmas([main, new]) > sigma:
         main, new = math.nextafter(main, 0.0), math.nextafter(new, 0.0)
-    main_delta = threshold_delta * (1.0 - share)
-    new_delta = threshold_delta - main_delta
-    return (
-        main,
-        main_delta,
-        NewWordsRound(
-            sigma=new,
-            threshold=dpsu_threshold(new, new_delta, per_user),
-            threshold_delta=new_delta,
-            per_user=per_user,
-        ),
-    )
+    main_delta, rnd = _round(new, threshold_delta, share, per_user)
+    return main, main_delta, rnd
+
+
+def new_words_from_levels(
+    sigmas: Sequence[float], threshold_delta: float, share: float, per_user: int
+) -> tuple[float, float, NewWordsRound]:
+    """Funding 'dpne': the round at sigma_1 / sqrt(f) (``sigmas`` = the DPNE levels' [sigma_1, ...,
+    sigma_T] without the round), paid by every level in proportion
+    (:func:`dpngram.core.accounting.reserve_gaussian`; the k-gram levels apply the same factor
+    through :func:`dpngram.mechanisms.dpne.level_sigmas`). Returns (the vocabulary's scaled sigma_1,
+    (1 - f) delta_0, the round with f delta_0)."""
+    check_new_words(share, per_user)
+    scaled, new = reserve_gaussian(sigmas, share)
+    main_delta, rnd = _round(new, threshold_delta, share, per_user)
+    return scaled[0], main_delta, rnd
 
 
 def release_new_words(

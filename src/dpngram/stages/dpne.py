@@ -149,6 +149,7 @@ def run_level(
         config.dpne.sigma_decay,
         threshold_delta=config.dpne.threshold_delta,
         dpsu_vocabulary=config.dpne.vocabulary_method != "triehh",
+        new_words_reserve=config.dpne.new_words_reserve(),
     )[k]
     stage, output = level_stage(k), level_path(k)
 

@@ -66,6 +66,7 @@ def dpsu_parameters(config: RunConfig) -> DpsuParameters:
         sips_admission=dpne.sips_plan(1)[1],
         new_words=dpne.new_words,
         new_words_share=dpne.new_words_share,
+        new_words_funding=dpne.new_words_funding,
     )
 
 
