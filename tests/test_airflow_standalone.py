@@ -339,7 +339,7 @@ GRAPH_VIEWPORT = {"width": 1440, "height": 900}
 #: The smallest readable label at default zoom: 11 px text.
 MIN_LABEL_FONT_PX = 11
 
-#: The Params of the vocabulary's opt-in new-words round (issue 52), in the order the form shows them.
+#: The Params of the vocabulary's new-words round (issue 52), in the order the form shows them.
 NEW_WORDS = ("dpsu_new_words", "dpsu_new_words_share")
 #: From a form field to the (Chakra) accordion item of its section.
 SECTION_OF_FIELD = "xpath=ancestor::*[@data-scope='accordion' and @data-part='item'][1]"
@@ -918,7 +918,7 @@ def test_the_new_words_params_are_explained_beside_the_vocabulary_in_the_trigger
     params = form_params({})
     assert seen["visible_folded"] == dict.fromkeys(NEW_WORDS, False), seen["visible_folded"]
     rows = seen["rows"]
-    for name, default in zip(NEW_WORDS, ("0", "0.25"), strict=True):
+    for name, default in zip(NEW_WORDS, ("10", "0.25"), strict=True):
         row = rows[name]
         assert row["section"] == PRIVACY and row["visible"], (name, row)
         assert row["value"] == default, (name, row["value"])
@@ -926,10 +926,12 @@ def test_the_new_words_params_are_explained_beside_the_vocabulary_in_the_trigger
         assert row["text"] == " ".join(shown.split()), (name, row["text"])
     # what a newcomer needs, in the words the page shows
     m_text, share_text = rows["dpsu_new_words"]["text"], rows["dpsu_new_words_share"]["text"]
-    assert "(0: off)" in m_text and "Off by default (0)." in m_text, m_text
-    assert "A measured trade, hence opt-in" in m_text and "fewer of its other words" in m_text, m_text
-    assert m_text.endswith("Allowed: 0 ≤ value ≤ 10 000."), m_text
-    assert share_text.startswith("New-words round: budget share Only used when dpsu_new_words"), share_text
+    assert "(0: off)" in m_text and m_text.rstrip().endswith("0: off. Allowed: 0 ≤ value ≤ 10 000."), m_text
+    assert "Without a public domain the round does not run." in m_text, m_text
+    assert "somewhat fewer" in m_text and "docs/lm.md, 'Benchmark'" in m_text, m_text
+    assert share_text.startswith("New-words round: budget share Only used when the new-words round runs"), (
+        share_text
+    )
     assert share_text.endswith("Allowed: 0 < value < 1."), share_text
     # beside the related vocabulary Params, in this order
     text = seen["section_text"]

@@ -61,7 +61,7 @@ def _real_events_of(config: RunConfig, stages: tuple[str, ...]) -> list[PrivacyE
                 dpne.sigma_decay,
                 threshold_delta=dpne.threshold_delta,
                 dpsu_vocabulary=dpsu_vocabulary,
-                new_words_reserve=dpne.new_words_reserve(),
+                new_words_reserve=config.new_words_reserve(),
             )
             if dpsu_vocabulary:
                 vocab = vocabulary_parameters(
@@ -70,13 +70,13 @@ def _real_events_of(config: RunConfig, stages: tuple[str, ...]) -> list[PrivacyE
                     dpne.sigma_decay,
                     dpne.max_contribution,
                     threshold_delta=dpne.threshold_delta,
-                    new_words=dpne.new_words,
+                    new_words=config.new_words_per_user(),
                     new_words_share=dpne.new_words_share,
                     new_words_funding=dpne.new_words_funding,
                 )
                 vocab_events = vocab.events("dpne.k1")
                 gaussians = [e.sigma for e in vocab_events if e.mechanism == "gaussian"]
-                if dpne.new_words_reserve():
+                if config.new_words_reserve():
                     # the round paid by every level: all of them compose to the levels' sigma* alone
                     unfunded = level_sigmas(
                         share, dpne.max_n, dpne.sigma_decay, threshold_delta=dpne.threshold_delta

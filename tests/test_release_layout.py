@@ -55,7 +55,7 @@ ADDED_PARAMS: dict[str, list[str] | None] = {
     "dpsu_sips_admission_ratio": None,
     "dpsu_sips_admission_max_n": None,
     "lm_count_power": None,  # issue 25: square-root counts per user
-    "dpsu_new_words": None,  # issue 52: the vocabulary's new-words round (opt-in)
+    "dpsu_new_words": None,  # issue 52: the vocabulary's new-words round
     "dpsu_new_words_share": None,
     "dpsu_new_words_funding": ["dpne", "vocabulary"],
     "lm_public_prune": None,  # issue 52 item 4: the opt-in pruned public model

@@ -334,6 +334,32 @@ class RunConfig(BaseModel):
         """The run's (epsilon, delta)."""
         return Budget(self.epsilon, self.delta)
 
+    # -- the vocabulary's public domain and new-words round ---------------------------------------
+    def vocabulary_public_domain(self) -> bool:
+        """Whether the vocabulary has a public domain: a public corpus, ``dpne_public_vocabulary`` > 0,
+        and DP-SIPS with 2+ rounds (round 1 fixes the reference size; docs/dpne.md, "The public
+        domain of the vocabulary"), with a DPSU vocabulary."""
+        dpne = self.dpne
+        return (
+            self.public is not None
+            and dpne.public_vocabulary > 0
+            and dpne.policy == "dp-sips"
+            and dpne.sips_rounds >= 2
+            and dpne.vocabulary_method != "triehh"
+        )
+
+    def new_words_per_user(self) -> int:
+        """m of the vocabulary's new-words round, 0 when it does not run: it runs with a public domain
+        only (:meth:`vocabulary_public_domain`; its candidates are the words the public corpus lacks,
+        docs/dpne.md "New words"), and ``dpsu_new_words`` 0 turns it off."""
+        return self.dpne.new_words if self.vocabulary_public_domain() else 0
+
+    def new_words_reserve(self) -> float:
+        """The share every DPNE level gives up for the new-words round: ``dpsu_new_words_share`` when
+        the round runs and every level pays for it (``dpsu_new_words_funding`` 'dpne'); else 0."""
+        funded_by_levels = self.dpne.new_words_funding == "dpne"
+        return self.dpne.new_words_share if self.new_words_per_user() and funded_by_levels else 0.0
+
     # -- the budget plan (dpngram.config.budget_plan: the one home of these rules) -------------
     def nominal_share(self, stage: str) -> Budget:
         """``stage``'s fraction of the run's (epsilon, delta) (:func:`budget_plan.nominal_share`)."""

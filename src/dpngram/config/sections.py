@@ -248,18 +248,18 @@ class DpneConfig(Section):
     )
 
     new_words: int = Field(
-        0,
+        10,
         ge=0,
         le=10_000,
         title="New-words round: words per user m (0: off)",
-        description="Off by default (0). m > 0 adds one more DPSU round to the vocabulary, after its "
-        "release: each user offers its m most frequent words that are neither released nor public "
-        "(dpne_public_vocabulary), so words many users write but the public corpus lacks (chat and mail "
-        "slang, product names) can enter the vocabulary and the language model. Same epsilon and delta: "
-        "the round takes a share of the vocabulary's budget (dpsu_new_words_share). A measured trade, "
-        "hence opt-in: with m = 10 the language model got better on chat text and, at epsilon 4, as good "
-        "or better on every corpus tried, but worse on SOTU speeches at epsilon 1, and the vocabulary "
-        "released 10-18% fewer of its other words (docs/lm.md, 'Benchmark'; docs/dpne.md, 'New words').",
+        description="When the vocabulary has a public domain (a public corpus and dpne_public_vocabulary "
+        "above 0), one more DPSU round after the vocabulary's release: each user offers its m most "
+        "frequent words that are neither released nor public, so words many users write but the public "
+        "corpus lacks (chat and mail slang, product names) can enter the vocabulary and the language "
+        "model. Same epsilon and delta: the round takes a share of the DPNE budget "
+        "(dpsu_new_words_share, dpsu_new_words_funding), so the vocabulary's other words and the k-gram "
+        "levels are somewhat fewer (docs/dpne.md, 'New words'; the language model per corpus: "
+        "docs/lm.md, 'Benchmark'). Without a public domain the round does not run. 0: off.",
     )
 
     new_words_share: float = Field(
@@ -267,28 +267,21 @@ class DpneConfig(Section):
         gt=0,
         lt=1,
         title="New-words round: budget share",
-        description="Only used when dpsu_new_words (New-words round: words per user m) is above 0: the "
-        "round's share of the vocabulary's budget (its Gaussian noise and threshold delta). The "
-        "vocabulary's other rounds keep the rest, so a larger share tends to release more new words and "
-        "fewer others; epsilon and delta stay the same (the round's sigma is sigma_1 / sqrt(share), the "
-        "other rounds' sigma_1 / sqrt(1 - share)).",
+        description="Only used when the new-words round runs: its share of the vocabulary's budget (its "
+        "Gaussian noise is sigma_1 / sqrt(share), sigma_1 the vocabulary's without the round, and it "
+        "takes that share of the threshold delta). A larger share tends to release more new words and "
+        "fewer others (who pays: dpsu_new_words_funding); epsilon and delta stay the same.",
     )
 
-    new_words_funding: Literal["vocabulary", "dpne"] = Field(
-        "vocabulary",
+    new_words_funding: Literal["dpne", "vocabulary"] = Field(
+        "dpne",
         title="New-words round: who pays",
-        description="Only used when dpsu_new_words (New-words round: words per user m) is above 0. "
-        "'vocabulary': the vocabulary's other rounds pay for the round (their noise grows by "
-        "1 / sqrt(1 - share)). 'dpne': every DPNE level pays in proportion, the vocabulary included "
-        "(each level's noise grows by the same, smaller factor). The round itself is the same either "
-        "way; so are epsilon and delta.",
+        description="Only used when the new-words round runs. 'dpne' (default): every DPNE level pays "
+        "in proportion, the vocabulary included (each level's noise grows by the same factor, 4.9% "
+        "with the defaults). 'vocabulary': the vocabulary's other rounds alone pay (their noise grows "
+        "by 1 / sqrt(1 - share), 15.5% with the defaults), which keeps more k-grams and fewer words. "
+        "The round itself is the same either way; so are epsilon and delta.",
     )
-
-    def new_words_reserve(self) -> float:
-        """The share every DPNE level gives up for the new-words round: ``new_words_share`` when the
-        round runs (m > 0, a DPSU vocabulary) and is funded by every level ('dpne'); else 0."""
-        runs = self.new_words > 0 and self.vocabulary_method != "triehh"
-        return self.new_words_share if runs and self.new_words_funding == "dpne" else 0.0
 
     threshold_delta: float = Field(
         0.1,

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dpngram.config import RunConfig
 from dpngram.config.stages import DPNE
 from dpngram.core.accounting import Accountant, PrivacyEvent, dpsu_threshold, gaussian_sigma
 from dpngram.core.errors import ConfigError
@@ -126,6 +127,19 @@ def _ensure_level_state(wh: Engine, ctx: RunContext, upto: int) -> None:
 # ----------------------------------------------------------------------------------------------
 # Stage functions (called by the CLI and the Airflow DAG)
 # ----------------------------------------------------------------------------------------------
+def level_sigma(config: RunConfig, k: int) -> float:
+    """sigma_k of level ``k`` from the run's dpne share (:func:`dpngram.mechanisms.dpne.level_sigmas`),
+    with the share the levels give up for the vocabulary's new-words round when they pay for it."""
+    return level_sigmas(
+        config.stage_share(DPNE.name),
+        config.dpne.max_n,
+        config.dpne.sigma_decay,
+        threshold_delta=config.dpne.threshold_delta,
+        dpsu_vocabulary=config.dpne.vocabulary_method != "triehh",
+        new_words_reserve=config.new_words_reserve(),
+    )[k]
+
+
 def run_level(
     ctx: RunContext,
     k: int,
@@ -143,14 +157,7 @@ def run_level(
     config = ctx.config
     if k > config.dpne.max_n:
         return {"skipped": True, "k": k}
-    sigma = level_sigmas(
-        config.stage_share(DPNE.name),
-        config.dpne.max_n,
-        config.dpne.sigma_decay,
-        threshold_delta=config.dpne.threshold_delta,
-        dpsu_vocabulary=config.dpne.vocabulary_method != "triehh",
-        new_words_reserve=config.dpne.new_words_reserve(),
-    )[k]
+    sigma = level_sigma(config, k)
     stage, output = level_stage(k), level_path(k)
 
     def compute(wh: Engine) -> Any:

@@ -64,24 +64,15 @@ def dpsu_parameters(config: RunConfig) -> DpsuParameters:
         sips_rounds=dpne.sips_rounds,
         sips_ratio=dpne.sips_plan(1)[0],
         sips_admission=dpne.sips_plan(1)[1],
-        new_words=dpne.new_words,
+        new_words=config.new_words_per_user(),
         new_words_share=dpne.new_words_share,
         new_words_funding=dpne.new_words_funding,
     )
 
 
 def uses_public_domain(config: RunConfig) -> bool:
-    """Whether the vocabulary has a public domain: a public corpus, ``dpne_public_vocabulary`` > 0,
-    and DP-SIPS with 2+ rounds (round 1 fixes the reference size; docs/dpne.md, "The public domain
-    of the vocabulary")."""
-    dpne = config.dpne
-    return (
-        config.public is not None
-        and dpne.public_vocabulary > 0
-        and dpne.policy == "dp-sips"
-        and dpne.sips_rounds >= 2
-        and dpne.vocabulary_method != "triehh"
-    )
+    """Whether the vocabulary has a public domain (:meth:`RunConfig.vocabulary_public_domain`)."""
+    return config.vocabulary_public_domain()
 
 
 def install_public_domain(wh: Engine, ctx: RunContext, log: list[dict[str, Any]]) -> PublicDomain:
