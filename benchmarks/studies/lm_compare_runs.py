@@ -10,7 +10,8 @@ by corpus or ε so that the decisive cells come first). This script collects the
 
 For every (corpus, ε) present on both sides: each side's runs (gap closed, perplexity, OOV rate,
 DP vocabulary size, λ and β), the mean and range of the gap closed, the change of the means and the
-reference's spread (max − min, the no-regression yardstick of issue 52). Writes
+reference's spread (max − min, the no-regression yardstick of issue 52). Cells of the judged setting
+without a reference are kept under ``judged_only``, summarised but not compared. Writes
 ``results/NAME.json`` (with each input's commit, date, options and machine) and ``results/NAME.png``
 (one panel per ε: every run as a dot, the means as bars). Reads only benchmark outputs; runs nothing.
 """
@@ -118,6 +119,11 @@ def main() -> None:
     reference, ref_sources = runs_of([Path(p) for p in ref_files])
     judged, new_sources = runs_of([Path(p) for p in new_files])
     cells = compare(reference, judged)
+    judged_only = {  # cells without a same-session reference: reported, not compared
+        f"{corpus} eps={eps}": {**summary(runs), "runs_detail": runs}
+        for (corpus, eps), runs in sorted(judged.items())
+        if (corpus, eps) not in reference
+    }
     record = {
         "benchmark": args.name,
         "date": now(),
@@ -125,6 +131,7 @@ def main() -> None:
         "reference": {"label": ref_label, "sources": ref_sources},
         "judged": {"label": new_label, "sources": new_sources},
         "cells": cells,
+        "judged_only": judged_only,
     }
     out = RESULTS / f"{args.name}.json"
     out.write_text(json.dumps(record, indent=1) + "\n")
@@ -136,6 +143,8 @@ def main() -> None:
             f"{new['mean']:.3f} ({new['min']:.3f}-{new['max']:.3f})  change {cell['change']:+.3f}  "
             f"spread {cell['reference_spread']:.3f}{'  BEYOND' if cell['beyond_spread'] else ''}"
         )
+    for name, cell in judged_only.items():
+        print(f"{name:<18} (no reference)  {cell['mean']:.3f} ({cell['min']:.3f}-{cell['max']:.3f})")
     print(f"wrote {out} and {out.with_suffix('.png').name}")
 
 
