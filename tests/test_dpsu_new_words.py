@@ -533,3 +533,32 @@ def test_the_vocabulary_stage_adds_the_new_words_and_reports_them(tmp_path):
     assert part["new_words"]["rho"] < 80 / 2
     notes = [e["note"] for e in part["privacy"]["events"]]
     assert "new words" in notes and "DPSU threshold, new words" in notes
+
+
+def test_the_round_runs_by_default_only_with_a_public_domain(tmp_path):
+    """Default m = 10 and every-level funding with a public domain; no round and no reserve without
+    one (the scale benchmark's dpne=1 run has no public corpus, so its levels keep their sigma);
+    0 turns it off; a TrieHH vocabulary has no DPSU round to follow."""
+    from dpngram.config import RunConfig
+
+    base = {"input": "x", "out": str(tmp_path / "out")}
+    public = {**base, "public": str(tmp_path / "public.txt")}
+    with_domain = RunConfig.build(**public)
+    assert (with_domain.new_words_per_user(), with_domain.new_words_reserve()) == (10, 0.25)
+    for config in (
+        RunConfig.build(**base),
+        RunConfig.build(**public, dpsu_new_words=0),
+        RunConfig.build(**public, dpne_public_vocabulary=0),
+        RunConfig.build(**public, dpsu_policy="weighted"),
+    ):
+        assert (config.new_words_per_user(), config.new_words_reserve()) == (0, 0.0)
+    by_vocabulary = RunConfig.build(**public, dpsu_new_words_funding="vocabulary")
+    assert (by_vocabulary.new_words_per_user(), by_vocabulary.new_words_reserve()) == (10, 0.0)
+    no_public = RunConfig.build(**base)
+    assert dpne.level_sigmas(no_public.stage_share("dpne"), 5, 1.2, threshold_delta=0.1) == dpne.level_sigmas(
+        no_public.stage_share("dpne"),
+        5,
+        1.2,
+        threshold_delta=0.1,
+        new_words_reserve=no_public.new_words_reserve(),
+    )
