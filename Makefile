@@ -79,9 +79,10 @@ test-postgres: test-platform
 
 # Every benchmark runs (with no arguments) even if an earlier one fails; the failures are listed.
 # The runner (benchmarks/run_all.py: the platform test, then benchmarks/*_bench.py) resumes an
-# interrupted run on the same commit; RESTART=1 starts over, BENCH_ARGS=--list shows the progress.
+# interrupted run on the same benchmarked code; RESTART=1 starts over, BENCH_ARGS=--list shows the
+# progress, RESUME=RECORD goes on from a bench_run.json record (a run begun on another machine).
 bench: setup
-	$(PY) benchmarks/run_all.py --platform-command '$(PLATFORM_TEST)' $(if $(RESTART),--restart) $(BENCH_ARGS)
+	$(PY) benchmarks/run_all.py --platform-command '$(PLATFORM_TEST)' $(if $(RESTART),--restart) $(if $(RESUME),--resume-from $(RESUME)) $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

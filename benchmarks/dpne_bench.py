@@ -17,7 +17,7 @@ scaling (issue 3; docs/dpne.md "Benchmark results").
     .venv/bin/python benchmarks/dpne_bench.py default-check [--users 200000] [--repeat 3]
                                               [--generated-repeat N]
     .venv/bin/python benchmarks/dpne_bench.py new-words [--users 200000] [--repeat 3]
-    .venv/bin/python benchmarks/dpne_bench.py [all]      (sotu, synthetic, scaling, figure; ~35 min)
+    .venv/bin/python benchmarks/dpne_bench.py [all]      (the scenarios of BENCH_STEPS, in order; hours)
 
 Parameters are the paper's §3.1.2 setting: eps = 4, delta = 1e-7, Delta_0 = 100, eta = 0.01, both-side
 pruning; T = 9 for Table 4, T = 5 for the reference comparison and the speed runs.
@@ -84,24 +84,32 @@ from dpne.public_vocab import mode_public_vocab  # noqa: E402
 from dpne.sips import mode_sips, mode_sips_speed  # noqa: E402
 from dpne.table4 import mode_figure, mode_large_baselines, mode_scaling, mode_sotu, mode_speed, mode_synthetic  # noqa: E402
 
-#: The scenarios ``mode`` may name (:func:`run_modes` runs them; ``all`` is what `make bench` runs).
-MODES = [
-    "sotu",
-    "synthetic",
-    "speed",
-    "large-baselines",
-    "scaling",
-    "figure",
-    "budget",
-    "budget-speed",
-    "sips",
-    "sips-speed",
-    "public-vocab",
-    "sips-admission",
-    "default-check",
-    "new-words",
-    "all",
-]
+#: What ``all`` runs, in this order. `make bench` runs each as a step of its own
+#: (benchmarks/run_all.py reads this tuple without importing the script), so a stopped run resumes at
+#: the scenario it stopped in rather than at ``sotu``; ``dpne_bench.py all`` runs the same work.
+BENCH_STEPS = ("sotu", "synthetic", "scaling", "figure", "budget", "budget-speed", "public-vocab")
+
+#: Each scenario's entry point.
+SCENARIOS = {
+    "sotu": mode_sotu,
+    "synthetic": mode_synthetic,
+    "speed": mode_speed,
+    "large-baselines": mode_large_baselines,
+    "scaling": mode_scaling,
+    "figure": mode_figure,
+    "budget": mode_budget,
+    "budget-speed": mode_budget_speed,
+    "sips": mode_sips,
+    "sips-speed": mode_sips_speed,
+    "public-vocab": mode_public_vocab,
+    "sips-admission": mode_sips_admission,
+    "default-check": mode_default_check,
+    "new-words": mode_new_words,
+}
+
+
+#: The scenarios ``mode`` may name.
+MODES = [*SCENARIOS, "all"]
 
 
 def parse_args() -> argparse.Namespace:
@@ -113,7 +121,7 @@ def parse_args() -> argparse.Namespace:
         nargs="?",
         default="all",
         choices=MODES,
-        help="default: all (what `make bench` runs)",
+        help="default: all (`make bench` runs the same scenarios, one step each)",
     )
     parser.add_argument("--repeat", type=int, default=3, help="sotu: end-to-end runs at T=5 (>= 3)")
     parser.add_argument("--no-table4", action="store_true", help="skip Table 4 (T=9 with baselines)")
@@ -159,47 +167,17 @@ def parse_args() -> argparse.Namespace:
 
 
 def run_modes(args: argparse.Namespace) -> None:
-    """Run the scenario ``args.mode`` names (``all``: sotu, synthetic, scaling, figure, budget,
-    budget-speed, public-vocab), each with the ``--users`` default of its own."""
+    """Run the scenario ``args.mode`` names, or every one of :data:`BENCH_STEPS` in order for
+    ``all``, each with the ``--users`` default of its own."""
     users = args.users
-    if args.mode in ("sotu", "all"):
-        mode_sotu(args)
-    if args.mode in ("synthetic", "all"):
-        args.users = (users or [1_000_000])[0]
-        mode_synthetic(args)
-    if args.mode == "speed":
-        mode_speed(args)
-    if args.mode == "large-baselines":
-        mode_large_baselines(args)
-    if args.mode in ("scaling", "all"):
-        args.users = users or [100_000, 300_000, 1_000_000]
-        mode_scaling(args)
-    if args.mode in ("figure", "all"):
-        mode_figure(args)
-    if args.mode in ("budget", "all"):
-        args.users = users
-        mode_budget(args)
-    if args.mode in ("budget-speed", "all"):
-        args.users = users
-        mode_budget_speed(args)
-    if args.mode == "sips":
-        args.users = users
-        mode_sips(args)
-    if args.mode in ("public-vocab", "all"):
-        args.users = users
-        mode_public_vocab(args)
-    if args.mode == "sips-admission":
-        args.users = users
-        mode_sips_admission(args)
-    if args.mode == "default-check":
-        args.users = users
-        mode_default_check(args)
-    if args.mode == "sips-speed":
-        args.users = users
-        mode_sips_speed(args)
-    if args.mode == "new-words":
-        args.users = users
-        mode_new_words(args)
+    for mode in BENCH_STEPS if args.mode == "all" else (args.mode,):
+        if mode == "synthetic":
+            args.users = (users or [1_000_000])[0]
+        elif mode == "scaling":
+            args.users = users or [100_000, 300_000, 1_000_000]
+        else:
+            args.users = users
+        SCENARIOS[mode](args)
 
 
 def main() -> None:

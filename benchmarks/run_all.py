@@ -7,9 +7,12 @@ so a run that stops part-way (a closed terminal, a reboot, Ctrl-C) does not star
 progress lives in ``benchmarks/.data/bench_progress.json`` (gitignored); each step's output also
 goes to ``benchmarks/.data/bench_logs/STEP.log``.
 
-A run resumes only when HEAD is the commit the progress was recorded on and the code that the
-benchmarks run (``src/``, ``sql/``, ``benchmarks/`` except ``results/``) has no uncommitted change;
-otherwise it starts over and says why. ``--restart`` starts over anyway; ``--only STEP ...`` runs
+A run resumes only when the code that the benchmarks run (``src/``, ``sql/``, ``benchmarks/`` except
+``results/``) is the code the progress was recorded on (the same commit, or a later one that changed
+only other files, such as the results themselves) and has no uncommitted change; otherwise it starts
+over and says why. ``--resume-from RECORD`` resumes from a ``bench_run.json`` record instead of the
+local progress, on the same condition: a run spread over machines (a session's machine is not the
+next one's) goes on from the record committed last. ``--restart`` starts over anyway; ``--only STEP ...`` runs
 the named steps whatever their state; ``--list`` prints the steps, their state and their last
 duration without running anything.
 
@@ -17,12 +20,14 @@ Every step runs even if an earlier one fails; the failures are listed at the end
 status is 1. ``results/bench_run.json`` (written after every step) records the commit, the
 machine, each step's status, seconds and finishing time, and how many invocations the run took.
 
-Usage: ``python benchmarks/run_all.py [--platform-command CMD] [--restart | --only STEP ... | --list]``
+Usage: ``python benchmarks/run_all.py [--platform-command CMD] [--restart | --only STEP ... | --list]
+[--resume-from RECORD]``
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import json
 import os
@@ -73,11 +78,31 @@ class Step:
 
 
 def bench_steps(platform_command: str) -> list[Step]:
-    """The platform test, then every ``benchmarks/*_bench.py`` in name order, each with no arguments."""
+    """The platform test, then every ``benchmarks/*_bench.py`` in name order, each with no arguments;
+    a script that declares ``BENCH_STEPS`` (the scenarios its no-argument run runs, in order) is one
+    step per scenario instead, named ``SCRIPT:SCENARIO`` and run as ``SCRIPT SCENARIO``."""
     steps = [Step(PLATFORM_STEP, ["bash", "-c", platform_command])]
     for script in sorted(BENCHMARKS.glob("*_bench.py")):
-        steps.append(Step(script.name, [sys.executable, str(script.relative_to(ROOT))]))
+        command = [sys.executable, str(script.relative_to(ROOT))]
+        scenarios = declared_scenarios(script)
+        if not scenarios:
+            steps.append(Step(script.name, command))
+        steps.extend(Step(f"{script.name}:{name}", [*command, name]) for name in scenarios)
     return steps
+
+
+def declared_scenarios(script: Path) -> tuple[str, ...]:
+    """The script's module-level ``BENCH_STEPS`` tuple of scenario names, read without importing the
+    script (its imports are heavy); () when it declares none."""
+    for node in ast.parse(script.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "BENCH_STEPS" for t in node.targets
+        ):
+            value = ast.literal_eval(node.value)
+            if not (isinstance(value, tuple) and all(isinstance(v, str) for v in value)):
+                raise ValueError(f"{script.name}: BENCH_STEPS must be a tuple of scenario names")
+            return value
+    return ()
 
 
 def code_identity() -> tuple[str | None, bool]:
@@ -96,23 +121,58 @@ def _git(*args: str) -> str:
     ).stdout.strip()
 
 
-def load_progress(head: str | None, dirty: bool, restart: bool) -> tuple[dict[str, Any], str | None]:
+def load_progress(
+    head: str | None, dirty: bool, restart: bool, resume_from: Path | None = None
+) -> tuple[dict[str, Any], str | None]:
     """The recorded progress to resume, or a fresh one with the reason it is fresh (None: resumed, or
-    nothing to resume)."""
+    nothing to resume). The progress is this checkout's own, or with ``resume_from`` the steps of a
+    ``bench_run.json`` record (one copied from another machine, say). It resumes when it was
+    recorded on HEAD, or on a commit whose benchmarked code (:data:`CODE_PATHS`) is HEAD's."""
     fresh = {"commit": head, "started": now(), "invocations": 0, "steps": {}}
-    if not PROGRESS.is_file():
-        return fresh, None
+    source = resume_from or PROGRESS
+    if not source.is_file():
+        return fresh, (f"{resume_from} does not exist" if resume_from else None)
     try:
-        old = json.loads(PROGRESS.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return fresh, f"{PROGRESS.relative_to(ROOT)} is unreadable"
+        old = json.loads(source.read_text(encoding="utf-8"))
+        if resume_from is not None:
+            old = progress_from_record(old)
+    except (OSError, ValueError, KeyError, TypeError):
+        return fresh, f"{source} is unreadable"
     if restart:
         return fresh, "--restart"
     if dirty or head is None:
         return fresh, "the benchmarked code (src/, sql/, benchmarks/) has uncommitted changes"
-    if old.get("commit") != head:
-        return fresh, f"the progress was recorded on {str(old.get('commit'))[:10]}, HEAD is {head[:10]}"
+    recorded = str(old.get("commit"))
+    if recorded != head and not same_code(recorded, head):
+        return fresh, (
+            f"the progress was recorded on {recorded[:10]}, HEAD is {head[:10]}, "
+            "and the benchmarked code differs"
+        )
     return old, None
+
+
+def progress_from_record(record: dict[str, Any]) -> dict[str, Any]:
+    """The progress a ``results/bench_run.json`` record describes (its steps that ran)."""
+    keys = ("status", "seconds", "finished", "invocation")
+    return {
+        "commit": record["git_commit"],
+        "started": record["started"],
+        "invocations": record["invocations"],
+        "steps": {
+            row["name"]: {k: row[k] for k in keys if row.get(k) is not None}
+            for row in record["steps"]
+            if row.get("status", "not run") != "not run"
+        },
+    }
+
+
+def same_code(commit: str, head: str) -> bool:
+    """Whether ``commit`` and ``head`` hold the same benchmarked code (False for an unknown commit)."""
+    diff = subprocess.run(
+        ["git", "-C", str(ROOT), "diff", "--quiet", commit, head, "--", *CODE_PATHS],
+        capture_output=True,
+    )
+    return diff.returncode == 0
 
 
 def save_progress(progress: dict[str, Any]) -> None:
@@ -289,11 +349,18 @@ def main(argv: list[str] | None = None) -> int:
         "--only", nargs="+", metavar="STEP", help="run these steps (names as --list prints them)"
     )
     group.add_argument("--list", action="store_true", help="print the steps and their state, run nothing")
+    parser.add_argument(
+        "--resume-from",
+        type=Path,
+        metavar="RECORD",
+        help="resume the run a bench_run.json record describes (e.g. one committed from another "
+        "machine), if its benchmarked code is HEAD's",
+    )
     args = parser.parse_args(argv)
 
     steps = bench_steps(args.platform_command)
     head, dirty = code_identity()
-    progress, reason = load_progress(head, dirty, args.restart)
+    progress, reason = load_progress(head, dirty, args.restart, args.resume_from)
     previous = last_durations()
     if args.list:
         print(f"make bench at {str(head)[:10]}{' (uncommitted changes)' if dirty else ''}:")

@@ -4,7 +4,9 @@ record says what ran."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,11 +20,52 @@ import run_all  # noqa: E402  (benchmarks/ is not a package)
 
 def test_the_steps_are_the_platform_test_and_every_bench_script():
     steps = run_all.bench_steps("echo platform")
-    scripts = sorted(p.name for p in (ROOT / "benchmarks").glob("*_bench.py"))
-    assert [s.name for s in steps] == [run_all.PLATFORM_STEP, *scripts]
-    # each script runs with no arguments, as `make bench` always ran them
-    assert all(s.command[1:] == [f"benchmarks/{s.name}"] for s in steps[1:])
     assert steps[0].command == ["bash", "-c", "echo platform"]
+    scripts = sorted(p.name for p in (ROOT / "benchmarks").glob("*_bench.py"))
+    expected = [run_all.PLATFORM_STEP]
+    for script in scripts:
+        scenarios = run_all.declared_scenarios(ROOT / "benchmarks" / script)
+        expected += [f"{script}:{s}" for s in scenarios] if scenarios else [script]
+    assert [s.name for s in steps] == expected
+    for step in steps[1:]:
+        script, _, scenario = step.name.partition(":")
+        # a script runs with no arguments, as `make bench` always ran them, or with one scenario
+        assert step.command[1:] == [f"benchmarks/{script}", *([scenario] if scenario else [])]
+
+
+def test_dpne_bench_runs_as_one_step_per_scenario_of_its_all():
+    """dpne_bench's no-argument run takes hours; `make bench` runs its scenarios one step each, the
+    same ones ``all`` runs, so that a stopped run resumes at the scenario."""
+    import dpne_bench
+
+    scenarios = run_all.declared_scenarios(ROOT / "benchmarks" / "dpne_bench.py")
+    assert scenarios == dpne_bench.BENCH_STEPS and len(scenarios) > 1
+    assert set(scenarios) <= set(dpne_bench.SCENARIOS)
+    ran = []
+    args = argparse.Namespace(mode="all", users=None)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            dpne_bench,
+            "SCENARIOS",
+            {n: (lambda a, n=n: ran.append((n, a.users))) for n in dpne_bench.SCENARIOS},
+        )
+        dpne_bench.run_modes(args)
+        all_ran, ran[:] = list(ran), []
+        for name in scenarios:
+            dpne_bench.run_modes(argparse.Namespace(mode=name, users=None))
+    assert all_ran == ran  # the same scenarios with the same --users defaults, alone or in `all`
+    assert ("synthetic", 1_000_000) in ran and ("scaling", [100_000, 300_000, 1_000_000]) in ran
+
+
+def test_declared_scenarios_must_be_a_tuple_of_names(tmp_path):
+    script = tmp_path / "x_bench.py"
+    script.write_text("import os\nBENCH_STEPS = ('a', 'b')\n")
+    assert run_all.declared_scenarios(script) == ("a", "b")
+    script.write_text("BENCH_STEPS = ['a', 1]\n")
+    with pytest.raises(ValueError, match="tuple of scenario names"):
+        run_all.declared_scenarios(script)
+    script.write_text("STEPS = ('a',)\n")
+    assert run_all.declared_scenarios(script) == ()
 
 
 @pytest.fixture
@@ -225,3 +268,62 @@ def test_stopping_the_run_stops_the_steps_whole_process_group(runner, monkeypatc
         time.sleep(0.1)
     else:
         pytest.fail("the step's child outlived the stop")
+
+
+def test_a_record_from_another_machine_resumes_the_run(runner, capsys):
+    """A new machine has no local progress; --resume-from the committed record goes on from it."""
+    run_all, runs, record, fixed, _ = runner
+    assert run_all.main([]) == 1
+    runs()
+    copied = run_all.ROOT / "committed_bench_run.json"
+    copied.write_text(json.dumps(record()))
+    run_all.PROGRESS.unlink()  # the next session's machine
+    fixed.touch()
+    assert run_all.main(["--resume-from", str(copied)]) == 0
+    assert runs() == ["two"]
+    assert "resuming at aaaaaaaaaa: 2 of 3 steps passed already" in capsys.readouterr().out
+    assert record()["complete"] and record()["invocations"] == 2
+    assert run_all.main(["--resume-from", str(run_all.ROOT / "missing.json")]) == 0
+    assert runs() == ["one", "two", "three"]
+    assert "missing.json does not exist" in capsys.readouterr().out
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def test_a_later_commit_resumes_only_if_the_benchmarked_code_is_the_same(runner, monkeypatch, capsys):
+    """Committing the results between invocations does not lose the progress; a change to src/ does."""
+    run_all, runs, _, fixed, head = runner
+    repo = run_all.ROOT / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "benchmarks" / "results").mkdir(parents=True)
+    _git(repo, "init", "-q")
+    for key, value in (("user.email", "t@example.org"), ("user.name", "t")):
+        _git(repo, "config", key, value)
+    (repo / "src" / "code.py").write_text("x = 1\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "code")
+    head["commit"] = _git(repo, "rev-parse", "HEAD")
+    monkeypatch.setattr(run_all, "ROOT", repo)
+    for name, path in (("PROGRESS", "progress.json"), ("LOGS", "logs"), ("RECORD", "bench_run.json")):
+        monkeypatch.setattr(run_all, name, repo / path)  # untracked, outside the benchmarked code
+    assert run_all.main([]) == 1
+    assert runs() == ["one", "two", "three"]
+
+    (repo / "benchmarks" / "results" / "out.json").write_text("{}\n")
+    _git(repo, "add", "benchmarks/results")
+    _git(repo, "commit", "-qm", "results")
+    head["commit"] = _git(repo, "rev-parse", "HEAD")
+    fixed.touch()
+    assert run_all.main([]) == 0
+    assert runs() == ["two"]
+
+    (repo / "src" / "code.py").write_text("x = 2\n")
+    _git(repo, "commit", "-qam", "code changed")
+    head["commit"] = _git(repo, "rev-parse", "HEAD")
+    assert run_all.main([]) == 0
+    assert runs() == ["one", "two", "three"]
+    assert "and the benchmarked code differs" in capsys.readouterr().out
