@@ -3,18 +3,21 @@ resumable.
 
 The whole suite takes hours on two cores (``results/bench_run.json`` records each step's seconds),
 so a run that stops part-way (a closed terminal, a reboot, Ctrl-C) does not start over: the next
-``make bench`` on the same commit skips the steps that already passed and runs the rest. The
+``make bench`` skips the steps that already passed on the same code and runs the rest. The
 progress lives in ``benchmarks/.data/bench_progress.json`` (gitignored); each step's output also
 goes to ``benchmarks/.data/bench_logs/STEP.log``.
 
-A run resumes only when the code that the benchmarks run (``src/``, ``sql/``, ``benchmarks/`` except
-``results/``) is the code the progress was recorded on (the same commit, or a later one that changed
-only other files, such as the results themselves) and has no uncommitted change; otherwise it starts
-over and says why. ``--resume-from RECORD`` resumes from a ``bench_run.json`` record instead of the
-local progress, on the same condition: a run spread over machines (a session's machine is not the
-next one's) goes on from the record committed last. ``--restart`` starts over anyway; ``--only STEP ...`` runs
-the named steps whatever their state; ``--list`` prints the steps, their state and their last
-duration without running anything.
+A passed step is skipped only while its own code is the code it passed on: the package and its
+SQL (``src/``, ``sql/``), the DAGs, the pinned dependencies, the helper modules at the top of ``benchmarks/``,
+and the step's script with the ``benchmarks/`` packages and scripts it imports (the platform test:
+``tests/test_platform.py`` with its imports, ``docker/``, ``scripts/`` and the Makefile), committed and
+unchanged since (:func:`Step.paths`). So committing results between invocations keeps the progress,
+and fixing one benchmark re-runs that benchmark, not the others; a change to ``src/`` re-runs
+everything, and the runner says which steps run again and why. ``--resume-from RECORD`` resumes from
+a ``bench_run.json`` record instead of the local progress: a run spread over machines (a session's
+machine is not the next one's) goes on from the record committed last. ``--restart`` starts over
+anyway; ``--only STEP ...`` runs the named steps whatever their state; ``--list`` prints the steps,
+their state and their last duration without running anything.
 
 Every step runs even if an earlier one fails; the failures are listed at the end and the exit
 status is 1. ``results/bench_run.json`` (written after every step) records the commit, the
@@ -54,8 +57,15 @@ DEFAULT_PLATFORM_COMMAND = (
     "tests/test_platform.py"
 )
 
-#: Paths whose uncommitted changes make a recorded progress unusable (the code the steps run).
-CODE_PATHS = ("src", "sql", "benchmarks", ":(exclude)benchmarks/results")
+#: What every step's result depends on besides its own code: the package, its SQL, its DAGs, the
+#: pinned dependencies (and the helper modules at the top of benchmarks/: :func:`shared_paths`).
+SHARED_PATHS = ("src", "sql", "dags", "pyproject.toml", "constraints-3.11.txt")
+
+#: The platform test's own code besides its test file and what that imports (:func:`bench_steps`).
+PLATFORM_PATHS = ("tests/conftest.py", "docker", "scripts", "Makefile")
+
+#: The platform test's file.
+PLATFORM_TEST = "tests/test_platform.py"
 
 
 #: Signals that stop a step rather than fail it: Ctrl-C, ``kill``, a closed terminal. A step that
@@ -75,20 +85,77 @@ def _stop(signum: int, frame: object) -> None:
 class Step:
     name: str
     command: list[str]
+    #: the repository paths (files or folders) whose change makes a passed step run again
+    paths: tuple[str, ...] = ()
 
 
 def bench_steps(platform_command: str) -> list[Step]:
     """The platform test, then every ``benchmarks/*_bench.py`` in name order, each with no arguments;
     a script that declares ``BENCH_STEPS`` (the scenarios its no-argument run runs, in order) is one
     step per scenario instead, named ``SCRIPT:SCENARIO`` and run as ``SCRIPT SCENARIO``."""
-    steps = [Step(PLATFORM_STEP, ["bash", "-c", platform_command])]
+    shared = shared_paths()
+    platform = tuple(dict.fromkeys((*shared, *PLATFORM_PATHS, *script_code(ROOT / PLATFORM_TEST))))
+    steps = [Step(PLATFORM_STEP, ["bash", "-c", platform_command], platform)]
     for script in sorted(BENCHMARKS.glob("*_bench.py")):
         command = [sys.executable, str(script.relative_to(ROOT))]
+        paths = (*shared, *script_code(script))
         scenarios = declared_scenarios(script)
         if not scenarios:
-            steps.append(Step(script.name, command))
-        steps.extend(Step(f"{script.name}:{name}", [*command, name]) for name in scenarios)
+            steps.append(Step(script.name, command, paths))
+        steps.extend(Step(f"{script.name}:{name}", [*command, name], paths) for name in scenarios)
     return steps
+
+
+def shared_paths() -> tuple[str, ...]:
+    """:data:`SHARED_PATHS` and the helper modules at the top of benchmarks/ (``_common.py`` and
+    the like: every step may use them), but not this runner."""
+    helpers = (
+        p
+        for p in sorted(BENCHMARKS.glob("*.py"))
+        if not p.name.endswith("_bench.py") and p.name != Path(__file__).name
+    )
+    return (*SHARED_PATHS, *(_rel(p) for p in helpers))
+
+
+#: Where a benchmark's own imports are looked up (the platform launchers live in tests/).
+IMPORT_ROOTS = ("benchmarks", "tests")
+
+
+def script_code(script: Path) -> tuple[str, ...]:
+    """The script and what it imports from benchmarks/ or tests/, transitively: other scripts and
+    modules (files at the top of either) and whole packages (a folder with ``__init__.py``)."""
+    seen: set[Path] = set()
+    todo = [script]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        for file in files:
+            for name in _imported_names(file):
+                for root in IMPORT_ROOTS:
+                    local = ROOT / root / name.split(".")[0]
+                    if (local / "__init__.py").is_file():
+                        todo.append(local)
+                    elif local.with_suffix(".py").is_file():
+                        todo.append(local.with_suffix(".py"))
+    return tuple(sorted(_rel(p) for p in seen))
+
+
+def _imported_names(file: Path) -> list[str]:
+    """The absolute module names ``file`` imports (relative imports stay inside its package)."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return names
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
 
 
 def declared_scenarios(script: Path) -> tuple[str, ...]:
@@ -105,14 +172,12 @@ def declared_scenarios(script: Path) -> tuple[str, ...]:
     return ()
 
 
-def code_identity() -> tuple[str | None, bool]:
-    """(HEAD, whether the code the benchmarks run has uncommitted changes); (None, True) outside git."""
+def code_identity() -> str | None:
+    """HEAD, or None outside git."""
     try:
-        head = _git("rev-parse", "HEAD")
-        dirty = bool(_git("status", "--porcelain", "--", *CODE_PATHS))
+        return _git("rev-parse", "HEAD")
     except (OSError, subprocess.CalledProcessError):
-        return None, True
-    return head, dirty
+        return None
 
 
 def _git(*args: str) -> str:
@@ -121,13 +186,38 @@ def _git(*args: str) -> str:
     ).stdout.strip()
 
 
+def code_changed(step: Step, commit: str | None, head: str | None) -> str | None:
+    """Why ``step``'s result from ``commit`` does not hold for this checkout (None: it holds): its
+    code (:attr:`Step.paths`) changed between the two commits, or has uncommitted changes."""
+    if head is None or commit is None:
+        return "not a git checkout"
+    paths = [p for p in step.paths if (ROOT / p).exists()]
+    if not paths:
+        return None
+    try:
+        if _git("status", "--porcelain", "--", *paths):
+            return "its code has uncommitted changes"
+    except (OSError, subprocess.CalledProcessError):
+        return "not a git checkout"
+    if commit == head:
+        return None
+    diff = subprocess.run(
+        ["git", "-C", str(ROOT), "diff", "--quiet", commit, head, "--", *paths], capture_output=True
+    )
+    if diff.returncode == 0:
+        return None
+    return (
+        f"its code changed since {commit[:10]}" if diff.returncode == 1 else f"{commit[:10]} is unknown here"
+    )
+
+
 def load_progress(
-    head: str | None, dirty: bool, restart: bool, resume_from: Path | None = None
+    head: str | None, restart: bool, resume_from: Path | None = None
 ) -> tuple[dict[str, Any], str | None]:
-    """The recorded progress to resume, or a fresh one with the reason it is fresh (None: resumed, or
-    nothing to resume). The progress is this checkout's own, or with ``resume_from`` the steps of a
-    ``bench_run.json`` record (one copied from another machine, say). It resumes when it was
-    recorded on HEAD, or on a commit whose benchmarked code (:data:`CODE_PATHS`) is HEAD's."""
+    """The recorded progress, or a fresh one with the reason it is fresh (None: nothing to resume,
+    or resumed). The progress is this checkout's own, or with ``resume_from`` the steps of a
+    ``bench_run.json`` record (one committed from another machine, say); which of its passed steps
+    still hold is decided per step (:func:`code_changed`)."""
     fresh = {"commit": head, "started": now(), "invocations": 0, "steps": {}}
     source = resume_from or PROGRESS
     if not source.is_file():
@@ -136,24 +226,18 @@ def load_progress(
         old = json.loads(source.read_text(encoding="utf-8"))
         if resume_from is not None:
             old = progress_from_record(old)
-    except (OSError, ValueError, KeyError, TypeError):
+        for state in old["steps"].values():
+            state.setdefault("commit", old["commit"])  # progress written before steps kept theirs
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return fresh, f"{source} is unreadable"
     if restart:
         return fresh, "--restart"
-    if dirty or head is None:
-        return fresh, "the benchmarked code (src/, sql/, benchmarks/) has uncommitted changes"
-    recorded = str(old.get("commit"))
-    if recorded != head and not same_code(recorded, head):
-        return fresh, (
-            f"the progress was recorded on {recorded[:10]}, HEAD is {head[:10]}, "
-            "and the benchmarked code differs"
-        )
     return old, None
 
 
 def progress_from_record(record: dict[str, Any]) -> dict[str, Any]:
     """The progress a ``results/bench_run.json`` record describes (its steps that ran)."""
-    keys = ("status", "seconds", "finished", "invocation")
+    keys = ("status", "seconds", "finished", "invocation", "commit")
     return {
         "commit": record["git_commit"],
         "started": record["started"],
@@ -166,13 +250,15 @@ def progress_from_record(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def same_code(commit: str, head: str) -> bool:
-    """Whether ``commit`` and ``head`` hold the same benchmarked code (False for an unknown commit)."""
-    diff = subprocess.run(
-        ["git", "-C", str(ROOT), "diff", "--quiet", commit, head, "--", *CODE_PATHS],
-        capture_output=True,
-    )
-    return diff.returncode == 0
+def still_passed(steps: list[Step], progress: dict[str, Any], head: str | None) -> dict[str, str | None]:
+    """For each step that passed before: None when its result holds for this checkout, else why
+    it runs again (:func:`code_changed`)."""
+    out: dict[str, str | None] = {}
+    for step in steps:
+        state = progress["steps"].get(step.name, {})
+        if state.get("status") == "passed":
+            out[step.name] = code_changed(step, state.get("commit"), head)
+    return out
 
 
 def save_progress(progress: dict[str, Any]) -> None:
@@ -256,6 +342,7 @@ def write_record(progress: dict[str, Any], steps: list[Step]) -> None:
                 "seconds": state.get("seconds"),
                 "finished": state.get("finished"),
                 "invocation": state.get("invocation"),
+                "commit": state.get("commit"),
             }
         )
     passed = [r for r in rows if r["status"] == "passed"]
@@ -271,18 +358,27 @@ def write_record(progress: dict[str, Any], steps: list[Step]) -> None:
         "total_seconds": round(sum(r["seconds"] or 0 for r in rows), 1),
         "machine": machine(),
         "note": "each step with no arguments, as `make bench` runs it; the steps of one run may span "
-        "several invocations on the same commit (resumed), so machine.load_average is the last one's",
+        "several invocations and machines (resumed), each step on the commit it names, whose code for "
+        "that step is git_commit's (the last invocation's); machine is the last invocation's",
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     RECORD.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
 
-def print_list(steps: list[Step], progress: dict[str, Any], previous: dict[str, float]) -> None:
+def print_list(
+    steps: list[Step],
+    progress: dict[str, Any],
+    previous: dict[str, float],
+    stale: dict[str, str] | None = None,
+) -> None:
+    """One line per step: its state, its last duration, and for a passed step whose code changed
+    since, why it will run again."""
     for step in steps:
         state = progress["steps"].get(step.name, {})
         status = state.get("status", "to run")
         took = state.get("seconds", previous.get(step.name))
-        print(f"  {step.name:<32} {status:<12} {minutes(took) if took is not None else '-'}")
+        why = f"  (runs again: {stale[step.name]})" if stale and step.name in stale else ""
+        print(f"  {step.name:<32} {status:<12} {minutes(took) if took is not None else '-'}{why}")
 
 
 def _time_left(remaining: list[Step], previous: dict[str, float]) -> str:
@@ -316,6 +412,7 @@ def run_steps(
                 "status": "interrupted",
                 "finished": now(),
                 "invocation": progress["invocations"],
+                "commit": progress["commit"],
             }
             save_progress(progress)
             write_record(progress, steps)
@@ -326,6 +423,7 @@ def run_steps(
             "seconds": round(seconds, 1),
             "finished": now(),
             "invocation": progress["invocations"],
+            "commit": progress["commit"],
         }
         save_progress(progress)
         write_record(progress, steps)
@@ -354,33 +452,40 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         metavar="RECORD",
         help="resume the run a bench_run.json record describes (e.g. one committed from another "
-        "machine), if its benchmarked code is HEAD's",
+        "machine): its passed steps whose code is unchanged are not run again",
     )
     args = parser.parse_args(argv)
 
     steps = bench_steps(args.platform_command)
-    head, dirty = code_identity()
-    progress, reason = load_progress(head, dirty, args.restart, args.resume_from)
+    head = code_identity()
+    progress, reason = load_progress(head, args.restart, args.resume_from)
+    stale = {name: why for name, why in still_passed(steps, progress, head).items() if why}
     previous = last_durations()
     if args.list:
-        print(f"make bench at {str(head)[:10]}{' (uncommitted changes)' if dirty else ''}:")
-        print_list(steps, progress, previous)
+        print(f"make bench at {str(head)[:10]}:")
+        print_list(steps, progress, previous, stale)
         return 0
     names = {s.name for s in steps}
     if args.only:
         unknown = sorted(set(args.only) - names)
         if unknown:
             parser.error(f"no step named {', '.join(unknown)}; the steps: {', '.join(sorted(names))}")
+    for name in stale:  # its result is not this code's: it runs again
+        del progress["steps"][name]
+    if args.only:
         todo = [s for s in steps if s.name in args.only]
     else:
         todo = [s for s in steps if progress["steps"].get(s.name, {}).get("status") != "passed"]
     if reason:
         print(f"make bench: starting over ({reason})")
-    elif progress["steps"] and not args.only:
+    elif len(todo) < len(steps) and not args.only:
         print(
             f"make bench: resuming at {str(head)[:10]}: "
-            f"{len(steps) - len(todo)} of {len(steps)} steps passed already"
+            f"{len(steps) - len(todo)} of {len(steps)} steps passed already on the same code"
         )
+    for name, why in stale.items():
+        print(f"  {name} passed before, runs again: {why}")
+    progress["commit"] = head
     progress["invocations"] += 1
     save_progress(progress)
     # Ctrl-C, kill and a closed terminal stop the run the same way, also when it was started in the

@@ -57,6 +57,23 @@ def test_dpne_bench_runs_as_one_step_per_scenario_of_its_all():
     assert ("synthetic", 1_000_000) in ran and ("scaling", [100_000, 300_000, 1_000_000]) in ran
 
 
+def test_each_step_knows_its_own_code():
+    """What re-runs a passed step: the shared code, and its script with what it imports from
+    benchmarks/ and tests/ (packages whole), never another benchmark's script, nor this runner."""
+    steps = {s.name: set(s.paths) for s in run_all.bench_steps("echo platform")}
+    shared = {"src", "sql", "dags", "pyproject.toml", "benchmarks/_common.py"}
+    assert all(shared <= paths and "benchmarks/run_all.py" not in paths for paths in steps.values())
+    assert (
+        "benchmarks/dpne" in steps["dpne_bench.py:sotu"] and "benchmarks/dpne" not in steps["bayes_bench.py"]
+    )
+    assert "benchmarks/bayes_bench.py" in steps["bayes_bench.py"]
+    assert not any(p.endswith("_bench.py") for p in steps["bayes_bench.py"] - {"benchmarks/bayes_bench.py"})
+    assert "tests/test_airflow_standalone.py" in steps["airflow_overhead_bench.py"]  # its Airflow launcher
+    platform = steps[run_all.PLATFORM_STEP]
+    assert {"tests/test_platform.py", "tests/platform_harness.py", "docker", "Makefile"} <= platform
+    assert "tests/test_bench_runner.py" not in platform
+
+
 def test_declared_scenarios_must_be_a_tuple_of_names(tmp_path):
     script = tmp_path / "x_bench.py"
     script.write_text("import os\nBENCH_STEPS = ('a', 'b')\n")
@@ -68,31 +85,47 @@ def test_declared_scenarios_must_be_a_tuple_of_names(tmp_path):
     assert run_all.declared_scenarios(script) == ()
 
 
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
 @pytest.fixture
 def runner(tmp_path, monkeypatch):
-    """run_all with its state under tmp_path and three fake steps; the second fails until the file
-    ``fixed`` exists. Each step appends its name to ``ran`` when it runs."""
-    ran = tmp_path / "ran"
+    """run_all in a git repository under tmp_path with three fake steps, each with its own code
+    file ``benchmarks/NAME.py`` and the shared ``src/``; the second fails until the file ``fixed``
+    exists. Each step appends its name to ``ran`` when it runs. The runner's state (progress,
+    logs, record) and those two files are untracked, outside the steps' code."""
+    repo = tmp_path
+    ran = repo / "ran"
 
     def step(name: str, script: str) -> run_all.Step:
-        return run_all.Step(
-            name, [sys.executable, "-c", f"open({str(ran)!r}, 'a').write({name!r} + '\\n')\n{script}"]
-        )
+        command = [sys.executable, "-c", f"open({str(ran)!r}, 'a').write({name!r} + '\\n')\n{script}"]
+        return run_all.Step(name, command, ("src", f"benchmarks/{name}.py"))
 
-    fixed = tmp_path / "fixed"
+    fixed = repo / "fixed"
     steps = [
         step("one", "print('one done')"),
         step("two", f"import os, sys; sys.exit(0 if os.path.exists({str(fixed)!r}) else 3)"),
         step("three", "print('three done')"),
     ]
+    (repo / "src").mkdir()
+    (repo / "src" / "code.py").write_text("x = 1\n")
+    (repo / "benchmarks").mkdir()
+    for name in ("one", "two", "three"):
+        (repo / "benchmarks" / f"{name}.py").write_text(f"# {name}\n")
+    _git(repo, "init", "-q")
+    for key, value in (("user.email", "t@example.org"), ("user.name", "t")):
+        _git(repo, "config", key, value)
+    _git(repo, "add", "src", "benchmarks")
+    _git(repo, "commit", "-qm", "code")
     monkeypatch.setattr(run_all, "bench_steps", lambda command: steps)
-    monkeypatch.setattr(run_all, "PROGRESS", tmp_path / "progress.json")
-    monkeypatch.setattr(run_all, "LOGS", tmp_path / "logs")
-    monkeypatch.setattr(run_all, "RECORD", tmp_path / "bench_run.json")
-    monkeypatch.setattr(run_all, "RESULTS", tmp_path)
-    monkeypatch.setattr(run_all, "ROOT", tmp_path)
-    head = {"commit": "a" * 40}
-    monkeypatch.setattr(run_all, "code_identity", lambda: (head["commit"], False))
+    monkeypatch.setattr(run_all, "PROGRESS", repo / "progress.json")
+    monkeypatch.setattr(run_all, "LOGS", repo / "logs")
+    monkeypatch.setattr(run_all, "RECORD", repo / "bench_run.json")
+    monkeypatch.setattr(run_all, "RESULTS", repo)
+    monkeypatch.setattr(run_all, "ROOT", repo)
 
     def runs() -> list[str]:
         names = ran.read_text().split() if ran.exists() else []
@@ -100,9 +133,15 @@ def runner(tmp_path, monkeypatch):
         return names
 
     def record() -> dict:
-        return json.loads((tmp_path / "bench_run.json").read_text())
+        return json.loads((repo / "bench_run.json").read_text())
 
-    return run_all, runs, record, fixed, head
+    def commit(path: str, text: str) -> str:
+        (repo / path).write_text(text)
+        _git(repo, "add", path)
+        _git(repo, "commit", "-qm", f"change {path}")
+        return _git(repo, "rev-parse", "HEAD")
+
+    return run_all, runs, record, fixed, commit
 
 
 def test_a_failed_step_is_reported_and_only_it_runs_again(runner, capsys):
@@ -118,40 +157,60 @@ def test_a_failed_step_is_reported_and_only_it_runs_again(runner, capsys):
     fixed.touch()
     assert run_all.main([]) == 0
     assert runs() == ["two"]
-    assert "resuming at aaaaaaaaaa: 2 of 3 steps passed already" in capsys.readouterr().out
+    assert "2 of 3 steps passed already on the same code" in capsys.readouterr().out
     second = record()
     assert second["complete"] and second["invocations"] == 2
     assert [s["invocation"] for s in second["steps"]] == [1, 2, 1]
-    assert second["git_commit"] == "a" * 40
+    head = _git(run_all.ROOT, "rev-parse", "HEAD")
+    assert second["git_commit"] == head and {s["commit"] for s in second["steps"]} == {head}
 
 
-def test_another_commit_or_restart_starts_over(runner, capsys):
-    run_all, runs, record, fixed, head = runner
+def test_a_step_runs_again_only_when_its_own_code_changed(runner, capsys):
+    """Committing results keeps every step; a change to one step's script re-runs that step; a
+    change to the shared code (src/) re-runs them all; each says why."""
+    run_all, runs, record, fixed, commit = runner
+    fixed.touch()
+    assert run_all.main([]) == 0
+    assert runs() == ["one", "two", "three"]
+    assert run_all.main([]) == 0  # nothing left to do on the same code
+    assert runs() == []
+    (run_all.ROOT / "results").mkdir()
+    commit("results/out.json", "{}\n")
+    assert run_all.main([]) == 0
+    assert runs() == []
+    first = record()["steps"][0]["commit"]
+    commit("benchmarks/two.py", "# two, fixed\n")
+    capsys.readouterr()
+    assert run_all.main([]) == 0
+    assert runs() == ["two"]
+    assert f"two passed before, runs again: its code changed since {first[:10]}" in capsys.readouterr().out
+    commit("src/code.py", "x = 2\n")
+    assert run_all.main([]) == 0
+    assert runs() == ["one", "two", "three"]
+
+
+def test_restart_and_only(runner):
+    run_all, runs, _, fixed, _ = runner
     fixed.touch()
     assert run_all.main([]) == 0
     runs()
-    assert run_all.main([]) == 0  # nothing left to do on the same commit
-    assert runs() == []
-    head["commit"] = "b" * 40
-    assert run_all.main([]) == 0
-    assert runs() == ["one", "two", "three"]
-    assert "the progress was recorded on aaaaaaaaaa, HEAD is bbbbbbbbbb" in capsys.readouterr().out
-    assert record()["invocations"] == 1
     assert run_all.main(["--restart"]) == 0
     assert runs() == ["one", "two", "three"]
     assert run_all.main(["--only", "three"]) == 0
     assert runs() == ["three"]
 
 
-def test_uncommitted_code_never_resumes(runner, monkeypatch, capsys):
+def test_uncommitted_code_never_counts_as_passed(runner, capsys):
     run_all, runs, _, fixed, _ = runner
     fixed.touch()
     assert run_all.main([]) == 0
     runs()
-    monkeypatch.setattr(run_all, "code_identity", lambda: ("a" * 40, True))
+    (run_all.ROOT / "benchmarks" / "three.py").write_text("# three, edited\n")
+    assert run_all.main(["--list"]) == 0
+    assert "(runs again: its code has uncommitted changes)" in capsys.readouterr().out
     assert run_all.main([]) == 0
-    assert runs() == ["one", "two", "three"]
-    assert "uncommitted changes" in capsys.readouterr().out
+    assert runs() == ["three"]
+    assert "three passed before, runs again: its code has uncommitted changes" in capsys.readouterr().out
 
 
 def _stopped_at_two_then_resumed(runner, monkeypatch, stopping, real) -> None:
@@ -281,49 +340,19 @@ def test_a_record_from_another_machine_resumes_the_run(runner, capsys):
     fixed.touch()
     assert run_all.main(["--resume-from", str(copied)]) == 0
     assert runs() == ["two"]
-    assert "resuming at aaaaaaaaaa: 2 of 3 steps passed already" in capsys.readouterr().out
+    assert "2 of 3 steps passed already on the same code" in capsys.readouterr().out
     assert record()["complete"] and record()["invocations"] == 2
     assert run_all.main(["--resume-from", str(run_all.ROOT / "missing.json")]) == 0
     assert runs() == ["one", "two", "three"]
     assert "missing.json does not exist" in capsys.readouterr().out
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
-    ).stdout.strip()
+def test_bayes_bench_ingests_into_a_run_the_pre_check_accepts(tmp_path):
+    """bayes_bench builds a run only to ingest into; a split the pre-check refuses (as its old
+    ``{"bayes": 1.0}`` became on 2026-12-07) stopped `make bench`'s step before any row."""
+    import bayes_bench
 
+    from dpngram.config.budget_plan import dpne_share_problem
 
-def test_a_later_commit_resumes_only_if_the_benchmarked_code_is_the_same(runner, monkeypatch, capsys):
-    """Committing the results between invocations does not lose the progress; a change to src/ does."""
-    run_all, runs, _, fixed, head = runner
-    repo = run_all.ROOT / "repo"
-    (repo / "src").mkdir(parents=True)
-    (repo / "benchmarks" / "results").mkdir(parents=True)
-    _git(repo, "init", "-q")
-    for key, value in (("user.email", "t@example.org"), ("user.name", "t")):
-        _git(repo, "config", key, value)
-    (repo / "src" / "code.py").write_text("x = 1\n")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "code")
-    head["commit"] = _git(repo, "rev-parse", "HEAD")
-    monkeypatch.setattr(run_all, "ROOT", repo)
-    for name, path in (("PROGRESS", "progress.json"), ("LOGS", "logs"), ("RECORD", "bench_run.json")):
-        monkeypatch.setattr(run_all, name, repo / path)  # untracked, outside the benchmarked code
-    assert run_all.main([]) == 1
-    assert runs() == ["one", "two", "three"]
-
-    (repo / "benchmarks" / "results" / "out.json").write_text("{}\n")
-    _git(repo, "add", "benchmarks/results")
-    _git(repo, "commit", "-qm", "results")
-    head["commit"] = _git(repo, "rev-parse", "HEAD")
-    fixed.touch()
-    assert run_all.main([]) == 0
-    assert runs() == ["two"]
-
-    (repo / "src" / "code.py").write_text("x = 2\n")
-    _git(repo, "commit", "-qam", "code changed")
-    head["commit"] = _git(repo, "rev-parse", "HEAD")
-    assert run_all.main([]) == 0
-    assert runs() == ["one", "two", "three"]
-    assert "and the benchmarked code differs" in capsys.readouterr().out
+    args = bayes_bench.parse_args([])
+    assert dpne_share_problem(bayes_bench.bench_config(args, str(tmp_path))) is None
