@@ -32,13 +32,14 @@ Where the truth is exactly P and the signal is small, the shape stays within 0.0
 (tests/test_lm_unigram_shrinkage.py).
 
 Owns: the empirical-Bayes posterior counts of the unresolved unigrams, and Q's shape from them.
-Imports: numpy, polars.
+Imports: numpy, polars, threadpoolctl.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import polars as pl
+from threadpoolctl import threadpool_limits
 
 #: The ratio grid r = c/e of the prior (log-spaced), plus r = 0.
 RATIO_LOW, RATIO_HIGH, RATIO_GRID = 1e-3, 1e6, 60
@@ -98,12 +99,18 @@ def fit_prior(
     noisy: np.ndarray, expected: np.ndarray, weight: np.ndarray, ratios: np.ndarray, sigma: float
 ) -> np.ndarray:
     """π on ``ratios``: :data:`ITERATIONS` EM steps from :func:`prior_centre`, each word counted
-    ``weight`` times (float32)."""
+    ``weight`` times (float32).
+
+    The steps' two matrix products run on one BLAS thread. They are small (at most 8,000 × 61), so
+    a second thread gains nothing, and OpenBLAS's threads spin while they wait: with the two cores
+    busy (another dataset's run, an Airflow worker's other task) a fit then took 4.6-5.0 s instead of
+    0.1-0.2 s (2026-12-07, beside `make bench`; docs/lm.md, "What the two LM stages cost now")."""
     like, _ = _likelihood(noisy, expected, ratios, sigma)
     prior = prior_centre(ratios).astype(np.float32)
     share = (weight / weight.sum()).astype(np.float32)
-    for _ in range(ITERATIONS):
-        prior = prior * (like.T @ (share / (like @ prior)))
+    with threadpool_limits(limits=1, user_api="blas"):
+        for _ in range(ITERATIONS):
+            prior = prior * (like.T @ (share / (like @ prior)))
     # EM can empty a grid point no fitted word supports; a word outside the fit whose likelihood
     # lies only there would get 0/0: a floor far below any supported point keeps it finite
     return np.maximum(prior, np.float32(1e-9) * prior.max())
