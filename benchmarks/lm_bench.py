@@ -24,7 +24,9 @@ min and max (``summary`` per corpus, ``headline`` in the JSON). ``--baseline-com
 releases with REV's own code (its ``dpngram run``, a worktree under benchmarks/.data/) on the same
 training file and settings and scores its model with this checkout's evaluation: row
 ``dp_baseline``, and the target that the mean gap closed is not below the baseline's by more than
-one run's spread (max − min of the runs). ``--table`` prints an existing JSON's headline as markdown.
+one run's spread (max − min of the runs); by default REV is ``BASELINE_COMMIT`` (main of 2026-12-05,
+the baseline issue 52 names), ``--baseline-commit none`` skips the row (``--quick`` does).
+``--table`` prints an existing JSON's headline as markdown.
 
 Per (corpus, ε, run): one pipeline run on the training users (a user's default run: every stage,
 DPNE T = 5, the default split dpne 0.4 / lm_counts 0.4 / bayes 0.1 / synth 0.1, every lm_* option
@@ -110,6 +112,10 @@ from lm.models import evaluate, lmplz_model, oracle_model  # noqa: E402, F401
 from lm.output import markdown_table, parameters, previous_summary, print_table, refresh_derived, write_out  # noqa: E402, F401
 from lm.real_corpora import REAL_CORPORA, real_corpus  # noqa: E402
 
+#: The baseline row's code when none is named: main of 2026-12-05, the row issue 52's lm.json must
+#: carry (so `make bench`, which runs this script with no arguments, keeps it).
+BASELINE_COMMIT = "e539b2f"
+
 
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -123,9 +129,10 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--runs", type=int, default=3, help="DP releases per corpus and ε (fresh noise each)")
     ap.add_argument(
         "--baseline-commit",
-        default=None,
+        default=BASELINE_COMMIT,
         help="also release with this commit's code (a worktree under benchmarks/.data/) on the same "
-        "split and score it as row dp_baseline, e.g. e539b2f (main of 2026-12-05)",
+        f"split and score it as row dp_baseline (default {BASELINE_COMMIT}, main of 2026-12-05, the "
+        "baseline issue 52 names; 'none' to skip)",
     )
     ap.add_argument(
         "--users", type=int, default=None, help=f"generated corpus size (default {GENERATED_USERS:,})"
@@ -177,6 +184,8 @@ def parse_args() -> argparse.Namespace:
         help="JSON path (default benchmarks/results/lm.json; --quick: benchmarks/.data/lm_quick.json)",
     )
     args = ap.parse_args()
+    if str(args.baseline_commit).lower() == "none" or args.quick:
+        args.baseline_commit = None
     args.options = {}
     for item in args.option:
         name, sep, value = item.partition("=")
