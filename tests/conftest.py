@@ -214,11 +214,22 @@ def create_sentences(wh, schema: str, rows: list[tuple[str, list[str | None]]]) 
     wh.con.execute(
         f"CREATE TABLE {schema}.sentences (user_id VARCHAR, doc_id BIGINT, sent_id INTEGER, tokens VARCHAR[])"
     )
-    if rows:
-        wh.con.executemany(
-            f"INSERT INTO {schema}.sentences VALUES (?, 1, ?, ?)",
-            [(user, i, tokens) for i, (user, tokens) in enumerate(rows)],
+    if rows:  # one Arrow batch: a row-by-row executemany took 19 s for 56,500 rows
+        import pyarrow as pa
+
+        batch = pa.table(
+            {
+                "user_id": pa.array([user for user, _ in rows], pa.string()),
+                "doc_id": pa.array([1] * len(rows), pa.int64()),
+                "sent_id": pa.array(range(len(rows)), pa.int32()),
+                "tokens": pa.array([tokens for _, tokens in rows], pa.list_(pa.string())),
+            }
         )
+        wh.con.register("sentences_batch", batch)
+        try:
+            wh.con.execute(f"INSERT INTO {schema}.sentences SELECT * FROM sentences_batch")
+        finally:
+            wh.con.unregister("sentences_batch")
 
 
 def chromium_path() -> str | None:

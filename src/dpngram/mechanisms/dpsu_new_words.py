@@ -112,8 +112,9 @@ def split_new_words(
 ) -> tuple[float, float, NewWordsRound]:
     """Funding 'vocabulary': split the vocabulary's (sigma_1, delta_0) between its release and the
     new-words round: returns (sigma_1 / sqrt(1 - f), (1 - f) delta_0, the round at sigma_1 / sqrt(f)
-    and the rest of delta_0). The two sigmas compose to at most ``sigma`` (rounded towards safety,
-    as :func:`dpngram.mechanisms.dpsu_rounds.sips_sigmas` does) and the deltas add up to
+    and the rest of delta_0). The two sigmas compose to at most ``sigma`` and a few ulps below it (rounded
+    as :func:`dpngram.mechanisms.dpsu_rounds.sips_sigmas` rounds: the accountant's epsilon is never
+    below the one Gaussian's) and the deltas add up to
     ``threshold_delta``."""
     check_new_words(share, per_user)
     main, new = sigma / math.sqrt(1.0 - share), sigma / math.sqrt(share)
