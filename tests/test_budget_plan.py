@@ -132,9 +132,11 @@ def _combinations() -> list[tuple[dict[str, float], dict]]:
     out.append(({"dpne": 0.4, "lm_counts": 0.4, "bayes": 0.1, "synth": 0.1}, {}))
     out.append(({"dpne": 0.4, "lm_counts": 0.3, "bayes": 0.15, "synth": 0.15}, {}))  # the previous default
     out.append(({"dpne": 0.9, "synth": 0.1}, {"sigma_decay": 0.8, "dpne_threshold_delta": 0.5, "max_n": 3}))
-    # the vocabulary's new-words round: same events' total (docs/dpne.md, "New words")
-    out.append(({"dpne": 0.4, "lm_counts": 0.4, "bayes": 0.1, "synth": 0.1}, {"dpsu_new_words": 10}))
-    out.append(({"dpne": 1.0}, {"dpsu_new_words": 3, "dpsu_new_words_share": 0.6}))
+    # the vocabulary's new-words round: same events' total (docs/dpne.md, "New words"), paid by the
+    # vocabulary alone (the default until 2026-12-07) and by every level (the default since)
+    funded_by_vocabulary = {"dpsu_new_words": 10, "dpsu_new_words_funding": "vocabulary"}
+    out.append(({"dpne": 0.4, "lm_counts": 0.4, "bayes": 0.1, "synth": 0.1}, funded_by_vocabulary))
+    out.append(({"dpne": 1.0}, {**funded_by_vocabulary, "dpsu_new_words": 3, "dpsu_new_words_share": 0.6}))
     funded_by_levels = {"dpsu_new_words": 10, "dpsu_new_words_funding": "dpne"}
     out.append(({"dpne": 0.4, "lm_counts": 0.4, "bayes": 0.1, "synth": 0.1}, funded_by_levels))
     out.append(({"dpne": 0.5, "triehh": 0.5}, {**funded_by_levels, "vocabulary_method": "both"}))
