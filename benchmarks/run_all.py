@@ -187,28 +187,60 @@ def _git(*args: str) -> str:
 
 
 def code_changed(step: Step, commit: str | None, head: str | None) -> str | None:
-    """Why ``step``'s result from ``commit`` does not hold for this checkout (None: it holds): its
-    code (:attr:`Step.paths`) changed between the two commits, or has uncommitted changes."""
-    if head is None or commit is None:
+    """Why ``step``'s result from ``commit`` does not hold for this checkout (None: it holds): a
+    file of its code (:attr:`Step.paths`) differs between ``commit`` and the working tree, whether
+    committed since or not, or is new and untracked there. A Python file whose syntax tree without
+    docstrings is the same does not count (:func:`_same_python`): a comment or a docstring edited
+    in ``src/`` does not re-run hours of benchmarks."""
+    if head is None:
         return "not a git checkout"
+    if commit is None:
+        return "it ran with uncommitted changes to its code"
     paths = [p for p in step.paths if (ROOT / p).exists()]
     if not paths:
         return None
     try:
-        if _git("status", "--porcelain", "--", *paths):
-            return "its code has uncommitted changes"
+        changed = _git("diff", "--name-only", commit, "--", *paths).splitlines()
+        changed += _git("ls-files", "--others", "--exclude-standard", "--", *paths).splitlines()
     except (OSError, subprocess.CalledProcessError):
-        return "not a git checkout"
-    if commit == head:
+        return f"{commit[:10]} is unknown here"
+    differing = [path for path in changed if not _same_python(commit, path)]
+    if not differing:
         return None
-    diff = subprocess.run(
-        ["git", "-C", str(ROOT), "diff", "--quiet", commit, head, "--", *paths], capture_output=True
-    )
-    if diff.returncode == 0:
+    more = f" and {len(differing) - 1} more" if len(differing) > 1 else ""
+    return f"its code differs from {commit[:10]}'s ({differing[0]}{more})"
+
+
+def _same_python(commit: str, path: str) -> bool:
+    """Whether the Python file ``path`` at ``commit`` and in the working tree differ only in
+    comments, layout and docstrings (False for any other file, or one missing on either side)."""
+    if not path.endswith(".py") or not (ROOT / path).is_file():
+        return False
+    try:
+        old = _git("show", f"{commit}:{path}")
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    before, after = _code_only(old), _code_only((ROOT / path).read_text(encoding="utf-8"))
+    return before is not None and before == after
+
+
+def _code_only(source: str) -> str | None:
+    """The syntax tree of ``source`` without its docstrings, as text (None: not valid Python)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
         return None
-    return (
-        f"its code changed since {commit[:10]}" if diff.returncode == 1 else f"{commit[:10]} is unknown here"
-    )
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
 
 
 def load_progress(
@@ -236,17 +268,21 @@ def load_progress(
 
 
 def progress_from_record(record: dict[str, Any]) -> dict[str, Any]:
-    """The progress a ``results/bench_run.json`` record describes (its steps that ran)."""
-    keys = ("status", "seconds", "finished", "invocation", "commit")
+    """The progress a ``results/bench_run.json`` record describes (its steps that ran). A step's
+    commit is kept as recorded, None included (it ran with uncommitted changes)."""
+    keys = ("status", "seconds", "finished", "invocation")
+    steps: dict[str, Any] = {}
+    for row in record["steps"]:
+        if row.get("status", "not run") == "not run":
+            continue
+        steps[row["name"]] = {k: row[k] for k in keys if row.get(k) is not None}
+        if "commit" in row:
+            steps[row["name"]]["commit"] = row["commit"]
     return {
         "commit": record["git_commit"],
         "started": record["started"],
         "invocations": record["invocations"],
-        "steps": {
-            row["name"]: {k: row[k] for k in keys if row.get(k) is not None}
-            for row in record["steps"]
-            if row.get("status", "not run") != "not run"
-        },
+        "steps": steps,
     }
 
 
@@ -418,12 +454,14 @@ def run_steps(
             write_record(progress, steps)
             print(f"\nmake bench: interrupted in {step.name}; `make bench` resumes here", file=sys.stderr)
             return "interrupted"
+        # a step run with uncommitted changes to its code passed on no commit: it runs again
+        committed = code_changed(step, progress["commit"], progress["commit"]) is None
         progress["steps"][step.name] = {
             "status": "passed" if code == 0 else f"failed ({code})",
             "seconds": round(seconds, 1),
             "finished": now(),
             "invocation": progress["invocations"],
-            "commit": progress["commit"],
+            "commit": progress["commit"] if committed else None,
         }
         save_progress(progress)
         write_record(progress, steps)

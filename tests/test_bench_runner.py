@@ -114,7 +114,7 @@ def runner(tmp_path, monkeypatch):
     (repo / "src" / "code.py").write_text("x = 1\n")
     (repo / "benchmarks").mkdir()
     for name in ("one", "two", "three"):
-        (repo / "benchmarks" / f"{name}.py").write_text(f"# {name}\n")
+        (repo / "benchmarks" / f"{name}.py").write_text(f'"""{name}"""\n\nNAME = {name!r}\n')
     _git(repo, "init", "-q")
     for key, value in (("user.email", "t@example.org"), ("user.name", "t")):
         _git(repo, "config", key, value)
@@ -179,14 +179,37 @@ def test_a_step_runs_again_only_when_its_own_code_changed(runner, capsys):
     assert run_all.main([]) == 0
     assert runs() == []
     first = record()["steps"][0]["commit"]
-    commit("benchmarks/two.py", "# two, fixed\n")
+    commit("benchmarks/two.py", "NAME = 'two, fixed'\n")
     capsys.readouterr()
     assert run_all.main([]) == 0
     assert runs() == ["two"]
-    assert f"two passed before, runs again: its code changed since {first[:10]}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"two passed before, runs again: its code differs from {first[:10]}'s (benchmarks/two.py)" in out
     commit("src/code.py", "x = 2\n")
     assert run_all.main([]) == 0
     assert runs() == ["one", "two", "three"]
+
+
+def test_docstrings_and_comments_are_not_code(runner, capsys):
+    """Editing a docstring or a comment of a step's Python code keeps its result; editing the code
+    itself, or adding an untracked module beside it, does not."""
+    run_all, runs, _, fixed, commit = runner
+    fixed.touch()
+    assert run_all.main([]) == 0
+    runs()
+    commit("benchmarks/one.py", '"""one, better explained"""\n\n# the name\nNAME = "one"  # same value\n')
+    commit("src/code.py", '"""the shared code"""\n\nx = 1\n')
+    assert run_all.main([]) == 0
+    assert runs() == []
+    (run_all.ROOT / "src" / "extra.py").write_text("y = 1\n")  # untracked: may be imported
+    assert run_all.main([]) == 0
+    assert runs() == ["one", "two", "three"]
+    (run_all.ROOT / "src" / "extra.py").unlink()
+    assert run_all.main([]) == 0  # they passed beside an untracked module: not on a commit
+    assert runs() == ["one", "two", "three"]
+    commit("benchmarks/three.py", "NAME = 'three'\nX = 1\n")
+    assert run_all.main([]) == 0
+    assert runs() == ["three"]
 
 
 def test_restart_and_only(runner):
@@ -205,12 +228,17 @@ def test_uncommitted_code_never_counts_as_passed(runner, capsys):
     fixed.touch()
     assert run_all.main([]) == 0
     runs()
-    (run_all.ROOT / "benchmarks" / "three.py").write_text("# three, edited\n")
+    (run_all.ROOT / "benchmarks" / "three.py").write_text("NAME = 'three, edited'\n")
+    head = _git(run_all.ROOT, "rev-parse", "HEAD")[:10]
     assert run_all.main(["--list"]) == 0
-    assert "(runs again: its code has uncommitted changes)" in capsys.readouterr().out
+    assert f"(runs again: its code differs from {head}'s (benchmarks/three.py))" in capsys.readouterr().out
     assert run_all.main([]) == 0
     assert runs() == ["three"]
-    assert "three passed before, runs again: its code has uncommitted changes" in capsys.readouterr().out
+    assert "three passed before, runs again: its code differs" in capsys.readouterr().out
+    # it passed with uncommitted code: that pass is not kept, even once the code is as before
+    assert run_all.main([]) == 0
+    assert runs() == ["three"]
+    assert "runs again: it ran with uncommitted changes to its code" in capsys.readouterr().out
 
 
 def _stopped_at_two_then_resumed(runner, monkeypatch, stopping, real) -> None:
