@@ -189,9 +189,9 @@ def _git(*args: str) -> str:
 def code_changed(step: Step, commit: str | None, head: str | None) -> str | None:
     """Why ``step``'s result from ``commit`` does not hold for this checkout (None: it holds): a
     file of its code (:attr:`Step.paths`) differs between ``commit`` and the working tree, whether
-    committed since or not, or is new and untracked there. A Python file whose syntax tree without
-    docstrings is the same does not count (:func:`_same_python`): a comment or a docstring edited
-    in ``src/`` does not re-run hours of benchmarks."""
+    committed since or not, or is new and untracked there. Markdown files do not count, nor does a
+    Python file whose syntax tree without docstrings is the same (:func:`_same_python`): a comment,
+    a docstring or a README edited beside the code does not re-run hours of benchmarks."""
     if head is None:
         return "not a git checkout"
     if commit is None:
@@ -204,11 +204,15 @@ def code_changed(step: Step, commit: str | None, head: str | None) -> str | None
         changed += _git("ls-files", "--others", "--exclude-standard", "--", *paths).splitlines()
     except (OSError, subprocess.CalledProcessError):
         return f"{commit[:10]} is unknown here"
-    differing = [path for path in changed if not _same_python(commit, path)]
+    differing = [p for p in changed if not p.endswith(DOC_SUFFIXES) and not _same_python(commit, p)]
     if not differing:
         return None
     more = f" and {len(differing) - 1} more" if len(differing) > 1 else ""
     return f"its code differs from {commit[:10]}'s ({differing[0]}{more})"
+
+
+#: Files in a step's folders that are documentation, never code (docker/README.md, say).
+DOC_SUFFIXES = (".md",)
 
 
 def _same_python(commit: str, path: str) -> bool:

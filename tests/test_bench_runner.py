@@ -191,7 +191,8 @@ def test_a_step_runs_again_only_when_its_own_code_changed(runner, capsys):
 
 
 def test_docstrings_and_comments_are_not_code(runner, capsys):
-    """Editing a docstring or a comment of a step's Python code keeps its result; editing the code
+    """Editing a docstring or a comment of a step's Python code, or a Markdown file beside it, keeps
+    its result; editing the code
     itself, or adding an untracked module beside it, does not."""
     run_all, runs, _, fixed, commit = runner
     fixed.touch()
@@ -199,6 +200,7 @@ def test_docstrings_and_comments_are_not_code(runner, capsys):
     runs()
     commit("benchmarks/one.py", '"""one, better explained"""\n\n# the name\nNAME = "one"  # same value\n')
     commit("src/code.py", '"""the shared code"""\n\nx = 1\n')
+    commit("src/README.md", "What the code does.\n")
     assert run_all.main([]) == 0
     assert runs() == []
     (run_all.ROOT / "src" / "extra.py").write_text("y = 1\n")  # untracked: may be imported
