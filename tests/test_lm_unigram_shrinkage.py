@@ -225,3 +225,37 @@ def test_unknown_spread_and_missing_sigma_are_refused(public_model):
         noisy_count_model(frame, public_model, 1, threshold=1.0, discount=1.0, unresolved="uniform")
     with pytest.raises(ArpaError, match="sigma"):
         noisy_count_model(frame, public_model, 1, threshold=1.0, discount=1.0, unresolved="empirical_bayes")
+
+
+def test_the_fit_multiplies_its_matrices_on_one_blas_thread(monkeypatch):
+    """The EM's small products run on one BLAS thread (docs/lm.md, "What the two LM stages cost
+    now": OpenBLAS's waiting threads spin, which cost up to 5-8 s on a busy machine), and the BLAS
+    thread count outside the fit is what it was."""
+    from threadpoolctl import threadpool_info
+
+    from dpngram.lm import unigram_shrinkage
+
+    def blas_threads() -> set[int]:
+        return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+
+    seen: list[set[int]] = []
+
+    class Recorded(np.ndarray):
+        def __matmul__(self, other):
+            seen.append(blas_threads())
+            return np.asarray(self) @ np.asarray(other)
+
+    plain = unigram_shrinkage._likelihood
+
+    def recorded(*args, **kwargs):
+        like, means = plain(*args, **kwargs)
+        return like.view(Recorded), means
+
+    monkeypatch.setattr(unigram_shrinkage, "_likelihood", recorded)
+    before = blas_threads()
+    public = zipf(2_000)
+    noisy = 50_000 * public + np.random.default_rng(7).normal(0.0, 3.0, public.size)
+    assert posterior_counts(noisy, public, 3.0) is not None
+    assert len(seen) >= 2 * unigram_shrinkage.ITERATIONS  # both products of every EM step
+    assert all(threads == {1} for threads in seen)
+    assert blas_threads() == before
