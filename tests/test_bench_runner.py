@@ -126,6 +126,7 @@ def runner(tmp_path, monkeypatch):
     monkeypatch.setattr(run_all, "RECORD", repo / "bench_run.json")
     monkeypatch.setattr(run_all, "RESULTS", repo)
     monkeypatch.setattr(run_all, "ROOT", repo)
+    monkeypatch.setattr(run_all, "BENCH_LEDGER", repo / "ledger.duckdb")
 
     def runs() -> list[str]:
         names = ran.read_text().split() if ran.exists() else []
@@ -267,6 +268,19 @@ def test_an_interrupted_step_is_where_the_next_run_starts(runner, monkeypatch):
         return real(step, log)
 
     _stopped_at_two_then_resumed(runner, monkeypatch, interrupt_two, real)
+
+
+def test_the_steps_charge_the_benchmarks_own_ledger(runner, monkeypatch):
+    """Whatever ledger the caller's environment names, a step's runs charge make bench's own."""
+    run_all, _, _, _, _ = runner
+    monkeypatch.setenv("DPNGRAM_LEDGER", "postgresql://somewhere/real")
+    seen = run_all.ROOT / "seen"
+    step = run_all.Step(
+        "env",
+        [sys.executable, "-c", f"import os; open({str(seen)!r}, 'w').write(os.environ['DPNGRAM_LEDGER'])"],
+    )
+    code, _ = run_all.run_step(step, run_all.ROOT / "env.log")
+    assert code == 0 and seen.read_text() == str(run_all.ROOT / "ledger.duckdb")
 
 
 def test_list_runs_nothing(runner, capsys):
