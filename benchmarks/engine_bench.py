@@ -108,7 +108,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             from dpngram.engines import select as engine_module
             from dpngram.engines.spark import spark_session
 
-            session = spark_session(args.spark_master, config.spark_settings())
+            session = spark_session(args.spark_master, config.engine.spark_settings())
             open_engine = engine_module.open_engine
             engine_module.open_engine = lambda cfg, spark=None: open_engine(cfg, spark=session)
         stages["spark_start"] = {"seconds": time.perf_counter() - t0, "peak_mib": mem.peak}
@@ -291,6 +291,9 @@ def main() -> None:
     cells = run_cells(args)
     print_table(cells)
     save_results(args, cells)
+    failed = [f"{c['engine']} at {c['users']:,} users" for c in cells if "error" in c]
+    if failed:  # the table and the JSON keep the errors; `make bench` must see the step fail
+        sys.exit(f"engine_bench: {len(failed)} cell(s) failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

@@ -346,6 +346,9 @@ def main() -> None:
     write_result("parallel_datasets.json", payload)
     plot(payload, RESULTS / "parallel_datasets.png")
     print(json.dumps(payload["summary"], indent=2))
+    failed = [mode for mode, summary in payload["summary"].items() if "error" in summary]
+    if failed:  # the rows keep the errors; `make bench` must see the step fail
+        sys.exit(f"parallel_datasets_bench: a run failed in mode {', '.join(failed)} (see the rows)")
 
 
 def summaries(rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
