@@ -8,20 +8,23 @@ progress lives in ``benchmarks/.data/bench_progress.json`` (gitignored); each st
 goes to ``benchmarks/.data/bench_logs/STEP.log``.
 
 A passed step is skipped only while its own code is the code it passed on: the package and its
-SQL (``src/``, ``sql/``), the DAGs, the pinned dependencies, the helper modules at the top of ``benchmarks/``,
-and the step's script with the ``benchmarks/`` packages and scripts it imports (the platform test:
-``tests/test_platform.py`` with its imports, ``docker/``, ``scripts/`` and the Makefile), committed and
-unchanged since (:func:`Step.paths`). So committing results between invocations keeps the progress,
-and fixing one benchmark re-runs that benchmark, not the others; a change to ``src/`` re-runs
-everything, and the runner says which steps run again and why. ``--resume-from RECORD`` resumes from
-a ``bench_run.json`` record instead of the local progress: a run spread over machines (a session's
-machine is not the next one's) goes on from the record committed last. ``--restart`` starts over
-anyway; ``--only STEP ...`` runs the named steps whatever their state; ``--list`` prints the steps,
-their state and their last duration without running anything.
+SQL (``src/``, ``sql/``), the DAGs, the pinned dependencies, the helper modules at the top of
+``benchmarks/``, and the step's script with the ``benchmarks/`` and ``tests/`` modules it imports
+(the platform test: ``tests/test_platform.py`` with its imports, ``docker/``, ``scripts/`` and the
+Makefile), whether changed in a commit since or not committed (:attr:`Step.paths`,
+:func:`code_changed`). Docstrings, comments and Markdown are not code. So committing results
+between invocations keeps the progress, fixing one benchmark re-runs that benchmark, not the
+others, and a change to the code in ``src/`` re-runs everything; the runner says which steps run
+again and why. ``--resume-from RECORD`` resumes from a ``bench_run.json`` record instead of the
+local progress: a run spread over machines (a session's machine is not the next one's) goes on
+from the record committed last. ``--restart`` starts over anyway; ``--only STEP ...`` runs the
+named steps whatever their state; ``--list`` prints the steps, their state and their last duration
+without running anything. The steps' runs charge make bench's own ledger (:data:`BENCH_LEDGER`).
 
 Every step runs even if an earlier one fails; the failures are listed at the end and the exit
 status is 1. ``results/bench_run.json`` (written after every step) records the commit, the
-machine, each step's status, seconds and finishing time, and how many invocations the run took.
+machine, each step's status, seconds, finishing time and commit, and how many invocations the run
+took.
 
 Usage: ``python benchmarks/run_all.py [--platform-command CMD] [--restart | --only STEP ... | --list]
 [--resume-from RECORD]``
