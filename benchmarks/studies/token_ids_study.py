@@ -43,50 +43,29 @@ SEED, VOCAB = 20261124, 50_000
 #: The share of the distinct words that stands in for the released vocabulary S_1.
 RELEASED_SHARE = 0.3
 
+#: The three statements after the insert; ``{key}`` is the vocabulary's column the sentence's tokens
+#: match: ``token`` (the text) for the strings, ``tid`` (the dictionary id) for the ids.
 STEPS = {
-    "user_items": {
-        "strings": """
-            CREATE OR REPLACE TABLE items AS
-            SELECT user_id, list_distinct(list(hash(t))) AS items
-            FROM (SELECT user_id, unnest(tokens) AS t FROM s) GROUP BY user_id""",
-        "ids": """
-            CREATE OR REPLACE TABLE items AS
-            SELECT user_id, list_distinct(list(hash(t))) AS items
-            FROM (SELECT user_id, unnest(tokens) AS t FROM s) GROUP BY user_id""",
-    },
-    "level1": {
-        "strings": """
-            CREATE OR REPLACE TABLE occ AS
-            SELECT p.sid, p.pos, v.gid
-            FROM (SELECT rowid AS sid, tokens, unnest(generate_series(1, array_length(tokens))) AS pos
-                  FROM s) AS p
-            JOIN vocab AS v ON v.token = p.tokens[p.pos]""",
-        "ids": """
-            CREATE OR REPLACE TABLE occ AS
-            SELECT p.sid, p.pos, v.gid
-            FROM (SELECT rowid AS sid, tokens, unnest(generate_series(1, array_length(tokens))) AS pos
-                  FROM s) AS p
-            JOIN vocab AS v ON v.tid = p.tokens[p.pos]""",
-    },
-    "level2": {
-        "strings": """
-            CREATE OR REPLACE TABLE pairs AS
-            SELECT p.sid, p.pos, CAST(a.gid AS BIGINT) * 4294967296 + b.gid AS key
-            FROM (SELECT rowid AS sid, tokens, unnest(generate_series(1, array_length(tokens))) AS pos
-                  FROM s) AS p
-            JOIN vocab AS a ON a.token = p.tokens[p.pos]
-            JOIN vocab AS b ON b.token = p.tokens[p.pos + 1]
-            WHERE p.pos < array_length(p.tokens)""",
-        "ids": """
-            CREATE OR REPLACE TABLE pairs AS
-            SELECT p.sid, p.pos, CAST(a.gid AS BIGINT) * 4294967296 + b.gid AS key
-            FROM (SELECT rowid AS sid, tokens, unnest(generate_series(1, array_length(tokens))) AS pos
-                  FROM s) AS p
-            JOIN vocab AS a ON a.tid = p.tokens[p.pos]
-            JOIN vocab AS b ON b.tid = p.tokens[p.pos + 1]
-            WHERE p.pos < array_length(p.tokens)""",
-    },
+    "user_items": """
+        CREATE OR REPLACE TABLE items AS
+        SELECT user_id, list_distinct(list(hash(t))) AS items
+        FROM (SELECT user_id, unnest(tokens) AS t FROM s) GROUP BY user_id""",
+    "level1": """
+        CREATE OR REPLACE TABLE occ AS
+        SELECT p.sid, p.pos, v.gid
+        FROM (SELECT rowid AS sid, tokens, unnest(generate_series(1, array_length(tokens))) AS pos
+              FROM s) AS p
+        JOIN vocab AS v ON v.{key} = p.tokens[p.pos]""",
+    "level2": """
+        CREATE OR REPLACE TABLE pairs AS
+        SELECT p.sid, p.pos, CAST(a.gid AS BIGINT) * 4294967296 + b.gid AS key
+        FROM (SELECT rowid AS sid, tokens, unnest(generate_series(1, array_length(tokens))) AS pos
+              FROM s) AS p
+        JOIN vocab AS a ON a.{key} = p.tokens[p.pos]
+        JOIN vocab AS b ON b.{key} = p.tokens[p.pos + 1]
+        WHERE p.pos < array_length(p.tokens)""",
 }
+KEY = {"strings": "token", "ids": "tid"}
 
 #: What each step's result is checked by: equal between the two ways.
 CHECKS = {
@@ -187,7 +166,7 @@ def main() -> None:
                 vocabulary(con, way, released)
                 for step, sql in STEPS.items():
                     started = time.perf_counter()
-                    con.execute(sql[way])
+                    con.execute(sql.format(key=KEY[way]))
                     seconds[step][way].append(round(time.perf_counter() - started, 3))
                     checks.setdefault(step, {})[way] = [int(v) for v in con.execute(CHECKS[step]).fetchone()]
                 con.close()
