@@ -1,9 +1,11 @@
 """What every benchmark records next to its numbers: the machine, the code measured, the load.
 
 Every benchmark imports these instead of writing them again (``benchmarks/`` is on its
-``sys.path``; it is not a package). A large benchmark is a folder of scenario modules with one
-entry point ``benchmarks/NAME_bench.py``, which ``make bench`` runs (``benchmarks/dpne/``,
-``benchmarks/lm/``).
+``sys.path``; it is not a package). Importing this module from a benchmark's own process also
+points the privacy ledger at the benchmarks' own file (:func:`charge_bench_ledger`).
+
+A large benchmark is a folder of scenario modules with one entry point
+``benchmarks/NAME_bench.py``, which ``make bench`` runs (``benchmarks/dpne/``, ``benchmarks/lm/``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +24,28 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 DATA = ROOT / "benchmarks" / ".data"
+BENCHMARKS = ROOT / "benchmarks"
+#: The privacy ledger that benchmark runs charge, whatever ``DPNGRAM_LEDGER`` the caller has set:
+#: the benchmarks release generated and public corpora, and those charges belong in no real
+#: ledger. Without this, a benchmark run directly (not through ``make bench``) charged the
+#: caller's ledger, the per-user default included, which then listed dozens of benchmark datasets.
+BENCH_LEDGER = DATA / "ledger.duckdb"
+LEDGER_ENV = "DPNGRAM_LEDGER"  # dpngram.release.ledger_store.LEDGER_ENV, not imported: no dpngram here
+
+
+def charge_bench_ledger(main_script: str | None = None) -> bool:
+    """Point ``DPNGRAM_LEDGER`` at :data:`BENCH_LEDGER` (for this process and the ``dpngram``
+    processes it starts) when the process's main script (``sys.argv[0]`` unless given) is a file
+    under ``benchmarks/``; True if it did. Called when this module is imported, so every
+    benchmark and study charges the benchmarks' ledger however it is started. Other importers (the
+    tests, which import benchmark modules) keep their own ledger."""
+    script = main_script if main_script is not None else (sys.argv[0] if sys.argv else "")
+    if not script or not Path(script).is_file():
+        return False
+    if BENCHMARKS not in Path(script).resolve().parents:
+        return False
+    os.environ[LEDGER_ENV] = str(BENCH_LEDGER)
+    return True
 
 
 def machine() -> dict[str, Any]:
@@ -151,3 +176,6 @@ def baseline_tree(commit: str) -> Path:
     if not link.exists():
         link.symlink_to(tree / "sql", target_is_directory=True)
     return tree
+
+
+charge_bench_ledger()

@@ -46,15 +46,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import DATA, RESULTS, ROOT, machine, now
+from _common import BENCH_LEDGER, DATA, RESULTS, ROOT, machine, now
 
 BENCHMARKS = ROOT / "benchmarks"
 PROGRESS = DATA / "bench_progress.json"
 LOGS = DATA / "bench_logs"
-#: The privacy ledger every step's runs charge (``DPNGRAM_LEDGER``, whatever the caller's): the
-#: benchmarks' releases are of generated and public corpora, and their charges belong in no real
-#: ledger, the per-user default included (where they listed dozens of benchmark datasets).
-BENCH_LEDGER = DATA / "ledger.duckdb"
 RECORD = RESULTS / "bench_run.json"
 PLATFORM_STEP = "test-platform"
 

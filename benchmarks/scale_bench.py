@@ -30,7 +30,8 @@ cluster is an assumption and is labelled as one.
 Usage: ``.venv/bin/python benchmarks/scale_bench.py [--users 100000 300000 1000000 3000000]
 [--policy default|weighted|...] [--full-split] [--plot-only] [--no-floor]``. Writes ``results/scale.json`` and
 ``results/scale.png``. Time it on a quiet machine: other jobs on the 2 cores inflate wall times
-(the load average is recorded per row).
+(the load average is recorded per row). A run or floor that failed is kept as a row with its
+error, and the script then exits non-zero naming it (so ``make bench`` records the step failed).
 """
 
 from __future__ import annotations
@@ -623,9 +624,26 @@ def main() -> None:
             print(f"== 1,000,000 users, default split, code of {baseline.name}", flush=True)
             rows.append(run_point(1_000_000, "default", full_split=True, profile=args.profile, code=baseline))
             print(json.dumps(rows[-1]), flush=True)
+    failed = failed_runs(rows)
     if args.merge and out.exists():
         rows += kept_rows(rows, json.loads(out.read_text())["rows"])
     write_payload(rows, out, png)
+    if failed:
+        # the rows are written first (nothing measured is lost); the exit status tells make bench
+        sys.exit("scale_bench: failed: " + "; ".join(failed))
+
+
+def failed_runs(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per run of this invocation that failed: a product run with a non-zero exit, or a
+    floor that could not be measured (its ratio is the figure issue 51 asks for)."""
+    failed = []
+    for row in rows:
+        point = f"{row['users']:,} users, {row['split']}, {row['code']}"
+        if row.get("exit_code"):
+            failed.append(f"{point}: exit {row['exit_code']} {row.get('error') or ''}".rstrip())
+        elif (row.get("floor") or {}).get("error"):
+            failed.append(f"{point}: floor {row['floor']['error'].splitlines()[-1:]}")
+    return failed
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -400,3 +401,67 @@ def test_bayes_bench_ingests_into_a_run_the_pre_check_accepts(tmp_path):
 
     args = bayes_bench.parse_args([])
     assert dpne_share_problem(bayes_bench.bench_config(args, str(tmp_path))) is None
+
+
+def test_a_benchmark_started_directly_charges_the_benchmarks_ledger_not_the_callers(monkeypatch, tmp_path):
+    """Run without make bench, a benchmark used to charge whatever ledger the caller had (a real
+    one included). Importing _common from a benchmark's or study's process now points the ledger at
+    the benchmarks' own file; any other importer (these tests) keeps its own."""
+    import _common
+
+    mine = tmp_path / "mine.duckdb"
+    monkeypatch.setenv("DPNGRAM_LEDGER", str(mine))
+    elsewhere = tmp_path / "tool.py"
+    elsewhere.write_text("")
+    assert not _common.charge_bench_ledger(str(elsewhere))
+    assert not _common.charge_bench_ledger("")
+    assert os.environ["DPNGRAM_LEDGER"] == str(mine)
+    bench = ROOT / "benchmarks"
+    for script in (bench / "noise_bench.py", bench / "studies" / "token_ids_study.py"):
+        monkeypatch.setenv("DPNGRAM_LEDGER", str(mine))
+        assert _common.charge_bench_ledger(str(script))
+        assert os.environ["DPNGRAM_LEDGER"] == str(_common.BENCH_LEDGER)
+    assert run_all.BENCH_LEDGER == _common.BENCH_LEDGER
+
+
+def test_a_benchmark_process_hands_the_benchmarks_ledger_to_the_runs_it_starts(tmp_path):
+    """End to end: a process whose main script is a benchmark (here noise_bench.py's path, as
+    ``sys.argv[0]``) imports _common and hands the benchmarks' ledger to the processes it starts,
+    though the caller set another."""
+    bench = ROOT / "benchmarks"
+    code = (
+        f"import subprocess, sys; sys.argv[0] = {str(bench / 'noise_bench.py')!r}; "
+        f"sys.path.insert(0, {str(bench)!r}); import _common; "
+        "child = 'import os; print(os.environ.get(' + repr('DPNGRAM_LEDGER') + '))'; "
+        "subprocess.run([sys.executable, '-c', child], check=True)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "DPNGRAM_LEDGER": str(tmp_path / "mine.duckdb")},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert out == str(bench / ".data" / "ledger.duckdb")
+
+
+def test_scale_bench_names_its_failed_runs_so_that_its_step_fails():
+    """scale_bench used to exit 0 when a measured run or its floor failed, so make bench recorded
+    the step as passed with an error row in scale.json. It now names each such run (and exits
+    non-zero with them, after writing the rows)."""
+    import scale_bench
+
+    ok = {
+        "users": 1000,
+        "split": "dpne=1",
+        "code": "this checkout",
+        "exit_code": 0,
+        "floor": {"total_seconds": 2.0},
+    }
+    crashed = {**ok, "users": 3000, "exit_code": 137, "error": ["Killed"]}
+    no_floor = {**ok, "users": 2000, "floor": {"error": "trace\nduckdb.OutOfMemoryException: 4GB"}}
+    assert scale_bench.failed_runs([ok]) == []
+    failed = scale_bench.failed_runs([ok, crashed, no_floor])
+    assert len(failed) == 2
+    assert failed[0].startswith("3,000 users, dpne=1, this checkout: exit 137") and "Killed" in failed[0]
+    assert failed[1].startswith("2,000 users, dpne=1, this checkout: floor") and "OutOfMemory" in failed[1]
