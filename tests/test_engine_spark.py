@@ -572,10 +572,12 @@ def test_triehh_user_words_identical_and_stage_runs_on_spark(runs, engines) -> N
 
 
 def test_lm_counts_sums_and_selection_users_identical(runs, engines, corpus) -> None:
-    """Stage lm_counts on both engines: sql/lm_counts/weighted.sql gives the same per-user-bounded
-    sums over the same public domain (every user counted), sql/lm_counts/selection_sentences.sql the
-    same sentences per user, each user's rows together and in order (what the streamed scoring
-    needs), and on each engine a holdout of half counts a strict, non-empty subset of the users."""
+    """Stage lm_counts on both engines: the same per-user-bounded sums over the same public domain
+    (every user counted), summed by sql/lm_counts/weighted.sql on Spark and from each user's
+    streamed id list in the process on DuckDB (two ways checked against each other here), and
+    sql/lm_counts/selection_sentences.sql the same sentences per user, each user's rows together
+    and in order (what the streamed scoring needs), and on each engine a holdout of half counts a
+    strict, non-empty subset of the users."""
     from functools import partial
 
     from dpngram.lm.backoff_scorer import BackoffScorer

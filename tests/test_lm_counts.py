@@ -1,7 +1,8 @@
 """Stage ``lm_counts`` (pipeline/lm_counts.py, docs/lm_privacy.md): the released noisy n-gram
 counts and the selected mixture weight.
 
-* The per-user l2 bounding of sql/lm_counts/weighted.sql (run for real on DuckDB, from sentences
+* The per-user l2 bounding (sql/lm_counts/weighted.sql, or the per-user id lists of
+  sql/lm_counts/user_gid_lists.sql summed in the process; run for real on DuckDB, from sentences
   through sql/bayes/_trigrams.sql and the integer counting keys) equals an independent Python
   computation, and one user — however adversarial — moves the summed vector by at most C in l2
   norm (exactly C when the user's own vector is longer than C).
@@ -77,6 +78,11 @@ def warehouse(users: dict[str, list[list[str]]]) -> Warehouse:
     return wh
 
 
+#: How the sums are taken: in the engine (sql/lm_counts/weighted.sql, the Spark engine's way) or
+#: in the process from each user's streamed id list (sql/lm_counts/user_gid_lists.sql, DuckDB's).
+SUMMING = {"engine": lm_counts.summed_in_engine, "process": lm_counts.summed_in_process}
+
+
 def weighted_sums(
     users: dict[str, list[list[str]]],
     vocabulary: list[str],
@@ -86,9 +92,11 @@ def weighted_sums(
     holdout: int = 0,
     salt: int = 1,
     power: float = 1.0,
+    way: str = "process",
 ) -> np.ndarray:
     """The stage's exact weighted sums over ``domain`` (n-grams; gid = position + 1), each user's
-    counts to the power ``power``."""
+    counts to the power ``power``, summed the ``way`` of :data:`SUMMING` (by default the default
+    DuckDB engine's)."""
     wh = warehouse(users)
     try:
         frame = pl.DataFrame(
@@ -97,29 +105,8 @@ def weighted_sums(
         vocab, dom = lm_counts.counting_tables(vocabulary, frame)
         wh.load_table(SCHEMA, lm_counts.VOCABULARY_TABLE, [vocab], vocab.schema)
         wh.load_table(SCHEMA, lm_counts.DOMAIN_TABLE, [dom], dom.schema)
-        wh.execute(
-            load_sql(
-                "lm_counts/weighted",
-                schema=SCHEMA,
-                target=lm_counts.WEIGHTED_TABLE,
-                source="sentences",
-                vocabulary=lm_counts.VOCABULARY_TABLE,
-                domain=lm_counts.DOMAIN_TABLE,
-            ),
-            {
-                "salt": salt,
-                "holdout_per_mille": holdout,
-                "clip": float(clip),
-                "count_power": power,
-                **lm_counts.COUNTING_PARAMS,
-            },
-        )
-        out = np.zeros(len(domain))
-        for gid, value in wh.con.execute(
-            f"SELECT gid, weighted FROM {SCHEMA}.{lm_counts.WEIGHTED_TABLE}"
-        ).fetchall():
-            out[gid - 1] = value
-        return out
+        params = {"salt": salt, "holdout_per_mille": holdout, **lm_counts.COUNTING_PARAMS}
+        return SUMMING[way](wh, SCHEMA, len(domain), params, clip=float(clip), power=power)
     finally:
         wh.close()
 
@@ -206,16 +193,26 @@ ADVERSARIAL = {
 }
 
 
+@pytest.mark.parametrize("way", ["engine", "process", "process, no power table"])
 @pytest.mark.parametrize(("clip", "power"), [(1.0, 1.0), (3.0, 1.0), (1.0, 0.5), (3.0, 0.5), (3.0, 0.0)])
-def test_weighted_sql_is_the_l2_bounded_sum_and_one_user_moves_it_by_at_most_c(clip, power):
-    """Real SQL vs a direct computation of Σ_u min(1, C/‖x_u‖₂) x_u (x_u: the user's counts to the
-    power p, ``lm_count_power``), and the neighbour gap. Both sides sum ≤ 10 float64 terms per
-    coordinate: they agree to ~1e-15 relative (rel 1e-12); ‖ΔW‖₂ ≤ C up to the same rounding
-    (factor 1 + 1e-12), whatever p."""
-    base = weighted_sums(BASE_USERS, VOCAB, DOMAIN, clip=clip, power=power)
+def test_weighted_sums_are_the_l2_bounded_sum_and_one_user_moves_them_by_at_most_c(
+    clip, power, way, monkeypatch
+):
+    """Real SQL (summed in the engine, or each user's ids summed in the process) vs a direct
+    computation of Σ_u min(1, C/‖x_u‖₂) x_u (x_u: the user's counts to the power p,
+    ``lm_count_power``), and the neighbour gap. Both sides sum ≤ 10 float64 terms per coordinate:
+    they agree to ~1e-15 relative (rel 1e-12); ‖ΔW‖₂ ≤ C up to the same rounding (factor
+    1 + 1e-12), whatever p. "no power table": every count past 1 takes c^p from np.power, the path
+    of counts at or past POWER_TABLE_SIZE."""
+    if way == "process, no power table":
+        monkeypatch.setattr(lm_counts, "POWER_TABLE_SIZE", 2)
+        way = "process"
+    base = weighted_sums(BASE_USERS, VOCAB, DOMAIN, clip=clip, power=power, way=way)
     assert base == pytest.approx(bounded_sum(BASE_USERS, VOCAB, DOMAIN, clip, power), rel=1e-12, abs=1e-12)
     for name, sentences in ADVERSARIAL.items():
-        neighbour = weighted_sums({**BASE_USERS, name: sentences}, VOCAB, DOMAIN, clip=clip, power=power)
+        neighbour = weighted_sums(
+            {**BASE_USERS, name: sentences}, VOCAB, DOMAIN, clip=clip, power=power, way=way
+        )
         gap = neighbour - base
         x = user_vector(sentences, set(VOCAB), DOMAIN, power)
         norm = float(np.linalg.norm(x))

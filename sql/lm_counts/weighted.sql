@@ -1,5 +1,6 @@
 -- Stage lm_counts (docs/lm.md, "Noisy n-gram counts"): per-user bounded n-gram counts over a
--- public domain, summed. PRIVATE (exact weighted sums): the result never leaves the process
+-- public domain, summed, in the engine (the Spark engine; the DuckDB engine streams the per-user
+-- lists of lm_counts/user_gid_lists.sql to its process and sums them there, to the same sums). PRIVATE (exact weighted sums): the result never leaves the process
 -- except with Gaussian noise added by pipeline/lm_counts.py.
 -- Input {source}(user_id, tokens), the run's sentences: their sentence-bounded trigram
 -- occurrences are built inline by the fragment bayes/_trigrams.sql (one <s> before and one </s>
@@ -26,43 +27,10 @@ CREATE OR REPLACE TABLE {schema}.{target} AS
 WITH
 -- include: bayes/_trigrams
 ,
-occ AS (
-    SELECT t.user_id,
-           CAST(CASE WHEN t.w1 IS NULL THEN $bos_id ELSE coalesce(v1.tid, $unk_id) END AS BIGINT) AS i1,
-           CAST(coalesce(v2.tid, $unk_id) AS BIGINT) AS i2,
-           CAST(CASE WHEN t.w3 IS NULL THEN $eos_id ELSE coalesce(v3.tid, $unk_id) END AS BIGINT) AS i3
-    FROM trigrams AS t
-    LEFT JOIN {schema}.{vocabulary} AS v1 ON v1.token = t.w1
-    LEFT JOIN {schema}.{vocabulary} AS v2 ON v2.token = t.w2
-    LEFT JOIN {schema}.{vocabulary} AS v3 ON v3.token = t.w3
-    WHERE abs(hash(xor(hash(t.user_id), CAST($salt AS UBIGINT))) % 1000) >= $holdout_per_mille
-),
-grams AS (
-    -- one scan: every occurrence row unnests the keys of its n-grams as one list (the six-way
-    -- UNION ALL re-read the occurrences six times; at 1M users 28 s against 9 s)
-    SELECT user_id,
-           unnest(CASE WHEN i1 = $bos_id THEN [
-               (i1 * $word_shift + i2) * $word_shift + i3,
-               (i2 * $word_shift + i3) * $word_shift,
-               i3 * $word_shift * $word_shift,
-               (i1 * $word_shift + i2) * $word_shift,
-               i2 * $word_shift * $word_shift,
-               i1 * $word_shift * $word_shift
-           ] ELSE [
-               (i1 * $word_shift + i2) * $word_shift + i3,
-               (i2 * $word_shift + i3) * $word_shift,
-               i3 * $word_shift * $word_shift
-           ] END) AS k
-    FROM occ
-),
-user_ids AS (
-    -- each user's domain ids as ONE sorted list: the counting and the clipping below work inside
-    -- the user's own row. Before, a GROUP BY (user_id, gid) over every pair did it; at 1M users
-    -- that hash aggregate outgrew 4 GB and spilled 2.8-3.9 GB (docs/engines.md, "Scale").
-    SELECT g.user_id, list_sort(list(d.gid)) AS s
-    FROM grams AS g
-    JOIN {schema}.{domain} AS d ON d.k = g.k
-    GROUP BY g.user_id
+-- include: lm_counts/_user_gids
+,
+sorted_ids AS (
+    SELECT list_sort(s) AS s FROM user_ids
 ),
 runs AS (
     -- the positions where a run of equal ids starts in the sorted list
@@ -71,7 +39,7 @@ runs AS (
                generate_series(1, array_length(s)),
                lambda i: i = 1 OR s[i] <> s[greatest(i - 1, 1)]
            ) AS starts
-    FROM user_ids
+    FROM sorted_ids
 ),
 user_counts AS (
     -- (gid, c): each distinct id of the user and its count (the length of its run) to the power
