@@ -160,7 +160,7 @@ def test_private_user_counts_equal_the_occurrence_path(with_vocab):
     for salt in (3, 4, 5):
         # V: every trigram some user has but (x y z) and those with 'rare' (a word outside V's
         # words), plus one nobody has (a released-only trigram)
-        wh, mapped, _ = with_space(
+        wh, mapped, size = with_space(
             rows,
             vocab,
             where="NOT (w1 = 'x' AND w2 = 'y' AND w3 = 'z') AND 'rare' NOT IN (w1, w2, w3)",
@@ -174,9 +174,47 @@ def test_private_user_counts_equal_the_occurrence_path(with_vocab):
             f"JOIN {SCHEMA}.{bayes.USERS} AS u ON u.uid = r.user_id"
         ).fetchall()
         assert sorted(got) == sorted(expected)
+        # the DuckDB engine's way (each user's ids bounded in the process): the same (c, N)
+        sums = bayes.private_count_sums(wh, SCHEMA, "sents", size, map_unk=mapped, C=2, W=4, salt=salt)
+        reference = bayes.aggregate_counts(wh, SCHEMA, "uc_run", size)
+        assert sums[0].tolist() == reference[0].tolist() and sums[1].tolist() == reference[1].tolist()
+        assert reference[1].sum() > 0
         # g's trigrams all hold "rare": outside V unless the vocabulary maps it to <unk> (x <unk> x)
         assert {u for u, _, _ in expected} == set("abcdefg" if with_vocab else "abcdef")
         assert any(c == 2 for _, _, c in expected) and any(u == "f" for u, _, _ in expected)
+
+
+def test_in_process_bounding_keeps_the_w_smallest_keys_ties_by_tid_and_clamps_to_c():
+    """The compiled bounding of the DuckDB engine's way against the rule written out in Python, on
+    random users whose sort keys tie often (4 distinct keys): a user over W distinct trigrams keeps
+    the W with the smallest (key, tid); each kept count is clamped to C; N counts the users."""
+    rng = np.random.default_rng(7)
+    size, C, W = 30, 3, 5
+    sort_keys = rng.integers(0, 4, size).astype(np.uint64)
+    users = [rng.integers(1, size + 1, rng.integers(1, 40)) for _ in range(200)]
+    users.append(np.full(500, 4))  # one trigram many times: clamped
+    offsets = np.concatenate([[0], np.cumsum([len(u) for u in users])]).astype(np.int64)
+    total, held = np.zeros(size), np.zeros(size)
+    bayes._sum_bounded_trigram_counts(
+        offsets,
+        np.concatenate(users).astype(np.int64),
+        sort_keys,
+        C,
+        W,
+        np.zeros(size + 1, np.int64),
+        np.zeros(size + 1, np.int64),
+        total,
+        held,
+    )
+    expected_total, expected_held = np.zeros(size), np.zeros(size)
+    for tids in users:
+        counts = Counter(tids.tolist())
+        kept = sorted(counts, key=lambda t: (int(sort_keys[t - 1]), t))[:W]
+        for t in kept:
+            expected_total[t - 1] += min(counts[t], C)
+            expected_held[t - 1] += 1
+    assert total.tolist() == expected_total.tolist() and held.tolist() == expected_held.tolist()
+    assert any(len(set(u.tolist())) > W for u in users)  # the cap was exercised
 
 
 def test_private_user_counts_refuse_more_words_than_the_keys_hold(monkeypatch):

@@ -1,6 +1,6 @@
 -- Fragment: the last steps of the per-user bounded trigram counts (Ramadan et al. Alg. 1 lines
--- 1-2, plus the per-user cap W of §3.1/§4.3), after a CTE matched(user_id, tid): one row per
--- occurrence of a trigram tid of V. Each user's count of a trigram is clamped to $clip_count (C);
+-- 1-2, plus the per-user cap W of §3.1/§4.3), after the CTEs matched(user_id, tid): one row per
+-- occurrence of a trigram tid of V, and sort_keys (bayes/_sort_keys.sql). Each user's count of a trigram is clamped to $clip_count (C);
 -- each user keeps at most $max_trigrams (W) distinct trigrams: those with the smallest
 -- hash(hash(w1 w2 w3) XOR $salt) for a secret per-run salt (the same keyed-hash idiom as
 -- sql/dpsu/_user_kept.sql), keyed by the trigram itself so the choice does not depend on V's ids
@@ -12,10 +12,6 @@ counted AS (
     SELECT user_id, tid, count(*) AS raw_count
     FROM matched
     GROUP BY user_id, tid
-),
-sort_keys AS (
-    SELECT tid, hash(xor(hash(concat_ws(' ', w1, w2, w3)), CAST($salt AS UBIGINT))) AS sort_key
-    FROM {schema}.{space}
 ),
 ranked AS (
     SELECT c.user_id, c.tid, c.raw_count,

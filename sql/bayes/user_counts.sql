@@ -11,4 +11,6 @@ WITH matched AS (
     JOIN {schema}.{space} AS s
       ON o.w1 = s.w1 AND o.w2 = s.w2 AND o.w3 = s.w3
 ),
+-- include: bayes/_sort_keys
+,
 -- include: bayes/_bounded_counts

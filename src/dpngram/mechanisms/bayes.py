@@ -41,7 +41,7 @@ be compared with the mechanism they sit next to.
 Owns: BayesianDP (prior, posterior mean, sensitivity bound, calibration, release), the Laplace
 baselines, public tuning of (S, ρ), the trigram space and bounded per-user counts.
 Imports: dpngram.engines, dpngram.text, dpngram.core, dpngram.mechanisms.dpne_domain (the user
-numbering); numpy, pyarrow.
+numbering); numba, numpy, pyarrow.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from numba import njit
 
 from dpngram.core.accounting import GAUSSIAN_DELTA_MARGIN, PrivacyEvent, gaussian_sigma, laplace_scale
 from dpngram.core.errors import ConfigError
@@ -530,6 +531,18 @@ def private_user_counts(
     ``sentences``, straight from the sentences with integer keys (``sql/bayes/private_user_counts.sql``;
     its ``user_id`` is the run-local integer id of ``{schema}.bayes_users``). Needs V
     (:func:`build_space`) and the vocabulary table."""
+    identifiers, params = _private_count_inputs(wh, schema, sentences, map_unk=map_unk)
+    wh.execute(
+        load_sql("bayes/private_user_counts", target=target, **identifiers),
+        {**params, "clip_count": int(C), "max_trigrams": int(W), "salt": int(salt)},
+    )
+
+
+def _private_count_inputs(
+    wh: Engine, schema: str, sentences: str, *, map_unk: bool
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """The working tables (V's words, the integer user ids) and the identifiers and parameters of
+    ``sql/bayes/private_user_counts.sql`` and ``sql/bayes/user_tid_lists.sql``."""
     wh.execute(load_sql("bayes/space_words", schema=schema, target=SPACE_WORDS, space=SPACE))
     words = wh.fetch_numpy(f"SELECT word, wid FROM {schema}.{SPACE_WORDS}")
     ids = {w: int(i) for w, i in zip(words["word"], words["wid"], strict=True) if w in (BOS, EOS, UNK)}
@@ -542,27 +555,84 @@ def private_user_counts(
     wh.execute(
         load_sql("bayes/uid_sentences", schema=schema, target=UID_SENTENCES, source=sentences, users=USERS)
     )
-    wh.execute(
-        load_sql(
-            "bayes/private_user_counts",
-            schema=schema,
-            target=target,
-            source=UID_SENTENCES,
-            vocabulary=VOCABULARY_TABLE,
-            words=SPACE_WORDS,
-            space=SPACE,
-        ),
-        {
-            "map_unk": bool(map_unk),
-            "word_shift": 1 << WORD_ID_BITS,
-            "bos_id": ids.get(BOS, 0),
-            "eos_id": ids.get(EOS, 0),
-            "unk_id": ids.get(UNK, 0) if map_unk else 0,
-            "clip_count": int(C),
-            "max_trigrams": int(W),
-            "salt": int(salt),
-        },
+    identifiers = {
+        "schema": schema,
+        "source": UID_SENTENCES,
+        "vocabulary": VOCABULARY_TABLE,
+        "words": SPACE_WORDS,
+        "space": SPACE,
+    }
+    params = {
+        "map_unk": bool(map_unk),
+        "word_shift": 1 << WORD_ID_BITS,
+        "bos_id": ids.get(BOS, 0),
+        "eos_id": ids.get(EOS, 0),
+        "unk_id": ids.get(UNK, 0) if map_unk else 0,
+    }
+    return identifiers, params
+
+
+def private_count_sums(
+    wh: Engine, schema: str, sentences: str, size: int, *, map_unk: bool, C: int, W: int, salt: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(c, N) over V (index tid − 1) of the per-user bounded counts of ``sentences``: what
+    :func:`aggregate_counts` gives over :func:`private_user_counts`'s table, without the table
+    (PRIVATE: never logged or released). The DuckDB engine runs in this process: each user's
+    matched trigram ids (``sql/bayes/user_tid_lists.sql``) are streamed and bounded by
+    :func:`_sum_bounded_trigram_counts` (docs/engines.md, "bayes: bounding each user's trigrams
+    in the process"); any other engine (Spark: the lists would travel to the driver) builds the
+    table and aggregates it in SQL."""
+    if wh.name != "duckdb":
+        private_user_counts(wh, schema, sentences, USER_COUNTS, map_unk=map_unk, C=C, W=W, salt=salt)
+        return aggregate_counts(wh, schema, USER_COUNTS, size)
+    identifiers, params = _private_count_inputs(wh, schema, sentences, map_unk=map_unk)
+    keys = wh.fetch_numpy(
+        load_sql("bayes/trigram_sort_keys", schema=schema, space=SPACE), {"salt": int(salt)}
     )
+    sort_keys = np.zeros(size, dtype=np.uint64)
+    sort_keys[np.asarray(keys["tid"], dtype=np.int64) - 1] = np.asarray(keys["sort_key"], dtype=np.uint64)
+    total = np.zeros(size, dtype=np.float64)
+    users = np.zeros(size, dtype=np.float64)
+    scratch = np.zeros(size + 1, dtype=np.int64)
+    distinct = np.zeros(size + 1, dtype=np.int64)
+    for batch in wh.fetch_batches(load_sql("bayes/user_tid_lists", **identifiers), params, USER_BATCH):
+        lists = batch.column(0)
+        offsets = np.asarray(lists.offsets, dtype=np.int64)
+        tids = np.asarray(lists.values, dtype=np.int64)[offsets[0] : offsets[-1]]
+        _sum_bounded_trigram_counts(
+            offsets - offsets[0], tids, sort_keys, int(C), int(W), scratch, distinct, total, users
+        )
+    return total, users
+
+
+#: Users per streamed batch of :func:`private_count_sums` (at most a few hundred ids a user).
+USER_BATCH = 1 << 16
+
+
+@njit(cache=True, nogil=True)
+def _sum_bounded_trigram_counts(offsets, tids, sort_keys, C, W, scratch, distinct, total, users):  # noqa: ANN001
+    """Add every user's bounded counts to ``total`` (c) and ``users`` (N), index tid − 1: user u's
+    trigram occurrences are ``tids[offsets[u]:offsets[u + 1]]`` (any order). The rule of
+    ``sql/bayes/_bounded_counts.sql``: a user over W distinct trigrams keeps the W with the smallest
+    ``sort_keys[tid − 1]``, ties by tid; each kept count is clamped to C. ``scratch`` (zeros, one
+    slot per tid) counts a user's trigrams and is left zero again; ``distinct`` is working space."""
+    for u in range(len(offsets) - 1):
+        n = 0
+        for k in range(offsets[u], offsets[u + 1]):
+            t = tids[k]
+            if scratch[t] == 0:
+                distinct[n] = t
+                n += 1
+            scratch[t] += 1
+        kept = distinct[:n]
+        if n > W:
+            by_tid = np.sort(kept)  # a stable sort by key below then breaks ties by tid
+            kept = by_tid[np.argsort(sort_keys[by_tid - 1], kind="mergesort")[:W]]
+        for t in kept:
+            total[t - 1] += min(scratch[t], C)
+            users[t - 1] += 1.0
+        for k in range(n):
+            scratch[distinct[k]] = 0
 
 
 def aggregate_counts(wh: Engine, schema: str, user_counts: str, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -630,9 +700,12 @@ def prepare_inputs(
     lowercase: bool = True,
     private_sentences: str = "sentences",
     cache_dir: Path | None = None,
+    user_counts_table: bool = False,
 ) -> TrigramInputs:
     """Steps 1-4 of the module docstring up to (c, N, α). Private tables stay in ``schema``.
-    ``cache_dir``: the public-model cache (:func:`load_public_corpus`)."""
+    ``cache_dir``: the public-model cache (:func:`load_public_corpus`). ``user_counts_table``:
+    also leave the per-user bounded counts in ``{schema}.bayes_user_counts`` (what the NOT-DP
+    brute-force sensitivity reads); else (c, N) come from :func:`private_count_sums`."""
     map_unk = install_vocabulary(wh, schema, vocabulary)
     sentences = load_public_corpus(wh, schema, public_path, lowercase, cache_dir)
     trigram_occurrences(wh, schema, PUBLIC_SENTENCES, PUBLIC_OCCURRENCES, map_unk)
@@ -640,8 +713,13 @@ def prepare_inputs(
     size = build_space(wh, schema, released, vocab_size)
     if size == 0:
         raise ConfigError("public: the public corpus and the released k-grams give no trigram (V is empty)")
-    private_user_counts(wh, schema, private_sentences, USER_COUNTS, map_unk=map_unk, C=C, W=W, salt=salt)
-    total, users = aggregate_counts(wh, schema, USER_COUNTS, size)
+    if user_counts_table:
+        private_user_counts(wh, schema, private_sentences, USER_COUNTS, map_unk=map_unk, C=C, W=W, salt=salt)
+        total, users = aggregate_counts(wh, schema, USER_COUNTS, size)
+    else:
+        total, users = private_count_sums(
+            wh, schema, private_sentences, size, map_unk=map_unk, C=C, W=W, salt=salt
+        )
     return TrigramInputs(
         schema=schema,
         size=size,

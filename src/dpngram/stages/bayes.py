@@ -61,6 +61,9 @@ from dpngram.release.identity import public_cache_dir
 from dpngram.release.layout import KGRAMS, TRIGRAM_DIST, VOCABULARY
 from dpngram.release.spend import spend_once
 
+#: ``bayes_calibration`` of the paper's brute-force sensitivity (not DP; for comparison only).
+NOT_DP_CALIBRATION = "brute-force-NOT-DP"
+
 
 # ----------------------------------------------------------------------------------------------
 # Stage functions
@@ -88,6 +91,8 @@ def _stage_inputs(ctx: RunContext, wh: Engine, salt: int) -> TrigramInputs:
         salt=salt,
         lowercase=config.lowercase,
         cache_dir=public_cache_dir(config),
+        # the NOT-DP brute-force sensitivity reads the per-user table (bruteforce_sensitivity_not_dp)
+        user_counts_table=config.bayes.calibration == NOT_DP_CALIBRATION,
     )
 
 
@@ -143,7 +148,7 @@ def run_bayes(ctx: RunContext, *, noise: NoiseSource | None = None) -> dict[str,
     config = ctx.config
     epsilon, delta = config.stage_share(STAGE)
     _check_method(ctx, "bayesian")
-    not_dp = config.bayes.calibration == "brute-force-NOT-DP"
+    not_dp = config.bayes.calibration == NOT_DP_CALIBRATION
 
     def compute(wh: Engine) -> StageResult:
         source = noise or NoiseSource.secure()
@@ -182,7 +187,7 @@ def _bayes_report(
 ) -> dict[str, Any]:
     """The stage's report part: public parameters, the hyperparameters, the calibration."""
     epsilon, delta = budget
-    not_dp = config.bayes.calibration == "brute-force-NOT-DP"
+    not_dp = config.bayes.calibration == NOT_DP_CALIBRATION
     C, W, L = config.bayes.clip_count, config.bayes.max_trigrams, config.bayes.log_clip
     return {
         "method": "bayesian",
