@@ -20,7 +20,7 @@ from dpngram.core.accounting import Accountant, PrivacyEvent
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.duckdb import Warehouse
-from dpngram.mechanisms import bayes
+from dpngram.mechanisms import bayes, bayes_user_counts
 from dpngram.release import layout
 from dpngram.release.context import RunContext, read_parts
 from dpngram.stages import bayes as bayes_stage
@@ -49,8 +49,8 @@ def warehouse_with(rows: list[tuple[str, list[str]]]) -> Warehouse:
 
 
 def python_trigrams(tokens: list[str], vocab: set[str] | None) -> list[tuple[str, str, str]]:
-    mapped = [t if vocab is None or t in vocab else bayes.UNK for t in tokens]
-    padded = [bayes.BOS, *mapped, bayes.EOS]
+    mapped = [t if vocab is None or t in vocab else bayes_user_counts.UNK for t in tokens]
+    padded = [bayes_user_counts.BOS, *mapped, bayes_user_counts.EOS]
     return [tuple(padded[i : i + 3]) for i in range(len(padded) - 2)]
 
 
@@ -117,7 +117,7 @@ def with_space(rows, vocab=None, where="TRUE", released=None, size=10_000):
 
 def _bounded(rows, C, W, salt):
     wh, _, size = with_space(rows, where="user_id <> 'outside'")
-    bayes.bounded_user_counts(wh, SCHEMA, "occ", "uc", C=C, W=W, salt=salt)
+    bayes_user_counts.bounded_user_counts(wh, SCHEMA, "occ", "uc", C=C, W=W, salt=salt)
     out = {}
     for user, tid, count in wh.con.execute(f"SELECT user_id, tid, user_count FROM {SCHEMA}.uc").fetchall():
         out.setdefault(user, {})[tid] = count
@@ -166,17 +166,21 @@ def test_private_user_counts_equal_the_occurrence_path(with_vocab):
             where="NOT (w1 = 'x' AND w2 = 'y' AND w3 = 'z') AND 'rare' NOT IN (w1, w2, w3)",
             released=pa.table({"w1": ["never"], "w2": ["seen"], "w3": ["here"]}),
         )
-        bayes.bounded_user_counts(wh, SCHEMA, "occ", "uc_occ", C=2, W=4, salt=salt)
-        bayes.private_user_counts(wh, SCHEMA, "sents", "uc_run", map_unk=mapped, C=2, W=4, salt=salt)
+        bayes_user_counts.bounded_user_counts(wh, SCHEMA, "occ", "uc_occ", C=2, W=4, salt=salt)
+        bayes_user_counts.private_user_counts(
+            wh, SCHEMA, "sents", "uc_run", map_unk=mapped, C=2, W=4, salt=salt
+        )
         expected = wh.con.execute(f"SELECT user_id, tid, user_count FROM {SCHEMA}.uc_occ").fetchall()
         got = wh.con.execute(
             f"SELECT u.user_id, r.tid, r.user_count FROM {SCHEMA}.uc_run AS r "
-            f"JOIN {SCHEMA}.{bayes.USERS} AS u ON u.uid = r.user_id"
+            f"JOIN {SCHEMA}.{bayes_user_counts.USERS} AS u ON u.uid = r.user_id"
         ).fetchall()
         assert sorted(got) == sorted(expected)
         # the DuckDB engine's way (each user's ids bounded in the process): the same (c, N)
-        sums = bayes.private_count_sums(wh, SCHEMA, "sents", size, map_unk=mapped, C=2, W=4, salt=salt)
-        reference = bayes.aggregate_counts(wh, SCHEMA, "uc_run", size)
+        sums = bayes_user_counts.private_count_sums(
+            wh, SCHEMA, "sents", size, map_unk=mapped, C=2, W=4, salt=salt
+        )
+        reference = bayes_user_counts.aggregate_counts(wh, SCHEMA, "uc_run", size)
         assert sums[0].tolist() == reference[0].tolist() and sums[1].tolist() == reference[1].tolist()
         assert reference[1].sum() > 0
         # g's trigrams all hold "rare": outside V unless the vocabulary maps it to <unk> (x <unk> x)
@@ -195,7 +199,7 @@ def test_in_process_bounding_keeps_the_w_smallest_keys_ties_by_tid_and_clamps_to
     users.append(np.full(500, 4))  # one trigram many times: clamped
     offsets = np.concatenate([[0], np.cumsum([len(u) for u in users])]).astype(np.int64)
     total, held = np.zeros(size), np.zeros(size)
-    bayes._sum_bounded_trigram_counts(
+    bayes_user_counts._sum_bounded_trigram_counts(
         offsets,
         np.concatenate(users).astype(np.int64),
         sort_keys,
@@ -219,11 +223,11 @@ def test_in_process_bounding_keeps_the_w_smallest_keys_ties_by_tid_and_clamps_to
 
 def test_private_user_counts_refuse_more_words_than_the_keys_hold(monkeypatch):
     wh, _, _ = with_space([("a", ["w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8"])])
-    monkeypatch.setattr(bayes, "WORD_ID_BITS", 3)  # 7 ids; V has 10 words (w1..w8, <s>, </s>)
+    monkeypatch.setattr(bayes_user_counts, "WORD_ID_BITS", 3)  # 7 ids; V has 10 words (w1..w8, <s>, </s>)
     with pytest.raises(ConfigError, match="lower bayes_vocab_size"):
-        bayes.private_user_counts(wh, SCHEMA, "sents", "uc", map_unk=False, C=1, W=5, salt=1)
-    monkeypatch.setattr(bayes, "WORD_ID_BITS", 4)  # 15 ids: fits
-    bayes.private_user_counts(wh, SCHEMA, "sents", "uc", map_unk=False, C=1, W=5, salt=1)
+        bayes_user_counts.private_user_counts(wh, SCHEMA, "sents", "uc", map_unk=False, C=1, W=5, salt=1)
+    monkeypatch.setattr(bayes_user_counts, "WORD_ID_BITS", 4)  # 15 ids: fits
+    bayes_user_counts.private_user_counts(wh, SCHEMA, "sents", "uc", map_unk=False, C=1, W=5, salt=1)
     assert wh.con.execute(f"SELECT count(*) FROM {SCHEMA}.uc").fetchone()[0] == 5
 
 

@@ -23,7 +23,7 @@ from scipy import stats
 from dpngram.core.accounting import Accountant, PrivacyEvent
 from dpngram.core.noise import simulation_rng
 from dpngram.engines.duckdb import Warehouse
-from dpngram.mechanisms import bayes
+from dpngram.mechanisms import bayes, bayes_user_counts
 
 FALSE_FAILURE = 1e-4
 
@@ -124,8 +124,8 @@ def test_sql_bruteforce_equals_recomputation():
         {"user_id": [r[0] for r in rows], "tid": [r[1] for r in rows], "user_count": [r[2] for r in rows]}
     )
     wh.con.register("uc", table)
-    wh.con.execute(f"CREATE TABLE s.{bayes.USER_COUNTS} AS SELECT * FROM uc")
-    total, n = bayes.aggregate_counts(wh, "s", bayes.USER_COUNTS, V)
+    wh.con.execute(f"CREATE TABLE s.{bayes_user_counts.USER_COUNTS} AS SELECT * FROM uc")
+    total, n = bayes_user_counts.aggregate_counts(wh, "s", bayes_user_counts.USER_COUNTS, V)
     inputs = bayes.TrigramInputs("s", V, public, total, n, 0, False, 0)
     sql_value = bayes.bruteforce_sensitivity_not_dp(wh, inputs, **hp)
     assert sql_value == pytest.approx(brute_force_max(users, V, public, **hp), rel=1e-9)

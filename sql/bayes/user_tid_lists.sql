@@ -3,7 +3,7 @@
 -- order), from the run's sentences {schema}.{source}(user_id, tokens) through the same occurrences
 -- and keys as bayes/private_user_counts.sql (fragments bayes/_trigrams.sql, bayes/_matched_keys.sql;
 -- same parameters). The run's process clamps, bounds to W trigrams and sums them
--- (dpngram.mechanisms.bayes.private_count_sums) to the same (c, N) as bayes/aggregate.sql over
+-- (dpngram.mechanisms.bayes_user_counts.private_count_sums) to the same (c, N) as bayes/aggregate.sql over
 -- bayes/private_user_counts.sql. PRIVATE (per-user data): the lists never leave the process.
 WITH
 -- include: bayes/_trigrams

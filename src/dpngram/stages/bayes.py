@@ -30,14 +30,11 @@ from dpngram.core.noise import NoiseSource
 from dpngram.engines.base import Engine
 from dpngram.mechanisms.bayes import (
     BASELINE_METHODS,
-    BOS,
-    EOS,
     GUARANTEE_DP,
     GUARANTEE_NOT_DP,
     GUARANTEE_PURE,
     RHO_GRID,
     S_GRID,
-    UNK,
     GaussianCalibration,
     TrigramInputs,
     TuningResult,
@@ -56,6 +53,7 @@ from dpngram.mechanisms.bayes import (
     space_keys,
     tune_on_public,
 )
+from dpngram.mechanisms.bayes_user_counts import BOS, EOS, UNK
 from dpngram.release.context import RunContext, StageResult, read_parts, released_summary
 from dpngram.release.identity import public_cache_dir
 from dpngram.release.layout import KGRAMS, TRIGRAM_DIST, VOCABULARY
