@@ -195,6 +195,17 @@ def floor_ratios(row: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def timings_dir(warehouse: Path, run_id: str) -> Path:
+    """The run's stage timings: ``operator/RUN_ID/timings`` inside the warehouse directory, or
+    beside the warehouse file for a baseline from before 2026-12-06 (one warehouse file, its operator
+    files in the same folder). A baseline since then takes the file's path as its directory."""
+    for root in (warehouse, warehouse.parent):
+        candidate = root / "operator" / run_id / "timings"
+        if candidate.is_dir():
+            return candidate
+    return warehouse / "operator" / run_id / "timings"
+
+
 def add_floor(row: dict[str, Any], users_file: Path, release: Path, scratch: Path) -> None:
     """Measure the floor on the run's corpus and released sets into ``row`` (``floor``,
     ``floor_ratio``); a failed floor is recorded as ``floor.error``, the product's row is kept."""
@@ -299,7 +310,7 @@ def run_point(
         return row
     summary = json.loads(stdout)
     run_id = summary.get("run_id") or Path(summary["release"]).name
-    timings = work / "wh" / "operator" / run_id / "timings"
+    timings = timings_dir(warehouse, run_id)
     row["stage_seconds"] = {
         p.stem: json.loads(p.read_text())["seconds"] for p in sorted(timings.glob("*.json"))
     }

@@ -465,3 +465,17 @@ def test_scale_bench_names_its_failed_runs_so_that_its_step_fails():
     assert len(failed) == 2
     assert failed[0].startswith("3,000 users, dpne=1, this checkout: exit 137") and "Killed" in failed[0]
     assert failed[1].startswith("2,000 users, dpne=1, this checkout: floor") and "OutOfMemory" in failed[1]
+
+
+def test_scale_bench_finds_a_baselines_stage_timings_in_either_warehouse_layout(tmp_path):
+    """A baseline run gets WORK/wh/warehouse.duckdb: a file before 2026-12-06 (operator files beside
+    it), a directory since (operator files inside). Its stage seconds were lost in the second case."""
+    import scale_bench
+
+    inside = tmp_path / "new" / "wh" / "warehouse.duckdb" / "operator" / "r1" / "timings"
+    beside = tmp_path / "old" / "wh" / "operator" / "r1" / "timings"
+    for folder in (inside, beside):
+        folder.mkdir(parents=True)
+    assert scale_bench.timings_dir(tmp_path / "new" / "wh" / "warehouse.duckdb", "r1") == inside
+    assert scale_bench.timings_dir(tmp_path / "old" / "wh" / "warehouse.duckdb", "r1") == beside
+    assert scale_bench.timings_dir(tmp_path / "old" / "wh", "r1") == beside
