@@ -15,7 +15,8 @@ Noise never runs inside an engine: the aggregated, user-free histogram is stream
 (``fetch_batches``) and the noise is drawn on the driver with :mod:`dpngram.core.noise`.
 
 Owns: the :class:`Engine` protocol, ``ENGINES`` (the engine names), :func:`is_remote_path`,
-:func:`resource_failure` (is an exception an engine's out-of-memory / disk / I/O failure).
+:func:`resource_failure` (is an exception an engine's out-of-memory / disk / I/O failure),
+:func:`list_arrays` (a streamed list column as numpy offsets and values).
 Imports: nothing from dpngram; numpy, pyarrow.
 """
 
@@ -41,6 +42,15 @@ def is_remote_path(path: str) -> bool:
     ...): only the Spark engine reads and writes those."""
     text = str(path)
     return bool(_URI_SCHEME.match(text)) and not text.startswith("file://")
+
+
+def list_arrays(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A streamed batch's list column as (offsets, values), both int64 and rebased to the batch:
+    row i's values are ``values[offsets[i]:offsets[i + 1]]`` (what the compiled per-user kernels
+    take; a sliced batch's values buffer can start before its first row)."""
+    offsets = np.asarray(column.offsets, dtype=np.int64)
+    values = np.asarray(column.values, dtype=np.int64)[offsets[0] : offsets[-1]]
+    return offsets - offsets[0], values
 
 
 ObjectType = Literal["BASE TABLE", "VIEW"]

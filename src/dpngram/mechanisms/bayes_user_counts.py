@@ -23,7 +23,7 @@ import numpy as np
 from numba import njit
 
 from dpngram.core.errors import ConfigError
-from dpngram.engines.base import Engine
+from dpngram.engines.base import Engine, list_arrays
 from dpngram.engines.sql import load_sql
 from dpngram.mechanisms.dpne_domain import number_users
 
@@ -137,12 +137,8 @@ def private_count_sums(
     scratch = np.zeros(size + 1, dtype=np.int64)
     distinct = np.zeros(size + 1, dtype=np.int64)
     for batch in wh.fetch_batches(load_sql("bayes/user_tid_lists", **identifiers), params, USER_BATCH):
-        lists = batch.column(0)
-        offsets = np.asarray(lists.offsets, dtype=np.int64)
-        tids = np.asarray(lists.values, dtype=np.int64)[offsets[0] : offsets[-1]]
-        _sum_bounded_trigram_counts(
-            offsets - offsets[0], tids, sort_keys, int(C), int(W), scratch, distinct, total, users
-        )
+        offsets, tids = list_arrays(batch.column(0))
+        _sum_bounded_trigram_counts(offsets, tids, sort_keys, int(C), int(W), scratch, distinct, total, users)
     return total, users
 
 

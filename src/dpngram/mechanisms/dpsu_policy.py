@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
-from dpngram.engines.base import Engine
+from dpngram.engines.base import Engine, list_arrays
 from dpngram.engines.sql import load_sql, safe_identifier
 
 Policy = Literal["weighted", "policy-gaussian", "dp-sips"]
@@ -139,10 +139,7 @@ def policy_histogram_from_stream(
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        lists = batch.column("iids")
-        offsets = lists.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
-        items = lists.values.to_numpy(zero_copy_only=False).astype(np.int64)
-        items, offsets = items[offsets[0] : offsets[-1]], offsets - offsets[0]
+        offsets, items = list_arrays(batch.column("iids"))
         if seen + batch.num_rows <= compiled_after:
             for start, end in zip(offsets[:-1], offsets[1:], strict=True):
                 policy_gaussian_update(weights, items[start:end], cap)

@@ -51,7 +51,7 @@ from numba import njit
 from dpngram.core.accounting import PrivacyEvent
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
-from dpngram.engines.base import Engine
+from dpngram.engines.base import Engine, list_arrays
 from dpngram.engines.sql import load_sql
 from dpngram.release.layout import KGRAMS
 
@@ -295,10 +295,8 @@ def summed_in_process(
     scratch = np.zeros(size + 1, dtype=np.int64)
     sql = load_sql("lm_counts/user_gid_lists", **_counting_identifiers(schema))
     for batch in wh.fetch_batches(sql, params, USER_BATCH):
-        lists = batch.column(0)
-        offsets = np.asarray(lists.offsets, dtype=np.int64)
-        gids = np.asarray(lists.values, dtype=np.int64)[offsets[0] : offsets[-1]]
-        _sum_bounded_user_counts(offsets - offsets[0], gids, power, clip, powers, scratch, weighted)
+        offsets, gids = list_arrays(batch.column(0))
+        _sum_bounded_user_counts(offsets, gids, power, clip, powers, scratch, weighted)
     return weighted
 
 
