@@ -28,7 +28,14 @@ Measured in one session, alternating so that a drift of the host hits both: ``--
 (one dataset alone, then both datasets started together). Per CLI row: wall seconds, the CPU
 seconds of the process tree(s) (user + system, from psutil), and the single run's CPU use in cores
 (CPU seconds / wall): two runs of a job that keeps c of the 2 cores busy cannot finish in less than
-max(1, c) times its wall time, so that is the floor of the ratio on this machine.
+max(1, c) times its wall time, so that is the floor of the ratio on this machine. Every row (both
+modes) also records the machine's busy CPU seconds over its window (every process: in Airflow mode
+that includes the scheduler, the api-server and each task's own process, which the CLI's CPU seconds
+leave out), and each mode first measures the machine's background use with nothing triggered
+(``background_cores``, b). A run that takes ``own`` busy seconds beyond the background in a window
+of ``w`` seconds gives the floor 2·own / ((2 − b)·w): two such runs need 2·own seconds of the
+2 − b cores the background leaves. ``machine_busy_cores`` of a two-dataset row near 2 says the pair
+was bound by the cores, not by a lock or a queue.
 
 Baseline (the trivial alternative a user had): main of 2026-12-05 ran the two datasets one after
 the other (the one-slot pool), i.e. twice the wall time of one; that row is computed from the
@@ -110,6 +117,39 @@ def cpu_seconds(proc: Any) -> float:
         return 0.0
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has been busy since boot, over all cores: user, nice, system,
+    irq and softirq (not idle, iowait or steal; guest time is already inside user and nice)."""
+    import psutil
+
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+
+
+class MachineWindow:
+    """The machine's busy CPU seconds and the wall seconds between :meth:`start` and :meth:`stop`."""
+
+    def start(self) -> MachineWindow:
+        self._busy, self._started = machine_busy_seconds(), time.perf_counter()
+        return self
+
+    def stop(self) -> dict[str, float]:
+        busy = machine_busy_seconds() - self._busy
+        window = time.perf_counter() - self._started
+        return {
+            "machine_busy_cpu_seconds": round(busy, 1),
+            "machine_window_seconds": round(window, 1),
+            "machine_busy_cores": round(busy / window, 3),
+        }
+
+
+def background_cores(seconds: float = 20.0) -> float:
+    """The machine's busy cores with nothing triggered (Airflow idling, or nothing at all)."""
+    window = MachineWindow().start()
+    time.sleep(seconds)
+    return window.stop()["machine_busy_cores"]
+
+
 def run_together(
     jobs: list[tuple[str, dict[str, Path]]], work: Path, ledger: Path, keep_cache: bool = False
 ) -> dict[str, Any]:
@@ -124,6 +164,7 @@ def run_together(
     work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "DPNGRAM_LEDGER": str(ledger)}
     load_before = load_average()
+    machine_window = MachineWindow().start()
     started = time.perf_counter()
     procs = [
         subprocess.Popen(
@@ -141,6 +182,7 @@ def run_together(
                 if p.poll() is not None:
                     ends[i] = time.perf_counter() - started
         time.sleep(0.2)
+    busy = machine_window.stop()
     outputs = [p.communicate() for p in procs]
     row: dict[str, Any] = {
         "datasets": [ds for ds, _ in jobs],
@@ -150,6 +192,7 @@ def run_together(
         "load_average_before": load_before,
         "load_average_after": load_average(),
         "exit_codes": [p.returncode for p in procs],
+        **busy,
     }
     for (out, err), p in zip(outputs, procs, strict=True):
         if p.returncode != 0:
@@ -193,6 +236,7 @@ def trigger_together(airflow: Any, jobs: list[tuple[str, dict[str, Path]]], out:
     from test_airflow_standalone import DAG_ID
 
     load_before = load_average()
+    machine_window = MachineWindow().start()
     runs = []
     for dataset, paths in jobs:
         conf = {
@@ -206,6 +250,7 @@ def trigger_together(airflow: Any, jobs: list[tuple[str, dict[str, Path]]], out:
         assert status == 200, (status, run)
         runs.append(run["dag_run_id"])
     states = [airflow.wait_for_run(DAG_ID, run_id, timeout=RUN_TIMEOUT) for run_id in runs]
+    busy = machine_window.stop()
     bodies = [airflow.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{r}")[1] for r in runs]
     starts = [_seconds(b["start_date"]) for b in bodies]
     ends = [_seconds(b["end_date"]) for b in bodies]
@@ -217,11 +262,39 @@ def trigger_together(airflow: Any, jobs: list[tuple[str, dict[str, Path]]], out:
         "states": states,
         "load_average_before": load_before,
         "load_average_after": load_average(),
+        **busy,
         **({"errors": states} if any(s != "success" for s in states) else {}),
     }
 
 
-def summarise(rows: list[dict[str, Any]], cpu_seconds: float | None = None) -> dict[str, Any]:
+def machine_floor(rows: list[dict[str, Any]], background: float | None) -> dict[str, Any]:
+    """The ratio's floor from the machine's busy CPU (module docstring): per single-dataset row,
+    own = busy − b·window and floor = max(1, 2·own / ((2 − b)·window)); the medians, and the
+    machine's busy cores while two datasets ran. Empty for rows from before these were recorded."""
+    measured = [r for r in rows if "machine_busy_cpu_seconds" in r and not r.get("errors")]
+    single = [r for r in measured if len(r["datasets"]) == 1]
+    pairs = [r for r in measured if len(r["datasets"]) == 2]
+    if background is None or not single:
+        return {}
+    floors = []
+    for r in single:
+        own = r["machine_busy_cpu_seconds"] - background * r["machine_window_seconds"]
+        floors.append(max(1.0, 2 * own / ((2 - background) * r["machine_window_seconds"])))
+
+    def cores(of: list[dict[str, Any]]) -> float | None:
+        return round(statistics.median(r["machine_busy_cores"] for r in of), 3) if of else None
+
+    return {
+        "background_cores": background,
+        "single_run_machine_busy_cores_median": cores(single),
+        "ratio_floor_from_machine_cpu": round(statistics.median(floors), 3),
+        "two_datasets_machine_busy_cores_median": cores(pairs),
+    }
+
+
+def summarise(
+    rows: list[dict[str, Any]], cpu_seconds: float | None = None, background: float | None = None
+) -> dict[str, Any]:
     """Medians, the ratio and its floor on this machine: a run of ``c`` CPU seconds over a wall of
     ``w`` keeps c / w cores busy; two such runs on 2 cores cannot take less than max(w, c) seconds,
     so the ratio cannot go below max(1, c / w). ``cpu_seconds``: a single run's CPU seconds when
@@ -250,6 +323,7 @@ def summarise(rows: list[dict[str, Any]], cpu_seconds: float | None = None) -> d
         "baseline_main_2026_12_05_ratio": 2.0,
         "baseline_note": "main of 2026-12-05 queued every dataset in the one-slot pool dpngram_warehouse: "
         "two datasets took the sum of their wall times (ratio 2 for two equal runs)",
+        **machine_floor(rows, background),
         "target_ratio": TARGET_RATIO,
         "meets_target": two / one <= TARGET_RATIO,
     }
@@ -301,10 +375,13 @@ def main() -> None:
     ledger.unlink(missing_ok=True)
     shapes = ([(DATASETS[0], corpora[DATASETS[0]])], list(corpora.items()))
     rows: dict[str, list[dict[str, Any]]] = {"airflow": [], "cli": []}
+    background: dict[str, float] = {}
     modes = ["airflow", "cli"] if args.mode == "both" else [args.mode]
     for mode in modes:
         airflow = _airflow(DATA / "parallel_airflow", ledger) if mode == "airflow" else None
         try:
+            background[mode] = background_cores()
+            print(f"{mode}: the machine's background use is {background[mode]:.2f} cores", flush=True)
             warm = [("warm-up", corpora[DATASETS[0]])]  # unmeasured: fills the public-model cache
             print(f"{mode} warm-up ...", flush=True)
             if airflow is not None:
@@ -343,10 +420,11 @@ def main() -> None:
             "ledger": "one embedded DuckDB ledger for both runs",
         },
         "target_ratio": TARGET_RATIO,
+        "background_cores": background,
         "summary": {},
         "rows": rows,
     }
-    payload["summary"] = summaries(rows)
+    payload["summary"] = summaries(rows, background)
     write_result("parallel_datasets.json", payload)
     plot(payload, RESULTS / "parallel_datasets.png")
     print(json.dumps(payload["summary"], indent=2))
@@ -355,12 +433,17 @@ def main() -> None:
         sys.exit(f"parallel_datasets_bench: a run failed in mode {', '.join(failed)} (see the rows)")
 
 
-def summaries(rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Each mode's summary; the Airflow floor from the CLI rows' CPU seconds of a single run."""
-    cli = summarise(rows["cli"]) if rows.get("cli") else {}
+def summaries(
+    rows: dict[str, list[dict[str, Any]]], background: dict[str, float] | None = None
+) -> dict[str, Any]:
+    """Each mode's summary; the Airflow floor from the CLI rows' CPU seconds of a single run, and
+    each mode's floor from the machine's busy CPU given its ``background`` cores."""
+    background = background or {}
+    cli = summarise(rows["cli"], background=background.get("cli")) if rows.get("cli") else {}
     out = {"cli": cli} if cli else {}
     if rows.get("airflow"):
-        out = {"airflow": summarise(rows["airflow"], cli.get("single_run_cpu_seconds_median")), **out}
+        cpu = cli.get("single_run_cpu_seconds_median")
+        out = {"airflow": summarise(rows["airflow"], cpu, background.get("airflow")), **out}
     return out
 
 
@@ -368,7 +451,7 @@ def refresh() -> None:
     """Recompute the summaries and the plot of the committed JSON (no run)."""
     path = RESULTS / "parallel_datasets.json"
     payload = json.loads(path.read_text(encoding="utf-8"))
-    payload["summary"] = summaries(payload["rows"])
+    payload["summary"] = summaries(payload["rows"], payload.get("background_cores"))
     write_result("parallel_datasets.json", payload)
     plot(payload, RESULTS / "parallel_datasets.png")
     print(json.dumps(payload["summary"], indent=2))
