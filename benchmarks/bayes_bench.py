@@ -163,6 +163,7 @@ def run_epsilons(args: argparse.Namespace, epsilons: list[float], started: float
                 W=args.W,
                 vocab_size=args.vocab,
                 salt=noise.salt(),
+                user_counts_table=True,  # the NOT-DP brute-force row reads the per-user table
             )
             # the run counts from the sentences directly; the exact counts read an occurrence table
             occurrences = bayes.PRIVATE_OCCURRENCES

@@ -129,6 +129,10 @@ def test_sql_bruteforce_equals_recomputation():
     inputs = bayes.TrigramInputs("s", V, public, total, n, 0, False, 0)
     sql_value = bayes.bruteforce_sensitivity_not_dp(wh, inputs, **hp)
     assert sql_value == pytest.approx(brute_force_max(users, V, public, **hp), rel=1e-9)
+    # without the per-user table (prepare_inputs builds it only when asked): a clear error
+    wh.con.execute(f"DROP TABLE s.{bayes_user_counts.USER_COUNTS}")
+    with pytest.raises(ValueError, match="user_counts_table=True"):
+        bayes.bruteforce_sensitivity_not_dp(wh, inputs, **hp)
 
 
 def test_noise_variance_matches_sigma(secure_noise):

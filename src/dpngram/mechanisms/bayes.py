@@ -597,7 +597,13 @@ def bruteforce_sensitivity_not_dp(
     wh: Engine, inputs: TrigramInputs, *, S: float, rho: float, C: int, log_clip: float
 ) -> float:
     """NOT DP. The paper's brute-force sensitivity (Alg. 1): max over the users present of the exact
-    ‖μ_ps(D) − μ_ps(D₋ₙ)‖₂ (``sql/bayes/bruteforce.sql``). Depends on the private data."""
+    ‖μ_ps(D) − μ_ps(D₋ₙ)‖₂ (``sql/bayes/bruteforce.sql``). Depends on the private data. Reads the
+    per-user table that :func:`prepare_inputs` builds only when asked (``user_counts_table``)."""
+    if not wh.table_exists(inputs.schema, USER_COUNTS):
+        raise ValueError(
+            "the brute-force sensitivity reads the per-user counts: call prepare_inputs with "
+            "user_counts_table=True first"
+        )
     logs = np.log1p(inputs.total_count)
     mean_log = float(logs.mean())
     centre = min(mean_log, log_clip)
