@@ -403,6 +403,26 @@ def test_bayes_bench_ingests_into_a_run_the_pre_check_accepts(tmp_path):
     assert dpne_share_problem(bayes_bench.bench_config(args, str(tmp_path))) is None
 
 
+def test_bayes_bench_computes_every_methods_row_on_a_small_corpus(tmp_path, monkeypatch):
+    """Every method of bayes_bench's rows runs against the product's current mechanisms, the
+    NOT-DP brute force included (it reads a per-user table that the run builds only when asked;
+    make bench's bayes step failed on its absence). A generated corpus stands in for SOTU."""
+    import bayes_bench
+
+    from dpngram.text.sample import write_sample
+
+    monkeypatch.setenv("DPNGRAM_LEDGER", str(tmp_path / "ledger.duckdb"))
+    files = write_sample(tmp_path / "sample", n_users=150, seed=3, vocab_size=200, public_sentences=800)
+    args = bayes_bench.parse_args(
+        ["--private", str(files["users"]), "--public", str(files["public"]), "--vocab", "300", "--reps", "1"]
+    )
+    run = bayes_bench.run_epsilons(args, [2.0], 0.0)
+    (row,) = run["rows"]
+    assert row["bruteforce_sensitivity_NOT_DP"] > 0
+    for method in bayes_bench.METHODS:
+        assert len(row[method]["runs"]) == 1 and row[method]["mean"] >= 0.0, method
+
+
 def test_a_benchmark_started_directly_charges_the_benchmarks_ledger_not_the_callers(monkeypatch, tmp_path):
     """Run without make bench, a benchmark used to charge whatever ledger the caller had (a real
     one included). Importing _common from a benchmark's or study's process now points the ledger at
