@@ -348,6 +348,10 @@ def plot(payload: dict[str, Any], path: Path) -> None:
         ax.bar(list(bars), list(bars.values()), color=["#888", "#2a7", "#c55"])
         ax.axhline(TARGET_RATIO * one, color="#333", linestyle="--", linewidth=1)
         ax.text(-0.4, TARGET_RATIO * one, f"target {TARGET_RATIO}x", va="bottom", fontsize=9)
+        floor = s.get("ratio_floor_from_machine_cpu")
+        if floor:  # what two cores allow for two such runs (module docstring)
+            ax.axhline(floor * one, color="#36c", linestyle=":", linewidth=1.2)
+            ax.text(2.4, floor * one, f"floor {floor:.2f}x (2 cores)", va="bottom", ha="right", fontsize=9)
         ax.set_ylabel("wall seconds (median)")
         ax.set_title("triggered in Airflow (LocalExecutor)" if mode == "airflow" else "dpngram run (CLI)")
         for i, v in enumerate(bars.values()):
