@@ -214,6 +214,11 @@ def _airflow(base: Path, ledger: Path) -> Any:
     airflow.env.update(
         {
             "AIRFLOW__CORE__PARALLELISM": "4",
+            # Airflow's own defaults, not the tests' 10 s / 5 s (there so that a test sees a DAG
+            # file soon): re-parsing the DAG files every 10 s kept 0.09 cores busy on an idle
+            # machine, a tenth of what two runs share (docs/orchestration.md)
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "300",
             "DPNGRAM_MAX_ACTIVE_RUNS": "4",
             "DPNGRAM_LEDGER": str(ledger),
             "DPNGRAM_WAREHOUSE": str(base / "wh"),
