@@ -297,20 +297,15 @@ def machine_floor(rows: list[dict[str, Any]], background: float | None) -> dict[
     }
 
 
-def summarise(
-    rows: list[dict[str, Any]], cpu_seconds: float | None = None, background: float | None = None
-) -> dict[str, Any]:
-    """Medians, the ratio and its floor on this machine: a run of ``c`` CPU seconds over a wall of
-    ``w`` keeps c / w cores busy; two such runs on 2 cores cannot take less than max(w, c) seconds,
-    so the ratio cannot go below max(1, c / w). ``cpu_seconds``: a single run's CPU seconds when
-    the rows do not measure them (the Airflow rows take the CLI's: the same work, plus Airflow's
-    own processes, which this floor leaves out)."""
+def summarise(rows: list[dict[str, Any]], background: float | None = None) -> dict[str, Any]:
+    """Medians, the ratio and its floors on this machine. From a CLI row's process tree: a run of
+    ``c`` CPU seconds over a wall of ``w`` keeps c / w cores busy; two such runs on 2 cores cannot
+    take less than max(w, c) seconds, so the ratio cannot go below max(1, c / w) (Airflow rows have
+    no process tree of their own: their floor is :func:`machine_floor`'s, which both modes get)."""
     alone = [r["wall_seconds"] for r in rows if len(r["datasets"]) == 1 and not r.get("errors")]
     together = [r["wall_seconds"] for r in rows if len(r["datasets"]) == 2 and not r.get("errors")]
     single = [r for r in rows if len(r["datasets"]) == 1 and "cpu_seconds_each" in r]
     cores = [r["cpu_seconds_each"][0] / r["wall_seconds"] for r in single]
-    if not cores and cpu_seconds is not None and alone:
-        cores = [cpu_seconds / statistics.median(alone)]
     if not alone or not together:
         return {"error": "a run failed: see rows"}
     one, two = statistics.median(alone), statistics.median(together)
@@ -322,7 +317,7 @@ def summarise(
         "ratio_per_repeat": [round(t / a, 3) for a, t in zip(alone, together, strict=False)],
         "single_run_cpu_seconds_median": round(statistics.median(r["cpu_seconds_each"][0] for r in single), 1)
         if single
-        else cpu_seconds,
+        else None,
         "single_run_cpu_cores_median": round(statistics.median(cores), 3) if cores else None,
         "ratio_floor_on_this_machine": round(floor, 3) if floor else None,
         "baseline_main_2026_12_05_ratio": 2.0,
@@ -445,15 +440,12 @@ def main() -> None:
 def summaries(
     rows: dict[str, list[dict[str, Any]]], background: dict[str, float] | None = None
 ) -> dict[str, Any]:
-    """Each mode's summary; the Airflow floor from the CLI rows' CPU seconds of a single run, and
-    each mode's floor from the machine's busy CPU given its ``background`` cores."""
+    """Each mode's summary, its floor from the machine's busy CPU given its ``background`` cores.
+    (Until 2026-12-07 the Airflow summary borrowed the CLI's CPU seconds for a floor that left out
+    Airflow's own processes: 1.18-1.34 where the machine's CPU gives 1.38.)"""
     background = background or {}
-    cli = summarise(rows["cli"], background=background.get("cli")) if rows.get("cli") else {}
-    out = {"cli": cli} if cli else {}
-    if rows.get("airflow"):
-        cpu = cli.get("single_run_cpu_seconds_median")
-        out = {"airflow": summarise(rows["airflow"], cpu, background.get("airflow")), **out}
-    return out
+    modes = [mode for mode in ("airflow", "cli") if rows.get(mode)]
+    return {mode: summarise(rows[mode], background.get(mode)) for mode in modes}
 
 
 def refresh() -> None:
