@@ -230,6 +230,9 @@ def create_sentences(wh, schema: str, rows: list[tuple[str, list[str | None]]]) 
             wh.con.execute(f"INSERT INTO {schema}.sentences SELECT * FROM sentences_batch")
         finally:
             wh.con.unregister("sentences_batch")
+    from dpngram.engines.ingest import add_token_ids
+
+    add_token_ids(wh, schema)  # the token ids and dictionary ingest writes beside the tokens
 
 
 def chromium_path() -> str | None:

@@ -15,6 +15,7 @@ from dpngram.config import RunConfig
 from dpngram.core.accounting import Accountant
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.ingest import add_token_ids
 from dpngram.engines.sql import load_sql
 from dpngram.mechanisms import dpsu
 from dpngram.release import layout
@@ -140,6 +141,7 @@ def _context(tmp_path, rows, **overrides) -> RunContext:
                 f"INSERT INTO {ctx.schema}.sentences VALUES (?, 1, ?, ?)",
                 [(u, i, t) for i, (u, t) in enumerate(rows)],
             )
+        add_token_ids(wh, ctx.schema)
     return ctx
 
 

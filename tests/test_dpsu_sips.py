@@ -44,6 +44,7 @@ from dpngram.core.budget import Budget
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource, simulation_rng
 from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.ingest import add_token_ids
 from dpngram.engines.sql import load_sql
 from dpngram.mechanisms import dpne, dpne_domain, dpsu, dpsu_rounds
 from dpngram.mechanisms.dpsu_rounds import SipsRound, sips_fractions, sips_sigmas, sips_vocabulary_rounds
@@ -1128,6 +1129,7 @@ def _sentences_on(engine, rows) -> None:
     engine.create_schema(SCHEMA)
     with engine.registered(sips_sentences=table):
         engine.execute(f"CREATE OR REPLACE TABLE {SCHEMA}.sentences AS SELECT * FROM sips_sentences")
+    add_token_ids(engine, SCHEMA)
     engine.execute(load_sql("dpsu/vocabulary_source", schema=SCHEMA, target="src_view"))
     engine.execute(f"CREATE OR REPLACE TABLE {SCHEMA}.src AS SELECT user_id, item FROM {SCHEMA}.src_view")
 

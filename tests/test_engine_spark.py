@@ -175,6 +175,21 @@ def test_tokenized_sentences_and_quarantine_identical(engines) -> None:
     assert duck[1] == spark[1] and duck[2] == spark[2] == 0
 
 
+def test_token_ids_decode_to_the_tokens_on_both_engines(engines) -> None:
+    """Each engine's ingest writes sentences.tids and its dictionary token_ids: dense ids 1..n, one
+    per distinct token, and every sentence's ids decode to its tokens (the ids themselves may
+    differ between the engines: private keys)."""
+    for name, (engine, schema) in engines.items():
+        dictionary = engine.fetch_arrow(f"SELECT tid, token FROM {schema}.token_ids").to_pydict()
+        by_id = dict(zip(dictionary["tid"], dictionary["token"], strict=True))
+        assert sorted(by_id) == list(range(1, len(by_id) + 1)), name
+        assert len(set(by_id.values())) == len(by_id), name
+        rows = engine.fetch_arrow(f"SELECT tokens, tids FROM {schema}.sentences").to_pydict()
+        assert len(rows["tokens"]) > 1000
+        for tokens, tids in zip(rows["tokens"], rows["tids"], strict=True):
+            assert [by_id[i] for i in tids] == tokens, name
+
+
 def test_ingest_stats_identical(runs, engines) -> None:
     duck, duck_schema = engines["duckdb"]
     spark, spark_schema = engines["spark"]

@@ -94,7 +94,13 @@ def test_jsonl_loads_tables_and_tokens_view(tmp_path: Path) -> None:
         ("42", 2, 1, 0, "now"),
         ("alice", 3, 0, 0, "x"),
     ]
-    assert types == {"user_id": "VARCHAR", "doc_id": "BIGINT", "sent_id": "INTEGER", "tokens": "VARCHAR[]"}
+    assert types == {
+        "user_id": "VARCHAR",
+        "doc_id": "BIGINT",
+        "sent_id": "INTEGER",
+        "tokens": "VARCHAR[]",
+        "tids": "INTEGER[]",
+    }
     assert (stats.rows_read, stats.rows_loaded, stats.rows_quarantined) == (3, 3, 0)
     assert (stats.users, stats.documents, stats.sentences, stats.tokens) == (2, 3, 5, 9)
 
@@ -595,3 +601,29 @@ def test_jsonl_fast_path_is_taken_for_plain_lines(monkeypatch: pytest.MonkeyPatc
     classify(batch, "src", 2, b'{"user_id": 7, "text": "number id"}')
     assert calls == [2]
     assert batch.user_ids == ["a", "7"]
+
+
+def test_every_token_has_a_dense_id_that_decodes_to_it(tmp_path, monkeypatch):
+    """sentences.tids are the tokens' ids in token_ids: one id per distinct token, 1..n, over
+    several reader batches (the dictionary grows across them), the same ids on a second ingest of
+    the same input, and every sentence's ids decode to its tokens."""
+    lines = [json.dumps({"user_id": f"u{i % 7}", "text": f"w{i % 5} w{i % 11}. w{i % 3} w{i}"}) for i in range(40)]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cfg = RunConfig(input=str(path), out=str(tmp_path / "out"))
+    monkeypatch.setattr(ingest, "BATCH_BYTES", 400)  # several batches
+    runs = []
+    for attempt in range(2):
+        with Warehouse(str(tmp_path / f"wh{attempt}.duckdb"), memory_limit="1GB") as wh:
+            wh.con.execute("CREATE SCHEMA s")
+            ingest_file(wh, "s", cfg)
+            dictionary = dict(wh.con.execute("SELECT tid, token FROM s.token_ids").fetchall())
+            rows = wh.con.execute("SELECT tokens, tids FROM s.sentences ORDER BY doc_id, sent_id").fetchall()
+        runs.append((dictionary, rows))
+    dictionary, rows = runs[0]
+    assert sorted(dictionary) == list(range(1, len(dictionary) + 1))
+    assert set(dictionary.values()) == {t for tokens, _ in rows for t in tokens}
+    assert len(rows) == 80
+    for tokens, tids in rows:
+        assert [dictionary[i] for i in tids] == tokens
+    assert runs[1] == runs[0]

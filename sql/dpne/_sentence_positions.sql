@@ -3,11 +3,12 @@
 -- {schema}.sentences with its user's integer id from {users} (numbering/users.sql) and a
 -- globally unique sentence_no without a global window (the user's first_sentence offset plus the
 -- sentence's rank among the user's own sentences, in (doc_id, sent_id) order), then one row per
--- token position pos = 1..len. The including statement turns (sentence_no, pos) into
+-- token position pos = 1..len; tokens holds the sentence's token ids (sentences.tids, joined to S_1 by
+-- its input_tid). The including statement turns (sentence_no, pos) into
 -- loc = sentence_no * $sentence_stride + pos and drops positions at or beyond the stride.
 numbered AS (
     SELECT u.uid,
-           s.tokens,
+           s.tids AS tokens,
            CAST(u.first_sentence + row_number() OVER (PARTITION BY s.user_id ORDER BY s.doc_id, s.sent_id)
                 AS BIGINT) AS sentence_no
     FROM {schema}.sentences AS s

@@ -20,6 +20,6 @@ SELECT p.uid,
        p.sentence_no * 16777216 + p.pos AS loc,
        CAST(a.gid AS BIGINT) * 4294967296 + b.gid AS key
 FROM positions AS p
-JOIN {schema}.{vocabulary} AS a ON a.ngram = p.tokens[p.pos]
-JOIN {schema}.{vocabulary} AS b ON b.ngram = p.tokens[p.pos + 1]
+JOIN {schema}.{vocabulary} AS a ON a.input_tid = p.tokens[p.pos]
+JOIN {schema}.{vocabulary} AS b ON b.input_tid = p.tokens[p.pos + 1]
 WHERE p.pos < array_length(p.tokens) AND p.pos + 1 < 16777216

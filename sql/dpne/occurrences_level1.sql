@@ -10,5 +10,5 @@ WITH
 -- include: dpne/_sentence_positions
 SELECT p.uid, p.sentence_no * $sentence_stride + p.pos AS loc, v.gid
 FROM positions AS p
-JOIN {schema}.{vocabulary} AS v ON v.ngram = p.tokens[p.pos]
+JOIN {schema}.{vocabulary} AS v ON v.input_tid = p.tokens[p.pos]
 WHERE p.pos < $sentence_stride

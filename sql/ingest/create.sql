@@ -13,7 +13,14 @@ CREATE OR REPLACE TABLE {schema}.sentences (
     user_id  VARCHAR   NOT NULL,
     doc_id   BIGINT    NOT NULL,
     sent_id  INTEGER   NOT NULL, -- 0-based sentence index within the document
-    tokens   VARCHAR[] NOT NULL  -- never empty; n-grams never cross a sentence
+    tokens   VARCHAR[] NOT NULL, -- never empty; n-grams never cross a sentence
+    tids     INTEGER[] NOT NULL  -- the tokens' ids in token_ids, position by position
+);
+-- The run's token dictionary (dpngram.text.token_ids): every distinct token of the input and its
+-- dense id, in order of first appearance. PRIVATE: never leaves the run schema.
+CREATE OR REPLACE TABLE {schema}.token_ids (
+    token    VARCHAR NOT NULL,
+    tid      INTEGER NOT NULL
 );
 CREATE OR REPLACE TABLE {schema}.quarantine (
     source   VARCHAR NOT NULL,   -- input file (or file inside a text directory)

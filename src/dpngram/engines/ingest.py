@@ -36,6 +36,7 @@ import polars as pl
 
 from dpngram.config import RunConfig
 from dpngram.engines.ingest_stats import count_ingested, write_stats
+from dpngram.engines.sql import load_sql
 from dpngram.text.records import (
     IngestStats,
     RecordBatch,
@@ -47,6 +48,7 @@ from dpngram.text.records import (
     tokenize_batch,
 )
 from dpngram.text.textdir import text_files, textdir_batches
+from dpngram.text.token_ids import TokenDictionary
 
 if TYPE_CHECKING:
     from dpngram.engines.base import Engine
@@ -57,16 +59,18 @@ log = logging.getLogger(__name__)
 
 def _load_batch(wh: Warehouse, schema: str, tokenized: TokenizedBatch) -> None:
     """Append one tokenized batch (documents without tokens are already in its quarantine rows)."""
-    raw_rows, sentences, quarantine = tokenized.tables
+    raw_rows, sentences, quarantine, new_tokens = tokenized.tables
     names = {
         "raw_batch": "ingest_raw_batch",
         "sentence_batch": "ingest_sentence_batch",
         "quarantine_batch": "ingest_quarantine_batch",
+        "token_batch": "ingest_token_batch",
     }
     batches = {
         names["raw_batch"]: raw_rows,
         names["sentence_batch"]: sentences,
         names["quarantine_batch"]: quarantine,
+        names["token_batch"]: new_tokens,
     }
     with wh.registered(**batches):
         wh.run_sql("ingest/load_batch", schema=schema, **names)
@@ -74,17 +78,44 @@ def _load_batch(wh: Warehouse, schema: str, tokenized: TokenizedBatch) -> None:
 
 @dataclass
 class TokenizedBatch:
-    """One input batch after :func:`tokenize_batch`: its (raw_text, sentences, quarantine) rows."""
+    """One input batch after :func:`tokenize_batch`: its (raw_text, sentences with their token
+    ids, quarantine) rows and the dictionary's new entries (token, tid)."""
 
     read: int
-    tables: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]
+    tables: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]
 
 
 def _tokenized(
     batches: Iterator[RecordBatch], lowercase: bool, where: Callable[[int], tuple[str, int | None]]
 ) -> Iterator[TokenizedBatch]:
+    """Tokenize each batch and give its tokens ids from one dictionary grown batch by batch."""
+    dictionary = TokenDictionary()
     for batch in batches:
-        yield TokenizedBatch(batch.read, tokenize_batch(batch, lowercase, where))
+        raw_rows, sentences, quarantine = tokenize_batch(batch, lowercase, where)
+        tids, new_tokens = dictionary.encode(sentences.get_column("tokens"))
+        yield TokenizedBatch(batch.read, (raw_rows, sentences.with_columns(tids), quarantine, new_tokens))
+
+
+def add_token_ids(engine: Engine, schema: str) -> None:
+    """Give ``{schema}.sentences`` written with tokens only (a test's table, or an older ingest)
+    its ``tids`` column and the dictionary ``token_ids``, as ingest writes them, on either engine.
+    Reads the whole table into this process: for small tables."""
+    sql = f"SELECT user_id, doc_id, sent_id, tokens FROM {schema}.sentences ORDER BY doc_id, sent_id, user_id"
+    frame = pl.from_arrow(engine.fetch_arrow(sql))
+    tids, entries = TokenDictionary().encode(frame.get_column("tokens"))
+    rows = {
+        "ingest_sentence_rows": frame.with_columns(tids).to_arrow(),
+        "ingest_token_rows": entries.to_arrow(),
+    }
+    with engine.registered(**rows):
+        engine.execute(
+            load_sql(
+                "ingest/with_token_ids",
+                schema=schema,
+                sentence_rows="ingest_sentence_rows",
+                token_rows="ingest_token_rows",
+            )
+        )
 
 
 def ingest_file(

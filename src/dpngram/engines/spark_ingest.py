@@ -261,14 +261,54 @@ def _materialize_staged(engine: SparkEngine, schema: str, staged: Any) -> None:
         "raw_text",
         table.filter(F.col("kind") == "raw").select("user_id", "doc_id", "text"),
     )
-    engine.materialize(
-        schema,
-        "sentences",
-        table.filter(F.col("kind") == "sentence").select("user_id", "doc_id", "sent_id", "tokens"),
-    )
+    sentences = table.filter(F.col("kind") == "sentence").select("user_id", "doc_id", "sent_id", "tokens")
+    engine.materialize(schema, "sentences", _with_token_ids(engine, schema, sentences))
     engine.materialize(
         schema,
         "quarantine",
         table.filter(F.col("kind") == "quarantine").select("source", "line_no", "reason", "raw"),
     )
     table.unpersist()
+
+
+_SENTENCES_DDL = "user_id string, doc_id bigint, sent_id int, tokens array<string>, tids array<int>"
+
+
+_SENTENCES_SCHEMA = pa.schema(
+    [
+        ("user_id", pa.string()),
+        ("doc_id", pa.int64()),
+        ("sent_id", pa.int32()),
+        ("tokens", pa.list_(pa.string())),
+        ("tids", pa.list_(pa.int32())),
+    ]
+)
+
+
+def _with_token_ids(engine: SparkEngine, schema: str, sentences: Any) -> Any:
+    """The sentences with their token ids, and the run's dictionary written as ``token_ids``
+    (:mod:`dpngram.text.token_ids`). The Python workers cannot grow one dictionary together, so
+    the distinct tokens are collected first (as many as the corpus has words), numbered in sorted
+    order, broadcast, and each worker casts its sentences with them."""
+    from pyspark.sql import functions as F
+
+    words = sentences.select(F.explode("tokens").alias("token")).where(F.col("token").isNotNull()).distinct()
+    tokens = sorted(words.toArrow().column("token").to_pylist())
+    dictionary = pa.table(
+        {"token": pa.array(tokens, pa.string()), "tid": pa.array(range(1, len(tokens) + 1), pa.int32())}
+    )
+    engine.load_table(schema, "token_ids", [dictionary], dictionary.schema)
+    shared = engine.spark.sparkContext.broadcast(tokens)
+
+    def encode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import polars as pl
+
+        from dpngram.text.token_ids import dictionary_dtype, ids_of_coded
+
+        dtype = dictionary_dtype(shared.value)
+        for batch in batches:
+            frame = pl.from_arrow(batch)
+            tids = ids_of_coded(frame.get_column("tokens").cast(dtype))
+            yield from frame.with_columns(tids).to_arrow().cast(_SENTENCES_SCHEMA).to_batches()
+
+    return sentences.mapInArrow(encode, _SENTENCES_DDL)

@@ -1,0 +1,12 @@
+-- Replace the run's sentences and token dictionary by registered frames that hold them with their
+-- token ids (dpngram.engines.ingest.add_token_ids: a sentences table written with tokens only).
+CREATE OR REPLACE TABLE {schema}.sentences AS
+SELECT CAST(user_id AS VARCHAR) AS user_id,
+       CAST(doc_id AS BIGINT) AS doc_id,
+       CAST(sent_id AS INTEGER) AS sent_id,
+       CAST(tokens AS VARCHAR[]) AS tokens,
+       CAST(tids AS INTEGER[]) AS tids
+FROM {sentence_rows};
+CREATE OR REPLACE TABLE {schema}.token_ids AS
+SELECT CAST(token AS VARCHAR) AS token, CAST(tid AS INTEGER) AS tid
+FROM {token_rows};
