@@ -481,7 +481,7 @@ def test_rounds_one_equals_the_weighted_policy():
         assert released["weighted"] == released["dp-sips"] and released["weighted"]
 
 
-@pytest.mark.parametrize("lists", ["none", "plain", "coded"])
+@pytest.mark.parametrize("lists", ["none", "plain", "coded", "coded-tokens"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_sql_rounds_with_admission_equal_the_numpy_reference(seed, lists):
     """Admission (round 1's admit_floor set), three rounds, a deterministic stand-in for the noisy
@@ -492,7 +492,8 @@ def test_sql_rounds_with_admission_equal_the_numpy_reference(seed, lists):
     subset, minus the released items, restricted to the admitted items plus the public
     ``always_admitted`` keys, weight 1/sqrt(#left)) to 1e-12, and the reference with another salt
     differs (the same-salt check is sharp). Every way of building the rounds: from the source, from
-    per-user kept lists of the items, and from kept lists of the items' codes (``coded_items``)."""
+    per-user kept lists of the items, from kept lists of the items' codes (``coded_items``), and
+    from those codes read through the sentences' token ids (``token_items``: the vocabulary's path)."""
     rows = random_rows(seed, users=60, vocab=80)
     wh = warehouse(rows)
     items, max_contribution = user_items(rows), 5
@@ -519,7 +520,7 @@ def test_sql_rounds_with_admission_equal_the_numpy_reference(seed, lists):
     out = dpsu.sips_rounds_release(
         wh, SCHEMA, "src", "t", rounds=rounds, max_contribution=max_contribution, noise=noise, draw=draw,
         per_user_lists=lists != "none", always_admitted=pa.array(sorted(always), type=pa.string()),
-        coded_items=lists == "coded",
+        coded_items=lists.startswith("coded"), token_items=lists == "coded-tokens",
     )  # fmt: skip
     (salt,) = noise.drawn
     keys = subset_keys(wh, salt)
@@ -1292,3 +1293,52 @@ def test_coded_kept_lists_keep_the_same_items_and_fall_back_when_codes_collide(m
     assert n > 0 and "dpsu/user_kept_lists" in ran and "dpsu/histogram_kept" in ran
     assert not {"dpsu/user_kept_lists_coded", "dpsu/histogram_kept_coded"} & set(ran)
     assert not wh.object_type(SCHEMA, "real_sips_codes")
+
+
+def _token_kept_sets(rows, salt: int, max_contribution: int) -> dict[str, list[str]]:
+    """Each user's kept items (decoded) from the vocabulary's token-id path
+    (sql/dpsu/item_codes_tokens.sql + user_kept_lists_coded_tokens.sql) over ``rows``."""
+    wh = warehouse(rows)
+    params = {"salt": salt, "max_contribution": max_contribution}
+    wh.execute(load_sql("dpsu/item_codes_tokens", schema=SCHEMA, target="t_codes"))
+    wh.execute(load_sql("dpsu/user_kept_lists_coded_tokens", schema=SCHEMA, target="t_kept"), params)
+    rows_out = wh.con.sql(
+        f"SELECT l.user_id, list_sort(list(c.item)) FROM (SELECT user_id, unnest(kept) AS code "
+        f"FROM {SCHEMA}.t_kept) AS l JOIN {SCHEMA}.t_codes AS c USING (code) GROUP BY l.user_id"
+    ).fetchall()
+    return dict(rows_out)
+
+
+def test_token_id_kept_lists_equal_the_plain_ones():
+    """The vocabulary's kept lists built from the sentences' token ids and the dictionary keep, for
+    every user and salt, exactly the items of the plain rule (sql/dpsu/user_kept_lists.sql over the
+    string source), also for users over Delta, where the salted order decides."""
+    rows = random_rows(6, users=40, vocab=200, max_len=30)
+    wh = warehouse(rows)
+    assert sum(len(own) > 4 for own in user_items(rows).values()) >= 20
+    for salt in (5, 2**63 + 17):
+        params = {"salt": salt, "max_contribution": 4}
+        wh.execute(load_sql("dpsu/user_kept_lists", schema=SCHEMA, target="t_plain", source="src"), params)
+        plain = dict(wh.con.sql(f"SELECT user_id, list_sort(kept) FROM {SCHEMA}.t_plain").fetchall())
+        assert _token_kept_sets(rows, salt, 4) == plain
+
+
+def test_a_new_users_tokens_renumber_the_ids_but_change_no_other_users_kept_set():
+    """Neighbouring datasets: adding one user whose tokens are new and sort first gives most other
+    tokens new ids (the dictionary numbers tokens in sorted order per batch). Every other user's kept
+    set must stay the same, bit for bit: the rule hashes the tokens' text, not their ids. (Hashing
+    the ids would change the kept sets of many users over Delta and break the sensitivity bound.)"""
+    rows = random_rows(7, users=40, vocab=200, max_len=30)
+    added = [("aaa-new-user", ["aaa0", "aaa1", "aaa2", "tok3", "aaa3", "aaa4", "aaa5"])]
+    base, neighbour = warehouse(rows), warehouse(added + rows)
+    ids = {}
+    for name, wh in (("base", base), ("neighbour", neighbour)):
+        ids[name] = dict(wh.con.sql(f"SELECT token, tid FROM {SCHEMA}.token_ids").fetchall())
+    renumbered = sum(ids["base"][t] != ids["neighbour"][t] for t in ids["base"])
+    assert renumbered > len(ids["base"]) // 2  # the neighbour really moves the ids
+    for salt in (11, 2**62 + 5):
+        before = _token_kept_sets(rows, salt, 4)
+        after = _token_kept_sets(added + rows, salt, 4)
+        assert sum(len(k) == 4 for k in before.values()) >= 20
+        assert {u: k for u, k in after.items() if u != "aaa-new-user"} == before
+        assert len(after["aaa-new-user"]) == 4

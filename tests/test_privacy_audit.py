@@ -206,10 +206,11 @@ def test_sips_admission_audit_runs_releases_with_admission_and_one_salt_a_run(mo
         result.setting["sigma_1"] / math.sqrt(sips_fractions(rounds, ratio)[0])
     )
     assert len(salts) == 6 and len(set(salts)) == 6
-    # the vocabulary's own path (release_vocabulary): round 1's kept lists, as item codes
+    # the vocabulary's own path (release_vocabulary): round 1's kept lists, as item codes read
+    # through the sentences' token ids
     statements = record_statements(monkeypatch)
     run_audit("dpsu_sips_admission", runs=1)
-    assert {"dpsu/user_kept_lists_coded", "dpsu/histogram_kept_coded"} <= statements
+    assert {"dpsu/item_codes_tokens", "dpsu/user_kept_lists_coded_tokens", "dpsu/histogram_kept_coded"} <= statements
     assert "dpsu/histogram_kept_admitted_coded" in statements
     weighted = run_audit("dpsu_weighted", runs=2)
     assert result.claimed_epsilon == pytest.approx(weighted.claimed_epsilon, rel=1e-12)

@@ -17,24 +17,6 @@ user_items AS (
     WHERE item IS NOT NULL AND user_id IS NOT NULL
     GROUP BY user_id
 ),
-user_kept AS (
-    SELECT user_id,
-           CASE
-               WHEN array_length(items) <= $max_contribution THEN items
-               ELSE list_transform(
-                   list_slice(
-                       list_sort(list_transform(
-                           items,
-                           lambda c: struct_pack(sort_key := hash(xor(c, CAST($salt AS UBIGINT))), code := c)
-                       )),
-                       1,
-                       $max_contribution
-                   ),
-                   lambda e: e.code
-               )
-           END AS kept,
-           CAST(least(array_length(items), $max_contribution) AS BIGINT) AS kept_count
-    FROM user_items
-)
+-- include: dpsu/_user_kept_coded
 SELECT user_id, kept, kept_count
 FROM user_kept

@@ -5,4 +5,4 @@ SELECT
     (SELECT count(DISTINCT user_id) FROM {schema}.sentences) AS users,
     (SELECT count(DISTINCT doc_id) FROM {schema}.sentences)  AS documents,
     (SELECT count(*) FROM {schema}.sentences)                AS sentences,
-    (SELECT coalesce(sum(array_length(tokens)), 0) FROM {schema}.sentences) AS tokens;
+    (SELECT coalesce(sum(array_length(tids)), 0) FROM {schema}.sentences) AS tokens;

@@ -32,7 +32,7 @@ SELECT
                               WHERE r.user_id = x.user_id AND r.doc_id = x.doc_id))
          THEN 1 ELSE 0 END AS sentence_without_document,
     -- no sentence is an empty token list
-    CASE WHEN EXISTS (SELECT 1 FROM {schema}.sentences WHERE array_length(tokens) = 0)
+    CASE WHEN EXISTS (SELECT 1 FROM {schema}.sentences WHERE array_length(tids) = 0)
          THEN 1 ELSE 0 END AS empty_sentence,
     -- no user id is null or blank
     CASE WHEN EXISTS (SELECT 1 FROM {schema}.sentences WHERE user_id IS NULL OR trim(user_id) = '')

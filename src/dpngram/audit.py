@@ -248,6 +248,7 @@ _SCHEMA = "run_privacy_audit"
 def _load_sentences(wh: Warehouse, rows: Rows, public: Any, public_words: Sequence[str]) -> None:
     """Load one audit data set (``rows``: user, tokens) and its (user, item) relation ``src``
     into ``wh``; with a ``public`` domain, its table of ``public_words`` too."""
+    from dpngram.engines.ingest import add_token_ids
     from dpngram.engines.sql import load_sql
 
     wh.con.execute(f"CREATE SCHEMA {_SCHEMA}")
@@ -258,6 +259,7 @@ def _load_sentences(wh: Warehouse, rows: Rows, public: Any, public_words: Sequen
     wh.con.executemany(
         f"INSERT INTO {_SCHEMA}.sentences VALUES (?, 1, ?, ?)", [(u, i, t) for i, (u, t) in enumerate(rows)]
     )
+    add_token_ids(wh, _SCHEMA)  # the ids and dictionary ingest writes: the vocabulary reads them
     wh.con.execute(load_sql("dpsu/vocabulary_source", schema=_SCHEMA, target="src_view"))
     # the (user, item) relation materialised once: a view re-reads the sentences each run
     wh.con.execute(f"CREATE TABLE {_SCHEMA}.src AS SELECT * FROM {_SCHEMA}.src_view")
@@ -287,6 +289,7 @@ def _sips_released(
         public=public,
         per_user_lists=True,  # the vocabulary's own path (release_vocabulary)
         coded_items=True,
+        token_items=True,
     )
     items = wh.fetch_arrow(f"SELECT item FROM {_SCHEMA}.released").column("item").to_pylist()
     hit = audited in set(items)

@@ -251,6 +251,7 @@ def sips_rounds_release(
     per_user_lists: bool = False,
     always_admitted: pa.Array | None = None,
     coded_items: bool = False,
+    token_items: bool = False,
 ) -> list[pa.Array]:
     """The rounds of one DP-SIPS release over ``{schema}.{source}(user_id, item)`` (docs/dpne.md,
     "DP-SIPS"). Round r: the shared weighted histogram of the items not released in rounds < r
@@ -267,10 +268,12 @@ def sips_rounds_release(
     not released yet (:func:`_store_admitted`).
 
     ``per_user_lists`` (more than one round) and ``coded_items`` (kept lists): one list table of
-    the users' items that every round reads (:func:`_build_user_lists`; same histograms, cheaper)."""
+    the users' items that every round reads (:func:`_build_user_lists`; same histograms, cheaper).
+    ``token_items``: the source is ``dpsu/vocabulary_source`` (the run's tokens), so the coded kept
+    lists are built from the sentences' token ids and the dictionary instead (same lists)."""
     if max_contribution < 1:
         raise ValueError(f"max_contribution: must be >= 1 (got {max_contribution})")
-    tables = _sips_tables(schema, source, work, rounds, per_user_lists, coded_items)
+    tables = _sips_tables(schema, source, work, rounds, per_user_lists, coded_items, token_items)
     shared_salt = int(noise.selection_salt()) if tables.admission else None
     admitted: pa.Array | None = None
     released: list[pa.Array] = []
@@ -318,6 +321,7 @@ class _SipsTables:
     codes: str | None
     admission: bool
     from_kept_lists: bool
+    token_items: bool = False
 
     def drop_all(self, wh: Engine) -> None:
         """Drop every table the release may have left (the list table last)."""
@@ -340,6 +344,7 @@ def _sips_tables(
     rounds: Sequence[SipsRound],
     per_user_lists: bool,
     coded_items: bool,
+    token_items: bool = False,
 ) -> _SipsTables:
     """The work tables' names (``{work}_*``) and the release's reading mode (:class:`_SipsTables`)."""
     lists = safe_identifier(f"{work}_lists") if per_user_lists and len(rounds) > 1 else None
@@ -358,6 +363,7 @@ def _sips_tables(
         codes=safe_identifier(f"{work}_codes") if coded_items and from_kept_lists else None,
         admission=admission,
         from_kept_lists=from_kept_lists,
+        token_items=token_items,
     )
 
 
@@ -377,14 +383,19 @@ def _build_user_lists(
 
     Coded kept lists hold hash(item), not the item (docs/dpne.md, "Coded kept lists"; the same
     histograms, cheaper for strings) when no two items share a code; otherwise the returned
-    tables have ``codes`` None and the lists hold the items."""
+    tables have ``codes`` None and the lists hold the items. With ``token_items`` the codes and
+    the coded lists come from the sentences' token ids and the dictionary
+    (``dpsu/item_codes_tokens.sql``, ``dpsu/user_kept_lists_coded_tokens.sql``)."""
     if tables.from_kept_lists:  # every round's kept sets are round 1's, ranked once
         codes = tables.codes
-        if codes is not None and not _one_to_one_codes(wh, tables.schema, tables.source, codes):
+        if codes is not None and not _one_to_one_codes(
+            wh, tables.schema, tables.source, codes, tables.token_items
+        ):
             codes = None
+        coded = "dpsu/user_kept_lists_coded_tokens" if tables.token_items else "dpsu/user_kept_lists_coded"
         wh.execute(
             load_sql(
-                "dpsu/user_kept_lists_coded" if codes else "dpsu/user_kept_lists",
+                coded if codes else "dpsu/user_kept_lists",
                 schema=tables.schema,
                 target=tables.lists,
                 source=tables.source,
@@ -514,10 +525,14 @@ def _record_sips_timing(label: str, r: int, started: float, built: float) -> Non
     )
 
 
-def _one_to_one_codes(wh: Engine, schema: str, source: str, codes: str) -> bool:
-    """Build ``{schema}.{codes}(item, code)`` (``sql/dpsu/item_codes.sql``); whether no two items
-    share a code (unlikely at 64 bits, but checked). Both answers release the same histograms."""
-    wh.execute(load_sql("dpsu/item_codes", schema=schema, target=codes, source=source))
+def _one_to_one_codes(wh: Engine, schema: str, source: str, codes: str, token_items: bool = False) -> bool:
+    """Build ``{schema}.{codes}(item, code)`` (``sql/dpsu/item_codes.sql``; with ``token_items``,
+    ``item_codes_tokens.sql`` from the dictionary); whether no two items share a code (unlikely at
+    64 bits, but checked). Both answers release the same histograms."""
+    if token_items:
+        wh.execute(load_sql("dpsu/item_codes_tokens", schema=schema, target=codes))
+    else:
+        wh.execute(load_sql("dpsu/item_codes", schema=schema, target=codes, source=source))
     row = wh.fetch_arrow(load_sql("dpsu/item_codes_distinct", schema=schema, codes=codes)).to_pylist()[0]
     if row["items"] == row["codes"]:
         return True
@@ -552,6 +567,7 @@ def sips_release(
     per_user_lists: bool = False,
     public: PublicDomain | None = None,
     coded_items: bool = False,
+    token_items: bool = False,
 ) -> int:
     """DPSU by DP-SIPS over ``{schema}.{source}(user_id, item)``: :func:`sips_rounds_release` with
     each round thresholded at its own (sigma_r, rho_r) (:func:`threshold_histogram`; only the
@@ -574,6 +590,7 @@ def sips_release(
         per_user_lists=per_user_lists,
         always_admitted=always,
         coded_items=coded_items,
+        token_items=token_items,
     )
     if released:
         items = pa.table({"item": pa.concat_arrays(released)})
@@ -667,6 +684,7 @@ def release_vocabulary(
             per_user_lists=True,
             public=public,
             coded_items=True,  # strings: the kept lists are cheaper as 64-bit codes
+            token_items=True,  # ... built from the sentences' token ids
         )
     else:
         released = dpsu_release(

@@ -33,19 +33,20 @@ class TokenDictionary:
         new entries ``(token, tid)`` in id order).
 
         The tokens go through an Enum of every token seen, in id order, so a token's physical value
-        is its id − 1. Once the dictionary holds a corpus's words, most batches bring no new token
-        and one strict cast does it all; otherwise the new tokens are found first (a non-strict cast
-        leaves them null) and appended."""
+        is its id − 1. One non-strict cast codes every token the dictionary holds and leaves the
+        new ones null; only a batch with new tokens (found among those nulls) is cast again, with
+        the dictionary extended. (Trying a strict cast first and catching its error cast such a
+        batch three times: 1.5 s against 1.15 s for the 20M tokens of 200k generated users.)"""
         first = len(self) + 1
-        try:
-            coded = sentences.cast(pl.List(pl.Enum(self.tokens)))
-            new = pl.Series("token", [], dtype=pl.String)
-        except pl.exceptions.InvalidOperationError:  # a token the dictionary does not hold yet
-            flat = sentences.explode()
-            missing = flat.cast(pl.Enum(self.tokens), strict=False).is_null() & flat.is_not_null()
+        coded = sentences.cast(pl.List(pl.Enum(self.tokens)), strict=False)
+        flat = sentences.explode()
+        missing = coded.explode().is_null() & flat.is_not_null()
+        if missing.any():
             new = flat.filter(missing).unique().sort().alias("token")
             self.tokens = pl.concat([self.tokens, new])
             coded = sentences.cast(pl.List(pl.Enum(self.tokens)))
+        else:
+            new = pl.Series("token", [], dtype=pl.String)
         entries = pl.DataFrame(
             {"token": new, "tid": pl.int_range(first, first + new.len(), dtype=TID_DTYPE, eager=True)}
         )
