@@ -38,7 +38,7 @@ from dpngram.core.accounting import (
 )
 from dpngram.core.budget import Budget
 from dpngram.core.errors import ConfigError
-from dpngram.core.noise import NoiseSource
+from dpngram.core.noise import NoiseSource, simulation_rng
 from dpngram.engines.sql import load_sql
 from dpngram.mechanisms import dpne, dpsu
 from dpngram.mechanisms.dpsu_new_words import (
@@ -211,8 +211,11 @@ def warehouse(rows, released: list[str], public: list[str] | None):
         wh.close()
 
 
-def weights(wh, per_user: int, salt: int = 12345, public: str | None = "public_words") -> dict[str, float]:
-    """The round's private histogram (item -> weight), built by its two SQL statements."""
+def weights(
+    wh, per_user: int, salt: int = 12345, public: str | None = "public_words", statement: str = "new_words_histogram"
+) -> dict[str, float]:
+    """The round's private histogram (item -> weight), built by its two SQL statements (the
+    histogram's: ``dpsu/{statement}``)."""
     wh.execute(
         load_sql(
             "dpsu/new_words_excluded",
@@ -223,7 +226,7 @@ def weights(wh, per_user: int, salt: int = 12345, public: str | None = "public_w
         )
     )
     wh.execute(
-        load_sql("dpsu/new_words_histogram", schema=SCHEMA, target="hist", source="src", excluded="excluded"),
+        load_sql(f"dpsu/{statement}", schema=SCHEMA, target="hist", source="src", excluded="excluded"),
         {"salt": salt, "per_user": per_user},
     )
     return dict(wh.con.sql(f"SELECT item, weight FROM {SCHEMA}.hist").fetchall())
@@ -244,6 +247,38 @@ def test_released_and_public_words_are_never_candidates():
         # no public domain: "pub" is a candidate, the most used word of "a"
         assert weights(wh, 1, public=None) == pytest.approx({"pub": 1.0, "y": 1.0})
         assert weights(wh, 3, public=None) == pytest.approx({"pub": 2 * half, "x": half, "y": half})
+
+
+def test_the_token_id_histogram_is_the_plain_one_whatever_the_ids():
+    """The vocabulary runs the round from the sentences' token ids
+    (sql/dpsu/new_words_histogram_tokens.sql). Its histogram equals the plain statement's over the
+    strings, for users over m (where the salted hash and the text break ties) and without a public
+    domain. A user added first, whose new tokens renumber every other token's id, changes no other
+    user's kept words: the histogram moves by exactly that user's kept words' weights."""
+    rng = simulation_rng(31)
+    rows = [
+        (f"u{u}", [f"w{int(j) % 60}" for j in rng.zipf(1.3, size=int(rng.integers(3, 25)))])
+        for u in range(50)
+        for _ in range(2)
+    ]
+    newcomer = [("aaa", ["a0", "a1", "a2", "a0", "w1"])]  # w1 is released: never a candidate
+    for salt in (7, 2**63 + 5):
+        for per_user, public in ((2, "public_words"), (5, None)):
+            with warehouse(rows, ["w1", "w2"], ["w3", "w4"]) as wh:
+                plain = weights(wh, per_user, salt, public)
+                by_ids = weights(wh, per_user, salt, public, statement="new_words_histogram_tokens")
+                ids = dict(wh.con.sql(f"SELECT token, tid FROM {SCHEMA}.token_ids").fetchall())
+            assert by_ids.keys() == plain.keys() and len(plain) > 20
+            assert all(by_ids[k] == pytest.approx(plain[k], rel=1e-12) for k in plain)
+            with warehouse(newcomer + rows, ["w1", "w2"], ["w3", "w4"]) as wh:
+                added = weights(wh, per_user, salt, public, statement="new_words_histogram_tokens")
+                moved = dict(wh.con.sql(f"SELECT token, tid FROM {SCHEMA}.token_ids").fetchall())
+            assert sum(moved[t] != i for t, i in ids.items()) > len(ids) // 2  # the ids really move
+            diff = {k: added.get(k, 0.0) - plain.get(k, 0.0) for k in added.keys() | plain.keys()}
+            changed = {k for k, v in diff.items() if abs(v) > 1e-12}
+            kept = min(per_user, 3)  # a0 (twice), then a1 or a2 by the salted hash
+            assert "a0" in changed and changed <= {"a0", "a1", "a2"} and len(changed) == kept
+            assert all(diff[k] == pytest.approx(1 / math.sqrt(kept), rel=1e-12) for k in changed)
 
 
 def test_a_user_keeps_its_m_most_frequent_candidates():
@@ -354,9 +389,14 @@ def correct_round() -> NewWordsRound:
 
 
 def releases(wh, rnd: NewWordsRound, runs: int, noise: NoiseSource) -> list[set[str]]:
-    """``runs`` rounds over the warehouse's data (fresh salt and noise each); the released sets."""
+    """``runs`` rounds over the warehouse's data (fresh salt and noise each), read from the
+    sentences' token ids as the vocabulary runs it (``token_items``); the released sets."""
     return [
-        set(release_new_words(wh, SCHEMA, "src", "released", "public_words", rnd, noise).to_pylist())
+        set(
+            release_new_words(
+                wh, SCHEMA, "src", "released", "public_words", rnd, noise, token_items=True
+            ).to_pylist()
+        )
         for _ in range(runs)
     ]
 
@@ -558,7 +598,7 @@ def test_a_user_spreading_its_norm_over_m_words_stays_within_the_claim(secure_no
 
         def unnormalised(name: str, **kw: str) -> str:
             sql = plain(name, **kw)
-            if name == "dpsu/new_words_histogram":
+            if name == "dpsu/new_words_histogram_tokens":
                 assert weight in sql  # the test breaks exactly the normalisation, or fails here
                 sql = sql.replace(weight, "sum(1.0)")
             return sql

@@ -36,6 +36,7 @@ from dpngram.config.sections import LmConfig
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.ingest import add_token_ids
 from dpngram.engines.sql import load_sql
 from dpngram.lm import open_model
 from dpngram.mechanisms import lm_counts, lm_models, lm_selection
@@ -55,7 +56,7 @@ BOS, EOS, UNK = "<s>", "</s>", "<unk>"
 # ----------------------------------------------------------------------------------------------
 def warehouse(users: dict[str, list[list[str]]]) -> Warehouse:
     """A DuckDB warehouse whose ``sentences`` table holds ``users`` (one document each) and the
-    ingest ``tokens`` view over it, as the stage sees them."""
+    ingest ``tokens`` view over it, with the token ids, as the stage sees them."""
     wh = Warehouse(":memory:", memory_limit="1GB", threads=1)
     wh.con.execute(f"CREATE SCHEMA {SCHEMA}")
     wh.con.execute(
@@ -74,6 +75,7 @@ def warehouse(users: dict[str, list[list[str]]]) -> Warehouse:
     wh.con.register("sentences_rows", table)
     wh.con.execute(f"INSERT INTO {SCHEMA}.sentences SELECT * FROM sentences_rows")
     wh.con.unregister("sentences_rows")
+    add_token_ids(wh, SCHEMA)  # the token ids and dictionary ingest writes, which the counting reads
     wh.execute(load_sql("ingest/tokens_view", schema=SCHEMA))
     return wh
 

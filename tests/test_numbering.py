@@ -29,6 +29,7 @@ import pyarrow as pa
 import pytest
 
 from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.ingest import add_token_ids
 from dpngram.engines.sql import load_sql
 from dpngram.mechanisms import dpne_domain, triehh
 from dpngram.mechanisms.dpne_domain import SENTENCE_STRIDE, USER_BUCKETS, number_users
@@ -77,6 +78,8 @@ def _load_corpus(engine) -> None:
             f"CREATE OR REPLACE TABLE {SCHEMA}.sentences AS "
             "SELECT user_id, doc_id, sent_id, tokens FROM numbering_corpus"
         )
+    add_token_ids(engine, SCHEMA)  # the token ids and dictionary ingest writes
+    with engine.registered(numbering_corpus=CORPUS):
         # S_1 = every token: then every position has an occurrence row
         engine.execute(
             f"CREATE OR REPLACE TABLE {SCHEMA}.numbering_released AS "

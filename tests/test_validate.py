@@ -198,13 +198,31 @@ def test_ingest_suite_detects_broken_row_identity(tmp_path):
         wh.con.execute(
             f"DELETE FROM {ctx.schema}.quarantine"
         )  # a row read but neither loaded nor quarantined
-        wh.con.execute(f"DELETE FROM {ctx.schema}.sentences WHERE user_id = 'u3'")
+        # DuckDB stores the sentences as ids (sentences is a view over sentence_ids)
+        wh.con.execute(f"DELETE FROM {ctx.schema}.sentence_ids WHERE user_id = 'u3'")
     failures = failures_of(ctx, suites=["ingest"])
     expect = "ingest.consistency: expect_column_values_to_be_between on column"
     assert failures == [
         f"{expect} read_identity_broken (expected 0)",
         f"{expect} document_without_sentence (expected 0)",
     ]
+
+
+@pytest.mark.parametrize("damage", ["gap", "repeat"])
+def test_ingest_suite_detects_a_token_dictionary_that_is_not_numbered_one_to_n(tmp_path, damage):
+    """The stages look token ids up by position in the dictionary, so ids must be exactly 1..n:
+    a gap (one id moved past n) or a repeated id fails the ingest suite, nothing else does."""
+    ctx = ingested_ctx(tmp_path)
+    assert validate_run(ctx, suites=["ingest"])["success"] is True
+    with ctx.warehouse() as wh:
+        if damage == "gap":
+            wh.con.execute(f"UPDATE {ctx.schema}.token_ids SET tid = tid + 1000 WHERE tid = 1")
+        else:
+            wh.con.execute(f"UPDATE {ctx.schema}.token_ids SET tid = 1 WHERE tid = 2")
+    failures = failures_of(ctx, suites=["ingest"])
+    expect = "ingest.consistency: expect_column_values_to_be_between on column"
+    assert f"{expect} token_dictionary_broken (expected 0)" in failures
+    assert all("consistency" not in f or "token_dictionary_broken" in f for f in failures)
 
 
 def test_nothing_to_validate_is_a_failure(tmp_path):

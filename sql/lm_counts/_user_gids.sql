@@ -1,18 +1,13 @@
 -- Fragment: the CTEs occ, grams and user_ids(user_id, s) of the lm_counts counting (after the
--- CTE trigrams of bayes/_trigrams.sql): s holds every domain id (gid) of the user's counted n-gram
+-- CTE trigrams(user_id, i1, i2, i3) of lm_counts/_trigram_ids.sql, the words as model-vocabulary
+-- ids with the markers): s holds every domain id (gid) of the user's counted n-gram
 -- occurrences, with repeats and in no order. Included by lm_counts/weighted.sql (which counts,
 -- clips and sums in the engine) and lm_counts/user_gid_lists.sql (whose lists the DuckDB engine's
 -- process counts, clips and sums: dpngram.mechanisms.lm_counts.weighted_counts). weighted.sql
 -- states the semantics and the parameters.
 occ AS (
-    SELECT t.user_id,
-           CAST(CASE WHEN t.w1 IS NULL THEN $bos_id ELSE coalesce(v1.tid, $unk_id) END AS BIGINT) AS i1,
-           CAST(coalesce(v2.tid, $unk_id) AS BIGINT) AS i2,
-           CAST(CASE WHEN t.w3 IS NULL THEN $eos_id ELSE coalesce(v3.tid, $unk_id) END AS BIGINT) AS i3
+    SELECT t.user_id, t.i1, t.i2, t.i3
     FROM trigrams AS t
-    LEFT JOIN {schema}.{vocabulary} AS v1 ON v1.token = t.w1
-    LEFT JOIN {schema}.{vocabulary} AS v2 ON v2.token = t.w2
-    LEFT JOIN {schema}.{vocabulary} AS v3 ON v3.token = t.w3
     WHERE abs(hash(xor(hash(t.user_id), CAST($salt AS UBIGINT))) % 1000) >= $holdout_per_mille
 ),
 grams AS (

@@ -6,7 +6,7 @@
 -- sums, with Gaussian noise, are released. Parameters as in lm_counts/weighted.sql.
 -- duckdb-set: disabled_optimizers = 'build_side_probe_side'
 WITH
--- include: bayes/_trigrams
+-- include: lm_counts/_trigram_ids
 ,
 -- include: lm_counts/_user_gids
 SELECT s

@@ -2,10 +2,10 @@
 -- public domain, summed, in the engine (the Spark engine; the DuckDB engine streams the per-user
 -- lists of lm_counts/user_gid_lists.sql to its process and sums them there, to the same sums). PRIVATE (exact weighted sums): the result never leaves the process
 -- except with Gaussian noise added by pipeline/lm_counts.py.
--- Input {source}(user_id, tokens), the run's sentences: their sentence-bounded trigram
--- occurrences are built inline by the fragment bayes/_trigrams.sql (one <s> before and one </s>
--- after every sentence), each word as its integer id in {vocabulary}(token, tid), the model
--- vocabulary, with the ids $bos_id, $eos_id for the markers and $unk_id for a token outside it
+-- Input {source}(user_id, tids), the run's sentences as token ids, and the run's dictionary
+-- token_ids: their sentence-bounded trigram occurrences are built inline by the fragment
+-- lm_counts/_trigram_ids.sql (one <s> before and one </s> after every sentence), each word as its
+-- integer id in {vocabulary}(token, tid), the model vocabulary, with the ids $bos_id, $eos_id for the markers and $unk_id for a token outside it
 -- (dpngram.mechanisms.lm_counts.counting_tables). Every sentence's first row is (<s>, t1, t2 or
 -- </s>), so the order-1 and order-2 occurrences are the last one / two words of every row plus,
 -- on first rows, the leading <s> and (<s>, t1).
@@ -25,7 +25,7 @@
 -- duckdb-set: disabled_optimizers = 'build_side_probe_side'
 CREATE OR REPLACE TABLE {schema}.{target} AS
 WITH
--- include: bayes/_trigrams
+-- include: lm_counts/_trigram_ids
 ,
 -- include: lm_counts/_user_gids
 ,

@@ -36,5 +36,11 @@ SELECT
          THEN 1 ELSE 0 END AS empty_sentence,
     -- no user id is null or blank
     CASE WHEN EXISTS (SELECT 1 FROM {schema}.sentences WHERE user_id IS NULL OR trim(user_id) = '')
-         THEN 1 ELSE 0 END AS blank_user_id
+         THEN 1 ELSE 0 END AS blank_user_id,
+    -- the token dictionary numbers its distinct tokens 1..n (the stages look ids up by position:
+    -- a gap or a repeat would give a sentence other tokens)
+    CASE WHEN (SELECT count(*) <> count(DISTINCT token) OR count(*) <> count(DISTINCT tid)
+                      OR min(tid) <> 1 OR max(tid) <> count(*)
+               FROM {schema}.token_ids)
+         THEN 1 ELSE 0 END AS token_dictionary_broken
 FROM stats AS s CROSS JOIN counted AS c;

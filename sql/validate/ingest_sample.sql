@@ -7,9 +7,12 @@
 -- The sample reads the ids and looks its tokens up in the dictionary (a LEFT JOIN: an id without
 -- an entry shows as a NULL token and fails the check), so the view's decoding of every sentence
 -- is not paid for 20,000 of them.
-SELECT CAST(s.user_id AS VARCHAR)  AS user_id,
+SELECT CAST(x.user_id AS VARCHAR)  AS user_id,
        t.token                     AS token,
-       CAST(g.p - 1 AS INTEGER)    AS pos
-FROM (SELECT user_id, tids FROM {schema}.sentences TABLESAMPLE (20000 ROWS)) AS s
-CROSS JOIN UNNEST(generate_series(1, array_length(s.tids))) AS g(p)
-LEFT JOIN {schema}.token_ids AS t ON t.tid = s.tids[g.p];
+       CAST(x.p - 1 AS INTEGER)    AS pos
+FROM (
+    SELECT s.user_id, g.p AS p, s.tids[g.p] AS tid
+    FROM (SELECT user_id, tids FROM {schema}.sentences TABLESAMPLE (20000 ROWS)) AS s
+    CROSS JOIN UNNEST(generate_series(1, array_length(s.tids))) AS g(p)
+) AS x
+LEFT JOIN {schema}.token_ids AS t ON t.tid = x.tid;

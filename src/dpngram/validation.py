@@ -217,12 +217,13 @@ def _ingest_done(ctx: RunContext) -> bool:
 def ingest_suite(src: Sources) -> list[Batch]:
     """Private ingest tables: sampled row checks on ``tokens`` and whole-table consistency flags
     (read = loaded + quarantined; every document has a sentence, every sentence a document; no
-    empty sentence or blank user id). PRIVATE: BOOLEAN_ONLY results."""
+    empty sentence or blank user id; the token dictionary numbered 1..n). PRIVATE: BOOLEAN_ONLY
+    results."""
     engine = src.engine
     schema = src.ctx.schema
     missing = [
         t
-        for t in ("sentences", "raw_text", "quarantine", "ingest_stats")
+        for t in ("sentences", "token_ids", "raw_text", "quarantine", "ingest_stats")
         if not engine.table_exists(schema, t)
     ]
     if missing:

@@ -701,7 +701,9 @@ def release_vocabulary(
     if params.new_words is None:
         return released
     public_table = public.table if public is not None else None
-    new = release_new_words(wh, schema, source, VOCABULARY_TABLE, public_table, params.new_words, noise)
+    new = release_new_words(
+        wh, schema, source, VOCABULARY_TABLE, public_table, params.new_words, noise, token_items=True
+    )
     if len(new):
         with wh.registered(dpsu_new_words_batch=pa.table({"item": new})):
             wh.execute(

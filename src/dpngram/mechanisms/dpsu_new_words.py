@@ -146,11 +146,15 @@ def release_new_words(
     public: str | None,
     rnd: NewWordsRound,
     noise: NoiseSource,
+    token_items: bool = False,
 ) -> pa.Array:
     """The round over ``{schema}.{source}(user_id, item)`` (one row per occurrence): the histogram
     of each user's ``rnd.per_user`` most frequent items outside ``{schema}.{released}(item)`` and
     ``{schema}.{public}(item)`` (``sql/dpsu/new_words_histogram.sql``; private, dropped here), then
-    the items whose weight + N(0, sigma^2) exceeds the threshold. Returns them (keys only)."""
+    the items whose weight + N(0, sigma^2) exceeds the threshold. Returns them (keys only).
+    ``token_items``: the source is the run's tokens (``dpsu/vocabulary_source``), so the histogram
+    is read from the sentences' token ids instead (``new_words_histogram_tokens.sql``, the same
+    histogram)."""
     excluded = safe_identifier(f"{released}_new_words_excluded")
     histogram = safe_identifier(f"{released}_new_words_histogram")
     try:
@@ -165,7 +169,11 @@ def release_new_words(
         )
         wh.execute(
             load_sql(
-                "dpsu/new_words_histogram", schema=schema, target=histogram, source=source, excluded=excluded
+                "dpsu/new_words_histogram_tokens" if token_items else "dpsu/new_words_histogram",
+                schema=schema,
+                target=histogram,
+                source=source,
+                excluded=excluded,
             ),
             {"salt": int(noise.selection_salt()), "per_user": rnd.per_user},
         )
