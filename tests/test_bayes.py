@@ -20,6 +20,7 @@ from dpngram.core.accounting import Accountant, PrivacyEvent
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource
 from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.ingest import add_token_ids
 from dpngram.mechanisms import bayes, bayes_user_counts
 from dpngram.release import layout
 from dpngram.release.context import RunContext, read_parts
@@ -40,11 +41,13 @@ def warehouse_with(rows: list[tuple[str, list[str]]]) -> Warehouse:
     flat = [(u, 0, s, p, t) for s, (u, toks) in enumerate(rows) for p, t in enumerate(toks)]
     if flat:
         wh.con.executemany(f"INSERT INTO {SCHEMA}.toks VALUES (?, ?, ?, ?, ?)", flat)
-    # the sentence relation the occurrences read (like the ingest's sentences table)
+    # the sentence relation the occurrences read (like the ingest's sentences table), with the
+    # token ids and dictionary ingest writes (the run's path reads the ids)
     wh.con.execute(
-        f"CREATE VIEW {SCHEMA}.sents AS SELECT user_id, doc_id, sent_id, list(token ORDER BY pos) AS tokens "
+        f"CREATE TABLE {SCHEMA}.sents AS SELECT user_id, doc_id, sent_id, list(token ORDER BY pos) AS tokens "
         f"FROM {SCHEMA}.toks GROUP BY user_id, doc_id, sent_id"
     )
+    add_token_ids(wh, SCHEMA, "sents")
     return wh
 
 

@@ -1,6 +1,7 @@
--- Replace the run's sentences and token dictionary by registered frames that hold them with their
--- token ids (dpngram.engines.ingest.add_token_ids: a sentences table written with tokens only).
-CREATE OR REPLACE TABLE {schema}.sentences AS
+-- Replace a sentences table {schema}.{table} written with tokens only (the run's sentences in a
+-- test, or another sentence relation of a test) and the token dictionary by registered frames that
+-- hold them with their token ids (dpngram.engines.ingest.add_token_ids).
+CREATE OR REPLACE TABLE {schema}.{table} AS
 SELECT CAST(user_id AS VARCHAR) AS user_id,
        CAST(doc_id AS BIGINT) AS doc_id,
        CAST(sent_id AS INTEGER) AS sent_id,

@@ -1,5 +1,5 @@
 -- Fragment: the CTEs occ, grams and user_ids(user_id, s) of the lm_counts counting (after the
--- CTE trigrams(user_id, i1, i2, i3) of lm_counts/_trigram_ids.sql, the words as model-vocabulary
+-- CTE trigrams(user_id, i1, i2, i3) of bayes/_trigram_ids.sql, the words as model-vocabulary
 -- ids with the markers): s holds every domain id (gid) of the user's counted n-gram
 -- occurrences, with repeats and in no order. Included by lm_counts/weighted.sql (which counts,
 -- clips and sums in the engine) and lm_counts/user_gid_lists.sql (whose lists the DuckDB engine's

@@ -6,7 +6,10 @@
 -- sums, with Gaussian noise, are released. Parameters as in lm_counts/weighted.sql.
 -- duckdb-set: disabled_optimizers = 'build_side_probe_side'
 WITH
--- include: lm_counts/_trigram_ids
+word_ids AS (
+    SELECT token, tid AS wid FROM {schema}.{vocabulary}
+),
+-- include: bayes/_trigram_ids
 ,
 -- include: lm_counts/_user_gids
 SELECT s

@@ -4,7 +4,7 @@
 -- except with Gaussian noise added by pipeline/lm_counts.py.
 -- Input {source}(user_id, tids), the run's sentences as token ids, and the run's dictionary
 -- token_ids: their sentence-bounded trigram occurrences are built inline by the fragment
--- lm_counts/_trigram_ids.sql (one <s> before and one </s> after every sentence), each word as its
+-- bayes/_trigram_ids.sql (one <s> before and one </s> after every sentence), each word as its
 -- integer id in {vocabulary}(token, tid), the model vocabulary, with the ids $bos_id, $eos_id for the markers and $unk_id for a token outside it
 -- (dpngram.mechanisms.lm_counts.counting_tables). Every sentence's first row is (<s>, t1, t2 or
 -- </s>), so the order-1 and order-2 occurrences are the last one / two words of every row plus,
@@ -25,7 +25,10 @@
 -- duckdb-set: disabled_optimizers = 'build_side_probe_side'
 CREATE OR REPLACE TABLE {schema}.{target} AS
 WITH
--- include: lm_counts/_trigram_ids
+word_ids AS (
+    SELECT token, tid AS wid FROM {schema}.{vocabulary}
+),
+-- include: bayes/_trigram_ids
 ,
 -- include: lm_counts/_user_gids
 ,

@@ -36,7 +36,7 @@ import polars as pl
 
 from dpngram.config import RunConfig
 from dpngram.engines.ingest_stats import count_ingested, write_stats
-from dpngram.engines.sql import load_sql
+from dpngram.engines.sql import load_sql, safe_identifier
 from dpngram.text.records import (
     IngestStats,
     RecordBatch,
@@ -96,11 +96,12 @@ def _tokenized(
         yield TokenizedBatch(batch.read, (raw_rows, sentences.with_columns(tids), quarantine, new_tokens))
 
 
-def add_token_ids(engine: Engine, schema: str) -> None:
-    """Give ``{schema}.sentences`` written with tokens only (a test's table, or an older ingest)
-    its ``tids`` column and the dictionary ``token_ids``, as ingest writes them, on either engine.
+def add_token_ids(engine: Engine, schema: str, table: str = "sentences") -> None:
+    """Give ``{schema}.{table}`` (the sentences) written with tokens only (a test's table) its
+    ``tids`` column and the dictionary ``token_ids``, as ingest writes them, on either engine.
     Reads the whole table into this process: for small tables."""
-    sql = f"SELECT user_id, doc_id, sent_id, tokens FROM {schema}.sentences ORDER BY doc_id, sent_id, user_id"
+    table = safe_identifier(table)
+    sql = f"SELECT user_id, doc_id, sent_id, tokens FROM {schema}.{table} ORDER BY doc_id, sent_id, user_id"
     frame = pl.from_arrow(engine.fetch_arrow(sql))
     tids, entries = TokenDictionary().encode(frame.get_column("tokens"))
     rows = {
@@ -112,6 +113,7 @@ def add_token_ids(engine: Engine, schema: str) -> None:
             load_sql(
                 "ingest/with_token_ids",
                 schema=schema,
+                table=table,
                 sentence_rows="ingest_sentence_rows",
                 token_rows="ingest_token_rows",
             )
