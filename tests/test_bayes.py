@@ -191,6 +191,23 @@ def test_private_user_counts_equal_the_occurrence_path(with_vocab):
         assert any(c == 2 for _, _, c in expected) and any(u == "f" for u, _, _ in expected)
 
 
+def test_the_token_id_lookup_stays_on_the_sentences_and_fits_a_small_memory_limit():
+    """The private counting maps each sentence's token ids through one list of the dictionary's
+    size (bayes/_trigram_ids.sql). That one-row list must meet the sentences only: placed on the
+    users' side of the join that gives integer user ids, it is copied onto every user's row (here
+    2,000 users x a 40,000-entry list, about 0.6 GB) and the statement runs out of a 256 MB limit.
+    Both ways of summing (in the process and in SQL) run within it and agree."""
+    rows = [(f"user{u:05d}", [f"a{u}x{j}", f"b{u}x{j}", "the"]) for u in range(2000) for j in range(10)]
+    wh, mapped, size = with_space(rows, None, where="TRUE")
+    assert wh.scalar(f"SELECT count(*) FROM {SCHEMA}.token_ids") > 40_000
+    wh.con.execute("SET memory_limit = '256MB'")
+    sums = bayes_user_counts.private_count_sums(wh, SCHEMA, "sents", size, map_unk=mapped, C=2, W=4, salt=9)
+    bayes_user_counts.private_user_counts(wh, SCHEMA, "sents", "uc_small", map_unk=mapped, C=2, W=4, salt=9)
+    reference = bayes_user_counts.aggregate_counts(wh, SCHEMA, "uc_small", size)
+    assert sums[0].tolist() == reference[0].tolist() and sums[1].tolist() == reference[1].tolist()
+    assert reference[1].sum() > 0
+
+
 def test_in_process_bounding_keeps_the_w_smallest_keys_ties_by_tid_and_clamps_to_c():
     """The compiled bounding of the DuckDB engine's way against the rule written out in Python, on
     random users whose sort keys tie often (4 distinct keys): a user over W distinct trigrams keeps

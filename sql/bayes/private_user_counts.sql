@@ -13,6 +13,11 @@
 -- word id, 0 outside V's words. Id 0 is in no key of V, so such an occurrence matches nothing, as
 -- its string form would not. Output {target}(user_id, tid, user_count). PRIVATE: stays in the run
 -- schema.
+-- The dictionary's id list (id_map, one row) must meet the sentences, not another table: DuckDB's
+-- join-order optimizer may otherwise move that cross product onto a larger side and copy the
+-- list onto every row of it (bayes at 200k users: out of memory at 4 GB). join_order is off, so
+-- the joins run as written (the large side probes, the small side is built).
+-- duckdb-set: disabled_optimizers = 'join_order'
 CREATE OR REPLACE TABLE {schema}.{target} AS
 WITH
 -- include: bayes/_word_ids

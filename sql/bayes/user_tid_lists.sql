@@ -6,6 +6,11 @@
 -- same parameters). The run's process clamps, bounds to W trigrams and sums them
 -- (dpngram.mechanisms.bayes_user_counts.private_count_sums) to the same (c, N) as bayes/aggregate.sql over
 -- bayes/private_user_counts.sql. PRIVATE (per-user data): the lists never leave the process.
+-- The dictionary's id list (id_map, one row) must meet the sentences, not another table: DuckDB's
+-- join-order optimizer may otherwise move that cross product onto a larger side and copy the
+-- list onto every row of it (bayes at 200k users: out of memory at 4 GB). join_order is off, so
+-- the joins run as written (the large side probes, the small side is built).
+-- duckdb-set: disabled_optimizers = 'join_order'
 WITH
 -- include: bayes/_word_ids
 ,

@@ -6,6 +6,10 @@
 -- text) and the kept set are the plain statement's, and depend on the user's own rows only
 -- (ids are numbered over the whole input: nothing here orders or hashes by them).
 -- Exact private statistics: this table never leaves the run schema.
+-- The dictionary's lists (one row) must meet the counted (user, id) rows, not the excluded words:
+-- join_order is off so that DuckDB does not move that cross product onto another side and copy
+-- the lists onto every row of it; the joins run as written.
+-- duckdb-set: disabled_optimizers = 'join_order'
 CREATE OR REPLACE TABLE {schema}.{target} AS
 WITH dictionary AS (
     SELECT list(token ORDER BY tid) AS words, list(hash(token) ORDER BY tid) AS codes

@@ -22,7 +22,11 @@
 -- DuckDB estimates the unnested occurrences far below their size on a corpus of few, long
 -- sentences and then builds its hash tables on them instead of on the vocabulary and the domain
 -- (SOTU: 1.77M occurrences built, 2.9 s against 1.8 s; at 1M users the same plan either way).
--- duckdb-set: disabled_optimizers = 'build_side_probe_side'
+-- The dictionary's id list (id_map, one row) must meet the sentences, not another table: DuckDB's
+-- join-order optimizer may otherwise move that cross product onto a larger side and copy the
+-- list onto every row of it (bayes at 200k users: out of memory at 4 GB). join_order is off, so
+-- the joins run as written (the large side probes, the small side is built).
+-- duckdb-set: disabled_optimizers = 'build_side_probe_side,join_order'
 CREATE OR REPLACE TABLE {schema}.{target} AS
 WITH
 word_ids AS (
