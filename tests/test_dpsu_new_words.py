@@ -212,7 +212,11 @@ def warehouse(rows, released: list[str], public: list[str] | None):
 
 
 def weights(
-    wh, per_user: int, salt: int = 12345, public: str | None = "public_words", statement: str = "new_words_histogram"
+    wh,
+    per_user: int,
+    salt: int = 12345,
+    public: str | None = "public_words",
+    statement: str = "new_words_histogram",
 ) -> dict[str, float]:
     """The round's private histogram (item -> weight), built by its two SQL statements (the
     histogram's: ``dpsu/{statement}``)."""

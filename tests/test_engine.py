@@ -108,7 +108,9 @@ def test_statement_settings_hold_for_that_statement_only(wh) -> None:
     weighted = load_sql(
         "lm_counts/weighted", schema=SCHEMA, target="t", source="s", vocabulary="v", domain="d"
     )
-    assert DUCKDB_SETTING_RE.findall(weighted) == [("disabled_optimizers", "'build_side_probe_side,join_order'")]
+    assert DUCKDB_SETTING_RE.findall(weighted) == [
+        ("disabled_optimizers", "'build_side_probe_side,join_order'")
+    ]
     lists = load_sql("lm_counts/user_gid_lists", schema=SCHEMA, source="s", vocabulary="v", domain="d")
     assert DUCKDB_SETTING_RE.findall(lists) == [("disabled_optimizers", "'build_side_probe_side,join_order'")]
 

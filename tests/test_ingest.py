@@ -607,7 +607,9 @@ def test_every_token_has_a_dense_id_that_decodes_to_it(tmp_path, monkeypatch):
     """sentences.tids are the tokens' ids in token_ids: one id per distinct token, 1..n, over
     several reader batches (the dictionary grows across them), the same ids on a second ingest of
     the same input, and every sentence's ids decode to its tokens."""
-    lines = [json.dumps({"user_id": f"u{i % 7}", "text": f"w{i % 5} w{i % 11}. w{i % 3} w{i}"}) for i in range(40)]
+    lines = [
+        json.dumps({"user_id": f"u{i % 7}", "text": f"w{i % 5} w{i % 11}. w{i % 3} w{i}"}) for i in range(40)
+    ]
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     cfg = RunConfig(input=str(path), out=str(tmp_path / "out"))

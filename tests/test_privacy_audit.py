@@ -210,7 +210,11 @@ def test_sips_admission_audit_runs_releases_with_admission_and_one_salt_a_run(mo
     # through the sentences' token ids
     statements = record_statements(monkeypatch)
     run_audit("dpsu_sips_admission", runs=1)
-    assert {"dpsu/item_codes_tokens", "dpsu/user_kept_lists_coded_tokens", "dpsu/histogram_kept_coded"} <= statements
+    assert {
+        "dpsu/item_codes_tokens",
+        "dpsu/user_kept_lists_coded_tokens",
+        "dpsu/histogram_kept_coded",
+    } <= statements
     assert "dpsu/histogram_kept_admitted_coded" in statements
     weighted = run_audit("dpsu_weighted", runs=2)
     assert result.claimed_epsilon == pytest.approx(weighted.claimed_epsilon, rel=1e-12)
