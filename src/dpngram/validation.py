@@ -217,8 +217,7 @@ def _ingest_done(ctx: RunContext) -> bool:
 def ingest_suite(src: Sources) -> list[Batch]:
     """Private ingest tables: sampled row checks on ``tokens`` and whole-table consistency flags
     (read = loaded + quarantined; every document has a sentence, every sentence a document; no
-    empty sentence or blank user id; the token dictionary numbered 1..n). PRIVATE: BOOLEAN_ONLY
-    results."""
+    empty sentence or blank user id; token ids 1..n). PRIVATE: BOOLEAN_ONLY results."""
     engine = src.engine
     schema = src.ctx.schema
     missing = [

@@ -260,17 +260,14 @@ def sips_rounds_release(
     ``draw(histogram, released_table_or_None, released_count, round, admitted)``, which returns
     the round's released items (the noisy step; never a per-user row). Returns the non-empty
     per-round releases (disjoint). The private histogram and views are dropped.
-
     Admission (round 1's ``admit_floor`` set; docs/dpne.md, "Admission by the first round"): one
     salt for every round, so each user's kept set is round 1's; round 1's draw also collects into
     ``admitted`` the items whose noisy weight reached the floor without being released (plus
     ``always_admitted``, public keys), and rounds r >= 2 keep only those of each user's kept items
     not released yet (:func:`_store_admitted`).
-
     ``per_user_lists`` (more than one round) and ``coded_items`` (kept lists): one list table of
-    the users' items that every round reads (:func:`_build_user_lists`; same histograms, cheaper).
-    ``token_items``: the source is ``dpsu/vocabulary_source`` (the run's tokens), so the coded kept
-    lists are built from the sentences' token ids and the dictionary instead (same lists)."""
+    the users' items that every round reads (:func:`_build_user_lists`; same histograms, cheaper;
+    ``token_items``: built from the token ids, the source being the run's tokens)."""
     if max_contribution < 1:
         raise ValueError(f"max_contribution: must be >= 1 (got {max_contribution})")
     tables = _sips_tables(schema, source, work, rounds, per_user_lists, coded_items, token_items)
