@@ -629,3 +629,57 @@ def test_every_token_has_a_dense_id_that_decodes_to_it(tmp_path, monkeypatch):
     for tokens, tids in rows:
         assert [dictionary[i] for i in tids] == tokens
     assert runs[1] == runs[0]
+
+
+def test_batches_tokenized_in_parallel_get_the_ids_of_a_serial_ingest(tmp_path, monkeypatch):
+    """Ingest tokenizes several batches at once (engines/ingest._tokenized). The earlier batches
+    are made to finish last here, yet the ids, the dictionary and the tables equal one thread's,
+    because batches are coded in input order; the pool holds at most ``threads`` batches at once
+    (bounded memory) and does hold that many (the batches do overlap)."""
+    import threading
+    import time
+
+    from dpngram.engines import ingest as engine_ingest
+
+    lines = [{"user_id": f"u{i % 7}", "text": f"w{i % 5} x{i % 11}. y{i % 3} z{i}"} for i in range(60)]
+    path = _jsonl(tmp_path / "in.jsonl", lines)
+    monkeypatch.setattr(ingest, "BATCH_BYTES", 400)  # about 8 batches
+    tokenize = engine_ingest.tokenize_batch
+    lock = threading.Lock()
+    state = {"running": 0, "most": 0, "calls": 0}
+
+    def slow_first(batch, lowercase, where):
+        with lock:
+            state["calls"] += 1
+            order = state["calls"]
+            state["running"] += 1
+            state["most"] = max(state["most"], state["running"])
+        time.sleep(0.05 if order % 2 else 0.0)  # odd batches finish after the even ones
+        try:
+            return tokenize(batch, lowercase, where)
+        finally:
+            with lock:
+                state["running"] -= 1
+
+    monkeypatch.setattr(engine_ingest, "tokenize_batch", slow_first)
+
+    def tables(threads: int) -> tuple[list[tuple], list[tuple], list[tuple]]:
+        state.update(running=0, most=0, calls=0)
+        with Warehouse(":memory:") as wh:
+            wh.con.execute("CREATE SCHEMA s")
+            ingest_file(wh, "s", _config(path, threads=threads))
+            return tuple(
+                wh.con.execute(sql).fetchall()
+                for sql in (
+                    "SELECT tid, token FROM s.token_ids ORDER BY tid",
+                    "SELECT user_id, doc_id, sent_id, tids, tokens FROM s.sentences ORDER BY doc_id, sent_id",
+                    "SELECT user_id, doc_id, text FROM s.raw_text ORDER BY doc_id",
+                )
+            )
+
+    serial = tables(1)
+    assert state["most"] == 1 and state["calls"] > 4
+    parallel = tables(3)
+    assert state["most"] == 3
+    assert parallel == serial
+    assert [tid for tid, _ in serial[0]] == list(range(1, len(serial[0]) + 1))

@@ -730,8 +730,8 @@ class EngineConfig(Section):
         None,
         ge=1,
         le=256,
-        title="DuckDB threads",
-        description="Worker threads of DuckDB; default: one per CPU core.",
+        title="Threads",
+        description="Worker threads of DuckDB, and of ingest's tokenizer (at most 4); default: one per CPU core.",
     )
 
     spark_master: str = Field(

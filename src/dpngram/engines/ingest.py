@@ -26,8 +26,11 @@ Imports: dpngram.engines, dpngram.text, dpngram.config, dpngram.core; polars.
 from __future__ import annotations
 
 import logging
+import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -85,15 +88,47 @@ class TokenizedBatch:
     tables: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]
 
 
+#: At most this many batches are tokenized at once (more threads than this wait on the reader).
+MAX_TOKENIZER_THREADS = 4
+
+
+def tokenizer_threads(threads: int | None) -> int:
+    """How many batches ingest tokenizes at once: one per thread the run may use (``--threads``,
+    default one per CPU core), at most :data:`MAX_TOKENIZER_THREADS`."""
+    return max(1, min(threads or os.cpu_count() or 1, MAX_TOKENIZER_THREADS))
+
+
 def _tokenized(
-    batches: Iterator[RecordBatch], lowercase: bool, where: Callable[[int], tuple[str, int | None]]
+    batches: Iterator[RecordBatch],
+    lowercase: bool,
+    where: Callable[[int], tuple[str, int | None]],
+    threads: int = 1,
 ) -> Iterator[TokenizedBatch]:
-    """Tokenize each batch and give its tokens ids from one dictionary grown batch by batch."""
+    """Tokenize each batch and give its tokens ids from one dictionary grown batch by batch.
+
+    Up to ``threads`` batches are tokenized at once in a pool (polars releases the GIL, so they
+    run in parallel; docs/engines.md, "Ingest: tokenizing batches in parallel"), while this
+    generator's thread parses the next records and codes the finished batches. Batches are coded
+    and yielded in input order, so the ids are the same whatever ``threads`` is. At most
+    ``threads`` tokenized batches wait here, so memory stays bounded."""
     dictionary = TokenDictionary()
-    for batch in batches:
-        raw_rows, sentences, quarantine = tokenize_batch(batch, lowercase, where)
+
+    def coded(read: int, tokenizing: Future[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]]) -> TokenizedBatch:
+        raw_rows, sentences, quarantine = tokenizing.result()
         tids, new_tokens = dictionary.encode(sentences.get_column("tokens"))
-        yield TokenizedBatch(batch.read, (raw_rows, sentences.with_columns(tids), quarantine, new_tokens))
+        return TokenizedBatch(read, (raw_rows, sentences.with_columns(tids), quarantine, new_tokens))
+
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ingest-tokenizer")
+    try:
+        pending: deque[tuple[int, Future[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]]]] = deque()
+        for batch in batches:
+            pending.append((batch.read, pool.submit(tokenize_batch, batch, lowercase, where)))
+            if len(pending) >= threads:
+                yield coded(*pending.popleft())
+        while pending:
+            yield coded(*pending.popleft())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def add_token_ids(engine: Engine, schema: str, table: str = "sentences") -> None:
@@ -153,10 +188,11 @@ def ingest_file(
             return str(path), doc_id
 
     rows_read = 0
-    # Parsing and tokenizing run in the reader thread while the main thread loads the previous
-    # batch: DuckDB's insert (about 60% of ingest at 1M users) then overlaps the tokenizer (polars
-    # and DuckDB release the GIL), instead of running after it (docs/engines.md, "Scale").
-    for tokenized in prefetch(_tokenized(batches, config.lowercase, where)):
+    # Parsing and coding run in the reader thread, tokenizing in a pool beside it, while the main
+    # thread loads the previous batch: DuckDB's insert then overlaps the tokenizer (polars and
+    # DuckDB release the GIL), instead of running after it (docs/engines.md, "Scale").
+    threads = tokenizer_threads(config.engine.threads)
+    for tokenized in prefetch(_tokenized(batches, config.lowercase, where, threads)):
         _load_batch(wh, schema, tokenized)
         rows_read += tokenized.read
         if progress is not None:
