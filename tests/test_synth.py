@@ -20,6 +20,7 @@ from dpngram.core.accounting import PrivacyEvent
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import NoiseSource, simulation_rng
 from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.ingest import add_token_ids
 from dpngram.mechanisms import synth, synth_sequences
 from dpngram.release import layout
 from dpngram.release.context import RunContext, read_parts
@@ -270,6 +271,7 @@ def test_sql_records_and_counts_match_the_in_memory_reference():
         ("u5", 4, 0, ["c"]),
     ]
     wh.con.executemany(f"INSERT INTO {SCHEMA}.sentences VALUES (?, ?, ?, ?)", rows)
+    add_token_ids(wh, SCHEMA)
     wh.con.execute(
         f"CREATE VIEW {SCHEMA}.tokens AS SELECT user_id, doc_id, sent_id, p.pos - 1 AS pos, "
         f"tokens[p.pos] AS token FROM {SCHEMA}.sentences, unnest(generate_series(1, len(tokens))) AS p(pos)"
