@@ -488,3 +488,54 @@ def test_the_meta_file_is_uploaded_last(tmp_path, shared, monkeypatch):
     frame = pl.DataFrame({"ngram": ["a"], "count": [1.0]})
     public_cache.cached_tables(tmp_path / "a", "frequent", "f", _counting(frame, [], "a"))
     assert uploaded == ["order1.parquet", "order2.parquet", "meta.json"]
+
+
+def _age(entry: Path, seconds_ago: float) -> None:
+    """Date every file of a shared entry ``seconds_ago`` in the past."""
+    import os
+    import time
+
+    stamp = time.time() - seconds_ago
+    for file in entry.iterdir():
+        os.utime(file, (stamp, stamp))
+
+
+def test_the_shared_copy_keeps_its_most_recently_used_entries(tmp_path, shared, monkeypatch):
+    """An upload prunes the kind's shared entries to SHARED_KEEP, least recently used first; a
+    download marks its entry as used, so an old entry that workers still read is kept and the
+    one nobody read is removed. The workers' own caches are not touched."""
+    monkeypatch.setitem(public_cache.SHARED_KEEP, "counts", 2)
+    frame = pl.DataFrame({"ngram": ["a"], "count": [1.0]})
+    calls: list[str] = []
+    kinds = shared / "counts"
+    public_cache.cached_tables(tmp_path / "a", "counts", "old", _counting(frame, calls, "a"))
+    public_cache.cached_tables(tmp_path / "a", "counts", "newer", _counting(frame, calls, "a"))
+    _age(kinds / "old", 2000)
+    _age(kinds / "newer", 1000)
+    # worker b reads the old entry: now it is the most recently used
+    public_cache.cached_tables(tmp_path / "b", "counts", "old", _counting(frame, calls, "b"))
+    assert calls == ["a", "a"] and (kinds / "old" / public_cache.USED).is_file()
+    # a third entry: the shared copy keeps two, and drops the one nobody read since
+    public_cache.cached_tables(tmp_path / "c", "counts", "third", _counting(frame, calls, "c"))
+    assert sorted(p.name for p in kinds.iterdir()) == ["old", "third"]
+    assert sorted(p.name for p in (tmp_path / "a" / "counts").iterdir()) == ["newer", "old"]
+    # a worker that wants the removed entry computes it and shares it again
+    public_cache.cached_tables(tmp_path / "d", "counts", "newer", _counting(frame, calls, "d"))
+    assert calls == ["a", "a", "c", "d"] and (kinds / "newer" / public_cache.META).is_file()
+    assert len(list(kinds.iterdir())) == 2
+
+
+def test_pruning_never_removes_more_than_the_kinds_surplus(tmp_path, shared):
+    """Every kind keeps twice a worker's own count in the shared copy, and the prune only removes
+    entries of the kind just uploaded."""
+    frame = pl.DataFrame({"ngram": ["a"], "count": [1.0]})
+    calls: list[str] = []
+    assert public_cache.SHARED_KEEP == {k: 2 * public_cache.KEEP[k] for k in public_cache.SHARED_KINDS}
+    keep = public_cache.SHARED_KEEP["counts"]
+    for i in range(keep + 3):
+        public_cache.cached_tables(tmp_path / "a", "counts", f"c{i:02d}", _counting(frame, calls, "a"))
+        _age(shared / "counts" / f"c{i:02d}", 1000 - i)
+    public_cache.cached_tables(tmp_path / "a", "models", "m", _counting(frame, calls, "a"))
+    kept = sorted(p.name for p in (shared / "counts").iterdir())
+    assert kept == [f"c{i:02d}" for i in range(3, keep + 3)]
+    assert [p.name for p in (shared / "models").iterdir()] == ["m"]

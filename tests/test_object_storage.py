@@ -698,6 +698,41 @@ def test_the_release_dag_on_two_workers_sharing_only_s3_and_postgres_publishes_o
     assert spent.delta == pytest.approx(probe.delta, rel=1e-12)
 
 
+def test_the_shared_public_cache_on_s3_keeps_its_most_recently_used_entries(s3, tmp_path, monkeypatch):
+    """The public-model cache's shared copy on S3 (dpngram.lm.public_cache._prune_shared): object
+    stores keep no access time, so a download writes the entry's ``used`` mark; an upload then
+    removes the kind's least recently used entries beyond SHARED_KEEP, by S3's LastModified."""
+    import time
+
+    import polars as pl
+
+    from dpngram.lm import public_cache
+
+    store = fresh_prefix()
+    monkeypatch.setenv(public_cache.RUN_STORE_ENV, store)
+    monkeypatch.setitem(public_cache.SHARED_KEEP, "counts", 2)
+    frame = pl.DataFrame({"ngram": ["a"], "count": [1.0]})
+    computed: list[str] = []
+
+    def entry(worker: str, key: str) -> None:
+        def compute() -> dict[int, pl.DataFrame]:
+            computed.append(f"{worker}:{key}")
+            return {1: frame}
+
+        public_cache.cached_tables(tmp_path / worker, "counts", key, compute)
+        time.sleep(1.1)  # LastModified is kept to the second or the millisecond
+
+    entry("a", "old")
+    entry("a", "newer")
+    entry("b", "old")  # downloaded: marked as used
+    entry("c", "third")
+    fs, root = storage.filesystem(join(store, "_cache", "public", "counts"))
+    fs.invalidate_cache()
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls(root)) == ["old", "third"]
+    assert computed == ["a:old", "a:newer", "c:third"]
+    assert fs.exists(f"{root}/old/{public_cache.USED}")
+
+
 def test_sweep_closed_removes_the_staging_of_a_worker_that_only_ran_the_precheck(
     s3, sample, tmp_path, own_ledger, monkeypatch
 ):

@@ -49,9 +49,13 @@ corpus again and fitted Kneser-Ney again. Eight kinds of entries:
 A worker whose own cache misses an entry downloads it from there before computing it, and uploads
 what it computes (the table files first, ``meta.json``, the mark of a complete entry, last). So the
 public model is fitted once per deployment, not once per worker, nor once per task where workers
-are short-lived (a KubernetesExecutor pod). The shared copy is never pruned (an entry per public
-corpus and model setting); deleting it is always safe. An unreachable or damaged shared copy is
-skipped with a warning: the worker computes the entry as without it.
+are short-lived (a KubernetesExecutor pod). The shared copy keeps the :data:`SHARED_KEEP` most
+recently used entries of each kind: a worker that downloads an entry writes the small file
+:data:`USED` into it, and one that uploads an entry removes the kind's entries beyond that count,
+least recently written first (:func:`_prune_shared`). A worker that was reading a removed entry
+finds it missing and computes it, so pruning, like deleting the whole shared copy, is always safe.
+An unreachable or damaged shared copy is skipped with a warning: the worker computes the entry as
+without it.
 
 Only public data is stored: the public corpus's counts, a model fitted on them over V_LM (the
 DP vocabulary, a released output, ∪ public words) and models computed from released DP outputs
@@ -106,8 +110,16 @@ FAST_WRITE = {"mixtures": "lz4", "mixture_links": "lz4"}
 #: the shared copy would keep them all, and stage ``lm`` rebuilds one in about a second.
 SHARED_KINDS = frozenset({"counts", "models", "structure", "frequent", "public_sentences", "heldout"})
 
+#: Entries the shared copy keeps per kind (its least recently used removed first): twice a worker's
+#: own, as the workers of one deployment may run several public corpora or settings at once.
+SHARED_KEEP = {kind: 2 * KEEP[kind] for kind in SHARED_KINDS}
+
 #: The file whose presence marks a table entry as complete; uploaded last.
 META = "meta.json"
+
+#: An empty file a worker writes into a shared entry when it downloads it: the entry's last use
+#: (object stores keep no access time), which :func:`_prune_shared` ranks entries by.
+USED = "used"
 
 #: The environment variable that names the deployment's run store; the same name as
 #: :data:`dpngram.release.run_store.RUN_STORE_ENV` (tests/test_lm_public_cache.py checks it).
@@ -279,6 +291,10 @@ def _fetch_shared(entry: Path, kind: str, key: str, name: str | None = None) -> 
         )
         return False
     log.info("public-model cache: %s entry %s from the shared copy", kind, key[:12])
+    try:  # the entry's last use, so that pruning keeps it; a failure only makes it prune sooner
+        fs.pipe_file(f"{path}/{USED}", b"")
+    except Exception as err:  # noqa: BLE001 - any storage error (the entry may be pruned already)
+        log.debug("public-model cache: could not mark the shared %s entry as used (%s)", kind, err)
     return True
 
 
@@ -296,6 +312,36 @@ def _share(entry: Path, kind: str, key: str) -> None:
             fs.put_file(str(file), f"{path}/{file.name}")
     except Exception as err:  # noqa: BLE001 - any storage error: the local entry stands
         log.warning("public-model cache: could not add the %s entry to the shared copy (%s)", kind, err)
+        return
+    try:
+        _prune_shared(fs, path.rstrip("/").rsplit("/", 1)[0], SHARED_KEEP.get(kind, 8))
+    except Exception as err:  # noqa: BLE001 - any storage error: pruning waits for the next upload
+        log.warning("public-model cache: could not prune the shared copy's %s entries (%s)", kind, err)
+
+
+def _modified(info: dict) -> float:
+    """A listed file's modification time in seconds (fsspec's local files give ``mtime``; S3 gives
+    ``LastModified``, other stores ``last_modified`` or ``created``); 0 if it has none."""
+    for field in ("mtime", "LastModified", "last_modified", "created"):
+        value = info.get(field)
+        if value is not None:
+            return value.timestamp() if hasattr(value, "timestamp") else float(value)
+    return 0.0
+
+
+def _prune_shared(fs, kind_path: str, keep: int) -> None:  # noqa: ANN001 - an fsspec filesystem
+    """Remove the shared copy's entries of one kind beyond the ``keep`` most recently used: an
+    entry's last use is its newest file (uploaded, or the :data:`USED` mark of a download). An
+    entry still being uploaded has new files, so it ranks among the newest."""
+    entries = [info["name"] for info in fs.ls(kind_path, detail=True) if info["type"] == "directory"]
+    if len(entries) <= keep:
+        return
+    last_use = {
+        entry: max((_modified(info) for info in fs.ls(entry, detail=True) if info["type"] == "file"), default=0.0)
+        for entry in entries
+    }
+    for stale in sorted(entries, key=lambda e: (last_use[e], e), reverse=True)[keep:]:
+        fs.rm(stale, recursive=True)
 
 
 def _write_tables(entry: Path, tables: dict[int, pl.DataFrame], keep: int, compression: str = "zstd") -> None:
