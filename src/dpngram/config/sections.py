@@ -731,7 +731,9 @@ class EngineConfig(Section):
         ge=1,
         le=256,
         title="Threads",
-        description="Worker threads of DuckDB, and of ingest's tokenizer (at most 4); default: one per CPU core.",
+        description=(
+            "Worker threads of DuckDB, and of ingest's tokenizer (at most 4); default: one per CPU core."
+        ),
     )
 
     spark_master: str = Field(

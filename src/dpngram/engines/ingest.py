@@ -112,15 +112,16 @@ def _tokenized(
     and yielded in input order, so the ids are the same whatever ``threads`` is. At most
     ``threads`` tokenized batches wait here, so memory stays bounded."""
     dictionary = TokenDictionary()
+    Tokenizing = Future[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]]
 
-    def coded(read: int, tokenizing: Future[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]]) -> TokenizedBatch:
+    def coded(read: int, tokenizing: Tokenizing) -> TokenizedBatch:
         raw_rows, sentences, quarantine = tokenizing.result()
         tids, new_tokens = dictionary.encode(sentences.get_column("tokens"))
         return TokenizedBatch(read, (raw_rows, sentences.with_columns(tids), quarantine, new_tokens))
 
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ingest-tokenizer")
     try:
-        pending: deque[tuple[int, Future[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]]]] = deque()
+        pending: deque[tuple[int, Tokenizing]] = deque()
         for batch in batches:
             pending.append((batch.read, pool.submit(tokenize_batch, batch, lowercase, where)))
             if len(pending) >= threads:

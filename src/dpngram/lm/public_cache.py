@@ -337,7 +337,7 @@ def _prune_shared(fs, kind_path: str, keep: int) -> None:  # noqa: ANN001 - an f
     if len(entries) <= keep:
         return
     last_use = {
-        entry: max((_modified(info) for info in fs.ls(entry, detail=True) if info["type"] == "file"), default=0.0)
+        entry: max((_modified(f) for f in fs.ls(entry, detail=True) if f["type"] == "file"), default=0.0)
         for entry in entries
     }
     for stale in sorted(entries, key=lambda e: (last_use[e], e), reverse=True)[keep:]:
