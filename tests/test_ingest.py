@@ -683,3 +683,33 @@ def test_batches_tokenized_in_parallel_get_the_ids_of_a_serial_ingest(tmp_path, 
     assert state["most"] == 3
     assert parallel == serial
     assert [tid for tid, _ in serial[0]] == list(range(1, len(serial[0]) + 1))
+
+
+def test_an_error_in_a_tokenizing_batch_reaches_the_caller_and_stops_the_pool(tmp_path, monkeypatch):
+    """A batch that fails in the tokenizer pool fails the ingest with its own error (not a hang,
+    not a silent gap), and no tokenizer thread outlives the ingest."""
+    import threading
+
+    from dpngram.engines import ingest as engine_ingest
+
+    lines = [{"user_id": f"u{i % 7}", "text": f"w{i % 5} x{i}. y{i % 3}"} for i in range(60)]
+    path = _jsonl(tmp_path / "in.jsonl", lines)
+    monkeypatch.setattr(ingest, "BATCH_BYTES", 400)
+    tokenize = engine_ingest.tokenize_batch
+    calls = []
+
+    def third_fails(batch, lowercase, where):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("tokenizer broke on batch 3")
+        return tokenize(batch, lowercase, where)
+
+    monkeypatch.setattr(engine_ingest, "tokenize_batch", third_fails)
+    with Warehouse(":memory:") as wh:
+        wh.con.execute("CREATE SCHEMA s")
+        with pytest.raises(RuntimeError, match="tokenizer broke on batch 3"):
+            ingest_file(wh, "s", _config(path, threads=2))
+    for thread in threading.enumerate():
+        if thread.name.startswith(("ingest-tokenizer", "ingest-reader")):
+            thread.join(timeout=10)
+            assert not thread.is_alive(), thread.name
