@@ -22,6 +22,7 @@ from dpngram.config import RunConfig
 from dpngram.core.errors import ConfigError
 from dpngram.core.noise import simulation_rng
 from dpngram.engines.duckdb import Warehouse
+from dpngram.engines.ingest import add_token_ids
 from dpngram.mechanisms import triehh
 from dpngram.orchestration.plan import release_steps
 from dpngram.release import layout
@@ -51,6 +52,7 @@ def warehouse_with(users: dict[str, list[list[str]]]) -> Warehouse:
     )
     rows = [(u, 0, i, toks) for u, sents in users.items() for i, toks in enumerate(sents)]
     wh.con.executemany(f"INSERT INTO {SCHEMA}.sentences VALUES (?, ?, ?, ?)", rows)
+    add_token_ids(wh, SCHEMA)
     return wh
 
 
