@@ -157,10 +157,15 @@ def new_context(
     return RunContext(prepare(config))
 
 
+#: What a run reads of its ingest: the sentences (tokens and their ids) and the token dictionary the
+#: ids index (docs/engines.md, "Integer token ids from ingest").
+CLONED_TABLES = ("sentences", "token_ids")
+
+
 def clone_sentences(ctx: Any, source: dict[str, str]) -> None:
     """Copy the ingested sentences of an earlier job (its run's DuckDB file and schema) into this
-    run's schema, so several runs share one ingest (benchmark plumbing; private table to private
-    table)."""
+    run's schema, with the token dictionary (:data:`CLONED_TABLES`), so several runs share one
+    ingest (benchmark plumbing; private tables to private tables)."""
     from dpngram.engines.sql import safe_identifier
 
     schema = safe_identifier(source["schema"])
@@ -171,7 +176,8 @@ def clone_sentences(ctx: Any, source: dict[str, str]) -> None:
             location = str(Path(source["warehouse"]).resolve()).replace("'", "''")
             wh.con.execute(f"ATTACH '{location}' AS bench_source (READ_ONLY)")
             prefix = f"bench_source.{schema}"
-        wh.con.execute(f"CREATE OR REPLACE TABLE {ctx.schema}.sentences AS SELECT * FROM {prefix}.sentences")
+        for table in CLONED_TABLES:
+            wh.con.execute(f"CREATE OR REPLACE TABLE {ctx.schema}.{table} AS SELECT * FROM {prefix}.{table}")
         if not same:
             wh.con.execute("DETACH bench_source")
 
