@@ -83,6 +83,7 @@ def load_sotu(wh: Warehouse, known_top: int, max_depth: int) -> list[str]:
     own SQL (prepare_user_words) to form the users' local datasets."""
     import polars as pl
 
+    from dpngram.engines.ingest import add_token_ids
     from dpngram.text.public import read_public_corpus
     from dpngram.text.tokenizer import tokenize_frame
 
@@ -92,6 +93,7 @@ def load_sotu(wh: Warehouse, known_top: int, max_depth: int) -> list[str]:
     sentences = tokenize_frame(frame)
     with wh.registered(sentences_src=sentences.to_arrow()):
         wh.execute(f"CREATE OR REPLACE TABLE {SCHEMA}.sentences AS SELECT * FROM sentences_src")
+    add_token_ids(wh, SCHEMA)  # the stage's SQL reads the token ids, as ingest writes them
     brown = Counter(tok for sent in read_public_corpus(DATA / "brown_public.txt.gz") for tok in sent)
     known = [w for w, _ in brown.most_common(known_top)]
     params = triehh.TrieParameters(epsilon0=1.0, users_per_layer=1, max_depth=max_depth)
