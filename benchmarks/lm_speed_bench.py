@@ -1,7 +1,8 @@
 """Seconds of the two LM stages (``lm_counts`` + ``lm``) against ingest + DPNE, in default runs.
 
     python benchmarks/lm_speed_bench.py [--baseline REV] [--repeats 1]
-                                        [--corpora sotu sotu-2k generated-100k] [--merge]
+                                        [--corpora sotu sotu-2k chat mail generated-100k]
+                                        [--merge]
                                         [--option NAME=VALUE ...] [--out FILE]
 
 Issue 25's speed target: on a corpus of <= 100k users the LM stages must not cost more than ingest
@@ -13,6 +14,9 @@ its card), ε = 4, δ = 1e-7, a fresh warehouse directory, on each corpus of ``-
 * ``sotu-2k``: the SOTU users with sha256(user_id) % 6 == 0 (2,1xx users, written under
   benchmarks/.data/lm_speed/ when missing) with Brown: the size of the e-mail corpus the issue
   timed (2,266 users), where ingest + DPNE is smallest against the public model's fixed cost;
+* ``chat`` and ``mail``: the two real corpora of ``lm_bench.py`` (``benchmarks/lm/real_corpora.py``:
+  1,315 chat authors with 2.5M words; 697 mailing-list authors with 0.5M words), every user, with
+  Brown: few users with much text each;
 * ``generated-100k``: the 100,000-user generated corpus of ``scale_bench.py`` (50,000-word Zipf
   vocabulary, about 100 tokens a user; generated under benchmarks/.data/scale/ when missing) with
   its own public corpus: the largest size the target names.
@@ -50,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, baseline_tree, git_commit, load_average, machine, now, write_result  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
-CORPORA = ("sotu", "sotu-2k", "generated-100k")
+CORPORA = ("sotu", "sotu-2k", "chat", "mail", "generated-100k")
 SMALL = ROOT / "benchmarks" / ".data" / "lm_speed" / "sotu_2k.jsonl.gz"
 DPNE_STAGES = ("dpne.k1", "dpne.k2", "dpne.k3", "dpne.k4", "dpne.k5", "dpne.kgrams")
 
@@ -69,6 +73,10 @@ def corpus_paths(name: str) -> tuple[Path, Path]:
         if not SMALL.is_file():
             _write_small_sotu(DATA / "sotu_users.jsonl.gz", SMALL)
         return SMALL, DATA / "brown_public.txt.gz"
+    if name in ("chat", "mail"):
+        from lm.real_corpora import real_corpus
+
+        return real_corpus(name, DATA / "brown_public.txt.gz").private, DATA / "brown_public.txt.gz"
     from scale_bench import corpus
 
     paths = corpus(100_000)
@@ -213,6 +221,10 @@ def main() -> None:
             "corpora": {
                 "sotu": "sotu_users.jsonl.gz (12,807 users), public brown_public.txt.gz",
                 "sotu-2k": "the sotu users with sha256(user_id) % 6 == 0, public brown_public.txt.gz",
+                "chat": "lm_bench's chat corpus (BYU Chit-Chat, 1,315 authors), every user, public "
+                "brown_public.txt.gz",
+                "mail": "lm_bench's mail corpus (SpamAssassin ham, 697 authors), every user, public "
+                "brown_public.txt.gz",
                 "generated-100k": "scale_bench's 100,000 generated users (50,000-word Zipf vocabulary), "
                 "its own public corpus",
             },
