@@ -212,6 +212,16 @@ def test_readme_shows_both_commands_near_the_top():
     assert "make test" in head
 
 
+def test_readme_is_a_short_front_door_that_says_what_dpngram_is_first():
+    """The front door of issue 53: at most 150 lines, what dpngram is within the first 10 (the detail
+    lives in docs/)."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 150, f"README.md has {len(lines)} lines; move detail to docs/"
+    opening = " ".join(lines[:10])
+    assert "dpngram turns private user text into" in opening
+    assert "differentially private" in opening
+
+
 # --------------------------------------------------------------------------- set-up scripts
 
 
