@@ -295,6 +295,9 @@ def run_one(args: argparse.Namespace, cluster: Cluster, users: int, work: Path) 
         "--dpsu-policy", args.policy,
         "--input", str(corpus_path), "--out", str(work / "out"),
         "--warehouse", str(work / "wh"), "--run-id", f"scale-u{users}",
+        # a ledger of its own, removed with the work directory: the user's ledger keeps the run
+        # ids of earlier invocations, and refuses this one when the cluster's port changed
+        "--ledger", str(work / "ledger.duckdb"),
         "--dataset", f"scale{users}", "--json", "--quiet",
     ]  # fmt: skip
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
@@ -496,6 +499,9 @@ def main() -> None:
             if not args.keep:
                 shutil.rmtree(work / f"u{users}", ignore_errors=True)
     print(f"wrote {out}")
+    failed = [r["users"] for r in rows if r.get("users") in args.users and "error" in r]
+    if failed:  # make bench must not count a step whose runs all failed as passed
+        raise SystemExit(f"spark_scale_bench: the runs at {failed} users failed (their lines above)")
 
 
 if __name__ == "__main__":
