@@ -76,7 +76,8 @@ def corpus_paths(name: str) -> tuple[Path, Path]:
     if name in ("chat", "mail"):
         from lm.real_corpora import real_corpus
 
-        return real_corpus(name, DATA / "brown_public.txt.gz").private, DATA / "brown_public.txt.gz"
+        real = real_corpus(name, DATA / "brown_public.txt.gz")
+        return real.private, real.public
     from scale_bench import corpus
 
     paths = corpus(100_000)

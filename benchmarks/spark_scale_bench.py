@@ -500,7 +500,7 @@ def main() -> None:
                 shutil.rmtree(work / f"u{users}", ignore_errors=True)
     print(f"wrote {out}")
     failed = [r["users"] for r in rows if r.get("users") in args.users and "error" in r]
-    if failed:  # make bench must not count a step whose runs all failed as passed
+    if failed:  # make bench must not count a step with a failed run as passed
         raise SystemExit(f"spark_scale_bench: the runs at {failed} users failed (their lines above)")
 
 
