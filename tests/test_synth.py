@@ -436,7 +436,7 @@ def test_prefix_split_reproduces_exact_counts_and_keeps_totals():
 
 
 def test_systematic_split_is_exact_for_integer_expectations_and_unbiased():
-    assert synth_sequences._systematic_split(10, np.array([3.0, 5.0, 2.0]), None).tolist() == [3, 5, 2]
+    assert synth_sequences._systematic_split(10, [3.0, 5.0, 2.0], None) == [3, 5, 2]
     rng = simulation_rng(4)
     reps = 4000
     got = np.array(
@@ -449,6 +449,47 @@ def test_systematic_split_is_exact_for_integer_expectations_and_unbiased():
         z = stats.norm.isf(ALPHA / 6)
         frac = mean - math.floor(mean)
         assert abs(got[:, col].mean() - mean) <= z * math.sqrt(frac * (1 - frac) / reps)
+
+
+class _FixedOffsets:
+    """A UniformSource that returns the given offsets in turn."""
+
+    def __init__(self, offsets: list[float]) -> None:
+        self.offsets = iter(offsets)
+
+    def random(self) -> float:
+        return next(self.offsets)
+
+
+def _numpy_systematic_split(total: int, weights: list[float], offset: float) -> list[int]:
+    """The vectorised split the stage used until 2026-12-07 (numpy's pairwise sum for Σw)."""
+    w = np.clip(np.asarray(weights, dtype=np.float64), 0.0, None)
+    mass = w.sum()
+    if total <= 0 or mass <= 0:
+        return [0] * w.size
+    edges = np.concatenate([[0.0], np.cumsum(w) / mass * total])
+    edges[-1] = float(total)
+    return np.diff(np.floor(edges - offset + 1.0 - 1e-9)).astype(np.int64).tolist()
+
+
+def test_systematic_split_matches_the_vectorised_split_it_replaced():
+    """The per-node split in plain Python gives the copies numpy's elementwise version gave, for
+    the same offset: short and long weight lists (numpy sums 8 or more pairwise, the loop in
+    order), zeros, negatives (count as 0), integer expectations, tiny and huge totals."""
+    rng = simulation_rng(20261207)
+    for _ in range(3000):
+        size = int(rng.integers(1, 40))
+        weights = rng.exponential(1.0, size) * 10.0 ** rng.uniform(-3, 4)
+        weights[rng.random(size) < 0.2] = 0.0
+        weights[rng.random(size) < 0.05] = -1.0
+        if rng.random() < 0.3:  # integer expectations: weights that are whole counts of the total
+            weights = rng.integers(0, 5, size).astype(float)
+        total = int(weights.clip(0).sum()) if rng.random() < 0.3 else int(rng.integers(0, 10**6))
+        # the extremes of an offset in [0, 1) too, where an integer edge meets the 1e-9 guard
+        offset = float([0.0, 0.5, 1.0 - 2.0**-53, rng.random()][int(rng.integers(0, 4))])
+        got = synth_sequences._systematic_split(total, weights.tolist(), _FixedOffsets([offset]))
+        assert got == _numpy_systematic_split(total, weights.tolist(), offset), (total, weights, offset)
+        assert sum(got) == (total if total > 0 and weights.clip(0).sum() > 0 else 0)
 
 
 def test_node_budget_with_a_zero_threshold_does_not_fail():
