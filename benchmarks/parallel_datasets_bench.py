@@ -37,6 +37,11 @@ of ``w`` seconds gives the floor 2·own / ((2 − b)·w): two such runs need 2·
 2 − b cores the background leaves. ``machine_busy_cores`` of a two-dataset row near 2 says the pair
 was bound by the cores, not by a lock or a queue.
 
+``--mode cli --pair-threads 1``: the same, with the two datasets' runs limited to one thread each
+(the single run keeps one thread per core). It asks whether splitting the cores between concurrent
+runs, instead of letting four threads share two cores, takes the pair below the floor: only if a
+run's CPU seconds shrink with fewer threads (they did not, 2026-12-07: docs/orchestration.md).
+
 Baseline (the trivial alternative a user had): main of 2026-12-05 ran the two datasets one after
 the other (the one-slot pool), i.e. twice the wall time of one; that row is computed from the
 single-run times of this session, not measured separately (two ``dpngram run`` of that code into
@@ -86,7 +91,8 @@ def corpus(users: int, seed: int) -> dict[str, Path]:
     return paths
 
 
-def command(dataset: str, paths: dict[str, Path], work: Path) -> list[str]:
+def command(dataset: str, paths: dict[str, Path], work: Path, threads: int | None = None) -> list[str]:
+    """``dpngram run`` of one dataset; ``threads``: its ``--threads`` (default: one per core)."""
     return [
         str(ROOT / ".venv" / "bin" / "dpngram"),
         "run",
@@ -98,6 +104,7 @@ def command(dataset: str, paths: dict[str, Path], work: Path) -> list[str]:
         "--memory-limit", MEMORY_LIMIT,
         "--quiet",
         "--json",
+        *(["--threads", str(threads)] if threads else []),
     ]  # fmt: skip
 
 
@@ -151,10 +158,15 @@ def background_cores(seconds: float = 20.0) -> float:
 
 
 def run_together(
-    jobs: list[tuple[str, dict[str, Path]]], work: Path, ledger: Path, keep_cache: bool = False
+    jobs: list[tuple[str, dict[str, Path]]],
+    work: Path,
+    ledger: Path,
+    keep_cache: bool = False,
+    threads: int | None = None,
 ) -> dict[str, Any]:
     """Start ``jobs`` (dataset, corpus) at once; wall time until the last finishes, CPU seconds.
-    ``keep_cache``: the warehouse's public-model cache survives between calls."""
+    ``keep_cache``: the warehouse's public-model cache survives between calls; ``threads``: each
+    run's ``--threads``."""
     import psutil
 
     for stale in (work / "out", work / "wh" / "runs", work / "wh" / "operator"):
@@ -168,7 +180,11 @@ def run_together(
     started = time.perf_counter()
     procs = [
         subprocess.Popen(
-            command(ds, paths, work), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+            command(ds, paths, work, threads),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         for ds, paths in jobs
     ]
@@ -368,7 +384,18 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--mode", choices=["airflow", "cli", "both"], default="both")
     parser.add_argument("--refresh", action="store_true", help="recompute summaries and plot; no run")
+    parser.add_argument(
+        "--pair-threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="cli mode: the two datasets' runs each get --threads N (the single run keeps the default: "
+        "one thread per core), i.e. the cores split between the runs instead of shared; "
+        "writes results/parallel_datasets_pair_threadsN.json",
+    )
     args = parser.parse_args()
+    if args.pair_threads and args.mode != "cli":
+        parser.error("--pair-threads measures the cli mode only: add --mode cli")
     if args.refresh:
         refresh()
         return
@@ -398,7 +425,9 @@ def main() -> None:
                     if airflow is not None:
                         row = trigger_together(airflow, jobs, work / "out")
                     else:
-                        row = {"mode": "cli", **run_together(jobs, work, ledger, keep_cache=True)}
+                        threads = args.pair_threads if len(jobs) > 1 else None
+                        row = {"mode": "cli", **run_together(jobs, work, ledger, True, threads)}
+                        row["threads_each"] = threads
                     row["repeat"] = repeat + 1
                     print(f"  {row['wall_seconds']} s {row.get('cpu_seconds_each', '')}", flush=True)
                     rows[mode].append(row)
@@ -418,7 +447,13 @@ def main() -> None:
             f"--memory-limit {MEMORY_LIMIT} each",
             "airflow": "dpngram_release triggered through the REST API; LocalExecutor, parallelism 4, "
             "SQLite metadata (tests/test_airflow_standalone.Airflow)",
-            "cli": "dpngram run, one process per dataset",
+            "cli": "dpngram run, one process per dataset"
+            + (
+                f"; the two datasets' runs with --threads {args.pair_threads} each, the single run "
+                "with the default (one thread per core)"
+                if args.pair_threads
+                else ""
+            ),
             "corpus": f"write_sample(n_users, seed={SEED} and {SEED + 1}, vocab_size={VOCAB}, "
             f"public_sentences={PUBLIC_SENTENCES})",
             "ledger": "one embedded DuckDB ledger for both runs",
@@ -429,8 +464,11 @@ def main() -> None:
         "rows": rows,
     }
     payload["summary"] = summaries(rows, background)
-    write_result("parallel_datasets.json", payload)
-    plot(payload, RESULTS / "parallel_datasets.png")
+    if args.pair_threads:  # an experiment beside the committed figure, not a replacement of it
+        write_result(f"parallel_datasets_pair_threads{args.pair_threads}.json", payload)
+    else:
+        write_result("parallel_datasets.json", payload)
+        plot(payload, RESULTS / "parallel_datasets.png")
     print(json.dumps(payload["summary"], indent=2))
     failed = [mode for mode, summary in payload["summary"].items() if "error" in summary]
     if failed:  # the rows keep the errors; `make bench` must see the step fail
