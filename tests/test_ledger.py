@@ -350,3 +350,54 @@ def test_a_busy_embedded_ledger_is_one_line(tmp_path: Path, monkeypatch) -> None
         holder.kill()
         holder.wait()
     assert os.path.exists(path)
+
+
+def _other_process_reads(path: Path) -> subprocess.CompletedProcess[str]:
+    """A separate process opening the ledger file read-write, as a second worker's transaction would."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb; c = duckdb.connect({str(path)!r}); "
+            "print(c.execute('SELECT count(*) FROM ledger.ledger.privacy_spend').fetchone()[0])",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_embedded_ledger_file_is_free_between_transactions(tmp_path: Path) -> None:
+    """The process keeps one in-memory DuckDB session between transactions and attaches the file
+    for each one only: after a transaction (also one that failed), another process can open the
+    file at once, and the next transaction of this process still works."""
+    path = tmp_path / "ledger.duckdb"
+    with open_ledger(str(path)) as ledger:
+        assert ledger.record("ds", "run-1", "dpne", 1.5, 1e-7, EVENTS)
+        first = _other_process_reads(path)
+        assert first.returncode == 0, first.stderr
+        assert int(first.stdout) == 1
+        with pytest.raises(ZeroDivisionError), ledger.store.transaction() as tx:
+            tx.rows("ledger/spent", dataset="ds", run_id=None)
+            raise ZeroDivisionError
+        after_failure = _other_process_reads(path)
+        assert after_failure.returncode == 0, after_failure.stderr
+        assert ledger.record("ds", "run-2", "dpne", 1.5, 1e-7, EVENTS)
+        assert int(_other_process_reads(path).stdout) == 2
+
+
+def test_a_transaction_inside_a_transaction_gets_its_own_connection(tmp_path: Path) -> None:
+    """The session is in use during a transaction: a nested one (same thread, re-entrant lock) is
+    given a connection of its own, and the session is reusable afterwards."""
+    from dpngram.release import ledger_store
+
+    a = DuckDBLedgerStore(tmp_path / "a.duckdb")
+    b = DuckDBLedgerStore(tmp_path / "b.duckdb")
+    with a.transaction() as outer:
+        outer.rows("ledger/spent", dataset="x", run_id=None)
+        with b.transaction() as inner:
+            inner.rows("ledger/spent", dataset="x", run_id=None)
+        assert ledger_store._SESSION[2], "the outer transaction still holds the session"
+    assert not ledger_store._SESSION[2]
+    with a.transaction() as again:
+        assert again.rows("ledger/spent", dataset="x", run_id=None) == [(0, 0)]
