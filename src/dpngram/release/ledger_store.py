@@ -90,10 +90,7 @@ def _release(con: Any) -> None:
         return
     try:
         con.execute("USE memory")
-        if con.execute(
-            "SELECT count(*) FROM duckdb_databases() WHERE database_name = 'dpngram_ledger'"
-        ).fetchone()[0]:
-            con.execute("DETACH dpngram_ledger")
+        con.execute("DETACH DATABASE IF EXISTS dpngram_ledger")  # not attached: a failed ATTACH
         _SESSION[2] = False
     except Exception:  # noqa: BLE001 - whatever went wrong, closing releases the file
         _SESSION[:] = [None, None, False]
